@@ -1,0 +1,21 @@
+# One entry point for a fresh machine: `make demo` (the main job) and `make test` (all tests).
+# Both create .venv, install the CPU build of PyTorch, the core and every plugin under plugins/.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PLUGINS := $(patsubst %/pyproject.toml,%,$(wildcard plugins/*/pyproject.toml))
+
+.PHONY: setup demo test
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml $(wildcard plugins/*/pyproject.toml) Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet "setuptools>=70.1" wheel torch==2.13.0
+	$(PY) -m pip install --quiet --no-build-isolation -e ".[test]" $(addprefix -e ,$(PLUGINS))
+	touch $@
+
+demo: setup
+	$(VENV)/bin/ebm demo
+
+test: setup
+	$(PY) -m pytest

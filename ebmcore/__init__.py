@@ -1,0 +1,85 @@
+"""ebmcore: the plugin core of ebm, a PyTorch framework for energy-based models.
+
+Energies ``E(x)`` with gradient ``∇ₓE`` and score ``−∇ₓE``; samplers, integrators,
+losses and kernel backends registered by plugins through the hooks in
+:mod:`ebmcore.hookspecs` and looked up with :mod:`ebmcore.registry`.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from ebmcore import registry
+from ebmcore.config import Config, get_config, reload_config
+from ebmcore.energies import (
+    AckleyEnergy,
+    AnalyticEnergy,
+    DoubleWellEnergy,
+    EnergyModel,
+    GaussianEnergy,
+    GaussianMixtureEnergy,
+    HarmonicEnergy,
+    MLPEnergy,
+    RastriginEnergy,
+    RosenbrockEnergy,
+)
+from ebmcore.errors import (
+    BackendUnavailableError,
+    ConfigError,
+    DuplicateComponentError,
+    EBMError,
+    InputError,
+    NonFiniteError,
+    PluginError,
+    UnknownComponentError,
+)
+from ebmcore.hookspecs import hookimpl
+from ebmcore.integrator import Integrator
+from ebmcore.kernels import Kernel, KernelBackend, dispatch, explain, resolve_kernel, use_backend
+from ebmcore.loss import Loss
+from ebmcore.plugins import register_plugin
+from ebmcore.sampler import Sampler
+
+
+def energy(name: str, **params: object) -> EnergyModel:
+    """Build the registered energy ``name``: ``ebmcore.energy("gaussian", dim=2)``."""
+    return registry.get("energy", name)(**params)
+
+
+__all__ = [
+    "__version__",
+    "registry",
+    "energy",
+    "hookimpl",
+    "register_plugin",
+    "Config",
+    "get_config",
+    "reload_config",
+    "EnergyModel",
+    "AnalyticEnergy",
+    "GaussianEnergy",
+    "GaussianMixtureEnergy",
+    "DoubleWellEnergy",
+    "RosenbrockEnergy",
+    "HarmonicEnergy",
+    "AckleyEnergy",
+    "RastriginEnergy",
+    "MLPEnergy",
+    "Sampler",
+    "Integrator",
+    "Loss",
+    "Kernel",
+    "KernelBackend",
+    "dispatch",
+    "explain",
+    "resolve_kernel",
+    "use_backend",
+    "EBMError",
+    "InputError",
+    "NonFiniteError",
+    "UnknownComponentError",
+    "DuplicateComponentError",
+    "PluginError",
+    "BackendUnavailableError",
+    "ConfigError",
+]

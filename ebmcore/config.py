@@ -1,0 +1,178 @@
+"""Configuration: ``ebm.toml`` or ``[tool.ebm]`` in ``pyproject.toml``, and environment variables.
+
+Precedence, strongest first:
+
+1. explicit arguments (``backend=`` on a call);
+2. ``ebmcore.use_backend(...)`` context managers;
+3. environment variables: ``EBM_BACKEND``, ``EBM_DISABLE_PLUGIN_AUTOLOAD``, ``EBM_DISABLE_PLUGINS``;
+4. the configuration file: ``$EBM_CONFIG`` if set, else ``./ebm.toml``, else the
+   ``[tool.ebm]`` table of ``./pyproject.toml`` (the first that exists is used, alone);
+5. the defaults below.
+
+Keys (all optional)::
+
+    backend = ["cuda", "torch"]        # kernel backends allowed, in order of preference
+    disable_plugin_autoload = false    # true: load no external plugin
+    disable_plugins = ["some_plugin"]  # entry-point names not to load
+
+    [plugins.ebm_cuda]                 # free-form settings for one plugin (it validates them)
+    build_dir = "~/.cache/ebm_cuda"
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ebmcore.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = ["Config", "get_config", "load_config", "reload_config", "parse_backend_list", "env_flag"]
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+@dataclass(frozen=True)
+class Config:
+    """The resolved core configuration; ``source`` says which file it came from (if any).
+
+    ``backend`` is the file's selection; ``EBM_BACKEND`` is read live by the
+    kernel resolver, so that it can be changed while the process runs.
+    """
+
+    backend: tuple[str, ...] = ()
+    disable_plugin_autoload: bool = False
+    disable_plugins: frozenset[str] = frozenset()
+    plugins: dict[str, dict[str, Any]] = field(default_factory=dict)
+    source: str = "defaults"
+
+    def plugin_settings(self, name: str) -> dict[str, Any]:
+        """The ``[plugins.<name>]`` table (empty if absent)."""
+        return dict(self.plugins.get(name, {}))
+
+
+def env_flag(name: str, default: bool = False) -> bool:
+    """Read a boolean environment variable strictly (1/0, true/false, yes/no, on/off)."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ConfigError(f"environment variable {name}={raw!r} is not a boolean; use 1 or 0.")
+
+
+def parse_backend_list(value: Any, where: str) -> tuple[str, ...]:
+    """A backend selection: ``"torch"``, ``"cuda,torch"`` or ``["cuda", "torch"]`` -> a tuple of names."""
+    if isinstance(value, str):
+        items = [v.strip() for v in value.split(",")]
+    elif isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        items = [v.strip() for v in value]
+    else:
+        raise ConfigError(f"{where}: expected a backend name or a list of names, got {value!r}.")
+    if not items or any(not v for v in items):
+        raise ConfigError(f"{where}: empty backend name in {value!r}; example: \"cuda,torch\".")
+    return tuple(items)
+
+
+def _config_file() -> tuple[Path, dict[str, Any]] | None:
+    explicit = os.environ.get("EBM_CONFIG")
+    if explicit:
+        path = Path(explicit)
+        if not path.is_file():
+            raise ConfigError(f"EBM_CONFIG={explicit!r} does not name a file; unset it or point it at an ebm.toml.")
+        return path, _read_toml(path)
+    local = Path.cwd() / "ebm.toml"
+    if local.is_file():
+        return local, _read_toml(local)
+    pyproject = Path.cwd() / "pyproject.toml"
+    if pyproject.is_file():
+        table = _read_toml(pyproject).get("tool", {}).get("ebm")
+        if table is not None:
+            return pyproject, table
+    return None
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: malformed TOML ({exc}); fix the syntax or remove the file.") from exc
+
+
+_KEYS = {"backend", "disable_plugin_autoload", "disable_plugins", "plugins"}
+
+
+def _from_table(table: dict[str, Any], where: str) -> dict[str, Any]:
+    unknown = sorted(set(table) - _KEYS)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; the known keys are {', '.join(sorted(_KEYS))}.")
+    out: dict[str, Any] = {}
+    if "backend" in table:
+        out["backend"] = parse_backend_list(table["backend"], f"{where}: key 'backend'")
+    if "disable_plugin_autoload" in table:
+        value = table["disable_plugin_autoload"]
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: key 'disable_plugin_autoload' must be true or false, got {value!r}.")
+        out["disable_plugin_autoload"] = value
+    if "disable_plugins" in table:
+        value = table["disable_plugins"]
+        if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            raise ConfigError(f"{where}: key 'disable_plugins' must be a list of plugin names, got {value!r}.")
+        out["disable_plugins"] = frozenset(value)
+    if "plugins" in table:
+        value = table["plugins"]
+        if not (isinstance(value, dict) and all(isinstance(v, dict) for v in value.values())):
+            raise ConfigError(f"{where}: 'plugins' must hold one table per plugin, like [plugins.ebm_cuda].")
+        out["plugins"] = value
+    return out
+
+
+def load_config() -> Config:
+    """Read the configuration file and environment now (see the module docstring for precedence)."""
+    values: dict[str, Any] = {}
+    source = "defaults"
+    found = _config_file()
+    if found is not None:
+        path, table = found
+        where = f"{path} [tool.ebm]" if path.name == "pyproject.toml" else str(path)
+        values.update(_from_table(table, where))
+        source = where
+    if "EBM_DISABLE_PLUGIN_AUTOLOAD" in os.environ:
+        values["disable_plugin_autoload"] = env_flag("EBM_DISABLE_PLUGIN_AUTOLOAD")
+    if os.environ.get("EBM_DISABLE_PLUGINS", "").strip():
+        blocked = {v.strip() for v in os.environ["EBM_DISABLE_PLUGINS"].split(",") if v.strip()}
+        values["disable_plugins"] = frozenset(blocked) | values.get("disable_plugins", frozenset())
+    return Config(source=source, **values)
+
+
+_config: Config | None = None
+
+
+def get_config() -> Config:
+    """The configuration, read once and cached; :func:`reload_config` reads it again."""
+    global _config
+    if _config is None:
+        _config = load_config()
+    return _config
+
+
+def reload_config() -> Config:
+    """Read the configuration again and reload plugins and kernel choices with it."""
+    global _config
+    _config = load_config()
+    from ebmcore import plugins
+
+    plugins.reset()
+    return _config

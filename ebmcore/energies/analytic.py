@@ -1,0 +1,46 @@
+"""Base class of closed-form energies whose energy and gradient run through the kernel dispatch."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from torch import Tensor
+
+from ebmcore.energies.base import EnergyModel
+from ebmcore.kernels.resolve import resolve_kernel
+
+__all__ = ["AnalyticEnergy"]
+
+
+class AnalyticEnergy(EnergyModel):
+    """An energy with ops ``<op>_energy`` and ``<op>_gradient`` in the kernel registry.
+
+    ``backend`` (optional) pins this energy's kernels to a backend, strictly
+    (see :mod:`ebmcore.kernels.resolve`); by default the fastest kernel that
+    can run is chosen per device and dtype.
+    """
+
+    op: ClassVar[str]
+
+    def __init__(self, dim: int, backend: str | None = None) -> None:
+        super().__init__()
+        if not isinstance(dim, int) or isinstance(dim, bool) or dim < 1:
+            from ebmcore.errors import InputError
+
+            raise InputError(f"{type(self).__name__}: dim must be a positive integer, got {dim!r}.")
+        self.dim = dim
+        self.event_shape = (dim,)
+        self.backend = backend
+
+    def kernel_args(self) -> tuple[Any, ...]:
+        """The op's arguments after ``x`` (parameters of this energy)."""
+        raise NotImplementedError
+
+    def compute_energy(self, x: Tensor) -> Tensor:
+        return resolve_kernel(f"{self.op}_energy", x.device, x.dtype, self.backend).fn(x, *self.kernel_args())
+
+    def compute_gradient(self, x: Tensor, create_graph: bool = False) -> Tensor:
+        return resolve_kernel(f"{self.op}_gradient", x.device, x.dtype, self.backend).fn(x, *self.kernel_args())
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}" + (f", backend={self.backend!r}" if self.backend else "")

@@ -1,0 +1,107 @@
+"""The energy model base class: ``E(x)``, its gradient ``∇ₓE`` and score ``−∇ₓE``."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ebmcore.validation import check_batch, check_finite
+
+__all__ = ["EnergyModel"]
+
+
+class EnergyModel(nn.Module):
+    """An energy ``E(x)`` over inputs ``x: (n, *event_shape)``; the density is ``p(x) ∝ exp(-E(x))``.
+
+    Subclasses implement :meth:`compute_energy` and, where known, an analytic
+    :meth:`compute_gradient`; the default gradient uses autograd. Set
+    ``event_shape`` (a tuple) to have inputs checked against it.
+
+    The public methods (:meth:`energy`, :meth:`gradient`, :meth:`score`,
+    :meth:`energy_and_gradient`, ``forward``) check the input's shape, dtype and
+    device (never casting) and that the result is finite (one host sync).
+    The ``compute_*`` methods are the unchecked hot-loop path: samplers check
+    their initial state once, then call these with no validation and no sync.
+    """
+
+    event_shape: tuple[int, ...] | None = None
+
+    # -- to implement ------------------------------------------------------------------------
+
+    def compute_energy(self, x: Tensor) -> Tensor:
+        """Unchecked ``E(x)``: ``x: (n, *event_shape)`` -> ``(n,)``."""
+        raise NotImplementedError(f"{type(self).__name__} must implement compute_energy(x) -> (n,)")
+
+    def compute_gradient(self, x: Tensor, create_graph: bool = False) -> Tensor:
+        """Unchecked ``∇ₓE(x)``: same shape as ``x``. Autograd unless overridden."""
+        return self.compute_energy_and_gradient(x, create_graph)[1]
+
+    def compute_energy_and_gradient(self, x: Tensor, create_graph: bool = False) -> tuple[Tensor, Tensor]:
+        """Unchecked ``(E(x), ∇ₓE(x))`` in one pass.
+
+        With ``create_graph=True`` both stay differentiable (for score
+        matching and gradient penalties); otherwise both are detached.
+        """
+        if type(self).compute_gradient is not EnergyModel.compute_gradient:
+            # An analytic gradient exists: use it rather than autograd.
+            energy = self.compute_energy(x)
+            grad = self.compute_gradient(x, create_graph)
+            return (energy, grad) if create_graph else (energy.detach(), grad.detach())
+        with torch.enable_grad():
+            xg = x if (create_graph and x.requires_grad) else x.detach().requires_grad_(True)
+            energy = self.compute_energy(xg)
+            (grad,) = torch.autograd.grad(energy.sum(), xg, create_graph=create_graph)
+        return (energy, grad) if create_graph else (energy.detach(), grad)
+
+    # -- checked public API ------------------------------------------------------------------
+
+    def validate(self, x: Tensor, name: str = "x") -> Tensor:
+        """Check ``x``'s shape, dtype and device against this model (no sync); return ``x``."""
+        ref = self._reference_tensor()
+        return check_batch(
+            x,
+            event_shape=self.event_shape,
+            dtype=None if ref is None else ref.dtype,
+            device=None if ref is None else ref.device,
+            name=name,
+            owner=type(self).__name__,
+        )
+
+    def energy(self, x: Tensor) -> Tensor:
+        """``E(x)``: ``x: (n, *event_shape)`` -> ``(n,)``, in ``x``'s dtype and device."""
+        self.validate(x)
+        return self._checked(self.compute_energy(x), "energy", x)
+
+    def gradient(self, x: Tensor, create_graph: bool = False) -> Tensor:
+        """``∇ₓE(x)``: same shape, dtype and device as ``x``."""
+        self.validate(x)
+        return self._checked(self.compute_gradient(x, create_graph), "gradient", x)
+
+    def score(self, x: Tensor, create_graph: bool = False) -> Tensor:
+        """The score ``−∇ₓE(x) = ∇ₓ log p(x)``."""
+        return -self.gradient(x, create_graph)
+
+    def energy_and_gradient(self, x: Tensor, create_graph: bool = False) -> tuple[Tensor, Tensor]:
+        """``(E(x): (n,), ∇ₓE(x): x.shape)``."""
+        self.validate(x)
+        energy, grad = self.compute_energy_and_gradient(x, create_graph)
+        return self._checked(energy, "energy", x), self._checked(grad, "gradient", x)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.energy(x)
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _reference_tensor(self) -> Tensor | None:
+        """The first floating parameter or buffer: it fixes the dtype and device inputs must have."""
+        for t in self.parameters():
+            if t.is_floating_point():
+                return t
+        for t in self.buffers():
+            if t.is_floating_point():
+                return t
+        return None
+
+    def _checked(self, values: Tensor, what: str, x: Tensor) -> Tensor:
+        return check_finite(values, what=f"{type(self).__name__} {what}", x=x,
+                            fix="Check the inputs lie in the energy's domain and its parameters are finite.")

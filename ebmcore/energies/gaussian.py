@@ -1,0 +1,129 @@
+"""Gaussian and Gaussian-mixture energies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ebmcore.energies.analytic import AnalyticEnergy
+from ebmcore.errors import InputError
+
+__all__ = ["GaussianEnergy", "GaussianMixtureEnergy"]
+
+
+def _as_tensor(value: Any, name: str, dtype: torch.dtype | None, device: Any) -> Tensor:
+    t = torch.as_tensor(value, device=device)
+    if not t.is_floating_point():
+        t = t.to(torch.get_default_dtype())
+    t = t.to(dtype=dtype or t.dtype)
+    if not bool(torch.isfinite(t).all()):
+        raise InputError(f"{name} contains NaN or inf values.")
+    return t
+
+
+class GaussianEnergy(AnalyticEnergy):
+    """``E(x) = 0.5 (x-m)^T P (x-m)`` with mean ``m: (d,)`` and precision ``P = Σ⁻¹: (d, d)``.
+
+    Give ``covariance`` or ``precision`` (not both; symmetric positive
+    definite), or neither for the identity. ``dim`` is needed only when no
+    tensor fixes it. Unnormalised: ``E(m) = 0``.
+    """
+
+    op = "gaussian"
+
+    def __init__(
+        self,
+        mean: Any = None,
+        covariance: Any = None,
+        precision: Any = None,
+        *,
+        dim: int | None = None,
+        dtype: torch.dtype | None = None,
+        device: Any = None,
+        backend: str | None = None,
+    ) -> None:
+        if covariance is not None and precision is not None:
+            raise InputError("GaussianEnergy: give covariance or precision, not both.")
+        matrix = covariance if covariance is not None else precision
+        tensors = {k: _as_tensor(v, k, dtype, device) for k, v in (("mean", mean), ("matrix", matrix)) if v is not None}
+        dims = {"dim": dim} if dim is not None else {}
+        if "mean" in tensors:
+            if tensors["mean"].dim() != 1:
+                raise InputError(f"GaussianEnergy: mean must have shape (d,), got {tuple(tensors['mean'].shape)}.")
+            dims["mean"] = tensors["mean"].shape[0]
+        if "matrix" in tensors:
+            m = tensors["matrix"]
+            name = "covariance" if covariance is not None else "precision"
+            if m.dim() != 2 or m.shape[0] != m.shape[1]:
+                raise InputError(f"GaussianEnergy: {name} must be a square (d, d) matrix, got {tuple(m.shape)}.")
+            dims[name] = m.shape[0]
+        if not dims:
+            raise InputError("GaussianEnergy: give dim, mean, covariance or precision.")
+        if len(set(dims.values())) > 1:
+            raise InputError(f"GaussianEnergy: inconsistent dimensions {dims}.")
+        d = next(iter(dims.values()))
+        super().__init__(d, backend)
+        dtype = dtype or next((t.dtype for t in tensors.values()), torch.get_default_dtype())
+        eye = torch.eye(d, dtype=dtype, device=device)
+        mean_t = tensors.get("mean", torch.zeros(d, dtype=dtype, device=device)).to(dtype)
+        matrix_t = tensors.get("matrix", eye).to(dtype)
+        name = "covariance" if covariance is not None else "precision"
+        if not torch.allclose(matrix_t, matrix_t.T, rtol=1e-5, atol=1e-6 * float(matrix_t.abs().max())):
+            raise InputError(f"GaussianEnergy: {name} is not symmetric; pass (A + A.T) / 2.")
+        matrix_t = 0.5 * (matrix_t + matrix_t.T)
+        chol, info = torch.linalg.cholesky_ex(matrix_t)
+        if int(info) != 0:
+            raise InputError(f"GaussianEnergy: {name} is not positive definite (Cholesky failed at column {int(info)}).")
+        inverse = torch.cholesky_inverse(chol)
+        inverse = 0.5 * (inverse + inverse.T)
+        cov, prec = (matrix_t, inverse) if covariance is not None else (inverse, matrix_t)
+        self.register_buffer("mean", mean_t)
+        self.register_buffer("precision", prec)
+        self.register_buffer("covariance", cov)
+
+    def kernel_args(self) -> tuple[Any, ...]:
+        return (self.mean, self.precision)
+
+
+class GaussianMixtureEnergy(AnalyticEnergy):
+    """``E(x) = -log Σ_k w_k N(x; m_k, diag(s_k²))`` -- normalised, so ``exp(-E)`` is the density.
+
+    ``means: (K, d)``; ``stds`` a scalar, ``(K,)`` or ``(K, d)`` (positive);
+    ``weights: (K,)`` positive (normalised here), uniform by default.
+    """
+
+    op = "gaussian_mixture"
+
+    def __init__(
+        self,
+        means: Any,
+        stds: Any = 1.0,
+        weights: Any = None,
+        *,
+        dtype: torch.dtype | None = None,
+        device: Any = None,
+        backend: str | None = None,
+    ) -> None:
+        means_t = _as_tensor(means, "means", dtype, device)
+        if means_t.dim() != 2:
+            raise InputError(f"GaussianMixtureEnergy: means must have shape (K, d), got {tuple(means_t.shape)}.")
+        k, d = means_t.shape
+        super().__init__(d, backend)
+        stds_t = _as_tensor(stds, "stds", means_t.dtype, device)
+        if stds_t.dim() == 1 and stds_t.shape[0] == k:
+            stds_t = stds_t[:, None]
+        if stds_t.dim() > 2 or (stds_t.dim() == 2 and stds_t.shape not in {(k, d), (k, 1)}):
+            raise InputError(f"GaussianMixtureEnergy: stds must be a scalar, (K,) or (K, d) with K={k}, d={d}; got {tuple(stds_t.shape)}.")
+        if not bool((stds_t > 0).all()):
+            raise InputError("GaussianMixtureEnergy: stds must be positive.")
+        weights_t = torch.ones(k, dtype=means_t.dtype, device=device) if weights is None else _as_tensor(weights, "weights", means_t.dtype, device)
+        if weights_t.shape != (k,) or not bool((weights_t > 0).all()):
+            raise InputError(f"GaussianMixtureEnergy: weights must be {k} positive numbers, got {weights_t.tolist()}.")
+        self.register_buffer("means", means_t)
+        self.register_buffer("stds", stds_t.expand(k, d).contiguous())
+        self.register_buffer("log_weights", torch.log(weights_t / weights_t.sum()))
+
+    def kernel_args(self) -> tuple[Any, ...]:
+        return (self.means, self.stds, self.log_weights)

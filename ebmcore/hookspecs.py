@@ -1,0 +1,97 @@
+"""The map of the system: every hook an ebmcore plugin can implement.
+
+A plugin is a module (or object) with functions marked ``@ebmcore.hookimpl``
+and named like the specs below. It is found through the entry-point group
+``ebmcore``::
+
+    [project.entry-points.ebmcore]
+    my_plugin = "my_package.plugin"
+
+The core's own builtins (``ebmcore.builtin``) register through exactly these
+hooks. Each ``ebm_register_*`` hook receives a :class:`ebmcore.registry.Registrar`
+bound to the calling plugin, so every entry remembers which distribution and
+version provided it. Registration hooks run once, lazily, the first time a
+component is looked up -- never inside a sampling loop.
+
+If a plugin's hook raises, that plugin's registrations from that hook are
+discarded, the failure is recorded (``ebm plugins`` shows it) and quoted by
+any lookup that finds nothing; other plugins are unaffected.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from ebmcore.registry import Registrar
+
+PROJECT_NAME = "ebmcore"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+@hookspec
+def ebm_register_energies(registry: "Registrar") -> None:
+    """Register energy models by name.
+
+    Called once per plugin, the first time any component is looked up.
+    Call ``registry.register_energy(name, factory)`` where ``factory(**params)``
+    returns an :class:`ebmcore.EnergyModel`. Return value is ignored.
+    """
+
+
+@hookspec
+def ebm_register_samplers(registry: "Registrar") -> None:
+    """Register samplers by name.
+
+    Call ``registry.register_sampler(name, factory)`` where
+    ``factory(energy, **params)`` returns an :class:`ebmcore.Sampler`.
+    Return value is ignored.
+    """
+
+
+@hookspec
+def ebm_register_integrators(registry: "Registrar") -> None:
+    """Register integrators (SDE, ODE and Hamiltonian) by name.
+
+    Call ``registry.register_integrator(name, factory)`` where ``factory(**params)``
+    returns an :class:`ebmcore.Integrator` that declares its capabilities.
+    Return value is ignored.
+    """
+
+
+@hookspec
+def ebm_register_losses(registry: "Registrar") -> None:
+    """Register training losses by name.
+
+    Call ``registry.register_loss(name, factory)`` where ``factory(**params)``
+    returns an :class:`ebmcore.Loss`. Return value is ignored.
+    """
+
+
+@hookspec
+def ebm_register_kernels(registry: "Registrar") -> None:
+    """Register a kernel backend and the op kernels it provides.
+
+    Call ``registry.register_kernel_backend(backend)`` with an
+    :class:`ebmcore.KernelBackend`; each of its :class:`ebmcore.Kernel` objects
+    declares the op it implements, its device types, dtypes, minimum CUDA
+    compute capability and priority. The resolver picks, per
+    (op, device, dtype, capability), the highest-priority kernel that can run.
+    A backend that cannot run on this machine still registers and reports why
+    through ``KernelBackend.unavailable_reason()``. Return value is ignored.
+    """
+
+
+@hookspec(historic=True)
+def ebm_configure(config: Any) -> None:
+    """Receive the resolved :class:`ebmcore.config.Config` once it is loaded.
+
+    Historic: a plugin registered later still receives the call. A plugin's
+    own settings are in ``config.plugin_settings(name)`` (the
+    ``[plugins.<name>]`` table of ``ebm.toml``); validating them is the
+    plugin's job. Return value is ignored.
+    """

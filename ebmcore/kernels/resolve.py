@@ -1,0 +1,202 @@
+"""Choosing a kernel for an op, per (device, dtype, compute capability), and explaining the choice.
+
+Selection, strongest first:
+
+1. ``backend=`` passed to the call -- strict: if it cannot run, raise with its reasons;
+2. ``with ebmcore.use_backend("cuda", "torch"):``;
+3. the environment variable ``EBM_BACKEND`` (``torch`` or ``cuda,torch``), read live;
+4. ``backend = [...]`` in the configuration file;
+5. automatic: the highest-priority kernel that can run.
+
+A selection (1-4) is a list of backend names in order of preference and is
+honoured strictly: only those backends are candidates, and if none can run,
+:class:`BackendUnavailableError` lists why. To allow a fallback, name it:
+``EBM_BACKEND=cuda,torch``. Choices are cached per
+(op, device, dtype, selection); resolve once before a hot loop and keep
+``kernel.fn``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import torch
+
+from ebmcore.config import get_config, parse_backend_list
+from ebmcore.errors import BackendUnavailableError, UnknownComponentError
+from ebmcore.kernels.base import Kernel, KernelBackend
+
+__all__ = ["Candidate", "Explanation", "use_backend", "resolve_kernel", "explain", "dispatch", "clear_cache"]
+
+_selected: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVar("ebm_backend", default=None)
+_cache: dict[tuple[Any, ...], Kernel] = {}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One backend's kernel for an op, and whether (and why not) it was chosen."""
+
+    backend: str
+    priority: int
+    chosen: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Every candidate kernel for ``op`` on given inputs, in the order they were considered."""
+
+    op: str
+    device: torch.device
+    dtype: torch.dtype
+    capability: tuple[int, int] | None
+    selection: tuple[str, ...] | None
+    selection_source: str
+    candidates: tuple[Candidate, ...]
+
+    @property
+    def chosen(self) -> Candidate | None:
+        return next((c for c in self.candidates if c.chosen), None)
+
+    def __str__(self) -> str:
+        cap = "" if self.capability is None else f", compute capability {self.capability[0]}.{self.capability[1]}"
+        dtype = str(self.dtype).removeprefix("torch.")
+        head = f"op {self.op} on {self.device} ({dtype}{cap}); selection: {self.selection_source}"
+        rows = [f"  {'CHOSEN' if c.chosen else 'no':6}  {c.backend:<14} priority {c.priority:>4}  {c.reason}" for c in self.candidates]
+        return "\n".join([head, *rows])
+
+
+@contextmanager
+def use_backend(*names: str) -> Iterator[None]:
+    """Within the block, allow only these kernel backends, in this order of preference.
+
+    ``with ebmcore.use_backend("torch"):`` forces the reference path;
+    ``use_backend("cuda", "torch")`` prefers CUDA and falls back to torch.
+    """
+    selection = parse_backend_list(list(names), "ebmcore.use_backend()")
+    token = _selected.set(selection)
+    try:
+        yield
+    finally:
+        _selected.reset(token)
+
+
+def _selection(backend: str | tuple[str, ...] | list[str] | None) -> tuple[tuple[str, ...] | None, str]:
+    if backend is not None:
+        return parse_backend_list(backend, "backend= argument"), f"backend={backend!r} (strict)"
+    ctx = _selected.get()
+    if ctx is not None:
+        return ctx, f"use_backend{ctx}"
+    env = os.environ.get("EBM_BACKEND", "").strip()
+    if env:
+        return parse_backend_list(env, "environment variable EBM_BACKEND"), f"EBM_BACKEND={env}"
+    config = get_config()
+    if config.backend:
+        return config.backend, f"backend = {list(config.backend)} in {config.source}"
+    return None, "automatic (highest priority that can run)"
+
+
+@functools.lru_cache(maxsize=None)
+def _capability(device: torch.device) -> tuple[int, int] | None:
+    if device.type != "cuda":
+        return None
+    return tuple(torch.cuda.get_device_capability(device))  # type: ignore[return-value]
+
+
+def _backends_for(op: str) -> list[KernelBackend]:
+    from ebmcore import registry
+
+    found = [e.component for e in registry.entries("kernel") if op in e.component.kernels]
+    if not found:
+        ops = sorted({o for e in registry.entries("kernel") for o in e.component.kernels})
+        raise UnknownComponentError(f"no kernel backend implements op {op!r}. Known ops: {', '.join(ops)}.")
+    return found
+
+
+def _explain(op: str, device: torch.device, dtype: torch.dtype, backend: Any) -> Explanation:
+    selection, source = _selection(backend)
+    capability = _capability(device)
+    backends = _backends_for(op)
+    by_name = {b.name: b for b in backends}
+    if selection is not None:
+        from ebmcore import registry
+
+        for name in selection:
+            if name not in by_name:
+                registry.get("kernel", name)  # unknown backend: raises with the install hint
+        ordered = [by_name[n] for n in selection if n in by_name]
+        ordered += sorted((b for b in backends if b.name not in selection), key=lambda b: b.name)
+    else:
+        ordered = sorted(backends, key=lambda b: (-b.kernels[op].priority, b.name))
+    candidates: list[Candidate] = []
+    chosen: str | None = None
+    for b in ordered:
+        kernel = b.kernels[op]
+        if selection is not None and b.name not in selection:
+            reason = f"not in the backend selection {list(selection)}"
+        else:
+            reason = b.unavailable_reason() or kernel.mismatch(device, dtype, capability) or ""
+            if reason:
+                reason = f"cannot run: {reason}"
+            elif chosen is None:
+                chosen = b.name
+                reason = "can run; first in the selection" if selection is not None else "can run; highest priority"
+            else:
+                reason = f"can run; {chosen} comes first"
+        candidates.append(Candidate(b.name, kernel.priority, b.name == chosen, reason))
+    return Explanation(op, device, dtype, capability, selection, source, tuple(candidates))
+
+
+def _where(inputs: tuple[Any, ...], device: Any, dtype: Any) -> tuple[torch.device, torch.dtype]:
+    tensor = next((t for t in inputs if isinstance(t, torch.Tensor)), None)
+    if tensor is None and (device is None or dtype is None):
+        raise TypeError("explain()/dispatch() needs a tensor input, or both device= and dtype=.")
+    return torch.device(device) if device is not None else tensor.device, dtype or tensor.dtype  # type: ignore[union-attr]
+
+
+def explain(op: str, *inputs: Any, device: Any = None, dtype: torch.dtype | None = None, backend: Any = None) -> Explanation:
+    """Every candidate kernel for ``op`` on these inputs (or ``device``/``dtype``), chosen or not, and why."""
+    dev, dt = _where(inputs, device, dtype)
+    return _explain(op, dev, dt, backend)
+
+
+def resolve_kernel(op: str, device: torch.device, dtype: torch.dtype, backend: Any = None) -> Kernel:
+    """The kernel that runs ``op`` for inputs on ``device`` with ``dtype``; cached.
+
+    Raises :class:`BackendUnavailableError` (listing each candidate's reason)
+    if no allowed kernel can run.
+    """
+    selection, _ = _selection(backend)
+    key = (op, device, dtype, selection)
+    kernel = _cache.get(key)
+    if kernel is not None:
+        return kernel
+    why = _explain(op, device, dtype, backend)
+    if why.chosen is None:
+        fix = (
+            "pass a backend that can run, widen the selection (e.g. EBM_BACKEND=cuda,torch), or move the inputs"
+            if selection is not None
+            else "move the inputs to a supported device or dtype"
+        )
+        raise BackendUnavailableError(f"no kernel can run this op.\n{why}\nFix: {fix}.")
+    from ebmcore import registry
+
+    kernel = registry.get("kernel", why.chosen.backend).component.kernels[op]
+    _cache[key] = kernel
+    return kernel
+
+
+def dispatch(op: str, *args: Any, backend: Any = None, **kwargs: Any) -> Any:
+    """Run ``op`` with the kernel chosen for its first tensor argument's device and dtype."""
+    dev, dt = _where(args, None, None)
+    return resolve_kernel(op, dev, dt, backend).fn(*args, **kwargs)
+
+
+def clear_cache() -> None:
+    """Forget cached choices (called when plugins or the configuration are reloaded)."""
+    _cache.clear()

@@ -1,0 +1,33 @@
+"""The loss base class: a training objective for an energy model on a batch of data."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ebmcore.energies.base import EnergyModel
+
+__all__ = ["Loss"]
+
+
+class Loss(ABC):
+    """``loss(energy, data) -> scalar`` to minimise; gradients flow to ``energy``'s parameters.
+
+    A loss uses the energy but does not own it (not an ``nn.Module``
+    container of the model). State a loss keeps between steps (a replay
+    buffer, a learnable normaliser) goes in :meth:`state_dict`.
+    """
+
+    @abstractmethod
+    def __call__(self, energy: EnergyModel, data: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
+        """The scalar loss on ``data: (batch, *event_shape)``."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state:
+            raise KeyError(f"{type(self).__name__} keeps no state, got keys {sorted(state)}")

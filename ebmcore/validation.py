@@ -1,0 +1,87 @@
+"""Input checks shared by energies, samplers and losses; each error names the problem and the fix."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ebmcore.errors import InputError, NonFiniteError
+
+__all__ = ["check_batch", "check_finite", "check_positive"]
+
+
+def _shape(event_shape: tuple[int, ...] | None) -> str:
+    return "(n, ...)" if event_shape is None else "(n" + "".join(f", {s}" for s in event_shape) + ")"
+
+
+def check_batch(
+    x: Any,
+    *,
+    event_shape: tuple[int, ...] | None,
+    dtype: torch.dtype | None = None,
+    device: torch.device | None = None,
+    name: str = "x",
+    owner: str = "the energy",
+) -> Tensor:
+    """Check that ``x`` is a floating tensor of shape ``(n, *event_shape)`` on ``device`` with ``dtype``.
+
+    ``event_shape=None`` accepts any shape with a leading batch dimension.
+    Metadata only: no host synchronisation.
+    """
+    if not isinstance(x, Tensor):
+        raise InputError(f"{name} must be a torch.Tensor of shape {_shape(event_shape)}, got {type(x).__name__}; "
+                         f"wrap it with torch.as_tensor({name}).")
+    if not x.is_floating_point():
+        raise InputError(f"{name} has dtype {x.dtype}; {owner} needs floating point. Use {name}.float() or {name}.double().")
+    if event_shape is not None:
+        expected = len(event_shape) + 1
+        if x.dim() != expected or tuple(x.shape[1:]) != tuple(event_shape):
+            hint = ""
+            if x.dim() == expected - 1 and tuple(x.shape) == tuple(event_shape):
+                hint = f" For a single point use {name}.unsqueeze(0)."
+            elif x.dim() > expected and tuple(x.shape[-len(event_shape):] if event_shape else ()) == tuple(event_shape):
+                hint = f" Flatten the leading dimensions with {name}.reshape(-1, {', '.join(map(str, event_shape))})."
+            raise InputError(f"{name} must have shape {_shape(event_shape)} for {owner}, got {tuple(x.shape)}.{hint}")
+    elif x.dim() < 1:
+        raise InputError(f"{name} must have a leading batch dimension, got a scalar; use {name}.reshape(1, -1).")
+    if device is not None and x.device != device:
+        raise InputError(f"{name} is on {x.device} but {owner} is on {device}; move one: {name}.to('{device}') "
+                         f"or model.to('{x.device}').")
+    if dtype is not None and x.dtype != dtype:
+        raise InputError(f"{name} has dtype {x.dtype} but {owner} holds {dtype} parameters; cast one: "
+                         f"{name}.to({dtype}) or model.to({x.dtype}). (ebmcore never casts silently.)")
+    return x
+
+
+def check_finite(values: Tensor, *, what: str, x: Tensor | None = None, fix: str = "") -> Tensor:
+    """Raise :class:`NonFiniteError` naming the rows where ``values`` is NaN or infinite (one host sync)."""
+    bad = ~torch.isfinite(values)
+    if values.dim() > 1:
+        bad = bad.flatten(1).any(1)
+    if not bool(bad.any()):
+        return values
+    rows = bad.nonzero().flatten()
+    shown = rows[:5].tolist()
+    msg = f"{what} is non-finite (NaN or inf) for {rows.numel()} of {bad.numel()} rows, first at rows {shown}."
+    if x is not None:
+        x_bad = ~torch.isfinite(x.flatten(1)).all(1)
+        if bool(x_bad[rows].any()):
+            msg += f" The inputs themselves are non-finite at rows {x_bad.nonzero().flatten()[:5].tolist()}."
+        else:
+            msg += f" The inputs there are finite (e.g. x[{shown[0]}] = {x[shown[0]].tolist()}), so the model overflows or leaves its domain."
+    if fix:
+        msg += f" {fix}"
+    raise NonFiniteError(msg)
+
+
+def check_positive(value: Any, name: str) -> float:
+    """A finite, strictly positive Python number."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{name} must be a positive number, got {value!r}.") from None
+    if not (v > 0 and v < float("inf")):
+        raise InputError(f"{name} must be a finite positive number, got {value!r}.")
+    return v

@@ -1,0 +1,116 @@
+"""Plugin loading: lazy and once, isolated failures, environment switches."""
+
+import importlib_metadata
+import pytest
+
+import ebmcore
+from ebmcore import plugins, registry
+from ebmcore.cli import main
+from ebmcore.errors import UnknownComponentError
+from ebmcore.testing import installed_distribution
+
+GOOD = """
+import ebmcore
+
+@ebmcore.hookimpl
+def ebm_register_energies(registry):
+    registry.register_energy("good_energy", ebmcore.HarmonicEnergy)
+"""
+
+BROKEN_IMPORT = """
+import not_a_module_that_exists
+"""
+
+BROKEN_REGISTER = """
+import ebmcore
+
+@ebmcore.hookimpl
+def ebm_register_energies(registry):
+    registry.register_energy("half_registered", ebmcore.HarmonicEnergy)
+    raise RuntimeError("registration exploded")
+"""
+
+
+@pytest.fixture
+def dists(tmp_path):
+    with installed_distribution(tmp_path / "good", "good-plugin", "2.0", {"good": "good_plugin"}, {"good_plugin.py": GOOD}), \
+         installed_distribution(tmp_path / "bad", "bad-plugin", "0.1", {"bad": "bad_plugin"}, {"bad_plugin.py": BROKEN_IMPORT}), \
+         installed_distribution(tmp_path / "half", "half-plugin", "0.2", {"half": "half_plugin"}, {"half_plugin.py": BROKEN_REGISTER}):
+        plugins.reset()
+        yield
+
+
+def test_plugins_load_lazily_and_once(monkeypatch):
+    calls = []
+    real = importlib_metadata.entry_points
+    monkeypatch.setattr(importlib_metadata, "entry_points", lambda **kw: calls.append(kw) or real(**kw))
+    plugins.reset()
+    assert calls == []  # nothing happens until a lookup
+    registry.names("energy")
+    registry.get("energy", "gaussian")
+    registry.names("kernel")
+    assert calls == [{"group": "ebmcore"}]
+
+
+def test_a_plugin_that_fails_to_import_is_recorded_and_the_rest_still_work(dists):
+    s = plugins.session()
+    assert s.records["good"].status == "loaded" and s.records["good"].version == "2.0"
+    assert s.records["bad"].status == "failed"
+    assert "ModuleNotFoundError" in s.records["bad"].error and "not_a_module_that_exists" in s.records["bad"].error
+    assert registry.get("energy", "good_energy").distribution == "good-plugin"
+    assert registry.get("energy", "gaussian").plugin == "builtin"
+
+
+def test_a_plugin_that_raises_while_registering_leaves_nothing_behind(dists):
+    s = plugins.session()
+    assert s.records["half"].status == "failed"
+    assert "ebm_register_energies: RuntimeError: registration exploded" in s.records["half"].error
+    assert "half_registered" not in registry.names("energy")
+
+
+def test_looking_up_a_missing_name_quotes_the_failures(dists):
+    with pytest.raises(UnknownComponentError) as err:
+        registry.get("sampler", "whatever")
+    msg = str(err.value)
+    assert "failed to load" in msg and "bad (bad-plugin 0.1)" in msg and "not_a_module_that_exists" in msg
+    assert "registration exploded" in msg
+
+
+def test_ebm_plugins_shows_the_failure(dists, capsys):
+    assert main(["plugins"]) == 1
+    out = capsys.readouterr().out
+    assert "good-plugin 2.0" in out and "loaded" in out
+    assert "bad-plugin" in out and "failed" in out and "not_a_module_that_exists" in out
+
+
+def test_disable_autoload_loads_no_external_plugin(dists, monkeypatch):
+    monkeypatch.setenv("EBM_DISABLE_PLUGIN_AUTOLOAD", "1")
+    ebmcore.reload_config()
+    assert set(plugins.session().records) == {"builtin"}
+    assert "gaussian" in registry.names("energy") and "good_energy" not in registry.names("energy")
+
+
+def test_disable_plugins_blocks_the_named_ones(dists, monkeypatch):
+    monkeypatch.setenv("EBM_DISABLE_PLUGINS", "bad, half")
+    ebmcore.reload_config()
+    s = plugins.session()
+    assert s.records["bad"].status == "blocked" and s.records["half"].status == "blocked"
+    assert s.failures() == []
+    assert "good_energy" in registry.names("energy")
+
+
+def test_bad_boolean_in_environment_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("EBM_DISABLE_PLUGIN_AUTOLOAD", "maybe")
+    with pytest.raises(ebmcore.ConfigError, match="EBM_DISABLE_PLUGIN_AUTOLOAD='maybe' is not a boolean"):
+        ebmcore.reload_config()
+
+
+def test_register_plugin_at_run_time(ebm_plugins):
+    class Notebook:
+        @ebmcore.hookimpl
+        def ebm_register_energies(self, registry):
+            registry.register_energy("notebook_energy", ebmcore.HarmonicEnergy)
+
+    record = ebmcore.register_plugin(Notebook(), "notebook")
+    assert record.status == "loaded"
+    assert registry.get("energy", "notebook_energy").plugin == "notebook"

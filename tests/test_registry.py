@@ -1,0 +1,101 @@
+"""Registry lookups: names, provenance, clear errors for unknown and clashing names."""
+
+import pytest
+
+import ebmcore
+from ebmcore import registry
+from ebmcore.errors import DuplicateComponentError, UnknownComponentError
+from ebmcore.testing import isolated_plugins
+
+
+class _Sampler(ebmcore.Sampler):
+    def init(self, x):
+        return x
+
+    def step(self, state, **kw):
+        return state, {}
+
+
+def _plugin(name, *, override=False, kind="sampler"):
+    class P:
+        @ebmcore.hookimpl
+        def ebm_register_samplers(self, registry):
+            if kind == "sampler":
+                registry.register_sampler(name, _Sampler, override=override)
+            else:
+                registry.register_energy(name, ebmcore.GaussianEnergy)
+
+    return P()
+
+
+def test_builtin_energies_and_torch_backend_are_registered():
+    assert registry.names("energy") == sorted(
+        ["gaussian", "double_well", "rosenbrock", "harmonic", "gaussian_mixture", "ackley", "rastrigin", "mlp"]
+    )
+    assert "torch" in registry.names("kernel")
+    entry = registry.get("energy", "gaussian")
+    assert (entry.distribution, entry.version, entry.plugin) == ("ebmcore", ebmcore.__version__, "builtin")
+    assert isinstance(entry(dim=3), ebmcore.GaussianEnergy)
+
+
+def test_unknown_name_lists_available_names_and_suggests_a_typo_fix():
+    with pytest.raises(UnknownComponentError) as err:
+        registry.get("energy", "gausian")
+    msg = str(err.value)
+    assert "no energy named 'gausian'" in msg and "double_well" in msg and "Did you mean 'gaussian'?" in msg
+
+
+def test_unknown_first_party_name_says_what_to_install():
+    with isolated_plugins():
+        with pytest.raises(UnknownComponentError) as err:
+            registry.get("sampler", "mala")
+    assert "pip install ebm-samplers" in str(err.value)
+    assert "pip install -e plugins/ebm_samplers" in str(err.value)
+
+
+def test_unknown_kind_is_an_error():
+    with pytest.raises(UnknownComponentError, match="the kinds are energy, sampler"):
+        registry.names("samplers")
+
+
+def test_two_plugins_registering_one_name_is_an_error_naming_both():
+    with isolated_plugins(("first", _plugin("dup")), ("second", _plugin("dup"))):
+        with pytest.raises(DuplicateComponentError) as err:
+            registry.get("sampler", "dup")
+        assert "first" in str(err.value) and "second" in str(err.value) and "override=True" in str(err.value)
+        assert registry.names("sampler") == ["dup"]  # listed, but unusable until resolved
+        assert registry.entries("sampler") == []
+
+
+def test_an_explicit_override_wins():
+    with isolated_plugins(("first", _plugin("dup")), ("second", _plugin("dup", override=True))):
+        assert registry.get("sampler", "dup").plugin == "second"
+
+
+def test_two_overrides_still_clash():
+    with isolated_plugins(("a", _plugin("dup", override=True)), ("b", _plugin("dup", override=True))):
+        with pytest.raises(DuplicateComponentError, match="only one plugin may declare override"):
+            registry.get("sampler", "dup")
+
+
+def test_registering_from_the_wrong_hook_fails_that_plugin_only():
+    with isolated_plugins(("confused", _plugin("x", kind="energy"))) as s:
+        assert s.records["confused"].status == "failed"
+        assert "register energy components from ebm_register_energies" in s.records["confused"].error
+        assert "gaussian" in registry.names("energy")
+
+
+def test_bad_names_and_non_callables_are_rejected():
+    class Bad:
+        @ebmcore.hookimpl
+        def ebm_register_samplers(self, registry):
+            registry.register_sampler("Bad Name", _Sampler)
+
+    class NotCallable:
+        @ebmcore.hookimpl
+        def ebm_register_samplers(self, registry):
+            registry.register_sampler("fine", 42)
+
+    with isolated_plugins(("bad", Bad()), ("nc", NotCallable())) as s:
+        assert "lower-case" in s.records["bad"].error
+        assert "not callable" in s.records["nc"].error
