@@ -187,3 +187,15 @@ def test_non_finite_energy_names_the_rows():
 def test_bad_parameters_are_clear_errors(build, message):
     with pytest.raises(InputError, match=message):
         build()
+
+
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+def test_bind_gives_the_same_values_as_the_methods(name):
+    energy = BUILDERS[name]()
+    x = torch.randn(8, 4, generator=G, dtype=torch.float64)
+    fns = energy.bind(x)
+    torch.testing.assert_close(fns.energy(x), energy.energy(x))
+    torch.testing.assert_close(fns.gradient(x), energy.gradient(x))
+    e, g = fns.energy_and_gradient(x)
+    torch.testing.assert_close(e, energy.energy(x))
+    torch.testing.assert_close(g, energy.gradient(x))

@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 
 from torch import Tensor
 
-from ebmcore.energies.base import EnergyModel
+from ebmcore.energies.base import EnergyFunctions, EnergyModel
 from ebmcore.kernels.resolve import resolve_kernel
 
 __all__ = ["AnalyticEnergy"]
@@ -41,6 +41,17 @@ class AnalyticEnergy(EnergyModel):
 
     def compute_gradient(self, x: Tensor, create_graph: bool = False) -> Tensor:
         return resolve_kernel(f"{self.op}_gradient", x.device, x.dtype, self.backend).fn(x, *self.kernel_args())
+
+    def bind(self, like: Tensor) -> EnergyFunctions:
+        """Resolve both kernels once for ``like``'s device and dtype; the callables close over the parameters."""
+        energy_fn = resolve_kernel(f"{self.op}_energy", like.device, like.dtype, self.backend).fn
+        gradient_fn = resolve_kernel(f"{self.op}_gradient", like.device, like.dtype, self.backend).fn
+        args = self.kernel_args()
+        return EnergyFunctions(
+            lambda x: energy_fn(x, *args),
+            lambda x: gradient_fn(x, *args),
+            lambda x: (energy_fn(x, *args), gradient_fn(x, *args)),
+        )
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}" + (f", backend={self.backend!r}" if self.backend else "")

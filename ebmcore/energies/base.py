@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Callable, NamedTuple
+
 import torch
 from torch import Tensor, nn
 
 from ebmcore.validation import check_batch, check_finite
 
-__all__ = ["EnergyModel"]
+__all__ = ["EnergyModel", "EnergyFunctions"]
+
+
+class EnergyFunctions(NamedTuple):
+    """Unchecked callables for a hot loop, with any kernel choice already made (see ``EnergyModel.bind``)."""
+
+    energy: Callable[[Tensor], Tensor]
+    gradient: Callable[[Tensor], Tensor]
+    energy_and_gradient: Callable[[Tensor], tuple[Tensor, Tensor]]
 
 
 class EnergyModel(nn.Module):
@@ -52,6 +62,14 @@ class EnergyModel(nn.Module):
             energy = self.compute_energy(xg)
             (grad,) = torch.autograd.grad(energy.sum(), xg, create_graph=create_graph)
         return (energy, grad) if create_graph else (energy.detach(), grad)
+
+    def bind(self, like: Tensor) -> EnergyFunctions:
+        """Unchecked ``(energy, gradient, energy_and_gradient)`` callables for inputs like ``like``.
+
+        Samplers call this once before their loop: analytic energies resolve
+        their kernels here, so the loop makes no dispatch lookup at all.
+        """
+        return EnergyFunctions(self.compute_energy, self.compute_gradient, self.compute_energy_and_gradient)
 
     # -- checked public API ------------------------------------------------------------------
 

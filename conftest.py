@@ -1,0 +1,32 @@
+"""Repository-wide pytest set-up, for the core's tests and every plugin's.
+
+Some machines (sandboxes, some VMs) report AMX in cpuid but do not grant the process permission to
+use it, and oneDNN's bfloat16 matmul then dies with SIGILL. Capping oneDNN at AVX512-BF16 for the
+test run avoids that; it is read at the first oneDNN call, so setting it here is early enough.
+Users on such machines set the same variable themselves (see docs/samplers.md).
+"""
+
+import os
+
+os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_BF16")
+
+import pytest  # noqa: E402
+
+import ebmcore.config  # noqa: E402
+from ebmcore import plugins  # noqa: E402
+
+pytest_plugins = ["ebmcore.testing.fixtures"]
+
+
+@pytest.fixture(autouse=True)
+def clean_ebm_state(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory):
+    """No EBM_* variables, an empty working directory, and a fresh plugin session and config."""
+    for name in list(os.environ):
+        if name.startswith("EBM_"):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
+    ebmcore.config._config = None
+    plugins.reset()
+    yield
+    ebmcore.config._config = None
+    plugins.reset()

@@ -1,0 +1,252 @@
+"""The object API shared by every sampler: ``Sampler(energy, ...).sample(x0, n_steps, ...)``.
+
+A subclass supplies its functional pieces (``init_fn``, ``transition_fn``, ``step_fn``), whether it
+accepts/rejects (``has_acceptance``), and :meth:`MCMCSampler.tunables`, which validates its
+tunables once per call. :meth:`MCMCSampler.sample` then runs the hot loop: energy kernels resolved
+once, random draws into preallocated buffers, trajectory and diagnostics into preallocated tensors,
+no host synchronisation and no hook call until the loop ends.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, NamedTuple
+
+import torch
+from torch import Tensor
+
+from ebmcore import EnergyFunctions, EnergyModel, Sampler
+from ebmcore.errors import InputError
+from ebmcore.validation import check_finite
+
+__all__ = ["MCMCSampler", "Diagnostics", "SampleResult", "NonFiniteChainsWarning", "DIVERGENCE_THRESHOLD"]
+
+DIVERGENCE_THRESHOLD = 1000.0
+"""A transition whose energy error (``−log`` of its acceptance ratio) exceeds this is divergent (as in Stan)."""
+
+
+class NonFiniteChainsWarning(RuntimeWarning):
+    """Some chains ended non-finite (ULA at too large a step size); they are reported, never clamped."""
+
+
+@dataclass(frozen=True)
+class Diagnostics:
+    """Per-kept-step summaries over chains, and per-chain totals over the steps after burn-in.
+
+    ``mean``, ``variance``: ``(n_kept, *event_shape)``; ``energy``: ``(n_kept,)`` mean energy;
+    ``acceptance``: ``(n_kept,)`` fraction of chains that accepted at that step;
+    ``acceptance_rate``: ``(n_chains,)``; ``divergences``: ``(n_chains,)`` counts of non-finite or
+    diverging proposals; ``nonfinite_chains``: indices of chains non-finite at the end.
+    Samplers without accept/reject (ULA) have ``None`` for the acceptance fields and divergences.
+    """
+
+    mean: Tensor
+    variance: Tensor
+    energy: Tensor
+    acceptance: Tensor | None
+    acceptance_rate: Tensor | None
+    divergences: Tensor | None
+    nonfinite_chains: Tensor
+    wall_time: float
+
+
+class SampleResult(NamedTuple):
+    """What ``sample`` returns when a trajectory or diagnostics are asked for."""
+
+    samples: Tensor
+    trajectory: Tensor | None
+    diagnostics: Diagnostics | None
+
+
+def _with_autocast(fns: EnergyFunctions, dtype: torch.dtype, device_type: str) -> EnergyFunctions:
+    """Evaluate the energy under ``torch.autocast`` and return results in the state's dtype."""
+
+    def energy(x: Tensor) -> Tensor:
+        with torch.autocast(device_type, dtype=dtype):
+            return fns.energy(x).to(x.dtype)
+
+    def gradient(x: Tensor) -> Tensor:
+        with torch.autocast(device_type, dtype=dtype):
+            return fns.gradient(x).to(x.dtype)
+
+    def energy_and_gradient(x: Tensor) -> tuple[Tensor, Tensor]:
+        with torch.autocast(device_type, dtype=dtype):
+            e, g = fns.energy_and_gradient(x)
+        return e.to(x.dtype), g.to(x.dtype)
+
+    return EnergyFunctions(energy, gradient, energy_and_gradient)
+
+
+class MCMCSampler(Sampler):
+    """Base of the object API. Options common to all samplers:
+
+    ``autocast``: a dtype (``torch.bfloat16``, ``torch.float16``) to evaluate neural energies under
+    ``torch.autocast``, the chain state keeping its own dtype. ``compile``: run the transition
+    through ``torch.compile`` (random draws stay outside the compiled region).
+    """
+
+    name: ClassVar[str] = "mcmc"
+    has_acceptance: ClassVar[bool] = True
+    init_fn: Callable[..., Any]
+    transition_fn: Callable[..., Any]
+    step_fn: Callable[..., Any]
+
+    def __init__(self, energy: EnergyModel, *, autocast: torch.dtype | None = None, compile: bool = False) -> None:
+        super().__init__(energy)
+        if autocast is not None and autocast not in (torch.bfloat16, torch.float16):
+            raise InputError(f"autocast must be torch.bfloat16 or torch.float16, got {autocast!r}.")
+        self.autocast = autocast
+        self.compile = bool(compile)
+        self._compiled: Callable[..., Any] | None = None
+
+    # -- to implement --------------------------------------------------------------------------
+
+    def tunables(self, x: Tensor, overrides: dict[str, Any]) -> dict[str, Any]:
+        """Validated keyword arguments for ``transition_fn``/``step_fn`` (attributes, then ``overrides``)."""
+        raise NotImplementedError
+
+    # -- the Sampler protocol --------------------------------------------------------------------
+
+    def bind(self, x: Tensor) -> EnergyFunctions:
+        """The energy's hot-loop callables for states like ``x`` (kernels resolved now)."""
+        fns = self.energy.bind(x)
+        return fns if self.autocast is None else _with_autocast(fns, self.autocast, x.device.type)
+
+    def init(self, x: Tensor) -> Any:
+        """The state at ``x: (n_chains, *event_shape)`` (unchecked; ``sample`` checks ``x0``)."""
+        return self.init_fn(x, self.bind(x))
+
+    def step(self, state: Any, *, generator: torch.Generator | None = None, **overrides: Any) -> tuple[Any, Any]:
+        """One transition of every chain; ``overrides`` replace tunables for this step only."""
+        return self.step_fn(state, self.bind(state.x), generator=generator, **self.tunables(state.x, overrides))
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    def _transition(self) -> Callable[..., Any]:
+        if not self.compile:
+            return self.transition_fn
+        if self._compiled is None:
+            self._compiled = torch.compile(self.transition_fn, dynamic=False)
+        return self._compiled
+
+    def sample(
+        self,
+        x0: Tensor,
+        n_steps: int,
+        *,
+        burn_in: int = 0,
+        thin: int = 1,
+        return_trajectory: bool = False,
+        return_diagnostics: bool = False,
+        generator: torch.Generator | None = None,
+        progress: bool = False,
+        callback: Callable[[int, Any, Any], None] | None = None,
+        **overrides: Any,
+    ) -> Tensor | SampleResult:
+        """Run ``burn_in`` steps, then ``n_steps`` steps keeping every ``thin``-th state.
+
+        Returns the final states ``(n_chains, *event_shape)``; with ``return_trajectory`` or
+        ``return_diagnostics`` a :class:`SampleResult` whose ``trajectory`` is
+        ``(n_steps // thin, n_chains, *event_shape)`` (kept states after steps, not ``x0``).
+        ``callback(step_index, state, info)`` runs after every step (burn-in included).
+        ``overrides`` (``step_size=...``, ...) replace the sampler's tunables for this run.
+        """
+        for name, value, low in (("n_steps", n_steps, 0), ("burn_in", burn_in, 0), ("thin", thin, 1)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise InputError(f"{name} must be an integer >= {low}, got {value!r}.")
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise InputError(f"generator must be a torch.Generator, got {type(generator).__name__}.")
+        x = self.check_initial_state(x0)
+        fns = self.bind(x)
+        params = self.tunables(x, overrides)
+        state = self.init_fn(x, fns)
+        for field in ("energy", "grad"):
+            if hasattr(state, field):
+                check_finite(getattr(state, field), what=f"{field} at the initial state x0", x=x,
+                             fix="Start every chain where the energy and its gradient are finite.")
+        transition = self._transition()
+        n_chains = x.shape[0]
+        noise = torch.empty_like(x)
+        exp_draw = torch.empty(n_chains, dtype=torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype,
+                               device=x.device) if self.has_acceptance else None
+        n_kept = n_steps // thin
+        trajectory = x.new_empty((n_kept, *x.shape)) if return_trajectory else None
+        recorder = _Recorder(x, n_kept, self.has_acceptance, fns) if return_diagnostics else None
+        divergences = torch.zeros(n_chains, dtype=torch.int64, device=x.device) if self.has_acceptance else None
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=burn_in + n_steps, desc=type(self).__name__, unit="step")
+        start = time.perf_counter()
+        for i in range(burn_in + n_steps):
+            noise.normal_(generator=generator)
+            if exp_draw is None:
+                state, info = transition(state, noise, fns, **params)
+            else:
+                exp_draw.exponential_(generator=generator)
+                state, info = transition(state, noise, exp_draw, fns, **params)
+            kept = i - burn_in + 1
+            if kept > 0:
+                if divergences is not None:
+                    divergences += info.divergent
+                if recorder is not None:
+                    recorder.accumulate(info)
+                if kept % thin == 0:
+                    if trajectory is not None:
+                        trajectory[kept // thin - 1].copy_(state.x)
+                    if recorder is not None:
+                        recorder.record(kept // thin - 1, state, info)
+            if callback is not None:
+                callback(i, state, info)
+            if bar is not None:
+                bar.update(1)
+        if bar is not None:
+            bar.close()
+        wall = time.perf_counter() - start
+        nonfinite = (~torch.isfinite(state.x.flatten(1)).all(1)).nonzero().flatten()
+        if nonfinite.numel():
+            warnings.warn(
+                f"{type(self).__name__}: {nonfinite.numel()} of {n_chains} chains became non-finite "
+                f"(chains {nonfinite[:10].tolist()}{' ...' if nonfinite.numel() > 10 else ''}); they are left as they are. "
+                "Reduce step_size, or use MALA/HMC, which reject such moves.",
+                NonFiniteChainsWarning,
+                stacklevel=2,
+            )
+        if not (return_trajectory or return_diagnostics):
+            return state.x
+        diagnostics = recorder.finish(divergences, nonfinite, n_steps, wall) if recorder is not None else None
+        return SampleResult(state.x, trajectory, diagnostics)
+
+
+class _Recorder:
+    """Preallocated per-kept-step diagnostics."""
+
+    def __init__(self, x: Tensor, n_kept: int, has_acceptance: bool, fns: EnergyFunctions) -> None:
+        stat_dtype = torch.promote_types(x.dtype, torch.float32)
+        self.mean = torch.empty((n_kept, *x.shape[1:]), dtype=stat_dtype, device=x.device)
+        self.variance = torch.empty_like(self.mean)
+        self.energy = torch.empty(n_kept, dtype=stat_dtype, device=x.device)
+        self.acceptance = torch.empty(n_kept, dtype=stat_dtype, device=x.device) if has_acceptance else None
+        self.accepted = torch.zeros(x.shape[0], dtype=stat_dtype, device=x.device) if has_acceptance else None
+        self.fns = fns
+
+    def accumulate(self, info: Any) -> None:
+        if self.accepted is not None:
+            self.accepted += info.accepted
+
+    def record(self, k: int, state: Any, info: Any) -> None:
+        x = state.x.to(self.mean.dtype)
+        var, mean = torch.var_mean(x, dim=0, correction=1 if x.shape[0] > 1 else 0)
+        self.mean[k] = mean
+        self.variance[k] = var
+        energy = state.energy if hasattr(state, "energy") else self.fns.energy(state.x)
+        self.energy[k] = energy.to(self.energy.dtype).mean()
+        if self.acceptance is not None:
+            self.acceptance[k] = info.accepted.to(self.acceptance.dtype).mean()
+
+    def finish(self, divergences: Tensor | None, nonfinite: Tensor, n_steps: int, wall: float) -> Diagnostics:
+        rate = None if self.accepted is None else self.accepted / max(n_steps, 1)
+        return Diagnostics(self.mean, self.variance, self.energy, self.acceptance, rate, divergences, nonfinite, wall)

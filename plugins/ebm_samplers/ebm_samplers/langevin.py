@@ -1,0 +1,100 @@
+"""Unadjusted Langevin algorithm (ULA): ``x' = x − h∇E(x) + √(2hT)·ξ``, no accept/reject.
+
+Functional API: ``init(x, fns) -> LangevinState``, ``step(state, fns, step_size=..., ...) -> (state, info)``.
+Object API: :class:`LangevinSampler`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ebmcore import EnergyFunctions, EnergyModel, Integrator
+from ebm_samplers.base import MCMCSampler
+from ebm_samplers.integrators import EulerMaruyama, resolve_integrator
+from ebm_samplers.tunables import ChainScalar, as_chain_scalar, event_size, per_chain
+
+__all__ = ["LangevinState", "LangevinInfo", "init", "step", "transition", "LangevinSampler"]
+
+_EULER_MARUYAMA = EulerMaruyama()
+
+
+@dataclass(frozen=True)
+class LangevinState:
+    """``x: (n, *event_shape)`` and ``grad = ∇E(x)`` (same shape)."""
+
+    x: Tensor
+    grad: Tensor
+
+
+@dataclass(frozen=True)
+class LangevinInfo:
+    """ULA accepts every move; non-finite chains are found by the object API after the run."""
+
+
+_INFO = LangevinInfo()
+
+
+def init(x: Tensor, fns: EnergyFunctions) -> LangevinState:
+    return LangevinState(x, fns.gradient(x))
+
+
+def _noise_scale(step_size: ChainScalar, temperature: ChainScalar) -> ChainScalar:
+    if isinstance(step_size, float) and isinstance(temperature, float):
+        return math.sqrt(2.0 * step_size * temperature)
+    return torch.sqrt(2.0 * torch.as_tensor(step_size) * temperature)
+
+
+def transition(state: LangevinState, noise: Tensor, fns: EnergyFunctions, *, step_size: ChainScalar,
+               temperature: ChainScalar = 1.0, integrator: Integrator = _EULER_MARUYAMA) -> tuple[LangevinState, LangevinInfo]:
+    """One ULA step given the standard normal ``noise`` (same shape as ``x``); deterministic."""
+    h = per_chain(step_size, state.x)
+    scale = _noise_scale(h, per_chain(temperature, state.x))
+    x, grad = integrator.step(state.x, state.grad, noise, h, scale, fns.gradient)
+    return LangevinState(x, grad), _INFO
+
+
+def step(state: LangevinState, fns: EnergyFunctions, *, step_size: ChainScalar, temperature: ChainScalar = 1.0,
+         generator: torch.Generator | None = None, integrator: Integrator = _EULER_MARUYAMA) -> tuple[LangevinState, LangevinInfo]:
+    """One ULA step of every chain. ``step_size``, ``temperature``: floats or ``(n_chains,)`` tensors."""
+    x = state.x
+    noise = torch.randn(x.shape, dtype=x.dtype, device=x.device, generator=generator)
+    return transition(state, noise, fns, step_size=step_size, temperature=temperature, integrator=integrator)
+
+
+class LangevinSampler(MCMCSampler):
+    """ULA over a batch of chains.
+
+    ``step_size`` defaults to ``0.1·d^(−1/3)`` for ``d`` elements per chain (unit-scale targets: the
+    stationary variance of a unit Gaussian is ``1/(1 − h/2)``, 2 % too wide at ``d = 10``). ULA is
+    biased by O(h); use MALA to remove the bias. ``integrator``: any registered ``sde`` integrator.
+    """
+
+    name = "langevin"
+    has_acceptance = False
+
+    def __init__(self, energy: EnergyModel, step_size: Any = None, *, temperature: Any = 1.0,
+                 integrator: Any = "euler_maruyama", **options: Any) -> None:
+        super().__init__(energy, **options)
+        self.step_size = step_size
+        self.temperature = temperature
+        self.integrator = resolve_integrator(integrator, kind="sde", user="LangevinSampler")
+
+    def default_step_size(self, x: Tensor) -> float:
+        return 0.1 * event_size(x) ** (-1.0 / 3.0)
+
+    def tunables(self, x: Tensor, overrides: dict[str, Any]) -> dict[str, Any]:
+        step_size = overrides.get("step_size", self.step_size)
+        return {
+            "step_size": as_chain_scalar(self.default_step_size(x) if step_size is None else step_size, x, "step_size"),
+            "temperature": as_chain_scalar(overrides.get("temperature", self.temperature), x, "temperature"),
+            "integrator": self.integrator,
+        }
+
+    init_fn = staticmethod(init)
+    transition_fn = staticmethod(transition)
+    step_fn = staticmethod(step)

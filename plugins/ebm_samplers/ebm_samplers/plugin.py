@@ -1,0 +1,24 @@
+"""Registers the samplers and integrators of ebm-samplers with ebmcore (entry point ``samplers``)."""
+
+from __future__ import annotations
+
+from ebmcore import hookimpl
+from ebmcore.registry import Registrar
+
+from ebm_samplers.hmc import HMCSampler
+from ebm_samplers.integrators import DOPRI5, EulerMaruyama, Heun, Leapfrog, McLachlan, Yoshida
+from ebm_samplers.langevin import LangevinSampler
+from ebm_samplers.mala import MALASampler
+
+
+@hookimpl
+def ebm_register_samplers(registry: Registrar) -> None:
+    registry.register_sampler("langevin", LangevinSampler)
+    registry.register_sampler("mala", MALASampler)
+    registry.register_sampler("hmc", HMCSampler)
+
+
+@hookimpl
+def ebm_register_integrators(registry: Registrar) -> None:
+    for integrator in (EulerMaruyama, Leapfrog, McLachlan, Yoshida, Heun, DOPRI5):
+        registry.register_integrator(integrator.name, integrator)

@@ -1,0 +1,228 @@
+"""The object API: trajectory, thinning, diagnostics, safety, precision, errors, plugins."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import ebmcore
+from ebm_samplers import HMCSampler, LangevinSampler, MALASampler, NonFiniteChainsWarning, SampleResult, langevin
+from ebm_samplers.integrators import EulerMaruyama
+from ebmcore.errors import InputError, NonFiniteError
+
+ALL = [
+    (LangevinSampler, {"step_size": 0.01}),
+    (MALASampler, {"step_size": 0.1}),
+    (HMCSampler, {"step_size": 0.1, "n_leapfrog_steps": 3}),
+]
+IDS = ["langevin", "mala", "hmc"]
+
+
+def _x0(n=128, d=2, dtype=torch.float32, seed=0):
+    return 0.5 * torch.randn(n, d, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+@pytest.mark.parametrize("cls, kw", ALL, ids=IDS)
+def test_trajectory_holds_the_kept_states_after_burn_in(cls, kw):
+    energy = ebmcore.energy("double_well", dim=2)
+    sampler = cls(energy, **kw)
+    x0 = _x0()
+    result = sampler.sample(x0, 12, burn_in=5, thin=3, return_trajectory=True, generator=torch.Generator().manual_seed(1))
+    assert isinstance(result, SampleResult) and result.trajectory.shape == (4, 128, 2)
+    # the same run step by step
+    g = torch.Generator().manual_seed(1)
+    state = sampler.init(x0)
+    kept = []
+    noise = torch.empty_like(x0)
+    exp_draw = torch.empty(128)
+    for i in range(17):
+        noise.normal_(generator=g)
+        if sampler.has_acceptance:
+            exp_draw.exponential_(generator=g)
+            state, _ = sampler.transition_fn(state, noise, exp_draw, sampler.bind(x0), **sampler.tunables(x0, {}))
+        else:
+            state, _ = sampler.transition_fn(state, noise, sampler.bind(x0), **sampler.tunables(x0, {}))
+        if i >= 5 and (i - 5 + 1) % 3 == 0:
+            kept.append(state.x)
+    torch.testing.assert_close(result.trajectory, torch.stack(kept))
+    assert torch.equal(result.trajectory[-1], result.samples)
+    assert not torch.equal(result.trajectory[0], x0)
+
+
+@pytest.mark.parametrize("cls, kw", ALL, ids=IDS)
+def test_diagnostics(cls, kw):
+    energy = ebmcore.energy("gaussian", dim=3)
+    result = cls(energy, **kw).sample(torch.randn(2000, 3), 50, thin=5, return_diagnostics=True)
+    d = result.diagnostics
+    assert result.trajectory is None
+    assert d.mean.shape == (10, 3) and d.variance.shape == (10, 3) and d.energy.shape == (10,)
+    torch.testing.assert_close(d.mean[-1], result.samples.mean(0))
+    torch.testing.assert_close(d.energy[-1], energy.energy(result.samples).mean())
+    assert d.nonfinite_chains.numel() == 0 and d.wall_time > 0
+    if cls is LangevinSampler:
+        assert d.acceptance is None and d.divergences is None
+    else:
+        assert d.acceptance.shape == (10,) and bool(((d.acceptance >= 0) & (d.acceptance <= 1)).all())
+        assert d.acceptance_rate.shape == (2000,) and 0.5 < d.acceptance_rate.mean() <= 1
+        assert d.divergences.sum() == 0
+
+
+def _nan_region_energy():
+    class Holey(ebmcore.EnergyModel):
+        """A Gaussian with a NaN region x₀ > 1.5."""
+
+        event_shape = (2,)
+
+        def compute_energy(self, x):
+            e = 0.5 * (x * x).sum(-1)
+            return torch.where(x[:, 0] > 1.5, torch.full_like(e, float("nan")), e)
+
+    return Holey()
+
+
+@pytest.mark.parametrize("cls, kw", ALL[1:], ids=IDS[1:])
+def test_nan_region_and_absurd_steps_are_rejected_and_counted(cls, kw):
+    x0 = _x0(500)
+    x0[:, 0].clamp_(max=1.0)  # start outside the NaN region
+    for energy, kw2 in ((_nan_region_energy(), dict(kw, step_size=0.5)), (ebmcore.energy("double_well", dim=2), dict(kw, step_size=100.0))):
+        result = cls(energy, **kw2).sample(x0, 40, return_diagnostics=True, generator=torch.Generator().manual_seed(0))
+        assert torch.isfinite(result.samples).all()
+        assert result.diagnostics.divergences.sum() > 0
+
+
+def test_ula_chains_that_blow_up_are_reported_not_clamped():
+    energy = ebmcore.energy("double_well", dim=2)
+    x0 = _x0(200)
+    x0[[3, 17]] = 8.0  # at h=0.02 a step from |x| > 5 overshoots (4h·x² > 2) and the chain diverges
+    with pytest.warns(NonFiniteChainsWarning, match=r"2 of 200 chains became non-finite \(chains \[3, 17\]\)"):
+        result = LangevinSampler(energy, step_size=0.02).sample(x0, 30, return_diagnostics=True)
+    assert result.diagnostics.nonfinite_chains.tolist() == [3, 17]
+    assert not torch.isfinite(result.samples[3]).all()  # left as it is
+    assert torch.isfinite(result.samples[2]).all()
+
+
+@pytest.mark.parametrize("cls, kw", ALL, ids=IDS)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16, torch.float16])
+def test_chain_state_dtype_is_kept(cls, kw, dtype):
+    energy = ebmcore.energy("double_well", dim=2)
+    x = cls(energy, **kw).sample(_x0(4000, dtype=dtype), 200, generator=torch.Generator().manual_seed(2))
+    assert x.dtype == dtype and torch.isfinite(x).all()
+    # E[x²] of the double well is 0.833: even half precision must get close
+    assert abs((x.double() ** 2).mean().item() - 0.833) < 0.08
+
+
+def test_autocast_for_neural_energies_keeps_the_state_dtype():
+    energy = ebmcore.MLPEnergy(dim=2, hidden=(32, 32), seed=0)
+    params = [p.clone() for p in energy.parameters()]
+    x = MALASampler(energy, step_size=0.05, autocast=torch.bfloat16).sample(torch.randn(256, 2), 20)
+    assert x.dtype == torch.float32 and torch.isfinite(x).all()
+    assert all(torch.equal(p, q) and p.dtype == torch.float32 for p, q in zip(energy.parameters(), params))
+    with pytest.raises(InputError, match="autocast must be torch.bfloat16 or torch.float16"):
+        MALASampler(energy, autocast=torch.float64)
+
+
+def test_a_sampler_does_not_own_or_retype_the_model():
+    energy = ebmcore.energy("gaussian", dim=2)
+    sampler = HMCSampler(energy, step_size=0.1, n_leapfrog_steps=2)
+    assert not isinstance(sampler, nn.Module) and not hasattr(sampler, "to")
+    sampler.sample(torch.randn(16, 2), 5)
+    assert energy.mean.dtype == torch.float32
+    with pytest.raises(InputError, match="GaussianEnergy holds torch.float32"):
+        sampler.sample(torch.randn(16, 2, dtype=torch.float64), 5)
+
+
+def test_per_chain_step_sizes():
+    energy = ebmcore.energy("double_well", dim=2)
+    x0 = _x0(64)
+    same = MALASampler(energy, step_size=torch.full((64,), 0.1)).sample(x0, 10, generator=torch.Generator().manual_seed(0))
+    scalar = MALASampler(energy, step_size=0.1).sample(x0, 10, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(same, scalar)
+    # a chain with a zero-ish step barely moves; the others do
+    steps = torch.full((64,), 0.02)
+    steps[0] = 1e-12
+    x = LangevinSampler(energy, step_size=steps).sample(x0, 10, generator=torch.Generator().manual_seed(0))
+    assert (x[0] - x0[0]).abs().max() < 1e-4 and (x[1:] - x0[1:]).abs().max() > 0.1
+
+
+def test_defaults_follow_the_dimension():
+    energy = ebmcore.energy("gaussian", dim=64)
+    x = torch.zeros(2, 64)
+    assert LangevinSampler(energy).tunables(x, {})["step_size"] == pytest.approx(0.1 / 4)
+    assert MALASampler(energy).tunables(x, {})["step_size"] == pytest.approx(0.5 / 4)
+    t = HMCSampler(energy).tunables(x, {})
+    assert t["step_size"] == pytest.approx(0.5 / 64**0.25) and t["n_leapfrog_steps"] == 8
+
+
+def test_callback_and_progress(capsys):
+    seen = []
+    LangevinSampler(ebmcore.energy("gaussian", dim=2), step_size=0.1).sample(
+        torch.randn(8, 2), 6, burn_in=2, progress=True, callback=lambda i, state, info: seen.append((i, state.x.shape)))
+    assert [i for i, _ in seen] == list(range(8))
+    assert "8/8" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "build, call, message",
+    [
+        (lambda e: LangevinSampler(e, step_size=0.0), {}, "step_size must be a finite positive number"),
+        (lambda e: MALASampler(e, step_size=-1), {}, "step_size must be a finite positive number"),
+        (lambda e: MALASampler(e, step_size=torch.ones(3)), {}, r"shape \(n_chains,\) = \(8,\)"),
+        (lambda e: HMCSampler(e, n_leapfrog_steps=0), {}, "n_leapfrog_steps must be a positive integer"),
+        (lambda e: HMCSampler(e, inv_mass=torch.ones(3)), {}, "inv_mass has shape"),
+        (lambda e: HMCSampler(e, inv_mass=-torch.ones(2)), {}, "finite and positive"),
+        (lambda e: HMCSampler(e, inv_mass=torch.tensor([[1.0, 2.0], [2.0, 1.0]])), {}, "positive definite"),
+        (lambda e: MALASampler(e, temperature=0), {}, "temperature must be"),
+        (lambda e: MALASampler(e), {"burn_in": -1}, "burn_in must be an integer >= 0"),
+        (lambda e: MALASampler(e), {"thin": 0}, "thin must be an integer >= 1"),
+        (lambda e: MALASampler(e), {"generator": 3}, "generator must be a torch.Generator"),
+    ],
+)
+def test_bad_parameters_are_clear_errors(build, call, message):
+    sampler = build(ebmcore.energy("gaussian", dim=2))
+    with pytest.raises(InputError, match=message):
+        sampler.sample(torch.zeros(8, 2), 3, **call)
+
+
+def test_unknown_tunable_and_bad_initial_states():
+    energy = ebmcore.energy("gaussian", dim=2)
+    with pytest.raises(TypeError, match="unknown tunable"):
+        MALASampler(energy).sample(torch.zeros(8, 2), 3, n_leapfrog_steps=3)
+    x0 = torch.zeros(8, 2)
+    x0[5, 0] = float("nan")
+    with pytest.raises(NonFiniteError, match=r"initial state x0 .* rows \[5\]"):
+        MALASampler(energy).sample(x0, 3)
+    with pytest.raises(NonFiniteError, match="energy at the initial state"):
+        MALASampler(_nan_region_energy()).sample(torch.full((4, 2), 2.0), 3)
+
+
+def test_a_third_party_sde_integrator_plugs_in_by_name(ebm_plugins):
+    class Halved(EulerMaruyama):
+        name = "halved_em"
+
+        def step(self, x, grad, noise, step_size, noise_scale, gradient):
+            return super().step(x, grad, noise, step_size / 2, noise_scale / math.sqrt(2), gradient)
+
+    class Plugin:
+        @ebmcore.hookimpl
+        def ebm_register_integrators(self, registry):
+            registry.register_integrator("halved_em", Halved)
+
+    import ebm_samplers.plugin
+
+    ebmcore.register_plugin(ebm_samplers.plugin, "samplers")
+    ebmcore.register_plugin(Plugin(), "third_party")
+    energy = ebmcore.energy("gaussian", dim=2)
+    x0 = torch.randn(16, 2)
+    a = LangevinSampler(energy, step_size=0.2, integrator="halved_em").sample(x0, 5, generator=torch.Generator().manual_seed(0))
+    b = LangevinSampler(energy, step_size=0.1).sample(x0, 5, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(a, b)
+
+
+def test_functional_api_is_plain_and_reproducible():
+    energy = ebmcore.energy("gaussian", dim=2)
+    fns = energy.bind(torch.zeros(1, 2))
+    state = langevin.init(torch.zeros(4, 2), fns)
+    s1, _ = langevin.step(state, fns, step_size=0.1, generator=torch.Generator().manual_seed(0))
+    s2, _ = langevin.step(state, fns, step_size=0.1, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(s1.x, s2.x) and torch.equal(state.x, torch.zeros(4, 2))  # the input state is untouched
