@@ -29,3 +29,17 @@ def test_gradient_op_is_the_autograd_derivative_of_the_energy_op(op):
 def test_float32_kernels_agree_with_float64():
     checked = check_kernel(TorchBackend(), dtypes=(torch.float32,))
     assert len(checked) == len(OPS)
+
+
+@pytest.mark.parametrize("op", ENERGY_OPS)
+def test_gradient_ops_are_differentiable(op):
+    """Hessian-vector products through the gradient op equal double backward through the energy op
+    (what score matching with create_graph=True relies on)."""
+    x, *params = sample_inputs(op, n=16, d=4)
+    v = torch.randn(x.shape, generator=torch.Generator().manual_seed(1), dtype=x.dtype)
+    xa = x.clone().requires_grad_(True)
+    (g,) = torch.autograd.grad(KERNELS[op].fn(xa, *params).sum(), xa, create_graph=True)
+    (expected,) = torch.autograd.grad((g * v).sum(), xa)
+    xb = x.clone().requires_grad_(True)
+    (actual,) = torch.autograd.grad((KERNELS[op.replace("_energy", "_gradient")].fn(xb, *params) * v).sum(), xb)
+    torch.testing.assert_close(actual, expected, rtol=1e-9, atol=1e-9)

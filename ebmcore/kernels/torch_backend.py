@@ -59,7 +59,7 @@ def double_well_energy(x: Tensor, barrier: float) -> Tensor:
 
 def double_well_gradient(x: Tensor, barrier: float) -> Tensor:
     """``4 barrier x_i (x_i^2 - 1)``."""
-    return (4.0 * barrier) * x * (x * x - 1.0)
+    return (x * x).sub_(1.0).mul_(x).mul_(4.0 * barrier)
 
 
 def rosenbrock_energy(x: Tensor, a: float, b: float) -> Tensor:
@@ -86,7 +86,8 @@ def harmonic_energy(x: Tensor, center: Tensor, stiffness: float) -> Tensor:
 
 
 def harmonic_gradient(x: Tensor, center: Tensor, stiffness: float) -> Tensor:
-    return stiffness * (x - center)
+    grad = x - center
+    return grad if stiffness == 1.0 else grad.mul_(stiffness)
 
 
 def ackley_energy(x: Tensor, a: float, b: float, c: float) -> Tensor:

@@ -169,8 +169,7 @@ class MCMCSampler(Sampler):
         transition = self._transition()
         n_chains = x.shape[0]
         noise = torch.empty_like(x)
-        exp_draw = torch.empty(n_chains, dtype=torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype,
-                               device=x.device) if self.has_acceptance else None
+        uniform = torch.empty(n_chains, dtype=torch.promote_types(x.dtype, torch.float32), device=x.device) if self.has_acceptance else None
         n_kept = n_steps // thin
         trajectory = x.new_empty((n_kept, *x.shape)) if return_trajectory else None
         recorder = _Recorder(x, n_kept, self.has_acceptance, fns) if return_diagnostics else None
@@ -183,11 +182,11 @@ class MCMCSampler(Sampler):
         start = time.perf_counter()
         for i in range(burn_in + n_steps):
             noise.normal_(generator=generator)
-            if exp_draw is None:
+            if uniform is None:
                 state, info = transition(state, noise, fns, **params)
             else:
-                exp_draw.exponential_(generator=generator)
-                state, info = transition(state, noise, exp_draw, fns, **params)
+                uniform.uniform_(generator=generator)
+                state, info = transition(state, noise, uniform, fns, **params)
             kept = i - burn_in + 1
             if kept > 0:
                 if divergences is not None:

@@ -52,29 +52,29 @@ def init(x: Tensor, fns: EnergyFunctions) -> HMCState:
     return HMCState(x, energy, grad)
 
 
-def transition(state: HMCState, noise: Tensor, exp_draw: Tensor, fns: EnergyFunctions, *, step_size: ChainScalar,
+def transition(state: HMCState, noise: Tensor, uniform: Tensor, fns: EnergyFunctions, *, step_size: ChainScalar,
                n_leapfrog_steps: int, inv_mass: InverseMass = IDENTITY, temperature: ChainScalar = 1.0,
                integrator: SplittingIntegrator = _LEAPFROG) -> tuple[HMCState, HMCInfo]:
-    """One HMC step given standard normal ``noise`` (like ``x``; it is overwritten) and ``exp_draw ~ Exp(1)``."""
+    """One HMC step given standard normal ``noise`` (like ``x``; it is overwritten) and ``uniform ~ U[0, 1)``: ``(n,)``.
+
+    A non-finite gradient anywhere on the trajectory makes the final momentum, hence ``ΔH``,
+    non-finite, so one finiteness test on ``ΔH`` covers positions, energies and gradients.
+    """
     x0 = state.x
-    acc = exp_draw.dtype
+    acc = uniform.dtype
     t = per_chain(temperature, x0)
-    inv_t = 1.0 / t
     p = inv_mass.momentum(noise)
-    if p is noise:
-        kinetic0 = 0.5 * (noise.to(acc) ** 2).flatten(1).sum(1)
-    else:
-        kinetic0 = inv_mass.kinetic(p).to(acc)
+    kinetic0 = inv_mass.kinetic(p).to(acc)
     x, p, energy, grad = integrator.integrate(x0.clone(), p, state.grad, fns, per_chain(step_size, x0),
-                                              n_leapfrog_steps, inv_mass, inv_t)
+                                              n_leapfrog_steps, inv_mass, 1.0 / t)
     t_chain = t if isinstance(t, float) else t.reshape(-1).to(acc)
-    delta = (energy.to(acc) - state.energy.to(acc)) / t_chain + inv_mass.kinetic(p).to(acc) - kinetic0
-    finite = torch.isfinite(delta) & torch.isfinite(grad).flatten(1).all(1)
-    divergent = ~finite | (delta > DIVERGENCE_THRESHOLD)
-    accepted = (exp_draw > delta) & finite
+    delta = (energy.to(acc) - state.energy.to(acc)) / t_chain + (inv_mass.kinetic(p).to(acc) - kinetic0)
+    finite = torch.isfinite(delta)
+    prob = torch.where(finite, delta.neg().clamp_(max=0.0).exp_(), torch.zeros_like(delta))
+    accepted = uniform < prob
     mask = accepted.view(-1, *([1] * (x0.dim() - 1)))
     new = HMCState(torch.where(mask, x, x0), torch.where(accepted, energy, state.energy), torch.where(mask, grad, state.grad))
-    prob = torch.where(finite, (-delta).clamp(max=0.0).exp(), torch.zeros_like(delta))
+    divergent = ~finite | (delta > DIVERGENCE_THRESHOLD)
     evaluations = n_leapfrog_steps * integrator.gradient_evaluations_per_step
     return new, HMCInfo(accepted, prob, divergent, delta, evaluations)
 
@@ -86,9 +86,8 @@ def step(state: HMCState, fns: EnergyFunctions, *, step_size: ChainScalar, n_lea
     ``(n_chains, *event_shape)``, dense ``(d, d)``, or a prepared :class:`InverseMass`."""
     x = state.x
     noise = torch.randn(x.shape, dtype=x.dtype, device=x.device, generator=generator)
-    acc = torch.promote_types(x.dtype, torch.float32)
-    exp_draw = torch.empty(x.shape[0], dtype=acc, device=x.device).exponential_(generator=generator)
-    return transition(state, noise, exp_draw, fns, step_size=step_size, n_leapfrog_steps=n_leapfrog_steps,
+    uniform = torch.rand(x.shape[0], dtype=torch.promote_types(x.dtype, torch.float32), device=x.device, generator=generator)
+    return transition(state, noise, uniform, fns, step_size=step_size, n_leapfrog_steps=n_leapfrog_steps,
                       inv_mass=as_inverse_mass(inv_mass, x), temperature=temperature, integrator=integrator)
 
 

@@ -50,15 +50,16 @@ def _sum_sq(t: Tensor, dtype: torch.dtype) -> Tensor:
     return (t * t).flatten(1).sum(1)
 
 
-def transition(state: MALAState, noise: Tensor, exp_draw: Tensor, fns: EnergyFunctions, *,
+def transition(state: MALAState, noise: Tensor, uniform: Tensor, fns: EnergyFunctions, *,
                step_size: ChainScalar, temperature: ChainScalar = 1.0) -> tuple[MALAState, MALAInfo]:
-    """One MALA step given standard normal ``noise`` (like ``x``) and ``exp_draw ~ Exp(1)``: ``(n,)``.
+    """One MALA step given standard normal ``noise`` (like ``x``) and ``uniform ~ U[0, 1)``: ``(n,)``.
 
-    Accept iff ``exp_draw > −log α`` (that is, ``u < α`` with ``u = exp(−exp_draw)``). The
-    acceptance ratio is computed in at least float32 whatever the state's dtype.
+    Accept iff ``uniform < α``. The ratio is computed in at least float32 whatever the state's dtype.
+    A non-finite gradient at the proposal makes the ratio non-finite (it enters ``q(x|y)``), so one
+    finiteness test on the ratio covers the energy and the gradient.
     """
     x, energy, grad = state.x, state.energy, state.grad
-    acc = exp_draw.dtype
+    acc = uniform.dtype
     h = per_chain(step_size, x)
     t = per_chain(temperature, x)
     if isinstance(h, float) and isinstance(t, float):
@@ -67,16 +68,16 @@ def transition(state: MALAState, noise: Tensor, exp_draw: Tensor, fns: EnergyFun
         y = x - h * grad + torch.sqrt(2.0 * h * t) * noise
     energy_y, grad_y = fns.energy_and_gradient(y)
     # log q(y|x) = −|ξ|²/2;  log q(x|y) = −|x − y + h∇E(y)|² / (4hT)
-    back = x - y
-    back = back.add_(grad_y, alpha=h) if isinstance(h, float) else back.add_(h * grad_y)
+    back = torch.sub(x, y)
+    back = back.add_(grad_y, alpha=h) if isinstance(h, float) else back.addcmul_(h, grad_y)
     h_chain = h if isinstance(h, float) else h.reshape(-1).to(acc)
     t_chain = t if isinstance(t, float) else t.reshape(-1).to(acc)
     log_ratio = (energy.to(acc) - energy_y.to(acc)) / t_chain - _sum_sq(back, acc) / (4.0 * h_chain * t_chain) + 0.5 * _sum_sq(noise, acc)
-    finite = torch.isfinite(log_ratio) & torch.isfinite(grad_y).flatten(1).all(1)
-    accepted = (exp_draw > -log_ratio) & finite
+    finite = torch.isfinite(log_ratio)
+    prob = torch.where(finite, log_ratio.clamp(max=0.0).exp(), torch.zeros_like(log_ratio))
+    accepted = uniform < prob
     mask = accepted.view(-1, *([1] * (x.dim() - 1)))
     new = MALAState(torch.where(mask, y, x), torch.where(accepted, energy_y, energy), torch.where(mask, grad_y, grad))
-    prob = torch.where(finite, log_ratio.clamp(max=0.0).exp(), torch.zeros_like(log_ratio))
     return new, MALAInfo(accepted, prob, ~finite | (log_ratio < -DIVERGENCE_THRESHOLD))
 
 
@@ -85,9 +86,8 @@ def step(state: MALAState, fns: EnergyFunctions, *, step_size: ChainScalar, temp
     """One MALA step of every chain. ``step_size``, ``temperature``: floats or ``(n_chains,)`` tensors."""
     x = state.x
     noise = torch.randn(x.shape, dtype=x.dtype, device=x.device, generator=generator)
-    acc = torch.promote_types(x.dtype, torch.float32)
-    exp_draw = torch.empty(x.shape[0], dtype=acc, device=x.device).exponential_(generator=generator)
-    return transition(state, noise, exp_draw, fns, step_size=step_size, temperature=temperature)
+    uniform = torch.rand(x.shape[0], dtype=torch.promote_types(x.dtype, torch.float32), device=x.device, generator=generator)
+    return transition(state, noise, uniform, fns, step_size=step_size, temperature=temperature)
 
 
 class MALASampler(MCMCSampler):

@@ -82,7 +82,7 @@ class InverseMass:
 
     def kinetic(self, p: Tensor) -> Tensor:
         """``½ pᵀ M⁻¹ p`` per chain: ``(n,)``."""
-        return 0.5 * (p * self.velocity(p)).flatten(1).sum(1)
+        return (p * self.velocity(p)).flatten(1).sum(1).mul_(0.5)
 
 
 IDENTITY = InverseMass("identity")

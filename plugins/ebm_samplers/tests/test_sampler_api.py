@@ -35,12 +35,12 @@ def test_trajectory_holds_the_kept_states_after_burn_in(cls, kw):
     state = sampler.init(x0)
     kept = []
     noise = torch.empty_like(x0)
-    exp_draw = torch.empty(128)
+    uniform = torch.empty(128)
     for i in range(17):
         noise.normal_(generator=g)
         if sampler.has_acceptance:
-            exp_draw.exponential_(generator=g)
-            state, _ = sampler.transition_fn(state, noise, exp_draw, sampler.bind(x0), **sampler.tunables(x0, {}))
+            uniform.uniform_(generator=g)
+            state, _ = sampler.transition_fn(state, noise, uniform, sampler.bind(x0), **sampler.tunables(x0, {}))
         else:
             state, _ = sampler.transition_fn(state, noise, sampler.bind(x0), **sampler.tunables(x0, {}))
         if i >= 5 and (i - 5 + 1) % 3 == 0:
