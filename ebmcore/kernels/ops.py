@@ -60,6 +60,17 @@ for _base, _sig, _make in [
     OPS[f"{_base}_gradient"] = OpSpec(f"{_base}_gradient", f"({_sig}) -> gradient: (n, d)", _make)
 
 
+def _langevin(n: int, d: int, g: torch.Generator) -> tuple[Any, ...]:
+    return _randn(n, d, g=g), _randn(n, d, g=g), _randn(n, d, g=g), 0.01, 0.1414
+
+
+OPS["langevin_step"] = OpSpec(
+    "langevin_step",
+    "(x: (n, d), grad: (n, d), noise: (n, d), step_size: float | (n, 1), noise_scale: float | (n, 1)) -> x': (n, d)",
+    _langevin,
+)
+
+
 def sample_inputs(op: str, n: int = 64, d: int = 4, *, dtype: torch.dtype = torch.float64, device: Any = "cpu", seed: int = 0) -> tuple[Any, ...]:
     """Deterministic sample arguments for ``op``, tensors cast to ``dtype`` on ``device``."""
     g = torch.Generator().manual_seed(seed)

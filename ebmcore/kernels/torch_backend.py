@@ -115,7 +115,18 @@ def rastrigin_gradient(x: Tensor, amplitude: float) -> Tensor:
     return 2.0 * x + (2.0 * math.pi * amplitude) * torch.sin(2.0 * math.pi * x)
 
 
+def langevin_step(x: Tensor, grad: Tensor, noise: Tensor, step_size: float | Tensor, noise_scale: float | Tensor) -> Tensor:
+    """``x − step_size·grad + noise_scale·noise``: one Euler–Maruyama step of overdamped Langevin dynamics.
+
+    ``step_size`` and ``noise_scale`` are floats or tensors broadcastable to ``x`` (per chain: ``(n, 1)``).
+    """
+    if isinstance(step_size, float) and isinstance(noise_scale, float):
+        return torch.add(x, grad, alpha=-step_size).add_(noise, alpha=noise_scale)
+    return x - step_size * grad + noise_scale * noise
+
+
 _FUNCTIONS = [
+    langevin_step,
     gaussian_energy,
     gaussian_gradient,
     gaussian_mixture_energy,

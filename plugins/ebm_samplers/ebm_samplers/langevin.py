@@ -13,14 +13,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ebmcore import EnergyFunctions, EnergyModel, Integrator
+from ebmcore import EnergyFunctions, EnergyModel
 from ebm_samplers.base import MCMCSampler
 from ebm_samplers.integrators import EulerMaruyama, resolve_integrator
+from ebm_samplers.integrators.euler_maruyama import SDEUpdate
 from ebm_samplers.tunables import ChainScalar, as_chain_scalar, event_size, per_chain
 
 __all__ = ["LangevinState", "LangevinInfo", "init", "step", "transition", "LangevinSampler"]
-
-_EULER_MARUYAMA = EulerMaruyama()
 
 
 @dataclass(frozen=True)
@@ -50,20 +49,24 @@ def _noise_scale(step_size: ChainScalar, temperature: ChainScalar) -> ChainScala
 
 
 def transition(state: LangevinState, noise: Tensor, fns: EnergyFunctions, *, step_size: ChainScalar,
-               temperature: ChainScalar = 1.0, integrator: Integrator = _EULER_MARUYAMA) -> tuple[LangevinState, LangevinInfo]:
-    """One ULA step given the standard normal ``noise`` (same shape as ``x``); deterministic."""
+               temperature: ChainScalar = 1.0, update: SDEUpdate | None = None) -> tuple[LangevinState, LangevinInfo]:
+    """One ULA step given the standard normal ``noise`` (same shape as ``x``); deterministic.
+
+    ``update`` is a bound ``sde`` integrator (``integrator.bind(x)``); Euler–Maruyama by default.
+    """
     h = per_chain(step_size, state.x)
     scale = _noise_scale(h, per_chain(temperature, state.x))
-    x, grad = integrator.step(state.x, state.grad, noise, h, scale, fns.gradient)
+    update = update or EulerMaruyama().bind(state.x)
+    x, grad = update(state.x, state.grad, noise, h, scale, fns.gradient)
     return LangevinState(x, grad), _INFO
 
 
 def step(state: LangevinState, fns: EnergyFunctions, *, step_size: ChainScalar, temperature: ChainScalar = 1.0,
-         generator: torch.Generator | None = None, integrator: Integrator = _EULER_MARUYAMA) -> tuple[LangevinState, LangevinInfo]:
+         generator: torch.Generator | None = None, update: SDEUpdate | None = None) -> tuple[LangevinState, LangevinInfo]:
     """One ULA step of every chain. ``step_size``, ``temperature``: floats or ``(n_chains,)`` tensors."""
     x = state.x
     noise = torch.randn(x.shape, dtype=x.dtype, device=x.device, generator=generator)
-    return transition(state, noise, fns, step_size=step_size, temperature=temperature, integrator=integrator)
+    return transition(state, noise, fns, step_size=step_size, temperature=temperature, update=update)
 
 
 class LangevinSampler(MCMCSampler):
@@ -88,11 +91,14 @@ class LangevinSampler(MCMCSampler):
         return 0.1 * event_size(x) ** (-1.0 / 3.0)
 
     def tunables(self, x: Tensor, overrides: dict[str, Any]) -> dict[str, Any]:
+        unknown = set(overrides) - {"step_size", "temperature"}
+        if unknown:
+            raise TypeError(f"LangevinSampler: unknown tunable(s) {sorted(unknown)}; ULA takes step_size and temperature.")
         step_size = overrides.get("step_size", self.step_size)
         return {
             "step_size": as_chain_scalar(self.default_step_size(x) if step_size is None else step_size, x, "step_size"),
             "temperature": as_chain_scalar(overrides.get("temperature", self.temperature), x, "temperature"),
-            "integrator": self.integrator,
+            "update": self.integrator.bind(x),
         }
 
     init_fn = staticmethod(init)

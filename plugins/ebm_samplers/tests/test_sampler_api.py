@@ -200,8 +200,9 @@ def test_a_third_party_sde_integrator_plugs_in_by_name(ebm_plugins):
     class Halved(EulerMaruyama):
         name = "halved_em"
 
-        def step(self, x, grad, noise, step_size, noise_scale, gradient):
-            return super().step(x, grad, noise, step_size / 2, noise_scale / math.sqrt(2), gradient)
+        def bind(self, like):
+            update = super().bind(like)
+            return lambda x, grad, noise, h, scale, gradient: update(x, grad, noise, h / 2, scale / math.sqrt(2), gradient)
 
     class Plugin:
         @ebmcore.hookimpl

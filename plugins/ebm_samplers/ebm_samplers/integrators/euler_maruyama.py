@@ -6,26 +6,31 @@ from typing import Callable
 
 from torch import Tensor
 
-from ebmcore import Integrator
+from ebmcore import Integrator, resolve_kernel
 
-__all__ = ["EulerMaruyama"]
+__all__ = ["EulerMaruyama", "SDEUpdate"]
+
+SDEUpdate = Callable[..., tuple[Tensor, Tensor]]
+"""``update(x, grad, noise, step_size, noise_scale, gradient) -> (x', ∇E(x'))``; ``noise_scale = √(2hT)``."""
 
 
 class EulerMaruyama(Integrator):
     """``x' = x − h ∇E(x) + √(2hT) ξ`` (strong order ½, weak order 1).
 
-    The interface of ``sde`` integrators: ``step(x, grad, noise, step_size, noise_scale, gradient)``
-    returns ``(x', ∇E(x'))``; ``noise_scale`` is ``√(2hT)`` (a float or ``(n, 1, ...)``).
+    The contract of ``sde`` integrators: ``bind(like)`` returns an :data:`SDEUpdate` for states
+    like ``like``, with any kernel resolved once. Here the update is the core's ``langevin_step``
+    kernel op, so a kernel backend (e.g. ``ebm-cuda``) can replace it.
     """
 
     name = "euler_maruyama"
     kind = "sde"
     order = 0.5
-    gradient_evaluations_per_step = 1
 
-    def step(self, x: Tensor, grad: Tensor, noise: Tensor, step_size, noise_scale, gradient: Callable[[Tensor], Tensor]) -> tuple[Tensor, Tensor]:
-        if isinstance(step_size, float) and isinstance(noise_scale, float):
-            new = x.add(grad, alpha=-step_size).add_(noise, alpha=noise_scale)
-        else:
-            new = x - step_size * grad + noise_scale * noise
-        return new, gradient(new)
+    def bind(self, like: Tensor) -> SDEUpdate:
+        kernel = resolve_kernel("langevin_step", like.device, like.dtype).fn
+
+        def update(x: Tensor, grad: Tensor, noise: Tensor, step_size, noise_scale, gradient: Callable[[Tensor], Tensor]):
+            new = kernel(x, grad, noise, step_size, noise_scale)
+            return new, gradient(new)
+
+        return update
