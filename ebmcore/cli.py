@@ -25,7 +25,8 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
     print(f"configuration: {s.config.source}; autoload {'off' if s.config.disable_plugin_autoload else 'on'}")
     for record in s.records.values():
         provides = "; ".join(f"{k}: {', '.join(v)}" for k, v in record.provides.items()) or "-"
-        print(f"{record.name:<20} {record.distribution} {record.version:<10} {record.status:<8} {provides}")
+        origin = f"{record.distribution} {record.version}"
+        print(f"{record.name:<20} {origin:<24} {record.status:<8} {provides}")
         if record.error:
             print(f"{'':<20} error: {record.error}")
         if args.verbose and record.traceback:
@@ -51,11 +52,16 @@ def _cmd_backends(args: argparse.Namespace) -> int:
     if args.op:
         ops = [args.op]
     devices = [torch.device(args.device)] if args.device else _devices()
+    unresolved = 0
     for device in devices:
         for op in ops:
+            why = ebmcore.explain(op, device=device, dtype=_DTYPES[args.dtype])
+            unresolved += why.chosen is None
             print()
-            print(ebmcore.explain(op, device=device, dtype=_DTYPES[args.dtype]))
-    return 0
+            print(why)
+    if unresolved:
+        print(f"\n{unresolved} op(s) have no kernel that can run under this selection.")
+    return 1 if unresolved else 0
 
 
 def _double_well_mean_abs() -> float:
@@ -90,6 +96,13 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_version(args: argparse.Namespace) -> int:
+    s = plugins.session()
+    extra = ", ".join(f"{r.distribution} {r.version}" for r in s.records.values() if r.distribution != "ebmcore")
+    print(f"ebm {ebmcore.__version__} (torch {torch.__version__}; plugins: {extra or 'none'})")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ebm", description="ebm: energy-based models in PyTorch")
     parser.add_argument("--version", action="store_true", help="print the versions of ebmcore, torch and the plugins")
@@ -114,16 +127,11 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.version:
-        s = plugins.session()
-        extra = ", ".join(f"{r.distribution} {r.version}" for r in s.records.values() if r.distribution != "ebmcore")
-        print(f"ebm {ebmcore.__version__} (torch {torch.__version__}; plugins: {extra or 'none'})")
-        return 0
-    if args.command is None:
+    if args.command is None and not args.version:
         parser.print_help()
         return 2
     try:
-        return args.func(args)
+        return _cmd_version(args) if args.version else args.func(args)
     except EBMError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -4,7 +4,8 @@ Precedence, strongest first:
 
 1. explicit arguments (``backend=`` on a call);
 2. ``ebmcore.use_backend(...)`` context managers;
-3. environment variables: ``EBM_BACKEND``, ``EBM_DISABLE_PLUGIN_AUTOLOAD``, ``EBM_DISABLE_PLUGINS``;
+3. environment variables: ``EBM_BACKEND``, ``EBM_DISABLE_PLUGIN_AUTOLOAD``, ``EBM_DISABLE_PLUGINS``
+   (the last adds to the file's ``disable_plugins``: a plugin blocked anywhere stays blocked);
 4. the configuration file: ``$EBM_CONFIG`` if set, else ``./ebm.toml``, else the
    ``[tool.ebm]`` table of ``./pyproject.toml`` (the first that exists is used, alone);
 5. the defaults below.

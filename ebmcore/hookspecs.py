@@ -13,7 +13,10 @@ bound to the calling plugin, so every entry remembers which distribution and
 version provided it. Registration hooks run once, lazily, the first time a
 component is looked up -- never inside a sampling loop.
 
-If a plugin's hook raises, that plugin's registrations from that hook are
+A hook implementation may take fewer arguments than its spec (pluggy's rule).
+A plugin that defines an ``ebm_*`` hook unknown to this file (a typo such as
+``ebm_register_sampler``) is rejected as a whole, with the known names in the
+error. If a plugin's hook raises, that plugin's registrations from that hook are
 discarded, the failure is recorded (``ebm plugins`` shows it) and quoted by
 any lookup that finds nothing; other plugins are unaffected.
 """
@@ -90,7 +93,9 @@ def ebm_register_kernels(registry: "Registrar") -> None:
 def ebm_configure(config: Any) -> None:
     """Receive the resolved :class:`ebmcore.config.Config` once it is loaded.
 
-    Historic: a plugin registered later still receives the call. A plugin's
+    Called once per plugin, before its ``ebm_register_*`` hooks, so registration
+    can depend on the settings. Historic: a plugin registered later (for
+    example with ``ebmcore.register_plugin``) still receives it. A plugin's
     own settings are in ``config.plugin_settings(name)`` (the
     ``[plugins.<name>]`` table of ``ebm.toml``); validating them is the
     plugin's job. Return value is ignored.

@@ -101,35 +101,44 @@ class PluginSession:
     def register(
         self, plugin: Any, name: str, provider: Provider, record: PluginRecord | None = None
     ) -> PluginRecord:
-        """Register ``plugin`` with pluggy and run its registration hooks, isolating failures."""
+        """Register ``plugin`` with pluggy and run its hooks (configure, then registration), isolating failures."""
         record = record or PluginRecord(name, provider.distribution, provider.version)
+        if name in self.records or self.manager.has_plugin(name):
+            record.fail("register", ValueError(f"a plugin named '{name}' is already registered; choose another name"))
+            self.records[f"{name} (duplicate)"] = record
+            return record
         self.records[name] = record
         try:
             self.manager.register(plugin, name=name)
-        except Exception as exc:  # pluggy validation errors: bad hook names or signatures
+        except Exception as exc:  # pluggy validation errors: bad hook signatures
             record.fail("register", exc)
             return record
+        unknown = [h.name for h in self.manager.get_hookcallers(plugin) or [] if h.spec is None]
+        if unknown:
+            self.manager.unregister(plugin)
+            known = ", ".join(sorted(n for n in dir(hookspecs) if n.startswith("ebm_")))
+            record.fail("register", ValueError(f"unknown hook(s) {', '.join(unknown)}; ebmcore's hooks are {known}"))
+            return record
+        self._call(name, record, "ebm_configure", config=self.config)
         for kind in KINDS:
-            hook = getattr(self.manager.hook, _HOOK_OF_KIND[kind])
-            for impl in hook.get_hookimpls():
-                if impl.plugin_name != name:
-                    continue
-                registrar = Registrar(kind, provider)
-                try:
-                    impl.function(registry=registrar)
-                except Exception as exc:  # noqa: BLE001
-                    record.fail(_HOOK_OF_KIND[kind], exc)
-                    continue
+            registrar = Registrar(kind, provider)
+            if self._call(name, record, _HOOK_OF_KIND[kind], registry=registrar):
                 self.table.add(registrar.entries)
                 if registrar.entries:
                     record.provides[kind] = [e.name for e in registrar.entries]
-        for impl in self.manager.hook.ebm_configure.get_hookimpls():
-            if impl.plugin_name == name:
-                try:
-                    impl.function(config=self.config)
-                except Exception as exc:  # noqa: BLE001
-                    record.fail("ebm_configure", exc)
         return record
+
+    def _call(self, name: str, record: PluginRecord, hook: str, **kwargs: Any) -> bool:
+        """Call plugin ``name``'s implementation of ``hook`` (if any) with the arguments it asks for."""
+        for impl in getattr(self.manager.hook, hook).get_hookimpls():
+            if impl.plugin_name != name:
+                continue
+            try:
+                impl.function(*[kwargs[arg] for arg in impl.argnames])
+            except Exception as exc:  # noqa: BLE001 - recorded, quoted by lookups
+                record.fail(hook, exc)
+                return False
+        return True
 
     # -- reporting -----------------------------------------------------------------------------
 

@@ -152,3 +152,33 @@ def test_config_file_selects_the_backend(tmp_path, monkeypatch):
 def test_dispatch_needs_a_tensor():
     with pytest.raises(TypeError, match="needs a tensor input"):
         ebmcore.explain("gaussian_energy")
+
+
+def test_a_selected_backend_without_the_op_is_named():
+    with isolated_plugins(FastCPU()):
+        with ebmcore.use_backend("fastcpu", "torch"):
+            why = ebmcore.explain("gaussian_gradient", X)
+        assert why.chosen.backend == "torch"
+        assert "selected, but backend 'fastcpu' has no kernel for gaussian_gradient" in str(why)
+        assert why.selection_source == "use_backend('fastcpu', 'torch')"
+
+
+def test_clashing_backend_names_show_in_explain():
+    class Again:
+        @ebmcore.hookimpl
+        def ebm_register_kernels(self, registry):
+            registry.register_kernel_backend(KernelBackend("fastcpu", [Kernel("double_well_gradient", _fast)]))
+
+    with isolated_plugins(("one", FastCPU()), ("two", Again())):
+        why = ebmcore.explain("double_well_gradient", X)
+        assert why.chosen.backend == "torch"
+        assert "left out: registered by several plugins (one, two)" in str(why)
+
+
+def test_ebm_backends_fails_when_an_op_cannot_run(monkeypatch, capsys):
+    from ebmcore.cli import main
+
+    with isolated_plugins(FakeCUDA()):
+        monkeypatch.setenv("EBM_BACKEND", "fakecuda")
+        assert main(["backends", "--device", "cpu", "--op", "double_well_gradient"]) == 1
+    assert "have no kernel that can run" in capsys.readouterr().out

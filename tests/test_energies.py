@@ -178,7 +178,7 @@ def test_non_finite_energy_names_the_rows():
         (lambda: ebmcore.GaussianMixtureEnergy(means=[[0.0], [1.0]], weights=[1.0, 0.0]), "positive numbers"),
         (lambda: ebmcore.DoubleWellEnergy(barrier=0.0), "barrier must be a finite positive number"),
         (lambda: ebmcore.RosenbrockEnergy(dim=1), "dim >= 2"),
-        (lambda: ebmcore.HarmonicEnergy(dim=2, center=[1.0]), r"center must be a float tensor of shape \(2,\)"),
+        (lambda: ebmcore.HarmonicEnergy(dim=2, center=[1.0]), r"center must be 2 finite numbers, shape \(2,\); got shape \(1,\)"),
         (lambda: ebmcore.DoubleWellEnergy(dim=0), "dim must be a positive integer"),
         (lambda: ebmcore.MLPEnergy(activation="swishy"), "unknown activation 'swishy'"),
         (lambda: ebmcore.MLPEnergy(hidden=(0,)), "hidden must be positive integers"),
@@ -199,3 +199,21 @@ def test_bind_gives_the_same_values_as_the_methods(name):
     e, g = fns.energy_and_gradient(x)
     torch.testing.assert_close(e, energy.energy(x))
     torch.testing.assert_close(g, energy.gradient(x))
+
+
+def test_parameter_conventions():
+    # one std per component, or (K, d); a per-dimension vector must be expanded explicitly
+    mix = ebmcore.GaussianMixtureEnergy(means=[[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]], stds=[0.5, 2.0])
+    assert mix.stds.tolist() == [[0.5] * 3, [2.0] * 3]
+    with pytest.raises(InputError, match=r"one per component \(K,\) = \(2,\), or \(K, d\) = \(2, 3\)"):
+        ebmcore.GaussianMixtureEnergy(means=[[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]], stds=[1.0, 1.0, 1.0])
+    assert ebmcore.HarmonicEnergy(dim=2, center=[1, 2]).center.dtype == torch.get_default_dtype()
+    with pytest.raises(InputError, match="dim must be a positive integer"):
+        ebmcore.MLPEnergy(dim=True)
+
+
+def test_public_gradient_is_detached_unless_create_graph():
+    energy = ebmcore.GaussianEnergy(mean=torch.nn.Parameter(torch.zeros(2)))
+    x = torch.randn(4, 2)
+    assert not energy.gradient(x).requires_grad
+    assert energy.gradient(x, create_graph=True).requires_grad

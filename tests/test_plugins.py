@@ -114,3 +114,51 @@ def test_register_plugin_at_run_time(ebm_plugins):
     record = ebmcore.register_plugin(Notebook(), "notebook")
     assert record.status == "loaded"
     assert registry.get("energy", "notebook_energy").plugin == "notebook"
+
+
+def test_a_misspelled_hook_rejects_the_plugin_with_the_known_names(ebm_plugins):
+    class Typo:
+        @ebmcore.hookimpl
+        def ebm_register_sampler(self, registry):  # missing "s"
+            pass
+
+    record = ebmcore.register_plugin(Typo(), "typo")
+    assert record.status == "failed"
+    assert "unknown hook(s) ebm_register_sampler" in record.error and "ebm_register_samplers" in record.error
+
+
+def test_hooks_may_take_fewer_arguments_and_configure_runs_before_registration(ebm_plugins):
+    order = []
+
+    class Plugin:
+        @ebmcore.hookimpl
+        def ebm_configure(self):
+            order.append("configure")
+
+        @ebmcore.hookimpl
+        def ebm_register_energies(self, registry):
+            order.append("register")
+            registry.register_energy("configured_energy", ebmcore.HarmonicEnergy)
+
+    assert ebmcore.register_plugin(Plugin(), "few_args").status == "loaded"
+    assert order == ["configure", "register"]
+
+
+def test_registering_a_taken_name_again_keeps_the_first_plugin(ebm_plugins):
+    class Plugin:
+        @ebmcore.hookimpl
+        def ebm_register_energies(self, registry):
+            registry.register_energy("nb_energy", ebmcore.HarmonicEnergy)
+
+    first = ebmcore.register_plugin(Plugin(), "cell")
+    second = ebmcore.register_plugin(Plugin(), "cell")
+    assert first.status == "loaded" and ebm_plugins.records["cell"] is first
+    assert second.status == "failed" and "already registered" in second.error
+    assert registry.get("energy", "nb_energy").plugin == "cell"
+
+
+def test_version_with_a_bad_config_is_a_clean_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ebm.toml").write_text("nonsense = 1\n")
+    assert main(["--version"]) == 2
+    assert "unknown key(s) nonsense" in capsys.readouterr().err

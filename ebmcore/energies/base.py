@@ -91,9 +91,10 @@ class EnergyModel(nn.Module):
         return self._checked(self.compute_energy(x), "energy", x)
 
     def gradient(self, x: Tensor, create_graph: bool = False) -> Tensor:
-        """``∇ₓE(x)``: same shape, dtype and device as ``x``."""
+        """``∇ₓE(x)``: same shape, dtype and device as ``x``; detached unless ``create_graph``."""
         self.validate(x)
-        return self._checked(self.compute_gradient(x, create_graph), "gradient", x)
+        grad = self.compute_gradient(x, create_graph)
+        return self._checked(grad if create_graph else grad.detach(), "gradient", x)
 
     def score(self, x: Tensor, create_graph: bool = False) -> Tensor:
         """The score ``−∇ₓE(x) = ∇ₓ log p(x)``."""

@@ -90,7 +90,7 @@ class GaussianEnergy(AnalyticEnergy):
 class GaussianMixtureEnergy(AnalyticEnergy):
     """``E(x) = -log Σ_k w_k N(x; m_k, diag(s_k²))`` -- normalised, so ``exp(-E)`` is the density.
 
-    ``means: (K, d)``; ``stds`` a scalar, ``(K,)`` or ``(K, d)`` (positive);
+    ``means: (K, d)``; ``stds`` a scalar, one per component ``(K,)``, or ``(K, d)`` (positive);
     ``weights: (K,)`` positive (normalised here), uniform by default.
     """
 
@@ -113,9 +113,12 @@ class GaussianMixtureEnergy(AnalyticEnergy):
         super().__init__(d, backend)
         stds_t = _as_tensor(stds, "stds", means_t.dtype, device)
         if stds_t.dim() == 1 and stds_t.shape[0] == k:
-            stds_t = stds_t[:, None]
-        if stds_t.dim() > 2 or (stds_t.dim() == 2 and stds_t.shape not in {(k, d), (k, 1)}):
-            raise InputError(f"GaussianMixtureEnergy: stds must be a scalar, (K,) or (K, d) with K={k}, d={d}; got {tuple(stds_t.shape)}.")
+            stds_t = stds_t[:, None]  # one std per component
+        elif stds_t.dim() != 0 and tuple(stds_t.shape) != (k, d):
+            raise InputError(
+                f"GaussianMixtureEnergy: stds must be a scalar, one per component (K,) = ({k},), or (K, d) = ({k}, {d}); "
+                f"got {tuple(stds_t.shape)}. For per-dimension stds shared by all components, pass stds.expand({k}, {d})."
+            )
         if not bool((stds_t > 0).all()):
             raise InputError("GaussianMixtureEnergy: stds must be positive.")
         weights_t = torch.ones(k, dtype=means_t.dtype, device=device) if weights is None else _as_tensor(weights, "weights", means_t.dtype, device)

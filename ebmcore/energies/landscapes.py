@@ -32,7 +32,8 @@ class DoubleWellEnergy(AnalyticEnergy):
 
 
 class RosenbrockEnergy(AnalyticEnergy):
-    """``E(x) = Σ_{i<d} b (x_{i+1} − xᵢ²)² + (a − xᵢ)²``: a curved valley with minimum at ``(a, a², ...)``."""
+    """``E(x) = Σ_{i<d} b (x_{i+1} − xᵢ²)² + (a − xᵢ)²``: a curved valley; with the default ``a = 1`` the
+    global minimum ``E = 0`` is at ``(1, …, 1)``."""
 
     op = "rosenbrock"
 
@@ -64,9 +65,12 @@ class HarmonicEnergy(AnalyticEnergy):
     ) -> None:
         super().__init__(dim, backend)
         self.stiffness = check_positive(stiffness, "HarmonicEnergy stiffness")
-        c = torch.zeros(dim, dtype=dtype, device=device) if center is None else torch.as_tensor(center, dtype=dtype, device=device)
-        if c.shape != (dim,) or not c.is_floating_point():
-            raise InputError(f"HarmonicEnergy: center must be a float tensor of shape ({dim},), got {tuple(c.shape)} {c.dtype}.")
+        c = torch.zeros(dim, dtype=dtype, device=device) if center is None else torch.as_tensor(center, device=device)
+        if not c.is_floating_point():
+            c = c.to(dtype or torch.get_default_dtype())
+        c = c.to(dtype or c.dtype)
+        if c.shape != (dim,) or not bool(torch.isfinite(c).all()):
+            raise InputError(f"HarmonicEnergy: center must be {dim} finite numbers, shape ({dim},); got shape {tuple(c.shape)}.")
         self.register_buffer("center", c)
 
     def kernel_args(self) -> tuple[Any, ...]:

@@ -46,10 +46,10 @@ class MLPEnergy(EnergyModel):
         device: Any = None,
     ) -> None:
         super().__init__()
-        if not isinstance(dim, int) or dim < 1:
+        if not isinstance(dim, int) or isinstance(dim, bool) or dim < 1:
             raise InputError(f"MLPEnergy: dim must be a positive integer, got {dim!r}.")
         widths = list(hidden)
-        if not all(isinstance(w, int) and w >= 1 for w in widths):
+        if not all(isinstance(w, int) and not isinstance(w, bool) and w >= 1 for w in widths):
             raise InputError(f"MLPEnergy: hidden must be positive integers, got {hidden!r}.")
         if activation not in ACTIVATIONS:
             raise InputError(f"MLPEnergy: unknown activation {activation!r}; choose one of {', '.join(ACTIVATIONS)}.")

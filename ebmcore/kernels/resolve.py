@@ -91,7 +91,7 @@ def _selection(backend: str | tuple[str, ...] | list[str] | None) -> tuple[tuple
         return parse_backend_list(backend, "backend= argument"), f"backend={backend!r} (strict)"
     ctx = _selected.get()
     if ctx is not None:
-        return ctx, f"use_backend{ctx}"
+        return ctx, f"use_backend({', '.join(map(repr, ctx))})"
     env = os.environ.get("EBM_BACKEND", "").strip()
     if env:
         return parse_backend_list(env, "environment variable EBM_BACKEND"), f"EBM_BACKEND={env}"
@@ -108,32 +108,40 @@ def _capability(device: torch.device) -> tuple[int, int] | None:
     return tuple(torch.cuda.get_device_capability(device))  # type: ignore[return-value]
 
 
-def _backends_for(op: str) -> list[KernelBackend]:
-    from ebmcore import registry
+def _backends_for(op: str) -> tuple[list[KernelBackend], list[Candidate]]:
+    """Backends that implement ``op``, and a row for each backend name left out by a clash."""
+    from ebmcore import plugins
 
-    found = [e.component for e in registry.entries("kernel") if op in e.component.kernels]
-    if not found:
-        ops = sorted({o for e in registry.entries("kernel") for o in e.component.kernels})
+    table = plugins.session().table
+    found = [e.component for e in table.entries("kernel") if op in e.component.kernels]
+    clashes = [
+        Candidate(name, 0, False, "left out: registered by several plugins (" + ", ".join(e.plugin for e in entries) + "); see `ebm plugins`")
+        for kind, name, entries in table.conflicts()
+        if kind == "kernel" and any(op in e.component.kernels for e in entries)
+    ]
+    if not found and not clashes:
+        ops = sorted({o for e in table.entries("kernel") for o in e.component.kernels})
         raise UnknownComponentError(f"no kernel backend implements op {op!r}. Known ops: {', '.join(ops)}.")
-    return found
+    return found, clashes
 
 
 def _explain(op: str, device: torch.device, dtype: torch.dtype, backend: Any) -> Explanation:
     selection, source = _selection(backend)
     capability = _capability(device)
-    backends = _backends_for(op)
+    backends, clashes = _backends_for(op)
     by_name = {b.name: b for b in backends}
+    candidates: list[Candidate] = []
     if selection is not None:
         from ebmcore import registry
 
         for name in selection:
-            if name not in by_name:
+            if name not in by_name and name not in {c.backend for c in clashes}:
                 registry.get("kernel", name)  # unknown backend: raises with the install hint
+                candidates.append(Candidate(name, 0, False, f"selected, but backend '{name}' has no kernel for {op}"))
         ordered = [by_name[n] for n in selection if n in by_name]
         ordered += sorted((b for b in backends if b.name not in selection), key=lambda b: b.name)
     else:
         ordered = sorted(backends, key=lambda b: (-b.kernels[op].priority, b.name))
-    candidates: list[Candidate] = []
     chosen: str | None = None
     for b in ordered:
         kernel = b.kernels[op]
@@ -145,10 +153,11 @@ def _explain(op: str, device: torch.device, dtype: torch.dtype, backend: Any) ->
                 reason = f"cannot run: {reason}"
             elif chosen is None:
                 chosen = b.name
-                reason = "can run; first in the selection" if selection is not None else "can run; highest priority"
+                reason = "can run; first runnable in the selection" if selection is not None else "can run; highest priority"
             else:
                 reason = f"can run; {chosen} comes first"
         candidates.append(Candidate(b.name, kernel.priority, b.name == chosen, reason))
+    candidates += clashes
     return Explanation(op, device, dtype, capability, selection, source, tuple(candidates))
 
 

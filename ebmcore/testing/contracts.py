@@ -119,13 +119,15 @@ def check_kernel(backend: KernelBackend, ops: Iterable[str] | None = None, *, de
             raise AssertionError(f"op {op!r} has no reference in ebmcore.kernels.ops; compare it yourself")
         kernel = backend.kernels[op]
         for dtype in dtypes:
-            if backend.unavailable_reason() or kernel.mismatch(dev, dtype, None if dev.type != "cuda" else tuple(torch.cuda.get_device_capability(dev))):
+            capability = tuple(torch.cuda.get_device_capability(dev)) if dev.type == "cuda" else None
+            if backend.unavailable_reason() or kernel.mismatch(dev, dtype, capability):
                 continue
             args = sample_inputs(op, n, d, dtype=dtype, device=dev)
             expected = reference[op].fn(*sample_inputs(op, n, d, dtype=torch.float64))
             actual = kernel.fn(*args)
             assert actual.shape == expected.shape and actual.dtype == dtype, f"{op}[{dtype}] returned {actual.shape} {actual.dtype}"
-            _close(actual.cpu(), expected, _TOL[dtype] * 10, f"{backend.name}.{op}[{dtype}] vs torch reference")
-            checked.append(f"{op}[{str(dtype).removeprefix('torch.')}]")
+            name = f"{op}[{str(dtype).removeprefix('torch.')}]"
+            _close(actual.cpu(), expected, _TOL[dtype] * 10, f"{backend.name}.{name} vs torch reference")
+            checked.append(name)
     assert checked, f"backend {backend.name!r} could run none of its kernels on {device} with {list(dtypes)}"
     return checked
