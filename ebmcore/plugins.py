@@ -105,7 +105,8 @@ class PluginSession:
         record = record or PluginRecord(name, provider.distribution, provider.version)
         if name in self.records or self.manager.has_plugin(name):
             record.fail("register", ValueError(f"a plugin named '{name}' is already registered; choose another name"))
-            self.records[f"{name} (duplicate)"] = record
+            record.name = f"{name} (duplicate)"
+            self.records[record.name] = record
             return record
         self.records[name] = record
         try:

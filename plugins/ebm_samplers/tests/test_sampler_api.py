@@ -227,3 +227,15 @@ def test_functional_api_is_plain_and_reproducible():
     s1, _ = langevin.step(state, fns, step_size=0.1, generator=torch.Generator().manual_seed(0))
     s2, _ = langevin.step(state, fns, step_size=0.1, generator=torch.Generator().manual_seed(0))
     assert torch.equal(s1.x, s2.x) and torch.equal(state.x, torch.zeros(4, 2))  # the input state is untouched
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cls, kw", ALL, ids=IDS)
+def test_compiled_transition_matches_eager(cls, kw):
+    """torch.compile of the transition (random draws outside) gives the eager chains (float64:
+    no accept decision flips on rounding)."""
+    energy = ebmcore.energy("double_well", dim=2)
+    x0 = _x0(256, dtype=torch.float64)
+    compiled = cls(energy, compile=True, **kw).sample(x0, 10, generator=torch.Generator().manual_seed(1))
+    eager = cls(energy, **kw).sample(x0, 10, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(compiled, eager, rtol=1e-9, atol=1e-9)
