@@ -1,0 +1,753 @@
+#!/usr/bin/env python
+"""Benchmark harness: the fixed workloads of WORKLOADS.md for ``ebm``, ``torchebm`` and ``blackjax``.
+
+    benchmarks/.venv/bin/python benchmarks/run.py [--workloads W1,W3] [--libs ebm,torchebm]
+        [--repeats 5] [--threads 1] [--json PATH] [--quick]
+
+Every (workload, library) pair gets the same seeded float32 initial states ``x0 ~ N(0, I)`` and
+the same target; one warm-up run (for JAX this includes the jit compile), one untimed correctness
+run, then ``--repeats`` timed runs, interleaved (for each repeat, every library in turn). Tables
+report the median; the ratio column is each library's median over ebm's (> 1: ebm is faster).
+No timing is ever asserted. See benchmarks/README.md for how each peer is called.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import inspect
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+import numpy as np
+
+LIBS = ("ebm", "torchebm", "blackjax")
+SEED_X0 = 0  # initial states
+SEED_NOISE = 1  # sampler randomness (torch.Generator / jax PRNGKey)
+SEED_COV = 2  # W1's covariance
+SEED_MLP = 3  # W4's MLP weights
+
+
+# ----------------------------------------------------------------------------------------------
+# Workloads
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One benchmark problem. ``kind``: ``langevin``/``hmc`` (a full run of ``n_steps``) or
+    ``langevin_step``/``hmc_step`` (single transitions, ``inner`` of them per timed run, reported per step).
+    ``target``: ``gaussian`` (W1's full-covariance Gaussian), ``standard`` (N(0, I)),
+    ``double_well`` or ``mlp``."""
+
+    id: str
+    what: str
+    kind: str
+    target: str
+    dim: int
+    n_chains: int
+    n_steps: int
+    step_size: float
+    n_leapfrog: int = 0
+    inner: int = 1
+    guide: str = ""  # the performance guides' CPU figure
+    guide_rate: float = 0.0  # samples/s the guides quote (S7, S8)
+
+
+WORKLOADS: dict[str, Workload] = {
+    w.id: w
+    for w in [
+        Workload("W1", "Langevin (ULA), 10-d Gaussian, full covariance", "langevin", "gaussian", 10, 10_000, 100, 0.01),
+        Workload("W2", "Langevin (ULA), 2-d double well", "langevin", "double_well", 2, 50_000, 1_000, 0.01),
+        Workload("W3", "HMC, 20-d standard Gaussian", "hmc", "standard", 20, 1_000, 100, 0.1, n_leapfrog=10),
+        Workload("W4", "Langevin (ULA), MLP energy 2-64-64-1 SiLU", "langevin", "mlp", 2, 10_000, 100, 0.01),
+        Workload("S1", "one Langevin step, 1,000 chains, dim 10 (W1's Gaussian)", "langevin_step", "gaussian", 10, 1_000, 1,
+                 0.01, inner=200, guide="8.2 ms CPU"),
+        Workload("S2", "one HMC step, 1,000 chains, dim 10 (standard Gaussian, step 0.1, 10 leapfrog)", "hmc_step",
+                 "standard", 10, 1_000, 1, 0.1, n_leapfrog=10, inner=50, guide="15.4 ms CPU"),
+        Workload("S4", "full Langevin sampling, 10,000 chains, 100 steps, dim 10 (W1's Gaussian)", "langevin", "gaussian",
+                 10, 10_000, 100, 0.01, guide="820 ms CPU"),
+        Workload("S7", "Langevin sampling, dim 20 standard Gaussian, 100 chains, 200 steps", "langevin", "standard", 20,
+                 100, 200, 0.01, guide="270 K samples/s", guide_rate=270e3),
+        Workload("S8", "HMC sampling, dim 20 standard Gaussian, 50 chains, 100 steps, 10 leapfrog", "hmc", "standard",
+                 20, 50, 100, 0.1, n_leapfrog=10, guide="7 K samples/s", guide_rate=7e3),
+    ]
+}
+
+BLACKJAX_KINDS = ("langevin", "hmc")  # blackjax has no single-step workloads here (S1, S2)
+
+
+def quick(w: Workload) -> Workload:
+    """Tiny sizes for smoke tests."""
+    return replace(w, n_chains=min(w.n_chains, 256), n_steps=min(w.n_steps, 10), inner=min(w.inner, 5))
+
+
+# ----------------------------------------------------------------------------------------------
+# Shared problem data (identical for every library)
+# ----------------------------------------------------------------------------------------------
+
+
+def gaussian_covariance(dim: int, seed: int = SEED_COV) -> np.ndarray:
+    """W1's covariance: ``Q diag(eigs) Q^T`` with ``Q`` the orthogonal factor of a seeded standard
+    normal matrix (signs fixed by ``diag(R) > 0``) and eigenvalues geometrically spaced in [0.5, 2].
+    Symmetrised and returned in float64; every library gets it cast to float32."""
+    rng = np.random.default_rng(seed)
+    q, r = np.linalg.qr(rng.standard_normal((dim, dim)))
+    q = q * np.sign(np.diag(r))
+    eigs = np.geomspace(0.5, 2.0, dim)
+    cov = (q * eigs) @ q.T
+    return 0.5 * (cov + cov.T)
+
+
+def make_x0(n_chains: int, dim: int) -> Any:
+    import torch
+
+    g = torch.Generator().manual_seed(SEED_X0)
+    return torch.randn(n_chains, dim, generator=g, dtype=torch.float32)
+
+
+def make_mlp(seed: int = SEED_MLP) -> Any:
+    """The shared ``2 -> 64 -> 64 -> 1`` SiLU MLP; weights ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))`` from a seeded generator."""
+    import torch
+    from torch import nn
+
+    net = nn.Sequential(nn.Linear(2, 64), nn.SiLU(), nn.Linear(64, 64), nn.SiLU(), nn.Linear(64, 1))
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for layer in net:
+            if isinstance(layer, nn.Linear):
+                bound = layer.in_features ** -0.5
+                for p in (layer.weight, layer.bias):
+                    p.copy_((torch.rand(p.shape, generator=g, dtype=torch.float64) * 2 - 1) * bound)
+    return net
+
+
+@dataclass
+class Problem:
+    """What every library's runner receives: the workload, ``x0`` (torch float32) and the target's data."""
+
+    w: Workload
+    x0: Any
+    mean: np.ndarray  # true mean (gaussian/standard)
+    cov: np.ndarray  # true covariance (gaussian/standard)
+    net: Any = None  # the torch MLP (mlp)
+
+
+def make_problem(w: Workload) -> Problem:
+    import torch
+
+    cov = gaussian_covariance(w.dim) if w.target == "gaussian" else np.eye(w.dim)
+    net = make_mlp() if w.target == "mlp" else None
+    if net is not None:
+        net.requires_grad_(False)  # the sampler differentiates w.r.t. x only
+    return Problem(w, make_x0(w.n_chains, w.dim), np.zeros(w.dim), cov, net)
+
+
+# ----------------------------------------------------------------------------------------------
+# A case = what one library does for one workload
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Case:
+    """``run()``: the timed call (blocks until the result exists). ``check()``: an untimed run with the
+    same seed returning ``{"samples": ndarray, "acceptance": float | None}`` for the correctness figures."""
+
+    run: Callable[[], Any]
+    check: Callable[[], dict]
+
+
+def _np(x: Any) -> np.ndarray:
+    return np.asarray(x.detach().cpu().numpy() if hasattr(x, "detach") else x, dtype=np.float64)
+
+
+# -- ebm ---------------------------------------------------------------------------------------
+
+
+def ebm_energy(p: Problem) -> Any:
+    import torch
+
+    import ebmcore
+
+    t = p.w.target
+    if t == "gaussian":
+        return ebmcore.GaussianEnergy(torch.zeros(p.w.dim), covariance=torch.tensor(p.cov, dtype=torch.float32))
+    if t == "standard":
+        return ebmcore.HarmonicEnergy(dim=p.w.dim)
+    if t == "double_well":
+        return ebmcore.DoubleWellEnergy(dim=p.w.dim)
+    if t == "mlp":
+
+        class MLPEnergy(ebmcore.EnergyModel):
+            event_shape = (2,)
+
+            def __init__(self, net: Any) -> None:
+                super().__init__()
+                self.net = net
+
+            def compute_energy(self, x: Any) -> Any:
+                return self.net(x).squeeze(-1)
+
+        return MLPEnergy(p.net)
+    raise ValueError(t)
+
+
+def ebm_sampling(p: Problem) -> Case:
+    """W1-W4, S4, S7, S8: the object API, ``Sampler(...).sample(x0, n_steps, generator=g)``."""
+    import torch
+    from ebm_samplers import HMCSampler, LangevinSampler
+
+    w, energy = p.w, ebm_energy(p)
+    if w.kind == "langevin":
+        sampler = LangevinSampler(energy, step_size=w.step_size)
+    else:
+        sampler = HMCSampler(energy, step_size=w.step_size, n_leapfrog_steps=w.n_leapfrog)
+
+    def run() -> Any:
+        return sampler.sample(p.x0, w.n_steps, generator=torch.Generator().manual_seed(SEED_NOISE))
+
+    def check() -> dict:
+        g = torch.Generator().manual_seed(SEED_NOISE)
+        if w.kind == "langevin":
+            return {"samples": _np(sampler.sample(p.x0, w.n_steps, generator=g)), "acceptance": None}
+        res = sampler.sample(p.x0, w.n_steps, generator=g, return_diagnostics=True)
+        return {"samples": _np(res.samples), "acceptance": float(res.diagnostics.acceptance_rate.mean())}
+
+    return Case(run, check)
+
+
+def ebm_single_step(p: Problem) -> Case:
+    """S1, S2: the functional API, ``langevin.step`` / ``hmc.step`` with ``fns = energy.bind(x0)``;
+    one timed run is ``inner`` successive steps from the same initial state."""
+    import torch
+    from ebm_samplers import hmc, langevin
+
+    w, energy = p.w, ebm_energy(p)
+    fns = energy.bind(p.x0)
+    if w.kind == "langevin_step":
+        mod, kw = langevin, {"step_size": w.step_size}
+        if "update" in inspect.signature(langevin.step).parameters:  # resolve the SDE update once, as a hot loop would
+            from ebm_samplers.integrators import EulerMaruyama
+
+            kw["update"] = EulerMaruyama().bind(p.x0)
+    else:
+        mod, kw = hmc, {"step_size": w.step_size, "n_leapfrog_steps": w.n_leapfrog}
+    state0 = mod.init(p.x0, fns)
+
+    def steps(n: int) -> tuple[Any, list]:
+        g = torch.Generator().manual_seed(SEED_NOISE)
+        state, infos = state0, []
+        for _ in range(n):
+            state, info = mod.step(state, fns, generator=g, **kw)
+            infos.append(info)
+        return state, infos
+
+    def run() -> Any:
+        return steps(w.inner)
+
+    def check() -> dict:
+        state, infos = steps(1)
+        acc = float(infos[0].accepted.float().mean()) if hasattr(infos[0], "accepted") else None
+        return {"samples": _np(state.x), "acceptance": acc}
+
+    return Case(run, check)
+
+
+def ebm_single_step_object(p: Problem) -> Case:
+    """S1, S2 through the object API: ``sample(x, n_steps=1)`` called ``inner`` times (per-call overhead included)."""
+    import torch
+    from ebm_samplers import HMCSampler, LangevinSampler
+
+    w, energy = p.w, ebm_energy(p)
+    if w.kind == "langevin_step":
+        sampler = LangevinSampler(energy, step_size=w.step_size)
+    else:
+        sampler = HMCSampler(energy, step_size=w.step_size, n_leapfrog_steps=w.n_leapfrog)
+
+    def run() -> Any:
+        g, x = torch.Generator().manual_seed(SEED_NOISE), p.x0
+        for _ in range(w.inner):
+            x = sampler.sample(x, 1, generator=g)
+        return x
+
+    def check() -> dict:
+        g = torch.Generator().manual_seed(SEED_NOISE)
+        if w.kind == "langevin_step":
+            return {"samples": _np(sampler.sample(p.x0, 1, generator=g)), "acceptance": None}
+        res = sampler.sample(p.x0, 1, generator=g, return_diagnostics=True)
+        return {"samples": _np(res.samples), "acceptance": float(res.diagnostics.acceptance_rate.mean())}
+
+    return Case(run, check)
+
+
+# -- torchebm ----------------------------------------------------------------------------------
+
+
+def torchebm_model(p: Problem) -> Any:
+    import torch
+    from torchebm.core import BaseModel, DoubleWellModel, GaussianModel, HarmonicModel
+
+    t = p.w.target
+    if t == "gaussian":
+        return GaussianModel(torch.zeros(p.w.dim), torch.tensor(p.cov, dtype=torch.float32))
+    if t == "standard":
+        return HarmonicModel(k=1.0)
+    if t == "double_well":
+        return DoubleWellModel(barrier_height=1.0, b=1.0)  # torchebm's default barrier_height is 2.0
+    if t == "mlp":
+
+        class MLPModel(BaseModel):
+            def __init__(self, net: Any) -> None:
+                super().__init__()
+                self.net = net
+
+            def forward(self, x: Any) -> Any:
+                return self.net(x).squeeze(-1)
+
+        return MLPModel(p.net)
+    raise ValueError(t)
+
+
+def torchebm_sampler(p: Problem) -> Any:
+    from torchebm.samplers import HamiltonianMonteCarlo, LangevinDynamics
+
+    w, model = p.w, torchebm_model(p)
+    if w.kind.startswith("langevin"):
+        # torchebm's update: x - h*grad + sqrt(2 * noise_scale^2) * sqrt(h) * xi, so noise_scale=1 is ULA.
+        return LangevinDynamics(model, step_size=w.step_size, noise_scale=1.0)
+    # mass=None: identity mass; step_size is the leapfrog step, n_leapfrog_steps the trajectory length.
+    return HamiltonianMonteCarlo(model, step_size=w.step_size, n_leapfrog_steps=w.n_leapfrog)
+
+
+def torchebm_sampling(p: Problem) -> Case:
+    """W1-W4, S4, S7, S8: ``sampler.sample(x=x0, n_steps=..., generator=g)``."""
+    import torch
+
+    w, sampler = p.w, torchebm_sampler(p)
+
+    def run() -> Any:
+        return sampler.sample(x=p.x0, n_steps=w.n_steps, generator=torch.Generator().manual_seed(SEED_NOISE))
+
+    def check() -> dict:
+        g = torch.Generator().manual_seed(SEED_NOISE)
+        if w.kind == "langevin":
+            return {"samples": _np(sampler.sample(x=p.x0, n_steps=w.n_steps, generator=g)), "acceptance": None}
+        x, diag = sampler.sample(x=p.x0, n_steps=w.n_steps, generator=g, return_diagnostics=True)
+        return {"samples": _np(x), "acceptance": float(diag["acceptance_rate"].mean())}
+
+    return Case(run, check)
+
+
+def torchebm_single_step(p: Problem) -> Case:
+    """S1, S2: torchebm has no functional single-step sampler API: ``sample(x, n_steps=1)`` ``inner`` times."""
+    import torch
+
+    w, sampler = p.w, torchebm_sampler(p)
+
+    def run() -> Any:
+        g, x = torch.Generator().manual_seed(SEED_NOISE), p.x0
+        for _ in range(w.inner):
+            x = sampler.sample(x=x, n_steps=1, generator=g)
+        return x
+
+    def check() -> dict:
+        g = torch.Generator().manual_seed(SEED_NOISE)
+        if w.kind == "langevin_step":
+            return {"samples": _np(sampler.sample(x=p.x0, n_steps=1, generator=g)), "acceptance": None}
+        x, diag = sampler.sample(x=p.x0, n_steps=1, generator=g, return_diagnostics=True)
+        return {"samples": _np(x), "acceptance": float(diag["acceptance_rate"].mean())}
+
+    return Case(run, check)
+
+
+# -- blackjax ----------------------------------------------------------------------------------
+
+
+def jax_logdensity(p: Problem) -> Callable:
+    """``log p(x) = -E(x)`` for ONE chain ``x: (d,)`` (vmapped over chains by the runners)."""
+    import jax
+    import jax.numpy as jnp
+
+    t = p.w.target
+    if t == "gaussian":
+        mean = jnp.asarray(p.mean, dtype=jnp.float32)
+        prec = jnp.asarray(np.linalg.inv(p.cov.astype(np.float32).astype(np.float64)), dtype=jnp.float32)
+        prec = 0.5 * (prec + prec.T)
+        return lambda x: -0.5 * (x - mean) @ (prec @ (x - mean))
+    if t == "standard":
+        return lambda x: -0.5 * jnp.sum(x * x)
+    if t == "double_well":
+        return lambda x: -jnp.sum((x * x - 1.0) ** 2)
+    if t == "mlp":
+        # The same weights as the torch MLP, copied (float32).
+        lin = [m for m in p.net if hasattr(m, "weight")]
+        params = [(jnp.asarray(m.weight.detach().numpy()), jnp.asarray(m.bias.detach().numpy())) for m in lin]
+
+        def energy(x: Any) -> Any:
+            h = x
+            for i, (wt, b) in enumerate(params):
+                h = wt @ h + b
+                if i < len(params) - 1:
+                    h = jax.nn.silu(h)
+            return h[0]
+
+        return lambda x: -energy(x)
+    raise ValueError(t)
+
+
+def blackjax_sampling(p: Problem) -> Case:
+    """W1-W4, S4, S7, S8: ``blackjax.sgld`` with the exact gradient (= ULA: its update is
+    ``x + h*grad log p + sqrt(2*T*h)*xi``, our convention, no conversion) or ``blackjax.hmc``
+    (velocity Verlet, identity inverse mass); ``jax.vmap`` over chains, ``jax.lax.scan`` over steps,
+    one ``jax.jit`` for the whole run."""
+    import blackjax
+    import jax
+    import jax.numpy as jnp
+
+    w = p.w
+    logdensity = jax_logdensity(p)
+    n_chains = w.n_chains
+    x0 = jnp.asarray(p.x0.numpy())
+    key0 = jax.random.PRNGKey(SEED_NOISE)
+
+    if w.kind == "langevin":
+        grad_logp = jax.grad(logdensity)
+        sgld = blackjax.sgld(lambda position, minibatch: grad_logp(position))  # exact gradient, no minibatch
+        vstep = jax.vmap(lambda key, x: sgld.step(key, x, None, w.step_size))
+
+        @jax.jit
+        def sample(key: Any, x: Any) -> Any:
+            def body(x: Any, k: Any) -> tuple[Any, None]:
+                return vstep(jax.random.split(k, n_chains), x), None
+
+            x, _ = jax.lax.scan(body, x, jax.random.split(key, w.n_steps))
+            return x, None
+
+    else:
+        hmc = blackjax.hmc(logdensity, step_size=w.step_size, inverse_mass_matrix=jnp.ones(w.dim, jnp.float32),
+                           num_integration_steps=w.n_leapfrog)
+        vstep = jax.vmap(hmc.step)
+
+        @jax.jit
+        def sample(key: Any, x: Any) -> Any:
+            states = jax.vmap(hmc.init)(x)
+
+            def body(carry: Any, k: Any) -> tuple[Any, None]:
+                states, accepted = carry
+                states, info = vstep(jax.random.split(k, n_chains), states)
+                return (states, accepted + info.is_accepted), None
+
+            (states, accepted), _ = jax.lax.scan(body, (states, jnp.zeros(n_chains, jnp.float32)),
+                                                 jax.random.split(key, w.n_steps))
+            return states.position, accepted / w.n_steps
+
+    def run() -> Any:
+        return jax.block_until_ready(sample(key0, x0))
+
+    def check() -> dict:
+        x, acc = jax.block_until_ready(sample(key0, x0))
+        return {"samples": np.asarray(x, dtype=np.float64), "acceptance": None if acc is None else float(jnp.mean(acc))}
+
+    return Case(run, check)
+
+
+def build_case(lib: str, p: Problem) -> Case | None:
+    step = p.w.kind.endswith("_step")
+    if lib == "ebm":
+        return ebm_single_step(p) if step else ebm_sampling(p)
+    if lib == "ebm:sample1":
+        return ebm_single_step_object(p)
+    if lib == "torchebm":
+        return torchebm_single_step(p) if step else torchebm_sampling(p)
+    if lib == "blackjax":
+        return blackjax_sampling(p) if p.w.kind in BLACKJAX_KINDS else None
+    raise ValueError(lib)
+
+
+# ----------------------------------------------------------------------------------------------
+# Correctness figures
+# ----------------------------------------------------------------------------------------------
+
+
+def ula_gaussian_law(cov: np.ndarray, h: float, n_steps: int) -> np.ndarray:
+    """Exact covariance of ULA on ``N(0, cov)`` after ``n_steps`` from ``N(0, I)`` (the mean stays 0):
+    ``C_{k+1} = A C_k A^T + 2h I`` with ``A = I - h P``."""
+    d = cov.shape[0]
+    a = np.eye(d) - h * np.linalg.inv(cov)
+    c = np.eye(d)
+    for _ in range(n_steps):
+        c = a @ c @ a.T + 2.0 * h * np.eye(d)
+    return c
+
+
+def double_well_x2() -> float:
+    """``E[x_i^2]`` under ``exp(-(x^2 - 1)^2)`` by quadrature (0.8327)."""
+    x = np.linspace(-5.0, 5.0, 400_001)
+    wgt = np.exp(-((x * x - 1.0) ** 2))
+    return float((x * x * wgt).sum() / wgt.sum())
+
+
+def figures(p: Problem, out: dict, ref: np.ndarray | None) -> dict:
+    """Correctness numbers from one library's samples (same computation for every library)."""
+    import torch
+
+    w, x = p.w, out["samples"]
+    fig: dict[str, float] = {}
+    fig["nonfinite_chains"] = int((~np.isfinite(x).all(1)).sum())
+    if out.get("acceptance") is not None:
+        fig["acceptance"] = out["acceptance"]
+    if w.target in ("gaussian", "standard"):
+        fig["mean_err"] = float(np.abs(x.mean(0) - p.mean).max())
+        fig["cov_err"] = float(np.abs(np.cov(x, rowvar=False) - p.cov).max())
+        if w.kind.startswith("langevin"):
+            law = ula_gaussian_law(p.cov, w.step_size, w.n_steps)
+            fig["cov_err_vs_ula_law"] = float(np.abs(np.cov(x, rowvar=False) - law).max())
+    elif w.target == "double_well":
+        fig["mean_x2"] = float((x * x).mean())
+        fig["mean_x2_quadrature"] = double_well_x2()
+    elif w.target == "mlp":
+        with torch.no_grad():
+            fig["mean_energy"] = float(p.net(torch.tensor(x, dtype=torch.float32)).mean())
+    if ref is not None:
+        fig["max_abs_diff_vs_ebm_samples"] = float(np.abs(x - ref).max())
+    return fig
+
+
+def format_figures(w: Workload, fig: dict) -> str:
+    parts = []
+    if "acceptance" in fig:
+        parts.append(f"acc {fig['acceptance']:.3f}")
+    if "mean_err" in fig:
+        parts.append(f"mean err {fig['mean_err']:.3f}")
+        parts.append(f"cov err {fig['cov_err']:.3f}")
+    if "cov_err_vs_ula_law" in fig:
+        parts.append(f"cov err vs exact ULA law after {w.n_steps} step{'s' if w.n_steps > 1 else ''} {fig['cov_err_vs_ula_law']:.3f}")
+    if "mean_x2" in fig:
+        parts.append(f"E[x²] {fig['mean_x2']:.4f} (quadrature {fig['mean_x2_quadrature']:.4f})")
+    if "mean_energy" in fig:
+        parts.append(f"mean E {fig['mean_energy']:.4f}")
+    if fig.get("nonfinite_chains"):
+        parts.append(f"**{fig['nonfinite_chains']} non-finite chains**")
+    if "max_abs_diff_vs_ebm_samples" in fig:
+        parts.append(f"max abs diff vs ebm's samples {fig['max_abs_diff_vs_ebm_samples']:.1e}")  # no '|': Markdown
+    return ", ".join(parts)
+
+
+# ----------------------------------------------------------------------------------------------
+# Timing and reporting
+# ----------------------------------------------------------------------------------------------
+
+
+def time_once(fn: Callable[[], Any]) -> float:
+    """Seconds for one call of ``fn`` (which blocks until its result exists); garbage collected first."""
+    gc.collect()
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def run_workload(w: Workload, libs: list[str], repeats: int) -> dict:
+    import torch
+
+    p = make_problem(w)
+    x0_copy = p.x0.clone()
+    names = list(libs)
+    if w.kind.endswith("_step") and "ebm" in names:
+        names.insert(names.index("ebm") + 1, "ebm:sample1")
+    cases: dict[str, Case] = {}
+    for lib in names:
+        case = build_case(lib, p)
+        if case is not None:
+            cases[lib] = case
+    results: dict[str, dict] = {}
+    ref = None
+    for lib, case in cases.items():  # warm-up (JAX: compile), then the untimed correctness run
+        warm = time_once(case.run)
+        out = case.check()
+        compare = lib == "torchebm" and ref is not None  # same torch.Generator stream as ebm
+        results[lib] = {"warmup_s": warm, "times_s": [], "figures": figures(p, out, ref if compare else None)}
+        if lib == "ebm":
+            ref = out["samples"]
+    for _ in range(repeats):  # interleaved
+        for lib, case in cases.items():
+            results[lib]["times_s"].append(time_once(case.run))
+    per = w.inner if w.kind.endswith("_step") else 1
+    for r in results.values():
+        r["median_s"] = statistics.median(r["times_s"]) / per
+        r["min_s"] = min(r["times_s"]) / per
+        r["max_s"] = max(r["times_s"]) / per
+        r["samples_per_s"] = w.n_chains * w.n_steps / r["median_s"] if not w.kind.endswith("_step") else w.n_chains / r["median_s"]
+    if not torch.equal(p.x0, x0_copy):
+        print(f"WARNING {w.id}: a sampler modified x0 in place", file=sys.stderr)
+    base = results.get("ebm", {}).get("median_s")
+    for r in results.values():
+        r["ratio_vs_ebm"] = (r["median_s"] / base) if base else None
+    return {"workload": w.__dict__, "results": results}
+
+
+def table(w: Workload, res: dict) -> str:
+    rate = w.id in ("S7", "S8")
+    per = " per step" if w.kind.endswith("_step") else ""
+    head = f"| library | median{per} (ms) | min–max (ms) | first call (ms) | peer / ebm |"
+    if rate:
+        head += " samples/s |"
+    head += " correctness |"
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for lib, r in res["results"].items():
+        ratio = "—" if r["ratio_vs_ebm"] is None else ("1 (ref)" if lib == "ebm" else f"{r['ratio_vs_ebm']:.2f}")
+        row = (f"| {lib} | {1e3 * r['median_s']:.3f} | {1e3 * r['min_s']:.3f}–{1e3 * r['max_s']:.3f} | "
+               f"{1e3 * r['warmup_s']:.1f} | {ratio} |")
+        if rate:
+            row += f" {r['samples_per_s'] / 1e3:.1f} K |"
+        row += f" {format_figures(w, r['figures'])} |"
+        lines.append(row)
+    return "\n".join(lines)
+
+
+def machine() -> str:
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+        model = next((l.split(":", 1)[1].strip() for l in out.splitlines() if l.startswith("Model name")), "?")
+    except Exception:  # noqa: BLE001 - informational only
+        model = platform.processor() or "?"
+    return f"{model}, {os.cpu_count()} CPUs"
+
+
+def git_state() -> dict:
+    """The commit measured, and the files that differ from it (the working tree is what runs)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def git(*a: str) -> str:
+        try:
+            return subprocess.run(["git", "-C", root, *a], capture_output=True, text=True, timeout=10).stdout
+        except Exception:  # noqa: BLE001 - informational only
+            return "?"
+
+    dirty = [l[3:] for l in git("status", "--porcelain", "--untracked-files=no").splitlines()]
+    return {"commit": git("rev-parse", "--short", "HEAD").strip(), "modified": dirty}
+
+
+def loadavg() -> str:
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "?"
+
+
+# ----------------------------------------------------------------------------------------------
+# Entry point
+# ----------------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated ids (default: all)")
+    ap.add_argument("--libs", default=",".join(LIBS), help="comma-separated: ebm, torchebm, blackjax")
+    ap.add_argument("--repeats", type=int, default=5, help="timed runs per (workload, library); median reported")
+    ap.add_argument("--threads", type=int, default=1, help="intra-op threads for torch and XLA (default 1)")
+    ap.add_argument("--json", metavar="PATH", help="write raw timings and figures here")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes, for smoke tests")
+    args = ap.parse_args(argv)
+    args.workloads = [s.strip().upper() for s in args.workloads.split(",") if s.strip()]
+    args.libs = [s.strip().lower() for s in args.libs.split(",") if s.strip()]
+    for wid in args.workloads:
+        if wid not in WORKLOADS:
+            ap.error(f"unknown workload {wid!r}; choose from {', '.join(WORKLOADS)}")
+    for lib in args.libs:
+        if lib not in LIBS:
+            ap.error(f"unknown library {lib!r}; choose from {', '.join(LIBS)}")
+    if args.repeats < 1 or args.threads < 1:
+        ap.error("--repeats and --threads must be >= 1")
+    return args
+
+
+def configure_threads(threads: int, use_jax: bool) -> dict:
+    """Pin thread counts; must run before torch and jax are imported."""
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[var] = str(threads)
+    if use_jax:
+        eigen = "false" if threads == 1 else "true"
+        os.environ["XLA_FLAGS"] = f"--xla_cpu_multi_thread_eigen={eigen} intra_op_parallelism_threads={threads}"
+        os.environ["JAX_PLATFORMS"] = "cpu"
+        os.environ["JAX_ENABLE_X64"] = "0"
+    import torch
+
+    torch.set_num_threads(threads)
+    torch.set_num_interop_threads(threads)
+    versions = {"python": platform.python_version(), "torch": torch.__version__}
+    if use_jax:
+        import jax
+
+        jax.config.update("jax_platforms", "cpu")
+        jax.config.update("jax_enable_x64", False)
+        import blackjax
+
+        versions.update(jax=jax.__version__, blackjax=blackjax.__version__, jax_devices=str(jax.devices()))
+    try:
+        import torchebm
+
+        versions["torchebm"] = getattr(torchebm, "__version__", "?")
+    except ImportError:
+        pass
+    import ebmcore
+
+    versions["ebmcore"] = ebmcore.__version__
+    return versions
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    versions = configure_threads(args.threads, "blackjax" in args.libs)
+    meta = {
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "command": " ".join([os.path.relpath(sys.executable), *sys.argv]),
+        "machine": machine(),
+        "threads": args.threads,
+        "repeats": args.repeats,
+        "quick": args.quick,
+        "versions": versions,
+        "loadavg_start": loadavg(),
+        "git": git_state(),
+    }
+    print(f"# ebm benchmarks — {meta['date']}")
+    print(f"machine: {meta['machine']}; threads: {args.threads}; repeats: {args.repeats}"
+          f"{'; QUICK sizes' if args.quick else ''}; load average at start: {meta['loadavg_start']}")
+    print("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
+    gs = meta["git"]
+    print(f"ebm commit: {gs['commit']}" + (f" + uncommitted changes in {', '.join(gs['modified'])}" if gs["modified"] else ""))
+    print(f"command: {meta['command']}\n")
+    report: dict[str, Any] = {"meta": meta, "workloads": {}}
+    for wid in args.workloads:
+        w = quick(WORKLOADS[wid]) if args.quick else WORKLOADS[wid]
+        t0 = time.perf_counter()
+        res = run_workload(w, args.libs, args.repeats)
+        res["loadavg_end"] = loadavg()
+        report["workloads"][wid] = res
+        size = f"{w.n_chains:,} chains, {w.n_steps:,} step{'s' if w.n_steps > 1 else ''}, step size {w.step_size}"
+        if w.n_leapfrog:
+            size += f", {w.n_leapfrog} leapfrog"
+        if w.kind.endswith("_step"):
+            size += f"; {w.inner} successive steps per timed run, time per step reported"
+        print(f"## {wid}: {w.what}\n\n{size}." + (f" The guides' figure: {w.guide}." if w.guide else "") + "\n")
+        print(table(w, res))
+        print(f"\n({time.perf_counter() - t0:.0f} s for this workload; load average now {res['loadavg_end']})\n",
+              flush=True)
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1, default=str)
+        print(f"raw results written to {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
