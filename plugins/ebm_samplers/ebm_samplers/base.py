@@ -79,6 +79,26 @@ def _with_autocast(fns: EnergyFunctions, dtype: torch.dtype, device_type: str) -
     return EnergyFunctions(energy, gradient, energy_and_gradient)
 
 
+def _traceable(energy: EnergyModel, fns: EnergyFunctions) -> EnergyFunctions:
+    """For ``torch.compile``: an autograd gradient becomes ``torch.func.grad`` (which the compiler
+    traces and fuses forward with backward) instead of ``torch.autograd.grad`` (a graph break)."""
+    if type(energy).compute_gradient is not EnergyModel.compute_gradient or \
+            type(energy).compute_energy_and_gradient is not EnergyModel.compute_energy_and_gradient:
+        return fns  # analytic gradient: already traceable
+
+    def total(x: Tensor) -> tuple[Tensor, Tensor]:
+        e = energy.compute_energy(x)
+        return e.sum(), e
+
+    grad_and_value = torch.func.grad_and_value(total, has_aux=True)
+
+    def energy_and_gradient(x: Tensor) -> tuple[Tensor, Tensor]:
+        grad, (_, e) = grad_and_value(x)
+        return e.detach(), grad.detach()
+
+    return EnergyFunctions(fns.energy, lambda x: energy_and_gradient(x)[1], energy_and_gradient)
+
+
 class MCMCSampler(Sampler):
     """Base of the object API. Options common to all samplers:
 
@@ -112,6 +132,8 @@ class MCMCSampler(Sampler):
     def bind(self, x: Tensor) -> EnergyFunctions:
         """The energy's hot-loop callables for states like ``x`` (kernels resolved now)."""
         fns = self.energy.bind(x)
+        if self.compile:
+            fns = _traceable(self.energy, fns)
         return fns if self.autocast is None else _with_autocast(fns, self.autocast, x.device.type)
 
     def init(self, x: Tensor) -> Any:
