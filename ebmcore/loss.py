@@ -18,12 +18,17 @@ class Loss(ABC):
 
     A loss uses the energy but does not own it (not an ``nn.Module``
     container of the model). State a loss keeps between steps (a replay
-    buffer, a learnable normaliser) goes in :meth:`state_dict`.
+    buffer, a learnable normaliser) goes in :meth:`state_dict`; learnable
+    parameters of its own are returned by :meth:`parameters`.
     """
 
     @abstractmethod
     def __call__(self, energy: EnergyModel, data: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
         """The scalar loss on ``data: (batch, *event_shape)``."""
+
+    def parameters(self) -> list[torch.nn.Parameter]:
+        """Learnable parameters the loss owns itself (e.g. NCE's log-normaliser); train them with the model's."""
+        return []
 
     def state_dict(self) -> dict[str, Any]:
         return {}

@@ -1,0 +1,23 @@
+"""ebm-losses: training losses for energy models, a training loop, and 2-d toy datasets."""
+
+from ebm_losses import datasets
+from ebm_losses.contrastive_divergence import ClippedGradientEnergy, ContrastiveDivergence, PersistentContrastiveDivergence
+from ebm_losses.nce import GaussianNoise, NoiseContrastiveEstimation
+from ebm_losses.score_matching import DenoisingScoreMatching, ScoreMatching, SlicedScoreMatching
+from ebm_losses.training import Trainer, TrainHistory
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "datasets",
+    "ContrastiveDivergence",
+    "PersistentContrastiveDivergence",
+    "ClippedGradientEnergy",
+    "ScoreMatching",
+    "SlicedScoreMatching",
+    "DenoisingScoreMatching",
+    "NoiseContrastiveEstimation",
+    "GaussianNoise",
+    "Trainer",
+    "TrainHistory",
+]

@@ -1,0 +1,181 @@
+"""Contrastive divergence: CD-k with chains started at the data, and persistent CD with a replay buffer.
+
+The loss is ``mean E(x⁺) − mean E(x⁻) + α·mean(E(x⁺)² + E(x⁻)²)``: its gradient lowers the energy of
+data ``x⁺`` and raises that of negatives ``x⁻`` drawn by ``n_steps`` of any registered sampler
+(Du & Mordatch 2019 add the ``α`` term to keep energies small).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from torch import Tensor
+
+from ebmcore import EnergyFunctions, EnergyModel, Loss, Sampler, registry
+from ebmcore.errors import InputError
+from ebmcore.validation import check_positive
+
+__all__ = ["ContrastiveDivergence", "PersistentContrastiveDivergence", "ClippedGradientEnergy"]
+
+
+class ClippedGradientEnergy(EnergyModel):
+    """A view of ``base`` whose gradient is clamped to ``[-clip, clip]`` elementwise (for sampling only).
+
+    It references ``base`` without owning it (not a submodule). Clipping changes the dynamics:
+    use it with ULA negatives, as in Du & Mordatch (2019), not with MALA/HMC.
+    """
+
+    def __init__(self, base: EnergyModel, clip: float) -> None:
+        super().__init__()
+        object.__setattr__(self, "_base", base)  # not registered as a submodule: no ownership
+        self.event_shape = base.event_shape
+        self.clip = check_positive(clip, "gradient_clip")
+
+    def _reference_tensor(self) -> Tensor | None:
+        return self._base._reference_tensor()
+
+    def compute_energy(self, x: Tensor) -> Tensor:
+        return self._base.compute_energy(x)
+
+    def compute_gradient(self, x: Tensor, create_graph: bool = False) -> Tensor:
+        return self._base.compute_gradient(x, create_graph).clamp(-self.clip, self.clip)
+
+    def bind(self, like: Tensor) -> EnergyFunctions:
+        fns = self._base.bind(like)
+        clip = self.clip
+
+        def energy_and_gradient(x: Tensor) -> tuple[Tensor, Tensor]:
+            e, g = fns.energy_and_gradient(x)
+            return e, g.clamp_(-clip, clip)
+
+        return EnergyFunctions(fns.energy, lambda x: fns.gradient(x).clamp_(-clip, clip), energy_and_gradient)
+
+
+SamplerSpec = Any  # a registered name, a Sampler built on the energy, or a factory energy -> Sampler
+
+
+class ContrastiveDivergence(Loss):
+    """CD-k: negatives from ``n_steps`` of ``sampler`` started at the data batch.
+
+    ``sampler`` is a registered name (built on the energy with ``sampler_options``), a ready
+    :class:`ebmcore.Sampler`, or a factory ``energy -> Sampler``. ``regularization`` is ``α``;
+    ``gradient_clip`` clamps the gradient the sampler sees. ``last_negatives`` keeps the most
+    recent negatives ``(batch, *event_shape)``.
+    """
+
+    def __init__(self, sampler: SamplerSpec = "langevin", n_steps: int = 10, *, sampler_options: dict[str, Any] | None = None,
+                 regularization: float = 0.0, gradient_clip: float | None = None) -> None:
+        if not isinstance(n_steps, int) or isinstance(n_steps, bool) or n_steps < 1:
+            raise InputError(f"n_steps must be a positive integer, got {n_steps!r}.")
+        if not (isinstance(regularization, (int, float)) and regularization >= 0):
+            raise InputError(f"regularization must be a number >= 0, got {regularization!r}.")
+        if not isinstance(sampler, (str, Sampler)) and not callable(sampler):
+            raise InputError(f"sampler must be a registered name, an ebmcore.Sampler or a factory, got {sampler!r}.")
+        self.sampler_spec = sampler
+        self.n_steps = n_steps
+        self.sampler_options = dict(sampler_options or {})
+        self.regularization = float(regularization)
+        self.gradient_clip = None if gradient_clip is None else check_positive(gradient_clip, "gradient_clip")
+        self.last_negatives: Tensor | None = None
+        self._cache: tuple[int, Sampler] | None = None
+
+    def sampler_for(self, energy: EnergyModel) -> Sampler:
+        """The sampler that draws negatives for ``energy`` (built once per energy and cached)."""
+        if isinstance(self.sampler_spec, Sampler):
+            return self.sampler_spec
+        if self._cache is not None and self._cache[0] == id(energy):
+            return self._cache[1]
+        target = energy if self.gradient_clip is None else ClippedGradientEnergy(energy, self.gradient_clip)
+        if isinstance(self.sampler_spec, str):
+            sampler = registry.get("sampler", self.sampler_spec)(target, **self.sampler_options)
+        else:
+            sampler = self.sampler_spec(target)
+        self._cache = (id(energy), sampler)
+        return sampler
+
+    def negatives(self, energy: EnergyModel, start: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        """Run the sampler from ``start`` and return detached negatives."""
+        return self.sampler_for(energy).sample(start.detach(), self.n_steps, generator=generator).detach()
+
+    def _starts(self, data: Tensor, generator: torch.Generator | None) -> Tensor:
+        return data
+
+    def _after(self, negatives: Tensor) -> None:
+        pass
+
+    def __call__(self, energy: EnergyModel, data: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
+        energy.validate(data, name="data")
+        negatives = self.negatives(energy, self._starts(data, generator), generator)
+        self._after(negatives)
+        self.last_negatives = negatives
+        e_pos = energy.compute_energy(data)
+        e_neg = energy.compute_energy(negatives)
+        loss = e_pos.mean() - e_neg.mean()
+        if self.regularization:
+            loss = loss + self.regularization * (e_pos.square().mean() + e_neg.square().mean())
+        return loss
+
+
+class PersistentContrastiveDivergence(ContrastiveDivergence):
+    """Persistent CD: chains continue from a replay buffer of past negatives.
+
+    Each call draws the batch's starts from the buffer (``buffer_size`` states), restarts a
+    ``reinit_fraction`` of them from noise, samples, and writes the negatives back. Noise is
+    uniform over the first data batch's per-dimension range widened by 10 % (``noise="uniform"``),
+    ``"gaussian"`` (that batch's mean and std), or a callable ``(n, like, generator) -> Tensor``.
+    The buffer and the noise range are part of :meth:`state_dict`.
+    """
+
+    def __init__(self, sampler: SamplerSpec = "langevin", n_steps: int = 10, *, buffer_size: int = 10_000,
+                 reinit_fraction: float = 0.05, noise: str | Callable[..., Tensor] = "uniform", **options: Any) -> None:
+        super().__init__(sampler, n_steps, **options)
+        if not isinstance(buffer_size, int) or isinstance(buffer_size, bool) or buffer_size < 1:
+            raise InputError(f"buffer_size must be a positive integer, got {buffer_size!r}.")
+        if not (isinstance(reinit_fraction, (int, float)) and 0 <= reinit_fraction <= 1):
+            raise InputError(f"reinit_fraction must be in [0, 1], got {reinit_fraction!r}.")
+        if noise not in ("uniform", "gaussian") and not callable(noise):
+            raise InputError(f"noise must be 'uniform', 'gaussian' or a callable (n, like, generator) -> Tensor, got {noise!r}.")
+        self.buffer_size = buffer_size
+        self.reinit_fraction = float(reinit_fraction)
+        self.noise = noise
+        self.buffer: Tensor | None = None
+        self.noise_location: Tensor | None = None
+        self.noise_scale: Tensor | None = None
+        self._indices: Tensor | None = None
+
+    def _noise(self, n: int, like: Tensor, generator: torch.Generator | None) -> Tensor:
+        if callable(self.noise):
+            return self.noise(n, like, generator)
+        draw = torch.rand if self.noise == "uniform" else torch.randn
+        z = draw((n, *like.shape[1:]), generator=generator, dtype=like.dtype, device=like.device)
+        if self.noise == "uniform":
+            z = 2 * z - 1
+        return self.noise_location + self.noise_scale * z
+
+    def _starts(self, data: Tensor, generator: torch.Generator | None) -> Tensor:
+        if self.buffer is None:
+            flat = data.detach()
+            if self.noise == "gaussian":
+                self.noise_location, self.noise_scale = flat.mean(0), flat.std(0).clamp_min(1e-6)
+            else:
+                low, high = flat.min(0).values, flat.max(0).values
+                self.noise_location, self.noise_scale = (low + high) / 2, 0.55 * (high - low).clamp_min(1e-6)
+            self.buffer = self._noise(self.buffer_size, data, generator)
+        n = data.shape[0]
+        self._indices = torch.randint(0, self.buffer_size, (n,), generator=generator, device=data.device)
+        starts = self.buffer[self._indices].clone()
+        restart = torch.rand(n, generator=generator, device=data.device) < self.reinit_fraction
+        fresh = self._noise(n, data, generator)
+        return torch.where(restart.view(-1, *([1] * (data.dim() - 1))), fresh, starts)
+
+    def _after(self, negatives: Tensor) -> None:
+        self.buffer[self._indices] = negatives
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"buffer": self.buffer, "noise_location": self.noise_location, "noise_scale": self.noise_scale}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.buffer = state["buffer"]
+        self.noise_location = state["noise_location"]
+        self.noise_scale = state["noise_scale"]

@@ -1,0 +1,87 @@
+"""Noise-contrastive estimation (Gutmann & Hyvärinen 2010) with a learnable log-normaliser.
+
+The model density is ``log p_θ(x) = −E(x) − c`` with ``c`` learned; with ``ν`` noise samples per data
+sample the loss is the logistic loss of telling data from noise:
+``−mean log σ(G(x)) − ν·mean log σ(−G(y))`` with ``G(u) = log p_θ(u) − log q(u) − log ν``.
+At the optimum ``c`` is ``log Z`` of the energy.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.nn.functional import logsigmoid
+
+from ebmcore import EnergyModel, Loss
+from ebmcore.errors import InputError
+
+__all__ = ["NoiseContrastiveEstimation", "GaussianNoise"]
+
+
+class GaussianNoise:
+    """A diagonal Gaussian ``q = N(mean, diag(std²))`` that samples from a given generator."""
+
+    def __init__(self, mean: Tensor, std: Tensor) -> None:
+        self.mean, self.std = mean, std
+
+    def sample(self, n: int, generator: torch.Generator | None = None) -> Tensor:
+        z = torch.randn((n, *self.mean.shape), generator=generator, dtype=self.mean.dtype, device=self.mean.device)
+        return self.mean + self.std * z
+
+    def log_prob(self, x: Tensor) -> Tensor:
+        z = (x - self.mean) / self.std
+        log_det = self.std.log().sum()
+        d = self.mean.numel()
+        return (-0.5 * z * z).flatten(1).sum(1) - log_det - 0.5 * d * math.log(2 * math.pi)
+
+
+class NoiseContrastiveEstimation(Loss):
+    """NCE. ``noise``: ``"gaussian"`` (a diagonal Gaussian fitted to the first batch, widened by
+    ``noise_scale``) or any object with ``sample(n, generator) -> (n, *event_shape)`` and
+    ``log_prob(x) -> (n,)``. ``noise_ratio``: ``ν``, noise samples per data sample.
+    ``log_normalizer`` (``c``) is a parameter of the loss: train it with the model's
+    (``Trainer`` does; by hand, add ``loss.parameters()`` to the optimizer).
+    """
+
+    def __init__(self, noise: Any = "gaussian", *, noise_ratio: int = 1, noise_scale: float = 1.5,
+                 log_normalizer: float = 0.0) -> None:
+        if not isinstance(noise_ratio, int) or noise_ratio < 1:
+            raise InputError(f"noise_ratio must be a positive integer, got {noise_ratio!r}.")
+        if noise != "gaussian" and not (hasattr(noise, "sample") and hasattr(noise, "log_prob")):
+            raise InputError("noise must be 'gaussian' or have sample(n, generator) and log_prob(x).")
+        self.noise = None if noise == "gaussian" else noise
+        self.noise_ratio = noise_ratio
+        self.noise_scale = float(noise_scale)
+        self.log_normalizer = torch.nn.Parameter(torch.tensor(float(log_normalizer)))
+
+    def parameters(self) -> list[torch.nn.Parameter]:
+        return [self.log_normalizer]
+
+    def __call__(self, energy: EnergyModel, data: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
+        energy.validate(data, name="data")
+        x = data.detach()
+        if self.noise is None:
+            self.noise = GaussianNoise(x.mean(0), self.noise_scale * x.std(0).clamp_min(1e-6))
+        y = self.noise.sample(self.noise_ratio * x.shape[0], generator)
+        c = self.log_normalizer.to(x.dtype)
+        log_nu = math.log(self.noise_ratio)
+
+        def logit(u: Tensor) -> Tensor:
+            return -energy.compute_energy(u) - c - self.noise.log_prob(u) - log_nu
+
+        return -logsigmoid(logit(x)).mean() - self.noise_ratio * logsigmoid(-logit(y)).mean()
+
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"log_normalizer": self.log_normalizer.detach().clone()}
+        if isinstance(self.noise, GaussianNoise):
+            state["noise_mean"], state["noise_std"] = self.noise.mean, self.noise.std
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        with torch.no_grad():
+            self.log_normalizer.copy_(state["log_normalizer"])
+        if "noise_mean" in state:
+            self.noise = GaussianNoise(state["noise_mean"], state["noise_std"])

@@ -1,0 +1,20 @@
+"""Registers the losses of ebm-losses with ebmcore (entry point ``losses``)."""
+
+from __future__ import annotations
+
+from ebmcore import hookimpl
+from ebmcore.registry import Registrar
+
+from ebm_losses.contrastive_divergence import ContrastiveDivergence, PersistentContrastiveDivergence
+from ebm_losses.nce import NoiseContrastiveEstimation
+from ebm_losses.score_matching import DenoisingScoreMatching, ScoreMatching, SlicedScoreMatching
+
+
+@hookimpl
+def ebm_register_losses(registry: Registrar) -> None:
+    registry.register_loss("contrastive_divergence", ContrastiveDivergence)
+    registry.register_loss("persistent_contrastive_divergence", PersistentContrastiveDivergence)
+    registry.register_loss("score_matching", ScoreMatching)
+    registry.register_loss("sliced_score_matching", SlicedScoreMatching)
+    registry.register_loss("denoising_score_matching", DenoisingScoreMatching)
+    registry.register_loss("nce", NoiseContrastiveEstimation)

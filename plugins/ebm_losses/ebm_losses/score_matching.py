@@ -1,0 +1,136 @@
+"""Score matching: exact (Hyvärinen 2005), Hutchinson, sliced (Song et al. 2019) and denoising
+(Vincent 2011; multi-level as in NCSN, Song & Ermon 2019).
+
+With score ``s = −∇ₓE``, Hyvärinen's objective is ``J = E[½|s|² + tr ∇ₓs] = E[½|∇ₓE|² − tr ∇²ₓE]``;
+it equals the Fisher divergence to the data up to a constant. All losses average over the batch
+and sum over the event dimensions.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from ebmcore import EnergyModel, Loss
+from ebmcore.errors import InputError
+from ebmcore.validation import check_positive
+
+__all__ = ["ScoreMatching", "SlicedScoreMatching", "DenoisingScoreMatching", "projections"]
+
+PROJECTIONS = ("rademacher", "gaussian", "sphere")
+
+
+def projections(kind: str, shape: tuple[int, ...], *, like: Tensor, generator: torch.Generator | None) -> Tensor:
+    """Random directions ``v`` with ``E[v vᵀ] = I``: Rademacher ±1, standard Gaussian, or uniform on the
+    sphere of radius ``√d``. ``shape = (m, *event_shape)``."""
+    if kind == "rademacher":
+        return torch.randint(0, 2, shape, generator=generator, device=like.device).to(like.dtype).mul_(2).sub_(1)
+    v = torch.randn(shape, generator=generator, dtype=like.dtype, device=like.device)
+    if kind == "gaussian":
+        return v
+    if kind == "sphere":
+        d = math.prod(shape[1:])
+        return v * (math.sqrt(d) / v.flatten(1).norm(dim=1)).view(-1, *([1] * (len(shape) - 1)))
+    raise InputError(f"unknown projection {kind!r}; choose one of {', '.join(PROJECTIONS)}.")
+
+
+def _flat_sum(t: Tensor) -> Tensor:
+    return t.flatten(1).sum(1)
+
+
+class ScoreMatching(Loss):
+    """Hyvärinen's objective ``mean(½|∇ₓE|² − tr ∇²ₓE)``.
+
+    ``method="exact"`` computes the Hessian trace with one backward pass per input dimension
+    (use it for low dimensions); ``"hutchinson"`` estimates it as ``vᵀ(∇²E)v`` with ``n_probes``
+    Rademacher (or ``probe``) vectors per sample.
+    """
+
+    def __init__(self, method: str = "exact", *, n_probes: int = 1, probe: str = "rademacher") -> None:
+        if method not in ("exact", "hutchinson"):
+            raise InputError(f"method must be 'exact' or 'hutchinson', got {method!r}.")
+        if probe not in PROJECTIONS:
+            raise InputError(f"unknown probe {probe!r}; choose one of {', '.join(PROJECTIONS)}.")
+        if not isinstance(n_probes, int) or n_probes < 1:
+            raise InputError(f"n_probes must be a positive integer, got {n_probes!r}.")
+        self.method, self.n_probes, self.probe = method, n_probes, probe
+
+    def __call__(self, energy: EnergyModel, data: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
+        energy.validate(data, name="data")
+        if self.method == "hutchinson":
+            x = data.detach().repeat(self.n_probes, *([1] * (data.dim() - 1))).requires_grad_(True)
+            grad = energy.compute_gradient(x, create_graph=True)
+            v = projections(self.probe, tuple(x.shape), like=x, generator=generator)
+            (hv,) = torch.autograd.grad(_flat_sum(grad * v).sum(), x, create_graph=True)
+            trace = _flat_sum(hv * v)
+        else:
+            x = data.detach().requires_grad_(True)
+            grad = energy.compute_gradient(x, create_graph=True)
+            flat = grad.flatten(1)
+            trace = torch.zeros(x.shape[0], dtype=grad.dtype, device=grad.device)
+            for i in range(flat.shape[1]):
+                (row,) = torch.autograd.grad(flat[:, i].sum(), x, create_graph=True)
+                trace = trace + row.flatten(1)[:, i]
+        return (0.5 * _flat_sum(grad * grad) - trace).mean()
+
+
+class SlicedScoreMatching(Loss):
+    """Sliced score matching ``mean(−vᵀ(∇²E)v + ½(vᵀ∇E)²)`` over ``n_projections`` directions per sample.
+
+    ``variance_reduction=True`` (SSM-VR) uses ``½|∇E|²``, the exact expectation of ``½(vᵀ∇E)²``.
+    ``projection``: ``"rademacher"``, ``"gaussian"`` or ``"sphere"`` (all with ``E[vvᵀ] = I``).
+    """
+
+    def __init__(self, n_projections: int = 1, *, projection: str = "rademacher", variance_reduction: bool = False) -> None:
+        if not isinstance(n_projections, int) or n_projections < 1:
+            raise InputError(f"n_projections must be a positive integer, got {n_projections!r}.")
+        if projection not in PROJECTIONS:
+            raise InputError(f"unknown projection {projection!r}; choose one of {', '.join(PROJECTIONS)}.")
+        self.n_projections, self.projection, self.variance_reduction = n_projections, projection, bool(variance_reduction)
+
+    def __call__(self, energy: EnergyModel, data: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
+        energy.validate(data, name="data")
+        x = data.detach()
+        if self.n_projections > 1:
+            x = x.repeat(self.n_projections, *([1] * (x.dim() - 1)))
+        x = x.requires_grad_(True)
+        grad = energy.compute_gradient(x, create_graph=True)
+        v = projections(self.projection, tuple(x.shape), like=x, generator=generator)
+        gv = _flat_sum(grad * v)
+        (hv,) = torch.autograd.grad(gv.sum(), x, create_graph=True)
+        second = 0.5 * (_flat_sum(grad * grad) if self.variance_reduction else gv * gv)
+        return (second - _flat_sum(hv * v)).mean()
+
+
+class DenoisingScoreMatching(Loss):
+    """Denoising score matching: ``½ mean |∇E(x̃) − ε/σ|²`` with ``x̃ = x + σε``.
+
+    With several ``sigmas`` (NCSN style), each sample gets a level drawn uniformly and the loss is
+    weighted by ``σ²``: ``½ mean |σ∇E(x̃) − ε|²``. The energy is shared by all levels (it is not
+    conditioned on ``σ``); the optimum of one level is the score of the data smoothed by ``N(0, σ²I)``.
+    """
+
+    def __init__(self, sigma: float | None = 0.1, *, sigmas: Sequence[float] | None = None) -> None:
+        levels = [sigma] if sigmas is None else list(sigmas)
+        if not levels or any(s is None for s in levels):
+            raise InputError("give sigma, or a non-empty list sigmas.")
+        self.sigmas = torch.tensor([check_positive(s, "sigma") for s in levels], dtype=torch.float64)
+
+    def __call__(self, energy: EnergyModel, data: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
+        energy.validate(data, name="data")
+        x = data.detach()
+        eps = torch.randn(x.shape, generator=generator, dtype=x.dtype, device=x.device)
+        shape = (-1, *([1] * (x.dim() - 1)))
+        if self.sigmas.numel() == 1:
+            sigma = float(self.sigmas[0])
+            grad = energy.compute_gradient((x + sigma * eps).requires_grad_(True), create_graph=True)
+            residual = grad - eps / sigma
+        else:
+            idx = torch.randint(0, self.sigmas.numel(), (x.shape[0],), generator=generator)
+            sigma = self.sigmas[idx].to(dtype=x.dtype, device=x.device).view(shape)
+            grad = energy.compute_gradient((x + sigma * eps).requires_grad_(True), create_graph=True)
+            residual = sigma * grad - eps
+        return 0.5 * _flat_sum(residual * residual).mean()

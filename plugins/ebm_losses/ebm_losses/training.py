@@ -1,0 +1,229 @@
+"""A small, explicit training loop for energy models: batches, optimizer, progress, evaluation,
+EMA of the weights, checkpoints and exact resume.
+
+Everything random (batch order, the loss's noise and sampler chains) comes from one local
+``torch.Generator`` whose state is checkpointed, so ``fit(a + b)`` equals ``fit(a)``, save, load
+into a fresh trainer, ``fit(b)`` -- bit for bit (for tensor and ``Dataset`` data).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+from torch import Tensor
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+from torch.utils.data import DataLoader, Dataset
+
+from ebmcore import EnergyModel, Loss
+from ebmcore.errors import InputError, NonFiniteError
+
+__all__ = ["Trainer", "TrainHistory"]
+
+EvalFn = Callable[[EnergyModel, int], dict[str, float]]
+
+
+@dataclass
+class TrainHistory:
+    """``losses[i]`` is the loss at step ``steps[i]``; ``evaluations`` holds ``(step, metrics)``."""
+
+    steps: list[int] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
+    evaluations: list[tuple[int, dict[str, float]]] = field(default_factory=list)
+
+
+class _Batches:
+    """Batches of a tensor or ``Dataset`` in a generator-driven random order, resumable exactly."""
+
+    def __init__(self, data: Tensor | Dataset, batch_size: int, generator: torch.Generator) -> None:
+        self.data, self.batch_size, self.generator = data, batch_size, generator
+        self.n = len(data)
+        self.batch_size = min(batch_size, self.n)
+        self.order: Tensor | None = None
+        self.position = 0
+
+    def next(self) -> Tensor:
+        if self.order is None or self.position + self.batch_size > self.n:
+            self.order = torch.randperm(self.n, generator=self.generator)
+            self.position = 0
+        idx = self.order[self.position:self.position + self.batch_size]
+        self.position += self.batch_size
+        if isinstance(self.data, Tensor):
+            return self.data[idx.to(self.data.device)]
+        items = [self.data[int(i)] for i in idx]
+        return torch.stack([item[0] if isinstance(item, (tuple, list)) else item for item in items])
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"order": self.order, "position": self.position}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.order, self.position = state["order"], state["position"]
+
+
+class _LoaderBatches:
+    """Batches of a user ``DataLoader``, restarted when exhausted (resume restarts the epoch)."""
+
+    def __init__(self, loader: DataLoader) -> None:
+        self.loader = loader
+        self.iterator: Iterator[Any] | None = None
+
+    def next(self) -> Tensor:
+        for _ in range(2):
+            if self.iterator is None:
+                self.iterator = iter(self.loader)
+            try:
+                item = next(self.iterator)
+                return item[0] if isinstance(item, (tuple, list)) else item
+            except StopIteration:
+                self.iterator = None
+        raise InputError("the DataLoader yields no batch.")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.iterator = None
+
+
+class Trainer:
+    """Train ``energy`` by minimising ``loss`` on ``data``.
+
+    ``data``: a tensor ``(N, *event_shape)``, a ``Dataset`` (items are tensors or tuples whose first
+    element is the sample) or a ``DataLoader`` (used as is; resume then restarts its epoch).
+    ``optimizer`` defaults to Adam with ``lr`` over the energy's and the loss's parameters.
+    ``ema_decay`` keeps an exponential moving average of the weights in ``trainer.ema``.
+    ``eval_fn(energy, step) -> {name: value}`` runs every ``eval_every`` steps;
+    ``checkpoint_path`` is written every ``checkpoint_every`` steps.
+    """
+
+    def __init__(
+        self,
+        energy: EnergyModel,
+        loss: Loss,
+        data: Tensor | Dataset | DataLoader,
+        optimizer: torch.optim.Optimizer | None = None,
+        *,
+        batch_size: int = 256,
+        lr: float = 1e-3,
+        seed: int = 0,
+        ema_decay: float | None = None,
+        progress: bool = False,
+        eval_fn: EvalFn | None = None,
+        eval_every: int | None = None,
+        checkpoint_path: str | os.PathLike | None = None,
+        checkpoint_every: int | None = None,
+    ) -> None:
+        if not isinstance(energy, EnergyModel):
+            raise InputError(f"energy must be an ebmcore.EnergyModel, got {type(energy).__name__}.")
+        if not isinstance(loss, Loss):
+            raise InputError(f"loss must be an ebmcore.Loss, got {type(loss).__name__}.")
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise InputError(f"batch_size must be a positive integer, got {batch_size!r}.")
+        if ema_decay is not None and not (0 < ema_decay < 1):
+            raise InputError(f"ema_decay must be in (0, 1), got {ema_decay!r}.")
+        if (eval_every is None) != (eval_fn is None):
+            raise InputError("give eval_fn and eval_every together.")
+        if (checkpoint_every is None) != (checkpoint_path is None):
+            raise InputError("give checkpoint_path and checkpoint_every together.")
+        self.energy, self.loss = energy, loss
+        self.generator = torch.Generator().manual_seed(seed)
+        if isinstance(data, DataLoader):
+            self.batches: _Batches | _LoaderBatches = _LoaderBatches(data)
+        elif isinstance(data, (Tensor, Dataset)):
+            if len(data) == 0:
+                raise InputError("data is empty.")
+            self.batches = _Batches(data, batch_size, self.generator)
+        else:
+            raise InputError(f"data must be a tensor, a Dataset or a DataLoader, got {type(data).__name__}.")
+        params = list(energy.parameters()) + list(loss.parameters())
+        self.optimizer = optimizer or torch.optim.Adam(params, lr=lr)
+        self.ema = AveragedModel(energy, multi_avg_fn=get_ema_multi_avg_fn(ema_decay)) if ema_decay else None
+        self.progress, self.eval_fn, self.eval_every = progress, eval_fn, eval_every
+        self.checkpoint_path = None if checkpoint_path is None else Path(checkpoint_path)
+        self.checkpoint_every = checkpoint_every
+        self.step = 0
+        self.history = TrainHistory()
+
+    def fit(self, n_steps: int) -> TrainHistory:
+        """Run ``n_steps`` optimisation steps (continuing from ``self.step``); returns the whole history."""
+        if not isinstance(n_steps, int) or n_steps < 0:
+            raise InputError(f"n_steps must be a non-negative integer, got {n_steps!r}.")
+        bar = None
+        if self.progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=n_steps, desc="train", unit="step")
+        start, seen = time.perf_counter(), 0
+        for _ in range(n_steps):
+            batch = self.batches.next()
+            value = self.loss(self.energy, batch, generator=self.generator)
+            loss_value = float(value.detach())
+            if not torch.isfinite(torch.tensor(loss_value)):
+                last = list(zip(self.history.steps[-5:], self.history.losses[-5:]))
+                raise NonFiniteError(
+                    f"the loss is {loss_value} at step {self.step + 1}; the last finite values (step, loss) were {last}. "
+                    "The parameters are those after the last finite step (nothing was replaced). Lower the learning rate "
+                    "or the sampler's step size, add energy regularization, or clip gradients."
+                )
+            self.optimizer.zero_grad(set_to_none=True)
+            value.backward()
+            self.optimizer.step()
+            if self.ema is not None:
+                self.ema.update_parameters(self.energy)
+            self.step += 1
+            seen += batch.shape[0]
+            self.history.steps.append(self.step)
+            self.history.losses.append(loss_value)
+            if self.eval_fn is not None and self.step % self.eval_every == 0:
+                self.history.evaluations.append((self.step, dict(self.eval_fn(self.energy, self.step))))
+            if self.checkpoint_path is not None and self.step % self.checkpoint_every == 0:
+                self.save(self.checkpoint_path)
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss_value:.4g}", samples_per_s=f"{seen / (time.perf_counter() - start):.0f}")
+        if bar is not None:
+            bar.close()
+        return self.history
+
+    # -- checkpoints ------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "energy": self.energy.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "loss": self.loss.state_dict(),
+            "ema": None if self.ema is None else self.ema.state_dict(),
+            "generator": self.generator.get_state(),
+            "torch_rng": torch.get_rng_state(),
+            "batches": self.batches.state_dict(),
+            "history": self.history,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.step = state["step"]
+        self.energy.load_state_dict(state["energy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.loss.load_state_dict(state["loss"])
+        if self.ema is not None and state["ema"] is not None:
+            self.ema.load_state_dict(state["ema"])
+        self.generator.set_state(state["generator"])
+        torch.set_rng_state(state["torch_rng"])
+        self.batches.load_state_dict(state["batches"])
+        self.history = state["history"]
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write a checkpoint atomically (a temporary file renamed over ``path``)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        torch.save(self.state_dict(), tmp)
+        os.replace(tmp, path)
+
+    def load(self, path: str | os.PathLike) -> None:
+        """Resume from a checkpoint written by :meth:`save` (same energy, loss and data set-up)."""
+        self.load_state_dict(torch.load(path, weights_only=False))

@@ -1,0 +1,100 @@
+"""Registration, contracts, samplers by name/instance/factory, the replay buffer, clipping, datasets."""
+
+import pytest
+import torch
+
+import ebmcore
+from ebm_losses import ClippedGradientEnergy, ContrastiveDivergence, PersistentContrastiveDivergence, datasets
+from ebm_samplers import LangevinSampler
+from ebmcore.errors import InputError
+from ebmcore.testing import check_loss
+
+NAMES = ["contrastive_divergence", "persistent_contrastive_divergence", "score_matching", "sliced_score_matching",
+         "denoising_score_matching", "nce"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_registered_losses_pass_the_core_contract(name):
+    entry = ebmcore.registry.get("loss", name)
+    assert entry.distribution == "ebm-losses"
+    check_loss(entry.component)
+
+
+def test_cd_takes_a_sampler_by_name_instance_or_factory():
+    energy = ebmcore.MLPEnergy(dim=2, hidden=(8,), seed=0)
+    data = torch.randn(16, 2)
+    by_name = ContrastiveDivergence("langevin", 5, sampler_options={"step_size": 0.01})
+    instance = LangevinSampler(energy, step_size=0.01)
+    by_instance = ContrastiveDivergence(instance, 5)
+    by_factory = ContrastiveDivergence(lambda e: LangevinSampler(e, step_size=0.01), 5)
+    values = [loss(energy, data, generator=torch.Generator().manual_seed(0)) for loss in (by_name, by_instance, by_factory)]
+    assert values[0] == values[1] == values[2]
+    assert by_instance.sampler_for(energy) is instance
+    with pytest.raises(ebmcore.UnknownComponentError, match="(?s)no sampler named 'langevn'.*Did you mean 'langevin'"):
+        ContrastiveDivergence("langevn")(energy, data)
+
+
+def test_persistent_cd_keeps_and_restarts_its_buffer():
+    energy = ebmcore.MLPEnergy(dim=2, hidden=(8,), seed=0)
+    loss = PersistentContrastiveDivergence("langevin", 3, sampler_options={"step_size": 0.01}, buffer_size=500, reinit_fraction=0.2)
+    data = datasets.make("two_moons", 200, generator=torch.Generator().manual_seed(0))
+    g = torch.Generator().manual_seed(0)
+    loss(energy, data, generator=g)
+    state = loss.state_dict()
+    assert state["buffer"].shape == (500, 2)
+    low, high = data.min(0).values, data.max(0).values
+    assert bool(((state["buffer"] >= low - 0.2 * (high - low)) & (state["buffer"] <= high + 0.2 * (high - low))).all())
+    before = state["buffer"].clone()
+    loss(energy, data, generator=g)
+    changed = (loss.buffer != before).any(1).sum()
+    assert 100 <= changed <= 200  # 200 draws with replacement from 500 slots, all rewritten
+    fresh = PersistentContrastiveDivergence("langevin", 3, sampler_options={"step_size": 0.01}, buffer_size=500)
+    fresh.load_state_dict(loss.state_dict())
+    assert torch.equal(fresh.buffer, loss.buffer)
+
+
+def test_gradient_clipping_clamps_what_the_sampler_sees_and_never_owns_the_model():
+    energy = ebmcore.DoubleWellEnergy(dim=2)
+    clipped = ClippedGradientEnergy(energy, 0.5)
+    x = torch.full((4, 2), 3.0)
+    assert clipped.gradient(x).abs().max() == 0.5 and energy.gradient(x).abs().max() > 50
+    fns = clipped.bind(x)
+    assert fns.gradient(x).abs().max() == 0.5 and fns.energy_and_gradient(x)[1].abs().max() == 0.5
+    assert list(clipped.children()) == []
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda: ContrastiveDivergence(n_steps=0), "n_steps must be a positive integer"),
+    (lambda: ContrastiveDivergence(regularization=-1), "regularization must be a number >= 0"),
+    (lambda: ContrastiveDivergence(sampler=3), "sampler must be a registered name"),
+    (lambda: ContrastiveDivergence(gradient_clip=0), "gradient_clip must be a finite positive number"),
+    (lambda: PersistentContrastiveDivergence(reinit_fraction=2), r"reinit_fraction must be in \[0, 1\]"),
+    (lambda: PersistentContrastiveDivergence(noise="pink"), "noise must be 'uniform', 'gaussian' or a callable"),
+])
+def test_bad_loss_parameters(build, message):
+    with pytest.raises(InputError, match=message):
+        build()
+
+
+@pytest.mark.parametrize("name", sorted(datasets.DATASETS))
+def test_toy_datasets_are_seeded_locally(name):
+    state = torch.get_rng_state()
+    a = datasets.make(name, 500, generator=torch.Generator().manual_seed(3))
+    b = datasets.make(name, 500, generator=torch.Generator().manual_seed(3))
+    c = datasets.make(name, 500, generator=torch.Generator().manual_seed(4))
+    assert torch.equal(torch.get_rng_state(), state)
+    assert a.shape == (500, 2) and a.dtype == torch.float32 and torch.equal(a, b) and not torch.equal(a, c)
+    assert a.abs().max() < 6
+
+
+def test_toy_dataset_geometry():
+    g = torch.Generator().manual_seed(0)
+    x = datasets.make_eight_gaussians(4000, generator=g, std=0.01)
+    assert torch.allclose(x.norm(dim=1), torch.full((4000,), 2.0), atol=0.05)
+    r = datasets.make_circles(4000, generator=g, noise=0.0).norm(dim=1)
+    assert bool(((r - 1.0).abs() < 1e-5).logical_or((r - 2.5).abs() < 1e-5).all())
+    board = datasets.make_checkerboard(4000, generator=g)
+    cells = (torch.floor(board[:, 0] / 2) + torch.floor(board[:, 1] / 2)) % 2
+    assert bool((cells == 0).all())  # only black squares
+    with pytest.raises(InputError, match="unknown dataset 'moons'"):
+        datasets.make("moons", 10)
