@@ -8,6 +8,8 @@ Every (workload, library) pair gets the same seeded float32 initial states ``x0 
 the same target; one warm-up run (for JAX this includes the jit compile), one untimed correctness
 run, then ``--repeats`` timed runs, interleaved (for each repeat, every library in turn). Tables
 report the median; the ratio column is each library's median over ebm's (> 1: ebm is faster).
+W5-W7 (training losses: ebm_losses vs torchebm.losses; BlackJAX has none) train the seeded MLP on a
+fixed seeded eight-Gaussians batch and report the loss and its parameter gradient beside the time.
 No timing is ever asserted. See benchmarks/README.md for how each peer is called.
 """
 
@@ -33,7 +35,8 @@ LIBS = ("ebm", "torchebm", "blackjax")
 SEED_X0 = 0  # initial states
 SEED_NOISE = 1  # sampler randomness (torch.Generator / jax PRNGKey)
 SEED_COV = 2  # W1's covariance
-SEED_MLP = 3  # W4's MLP weights
+SEED_MLP = 3  # W4's MLP weights (also W5-W7's initial weights)
+SEED_DATA = 4  # W5-W7's data batch (eight Gaussians)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -43,8 +46,11 @@ SEED_MLP = 3  # W4's MLP weights
 
 @dataclass(frozen=True)
 class Workload:
-    """One benchmark problem. ``kind``: ``langevin``/``hmc`` (a full run of ``n_steps``) or
-    ``langevin_step``/``hmc_step`` (single transitions, ``inner`` of them per timed run, reported per step).
+    """One benchmark problem. ``kind``: ``langevin``/``hmc`` (a full run of ``n_steps``),
+    ``langevin_step``/``hmc_step`` (single transitions, ``inner`` of them per timed run, reported per step),
+    or a training loss (``LOSS_KINDS``: ``cd`` = one CD-``n_steps`` training step with Adam ``lr``;
+    ``ssm``/``dsm`` = sliced/denoising score matching forward + backward; ``inner`` successive calls per
+    timed run, reported per call; ``n_chains`` is then the batch size).
     ``target``: ``gaussian`` (W1's full-covariance Gaussian), ``standard`` (N(0, I)),
     ``double_well`` or ``mlp``."""
 
@@ -60,6 +66,10 @@ class Workload:
     inner: int = 1
     guide: str = ""  # the performance guides' CPU figure
     guide_rate: float = 0.0  # samples/s the guides quote (S7, S8)
+    lr: float = 0.0  # W5: Adam's learning rate
+    n_projections: int = 0  # W6
+    projection: str = ""  # W6: the projection distribution (both libraries draw it with randn: "gaussian")
+    sigma: float = 0.0  # W7: the noise level
 
 
 WORKLOADS: dict[str, Workload] = {
@@ -69,6 +79,12 @@ WORKLOADS: dict[str, Workload] = {
         Workload("W2", "Langevin (ULA), 2-d double well", "langevin", "double_well", 2, 50_000, 1_000, 0.01),
         Workload("W3", "HMC, 20-d standard Gaussian", "hmc", "standard", 20, 1_000, 100, 0.1, n_leapfrog=10),
         Workload("W4", "Langevin (ULA), MLP energy 2-64-64-1 SiLU", "langevin", "mlp", 2, 10_000, 100, 0.01),
+        Workload("W5", "one contrastive-divergence training step (CD-10 with Langevin negatives, backward, Adam), "
+                 "MLP energy 2-64-64-1 SiLU", "cd", "mlp", 2, 1_024, 10, 0.01, inner=20, lr=1e-3),
+        Workload("W6", "sliced score matching loss, forward + backward, MLP energy 2-64-64-1 SiLU", "ssm", "mlp", 2,
+                 1_024, 0, 0.0, inner=50, n_projections=1, projection="gaussian"),
+        Workload("W7", "denoising score matching loss, forward + backward, MLP energy 2-64-64-1 SiLU", "dsm", "mlp", 2,
+                 1_024, 0, 0.0, inner=50, sigma=0.1),
         Workload("S1", "one Langevin step, 1,000 chains, dim 10 (W1's Gaussian)", "langevin_step", "gaussian", 10, 1_000, 1,
                  0.01, inner=200, guide="8.2 ms CPU"),
         Workload("S2", "one HMC step, 1,000 chains, dim 10 (standard Gaussian, step 0.1, 10 leapfrog)", "hmc_step",
@@ -82,7 +98,13 @@ WORKLOADS: dict[str, Workload] = {
     ]
 }
 
-BLACKJAX_KINDS = ("langevin", "hmc")  # blackjax has no single-step workloads here (S1, S2)
+BLACKJAX_KINDS = ("langevin", "hmc")  # blackjax has no single-step workloads here (S1, S2), and no EBM losses (W5-W7)
+LOSS_KINDS = ("cd", "ssm", "dsm")
+
+
+def per_call(w: Workload) -> int:
+    """How many steps/loss calls one timed run makes (its time is reported divided by this)."""
+    return w.inner if (w.kind.endswith("_step") or w.kind in LOSS_KINDS) else 1
 
 
 def quick(w: Workload) -> Workload:
@@ -114,6 +136,19 @@ def make_x0(n_chains: int, dim: int) -> Any:
     return torch.randn(n_chains, dim, generator=g, dtype=torch.float32)
 
 
+def make_eight_gaussians(n: int, seed: int = SEED_DATA) -> Any:
+    """W5-W7's data batch: a uniform mixture of eight Gaussians (std 0.2) centred on the circle of radius 2
+    (the defaults of ``ebm_losses.datasets.make_eight_gaussians``, written out here so that the batch does not
+    depend on either library); float64 draws from a seeded ``torch.Generator``, returned as float32."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    angles = torch.arange(8, dtype=torch.float64) * (torch.pi / 4)
+    centres = 2.0 * torch.stack([angles.cos(), angles.sin()], 1)
+    which = torch.randint(0, 8, (n,), generator=g)
+    return (centres[which] + 0.2 * torch.randn(n, 2, generator=g, dtype=torch.float64)).to(torch.float32)
+
+
 def make_mlp(seed: int = SEED_MLP) -> Any:
     """The shared ``2 -> 64 -> 64 -> 1`` SiLU MLP; weights ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))`` from a seeded generator."""
     import torch
@@ -132,23 +167,37 @@ def make_mlp(seed: int = SEED_MLP) -> Any:
 
 @dataclass
 class Problem:
-    """What every library's runner receives: the workload, ``x0`` (torch float32) and the target's data."""
+    """What every library's runner receives: the workload, ``x0`` (torch float32) and the target's data.
+    For the losses (W5-W7) ``x0`` is the data batch and ``net`` is trainable; ``net_init`` holds its
+    initial parameters, restored before every timed run (``restore_net``)."""
 
     w: Workload
     x0: Any
     mean: np.ndarray  # true mean (gaussian/standard)
     cov: np.ndarray  # true covariance (gaussian/standard)
     net: Any = None  # the torch MLP (mlp)
+    net_init: Any = None  # W5-W7: a copy of the MLP's initial state_dict
 
 
 def make_problem(w: Workload) -> Problem:
-    import torch
-
     cov = gaussian_covariance(w.dim) if w.target == "gaussian" else np.eye(w.dim)
     net = make_mlp() if w.target == "mlp" else None
+    if w.kind in LOSS_KINDS:  # the losses train the MLP: parameters stay trainable
+        init = {k: v.detach().clone() for k, v in net.state_dict().items()}
+        return Problem(w, make_eight_gaussians(w.n_chains), np.zeros(w.dim), cov, net, init)
     if net is not None:
         net.requires_grad_(False)  # the sampler differentiates w.r.t. x only
     return Problem(w, make_x0(w.n_chains, w.dim), np.zeros(w.dim), cov, net)
+
+
+def restore_net(p: Problem) -> None:
+    """Put the shared MLP back to its initial parameters, gradients unset (untimed, before every run)."""
+    import torch
+
+    with torch.no_grad():
+        for name, t in p.net.state_dict().items():
+            t.copy_(p.net_init[name])
+    p.net.zero_grad(set_to_none=True)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -159,10 +208,12 @@ def make_problem(w: Workload) -> Problem:
 @dataclass
 class Case:
     """``run()``: the timed call (blocks until the result exists). ``check()``: an untimed run with the
-    same seed returning ``{"samples": ndarray, "acceptance": float | None}`` for the correctness figures."""
+    same seed returning ``{"samples": ndarray, "acceptance": float | None}`` for the correctness figures
+    (for the losses: see ``loss_case``). ``reset()``: untimed, before every warm-up, check and timed run."""
 
     run: Callable[[], Any]
     check: Callable[[], dict]
+    reset: Callable[[], None] = lambda: None
 
 
 def _np(x: Any) -> np.ndarray:
@@ -368,6 +419,138 @@ def torchebm_single_step(p: Problem) -> Case:
     return Case(run, check)
 
 
+# -- training losses (W5-W7), shared by ebm and torchebm ---------------------------------------
+
+
+def loss_case(p: Problem, loss_fn: Callable[[Any, Any], tuple[Any, Any]]) -> Case:
+    """W5-W7 for one library. ``loss_fn(data, generator) -> (loss, negatives | None)`` is the library's
+    call. One timed run = ``inner`` successive steps with one ``torch.Generator(seed 1)``: for W5 each is
+    ``loss, backward, Adam step`` (the optimizer is made fresh, and the MLP restored to its initial
+    weights, by ``reset``: untimed); for W6/W7 ``loss, backward`` (the weights stay fixed). Gradients are
+    set to ``None`` before each backward, as ``zero_grad`` does by default."""
+    import torch
+
+    w, net = p.w, p.net
+    params = list(net.parameters())
+    opt: list[Any] = [None]
+
+    def reset() -> None:
+        restore_net(p)
+        if w.kind == "cd":
+            opt[0] = torch.optim.Adam(params, lr=w.lr)  # fresh state, identical for every library
+
+    def one(g: Any) -> tuple[Any, Any]:
+        loss, neg = loss_fn(p.x0, g)
+        for q in params:
+            q.grad = None
+        loss.backward()
+        if opt[0] is not None:
+            opt[0].step()
+        return loss, neg
+
+    def run() -> Any:
+        g = torch.Generator().manual_seed(SEED_NOISE)
+        for _ in range(w.inner):
+            loss, _ = one(g)
+        return loss
+
+    def check() -> dict:
+        loss, neg = loss_fn(p.x0, torch.Generator().manual_seed(SEED_NOISE))
+        for q in params:
+            q.grad = None
+        loss.backward()
+        grads = np.concatenate([_np(q.grad if q.grad is not None else torch.zeros_like(q)).ravel() for q in params])
+        out = {"loss": float(loss.detach()), "grads": grads, "negatives": None if neg is None else _np(neg)}
+        if opt[0] is not None:
+            opt[0].step()
+            out["params_after"] = np.concatenate([_np(q).ravel() for q in params])
+        return out
+
+    return Case(run, check, reset)
+
+
+def ebm_loss(p: Problem) -> Case:
+    """W5: ``ebm_losses.ContrastiveDivergence("langevin", n_steps, sampler_options={"step_size": h})``;
+    W6: ``SlicedScoreMatching(n_projections, projection=...)``; W7: ``DenoisingScoreMatching(sigma)``;
+    all called as ``loss(energy, data, generator=g)`` on W4's ``EnergyModel`` wrapper of the MLP."""
+    import ebm_losses
+
+    w, energy = p.w, ebm_energy(p)
+    if w.kind == "cd":
+        loss = ebm_losses.ContrastiveDivergence("langevin", w.n_steps, sampler_options={"step_size": w.step_size})
+    elif w.kind == "ssm":
+        loss = ebm_losses.SlicedScoreMatching(n_projections=w.n_projections, projection=w.projection)
+    else:
+        loss = ebm_losses.DenoisingScoreMatching(w.sigma)
+
+    def loss_fn(data: Any, g: Any) -> tuple[Any, Any]:
+        value = loss(energy, data, generator=g)
+        return value, getattr(loss, "last_negatives", None)
+
+    return loss_case(p, loss_fn)
+
+
+def torchebm_loss(p: Problem) -> Case:
+    """W5: ``torchebm.losses.ContrastiveDivergence(model, LangevinDynamics(model, step_size=h, noise_scale=1),
+    k_steps=n_steps, persistent=False, energy_reg_weight=0.0)`` (its default regularisation 0.001 switched
+    off, as ours has none); W6: ``SlicedScoreMatching(model, n_projections, projection_type=...)``; W7:
+    ``DenoisingScoreMatching(model, noise_scale=sigma)``; all called as ``loss(data, generator=g)``."""
+    from torchebm.losses import ContrastiveDivergence, DenoisingScoreMatching, SlicedScoreMatching
+    from torchebm.samplers import LangevinDynamics
+
+    w, model = p.w, torchebm_model(p)
+    if w.kind == "cd":
+        sampler = LangevinDynamics(model, step_size=w.step_size, noise_scale=1.0)
+        loss = ContrastiveDivergence(model, sampler, k_steps=w.n_steps, persistent=False, energy_reg_weight=0.0)
+    elif w.kind == "ssm":
+        loss = SlicedScoreMatching(model, n_projections=w.n_projections, projection_type=w.projection)
+    else:
+        loss = DenoisingScoreMatching(model, noise_scale=w.sigma)
+
+    def loss_fn(data: Any, g: Any) -> tuple[Any, Any]:
+        out = loss(data, generator=g)
+        return out if isinstance(out, tuple) else (out, None)  # CD returns (loss, negatives)
+
+    return loss_case(p, loss_fn)
+
+
+def reference_loss(p: Problem) -> float:
+    """The loss written out in plain torch from its definition, with the same random draws in the same
+    order (one ``torch.Generator(seed 1)``), on the initial MLP: a third implementation to check both against.
+    W5: ULA ``x <- x - h grad E(x) + sqrt(2h) xi`` from the data, ``mean E(data) - mean E(x)``; W6:
+    ``mean(1/2 (v.grad E)^2 - v.(hess E) v)`` with ``v ~ N(0, I)``; W7:
+    ``1/2 mean |grad E(x + sigma eps) - eps/sigma|^2``."""
+    import torch
+
+    w, net = p.w, p.net
+    restore_net(p)
+    g = torch.Generator().manual_seed(SEED_NOISE)
+    data = p.x0
+
+    def grad_e(x: Any, create_graph: bool = False) -> Any:
+        with torch.enable_grad():
+            x = x if x.requires_grad else x.detach().requires_grad_(True)
+            return torch.autograd.grad(net(x).sum(), x, create_graph=create_graph)[0]
+
+    if w.kind == "cd":
+        x = data.clone()
+        for _ in range(w.n_steps):
+            xi = torch.randn(x.shape, generator=g, dtype=x.dtype)
+            x = x - w.step_size * grad_e(x) + (2 * w.step_size) ** 0.5 * xi
+        with torch.no_grad():
+            return float(net(data).mean() - net(x).mean())
+    if w.kind == "ssm":
+        x = data.clone().repeat(w.n_projections, 1).requires_grad_(True)
+        ge = grad_e(x, create_graph=True)
+        v = torch.randn(x.shape, generator=g, dtype=x.dtype)
+        gv = (ge * v).sum(1)
+        hv = torch.autograd.grad(gv.sum(), x)[0]
+        return float((0.5 * gv.detach() ** 2 - (hv * v).sum(1)).mean())
+    eps = torch.randn(data.shape, generator=g, dtype=data.dtype)
+    r = grad_e(data + w.sigma * eps) - eps / w.sigma
+    return float(0.5 * (r * r).sum(1).mean())
+
+
 # -- blackjax ----------------------------------------------------------------------------------
 
 
@@ -461,6 +644,8 @@ def blackjax_sampling(p: Problem) -> Case:
 
 def build_case(lib: str, p: Problem) -> Case | None:
     step = p.w.kind.endswith("_step")
+    if p.w.kind in LOSS_KINDS:
+        return {"ebm": ebm_loss, "torchebm": torchebm_loss}.get(lib, lambda _: None)(p)  # no BlackJAX losses
     if lib == "ebm":
         return ebm_single_step(p) if step else ebm_sampling(p)
     if lib == "ebm:sample1":
@@ -521,8 +706,35 @@ def figures(p: Problem, out: dict, ref: np.ndarray | None) -> dict:
     return fig
 
 
+def loss_figures(p: Problem, out: dict, ref: dict | None, reference: float) -> dict:
+    """W5-W7: the loss and the norm of its parameter gradient on the initial weights (first call of a run);
+    against ebm's (same draws): relative differences of the loss and of the gradient, and for W5 the largest
+    differences of the negatives and of the weights after the Adam step."""
+    fig: dict[str, float] = {"loss": out["loss"], "grad_norm": float(np.linalg.norm(out["grads"])),
+                             "loss_formula": reference}
+    fig["nonfinite"] = int(not (np.isfinite(out["loss"]) and np.isfinite(out["grads"]).all()))
+    if ref is not None:
+        fig["loss_rel_diff_vs_ebm"] = abs(out["loss"] - ref["loss"]) / max(abs(ref["loss"]), 1e-30)
+        fig["grad_rel_diff_vs_ebm"] = float(np.linalg.norm(out["grads"] - ref["grads"]) / max(np.linalg.norm(ref["grads"]), 1e-30))
+        if out.get("negatives") is not None and ref.get("negatives") is not None:
+            fig["negatives_max_abs_diff_vs_ebm"] = float(np.abs(out["negatives"] - ref["negatives"]).max())
+        if "params_after" in out and "params_after" in ref:
+            fig["params_after_max_abs_diff_vs_ebm"] = float(np.abs(out["params_after"] - ref["params_after"]).max())
+    return fig
+
+
 def format_figures(w: Workload, fig: dict) -> str:
     parts = []
+    if "loss" in fig:
+        parts.append(f"loss {fig['loss']:.6g} (formula {fig['loss_formula']:.6g}), grad norm {fig['grad_norm']:.5g}")
+        if fig.get("nonfinite"):
+            parts.append("**non-finite**")
+        if "loss_rel_diff_vs_ebm" in fig:
+            parts.append(f"rel diff vs ebm: loss {fig['loss_rel_diff_vs_ebm']:.1e}, gradient {fig['grad_rel_diff_vs_ebm']:.1e}")
+        if "negatives_max_abs_diff_vs_ebm" in fig:
+            parts.append(f"max abs diff vs ebm: negatives {fig['negatives_max_abs_diff_vs_ebm']:.1e}, "
+                         f"weights after the Adam step {fig['params_after_max_abs_diff_vs_ebm']:.1e}")
+        return ", ".join(parts)
     if "acceptance" in fig:
         parts.append(f"acc {fig['acceptance']:.3f}")
     if "mean_err" in fig:
@@ -559,6 +771,7 @@ def run_workload(w: Workload, libs: list[str], repeats: int) -> dict:
 
     p = make_problem(w)
     x0_copy = p.x0.clone()
+    reference = reference_loss(p) if w.kind in LOSS_KINDS else None
     names = list(libs)
     if w.kind.endswith("_step") and "ebm" in names:
         names.insert(names.index("ebm") + 1, "ebm:sample1")
@@ -570,23 +783,30 @@ def run_workload(w: Workload, libs: list[str], repeats: int) -> dict:
     results: dict[str, dict] = {}
     ref = None
     for lib, case in cases.items():  # warm-up (JAX: compile), then the untimed correctness run
-        warm = time_once(case.run)
+        case.reset()
+        warm = time_once(case.run)  # the whole first run (S1, S2, W5-W7: all `inner` calls of it)
+        case.reset()
         out = case.check()
         compare = lib == "torchebm" and ref is not None  # same torch.Generator stream as ebm
-        results[lib] = {"warmup_s": warm, "times_s": [], "figures": figures(p, out, ref if compare else None)}
+        if w.kind in LOSS_KINDS:
+            fig = loss_figures(p, out, ref if compare else None, reference)
+        else:
+            fig = figures(p, out, ref if compare else None)
+        results[lib] = {"warmup_s": warm, "times_s": [], "figures": fig}
         if lib == "ebm":
-            ref = out["samples"]
+            ref = out if w.kind in LOSS_KINDS else out["samples"]
     for _ in range(repeats):  # interleaved
         for lib, case in cases.items():
+            case.reset()  # untimed: W5 restores the initial weights and makes a fresh optimizer
             results[lib]["times_s"].append(time_once(case.run))
-    per = w.inner if w.kind.endswith("_step") else 1
+    per = per_call(w)
     for r in results.values():
         r["median_s"] = statistics.median(r["times_s"]) / per
         r["min_s"] = min(r["times_s"]) / per
         r["max_s"] = max(r["times_s"]) / per
-        r["samples_per_s"] = w.n_chains * w.n_steps / r["median_s"] if not w.kind.endswith("_step") else w.n_chains / r["median_s"]
+        r["samples_per_s"] = w.n_chains * w.n_steps / r["median_s"] if per == 1 else w.n_chains / r["median_s"]
     if not torch.equal(p.x0, x0_copy):
-        print(f"WARNING {w.id}: a sampler modified x0 in place", file=sys.stderr)
+        print(f"WARNING {w.id}: a sampler or loss modified x0 (the data batch) in place", file=sys.stderr)
     base = results.get("ebm", {}).get("median_s")
     for r in results.values():
         r["ratio_vs_ebm"] = (r["median_s"] / base) if base else None
@@ -595,7 +815,7 @@ def run_workload(w: Workload, libs: list[str], repeats: int) -> dict:
 
 def table(w: Workload, res: dict) -> str:
     rate = w.id in ("S7", "S8")
-    per = " per step" if w.kind.endswith("_step") else ""
+    per = " per step" if per_call(w) > 1 else ""
     head = f"| library | median{per} (ms) | min–max (ms) | first call (ms) | peer / ebm |"
     if rate:
         head += " samples/s |"
@@ -737,6 +957,14 @@ def main(argv: list[str] | None = None) -> int:
             size += f", {w.n_leapfrog} leapfrog"
         if w.kind.endswith("_step"):
             size += f"; {w.inner} successive steps per timed run, time per step reported"
+        if w.kind in LOSS_KINDS:
+            size = f"batch {w.n_chains:,} of 2-d data (eight Gaussians, fixed), float32"
+            size += {"cd": f", CD-{w.n_steps}: {w.n_steps} Langevin steps of size {w.step_size} from the data, Adam lr {w.lr}",
+                     "ssm": f", {w.n_projections} projection ({w.projection}), no variance reduction",
+                     "dsm": f", sigma {w.sigma}"}[w.kind]
+            size += (f"; {w.inner} successive training steps per timed run, each run from the initial weights and a fresh "
+                     "optimizer" if w.kind == "cd" else f"; {w.inner} successive loss + backward calls per timed run (weights fixed)")
+            size += "; time per step reported, 'first call' = the whole warm-up run"
         print(f"## {wid}: {w.what}\n\n{size}." + (f" The guides' figure: {w.guide}." if w.guide else "") + "\n")
         print(table(w, res))
         print(f"\n({time.perf_counter() - t0:.0f} s for this workload; load average now {res['loadavg_end']})\n",

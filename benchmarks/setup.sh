@@ -26,7 +26,8 @@ done
 
 "$VENV/bin/python" - "$VENV" <<'EOF'
 import sys
-import blackjax, ebm_samplers, ebmcore, jax, torch, torchebm
+import blackjax, ebm_losses, ebm_samplers, ebmcore, jax, torch, torchebm
 print(f"{sys.argv[1]} ready: torch {torch.__version__}, torchebm {torchebm.__version__}, "
-      f"jax {jax.__version__}, blackjax {blackjax.__version__}, ebmcore {ebmcore.__version__}")
+      f"jax {jax.__version__}, blackjax {blackjax.__version__}, ebmcore {ebmcore.__version__}, "
+      f"ebm_losses {ebm_losses.__version__}")
 EOF
