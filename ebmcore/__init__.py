@@ -9,7 +9,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from ebmcore import registry
+from ebmcore import diagnostics, registry
 from ebmcore.config import Config, get_config, reload_config
 from ebmcore.energies import (
     AckleyEnergy,
@@ -50,6 +50,7 @@ def energy(name: str, **params: object) -> EnergyModel:
 __all__ = [
     "__version__",
     "registry",
+    "diagnostics",
     "energy",
     "hookimpl",
     "register_plugin",
