@@ -129,8 +129,8 @@ class DenoisingScoreMatching(Loss):
             grad = energy.compute_gradient((x + sigma * eps).requires_grad_(True), create_graph=True)
             residual = grad - eps / sigma
         else:
-            idx = torch.randint(0, self.sigmas.numel(), (x.shape[0],), generator=generator)
-            sigma = self.sigmas[idx].to(dtype=x.dtype, device=x.device).view(shape)
+            idx = torch.randint(0, self.sigmas.numel(), (x.shape[0],), generator=generator, device=x.device)
+            sigma = self.sigmas.to(dtype=x.dtype, device=x.device)[idx].view(shape)
             grad = energy.compute_gradient((x + sigma * eps).requires_grad_(True), create_graph=True)
             residual = sigma * grad - eps
         return 0.5 * _flat_sum(residual * residual).mean()
