@@ -109,6 +109,9 @@ class MCMCSampler(Sampler):
 
     name: ClassVar[str] = "mcmc"
     has_acceptance: ClassVar[bool] = True
+    uses_noise_buffer: ClassVar[bool] = True
+    """True: ``transition_fn(state, noise, [uniform,] fns, ...)`` takes preallocated draws. False: the
+    sampler draws a variable amount itself (NUTS) and the loop calls ``step_fn(..., generator=)``."""
     init_fn: Callable[..., Any]
     transition_fn: Callable[..., Any]
     step_fn: Callable[..., Any]
@@ -117,6 +120,8 @@ class MCMCSampler(Sampler):
         super().__init__(energy)
         if autocast is not None and autocast not in (torch.bfloat16, torch.float16):
             raise InputError(f"autocast must be torch.bfloat16 or torch.float16, got {autocast!r}.")
+        if compile and not self.uses_noise_buffer:
+            raise InputError(f"{type(self).__name__} builds trajectories of data-dependent length: compile=True is not supported.")
         self.autocast = autocast
         self.compile = bool(compile)
         self._compiled: Callable[..., Any] | None = None
@@ -136,9 +141,13 @@ class MCMCSampler(Sampler):
             fns = _traceable(self.energy, fns)
         return fns if self.autocast is None else _with_autocast(fns, self.autocast, x.device.type)
 
+    def init_state(self, x: Tensor, fns: EnergyFunctions) -> Any:
+        """The state at ``x`` given bound energy functions (override when the state is not ``init_fn``'s)."""
+        return self.init_fn(x, fns)
+
     def init(self, x: Tensor) -> Any:
         """The state at ``x: (n_chains, *event_shape)`` (unchecked; ``sample`` checks ``x0``)."""
-        return self.init_fn(x, self.bind(x))
+        return self.init_state(x, self.bind(x))
 
     def step(self, state: Any, *, generator: torch.Generator | None = None, **overrides: Any) -> tuple[Any, Any]:
         """One transition of every chain; ``overrides`` replace tunables for this step only."""
@@ -146,12 +155,30 @@ class MCMCSampler(Sampler):
 
     # -- the loop --------------------------------------------------------------------------------
 
-    def _transition(self) -> Callable[..., Any]:
-        if not self.compile:
-            return self.transition_fn
-        if self._compiled is None:
-            self._compiled = torch.compile(self.transition_fn, dynamic=False)
-        return self._compiled
+    def _one_step(self, x: Tensor, fns: EnergyFunctions, params: dict[str, Any],
+                  generator: torch.Generator | None) -> Callable[[Any], tuple[Any, Any]]:
+        """The loop body ``state -> (state, info)``, with its buffers allocated now."""
+        if not self.uses_noise_buffer:
+            step_fn = self.step_fn
+            return lambda state: step_fn(state, fns, generator=generator, **params)
+        transition = self.transition_fn
+        if self.compile:
+            if self._compiled is None:
+                self._compiled = torch.compile(self.transition_fn, dynamic=False)
+            transition = self._compiled
+        noise = torch.empty_like(x)
+        if not self.has_acceptance:
+            def one_step(state: Any) -> tuple[Any, Any]:
+                noise.normal_(generator=generator)
+                return transition(state, noise, fns, **params)
+            return one_step
+        uniform = torch.empty(x.shape[0], dtype=torch.promote_types(x.dtype, torch.float32), device=x.device)
+
+        def one_step_mh(state: Any) -> tuple[Any, Any]:
+            noise.normal_(generator=generator)
+            uniform.uniform_(generator=generator)
+            return transition(state, noise, uniform, fns, **params)
+        return one_step_mh
 
     def sample(
         self,
@@ -183,15 +210,13 @@ class MCMCSampler(Sampler):
         x = self.check_initial_state(x0)
         fns = self.bind(x)
         params = self.tunables(x, overrides)
-        state = self.init_fn(x, fns)
+        state = self.init_state(x, fns)
         for field in ("energy", "grad"):
             if hasattr(state, field):
                 check_finite(getattr(state, field), what=f"{field} at the initial state x0", x=x,
                              fix="Start every chain where the energy and its gradient are finite.")
-        transition = self._transition()
+        one_step = self._one_step(x, fns, params, generator)
         n_chains = x.shape[0]
-        noise = torch.empty_like(x)
-        uniform = torch.empty(n_chains, dtype=torch.promote_types(x.dtype, torch.float32), device=x.device) if self.has_acceptance else None
         n_kept = n_steps // thin
         trajectory = x.new_empty((n_kept, *x.shape)) if return_trajectory else None
         recorder = _Recorder(x, n_kept, self.has_acceptance, fns) if return_diagnostics else None
@@ -203,12 +228,7 @@ class MCMCSampler(Sampler):
             bar = tqdm(total=burn_in + n_steps, desc=type(self).__name__, unit="step")
         start = time.perf_counter()
         for i in range(burn_in + n_steps):
-            noise.normal_(generator=generator)
-            if uniform is None:
-                state, info = transition(state, noise, fns, **params)
-            else:
-                uniform.uniform_(generator=generator)
-                state, info = transition(state, noise, uniform, fns, **params)
+            state, info = one_step(state)
             kept = i - burn_in + 1
             if kept > 0:
                 if divergences is not None:

@@ -24,10 +24,10 @@ __all__ = ["LangevinState", "LangevinInfo", "init", "step", "transition", "Lange
 
 @dataclass(frozen=True)
 class LangevinState:
-    """``x: (n, *event_shape)`` and ``grad = ∇E(x)`` (same shape)."""
+    """``x: (n, *event_shape)``. ULA needs nothing else: each step evaluates ``∇E`` where it starts,
+    so ``n`` steps cost ``n`` gradients (a state carrying the gradient would pay one more)."""
 
     x: Tensor
-    grad: Tensor
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ _INFO = LangevinInfo()
 
 
 def init(x: Tensor, fns: EnergyFunctions) -> LangevinState:
-    return LangevinState(x, fns.gradient(x))
+    return LangevinState(x)
 
 
 def _noise_scale(step_size: ChainScalar, temperature: ChainScalar) -> ChainScalar:
@@ -57,8 +57,7 @@ def transition(state: LangevinState, noise: Tensor, fns: EnergyFunctions, *, ste
     h = per_chain(step_size, state.x)
     scale = _noise_scale(h, per_chain(temperature, state.x))
     update = update or EulerMaruyama().bind(state.x)
-    x, grad = update(state.x, state.grad, noise, h, scale, fns.gradient)
-    return LangevinState(x, grad), _INFO
+    return LangevinState(update(state.x, fns.gradient(state.x), noise, h, scale)), _INFO
 
 
 def step(state: LangevinState, fns: EnergyFunctions, *, step_size: ChainScalar, temperature: ChainScalar = 1.0,

@@ -9,6 +9,9 @@ from ebm_samplers.hmc import HMCSampler
 from ebm_samplers.integrators import DOPRI5, EulerMaruyama, Heun, Leapfrog, McLachlan, Yoshida
 from ebm_samplers.langevin import LangevinSampler
 from ebm_samplers.mala import MALASampler
+from ebm_samplers.nuts import NUTSSampler
+from ebm_samplers.annealed import AnnealedLangevinSampler
+from ebm_samplers.tempering import ParallelTemperingSampler
 
 
 @hookimpl
@@ -16,6 +19,9 @@ def ebm_register_samplers(registry: Registrar) -> None:
     registry.register_sampler("langevin", LangevinSampler)
     registry.register_sampler("mala", MALASampler)
     registry.register_sampler("hmc", HMCSampler)
+    registry.register_sampler("nuts", NUTSSampler)
+    registry.register_sampler("annealed_langevin", AnnealedLangevinSampler)
+    registry.register_sampler("parallel_tempering", ParallelTemperingSampler)
 
 
 @hookimpl

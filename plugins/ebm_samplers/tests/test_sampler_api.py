@@ -202,7 +202,7 @@ def test_a_third_party_sde_integrator_plugs_in_by_name(ebm_plugins):
 
         def bind(self, like):
             update = super().bind(like)
-            return lambda x, grad, noise, h, scale, gradient: update(x, grad, noise, h / 2, scale / math.sqrt(2), gradient)
+            return lambda x, grad, noise, h, scale: update(x, grad, noise, h / 2, scale / math.sqrt(2))
 
     class Plugin:
         @ebmcore.hookimpl

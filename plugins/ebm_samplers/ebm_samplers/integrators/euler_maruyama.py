@@ -10,8 +10,8 @@ from ebmcore import Integrator, resolve_kernel
 
 __all__ = ["EulerMaruyama", "SDEUpdate"]
 
-SDEUpdate = Callable[..., tuple[Tensor, Tensor]]
-"""``update(x, grad, noise, step_size, noise_scale, gradient) -> (x', ∇E(x'))``; ``noise_scale = √(2hT)``."""
+SDEUpdate = Callable[..., Tensor]
+"""``update(x, grad, noise, step_size, noise_scale) -> x'`` with ``grad = ∇E(x)``, ``noise_scale = √(2hT)``."""
 
 
 class EulerMaruyama(Integrator):
@@ -27,10 +27,4 @@ class EulerMaruyama(Integrator):
     order = 0.5
 
     def bind(self, like: Tensor) -> SDEUpdate:
-        kernel = resolve_kernel("langevin_step", like.device, like.dtype).fn
-
-        def update(x: Tensor, grad: Tensor, noise: Tensor, step_size, noise_scale, gradient: Callable[[Tensor], Tensor]):
-            new = kernel(x, grad, noise, step_size, noise_scale)
-            return new, gradient(new)
-
-        return update
+        return resolve_kernel("langevin_step", like.device, like.dtype).fn

@@ -1,0 +1,204 @@
+"""Warm-up adaptation: dual-averaging step size (Nesterov 2009; Hoffman & Gelman 2014) and a diagonal
+mass matrix from Welford's running variance, in Stan's windows; pooled across chains or per chain.
+
+Step-level components (``DualAveraging``, ``WelfordVariance``, ``stan_windows``) let a custom loop
+adapt; :func:`warmup` runs the whole thing for any sampler that reports an acceptance statistic
+(MALA, HMC, NUTS) and returns the tuned parameters.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ebmcore.errors import InputError
+from ebmcore.validation import check_finite
+
+__all__ = ["DualAveraging", "WelfordVariance", "stan_windows", "WarmupResult", "warmup"]
+
+
+class DualAveraging:
+    """Dual averaging of ``log h`` towards an acceptance statistic of ``target``.
+
+    ``update(accept_stat)`` takes the statistic of the last step, a scalar (pooled) or ``(n_chains,)``
+    (per chain), and returns the step size to use next; ``final()`` is the averaged step size to
+    keep after warm-up. Constants as in Stan: ``γ = 0.05``, ``t₀ = 10``, ``κ = 0.75``, ``μ = log(10 h₀)``.
+    """
+
+    def __init__(self, initial_step_size: float | Tensor, target: float = 0.8, *, gamma: float = 0.05,
+                 t0: float = 10.0, kappa: float = 0.75) -> None:
+        if not 0 < target < 1:
+            raise InputError(f"target acceptance must be in (0, 1), got {target!r}.")
+        self.target, self.gamma, self.t0, self.kappa = target, gamma, t0, kappa
+        self.restart(initial_step_size)
+
+    def restart(self, step_size: float | Tensor) -> None:
+        """Start again around ``step_size`` (Stan does this after every mass-matrix update)."""
+        log_h = torch.log(torch.as_tensor(step_size, dtype=torch.float64))
+        self.mu = math.log(10.0) + log_h
+        self.log_h = log_h
+        self.log_h_avg = torch.zeros_like(log_h)
+        self.h_bar = torch.zeros_like(log_h)
+        self.t = 0
+
+    def update(self, accept_stat: Tensor | float) -> float | Tensor:
+        a = torch.as_tensor(accept_stat, dtype=torch.float64).cpu()
+        a = torch.nan_to_num(a, nan=0.0).clamp(0.0, 1.0)
+        if a.dim() > 0 and self.log_h.dim() == 0:
+            a = a.mean()
+        self.t += 1
+        w = 1.0 / (self.t + self.t0)
+        self.h_bar = (1 - w) * self.h_bar + w * (self.target - a)
+        self.log_h = self.mu - math.sqrt(self.t) / self.gamma * self.h_bar
+        eta = self.t ** (-self.kappa)
+        self.log_h_avg = eta * self.log_h + (1 - eta) * self.log_h_avg
+        return self._out(self.log_h)
+
+    def current(self) -> float | Tensor:
+        return self._out(self.log_h)
+
+    def final(self) -> float | Tensor:
+        return self._out(self.log_h_avg if self.t else self.log_h)
+
+    @staticmethod
+    def _out(log_h: Tensor) -> float | Tensor:
+        h = log_h.exp()
+        return float(h) if h.dim() == 0 else h
+
+
+class WelfordVariance:
+    """Running mean and variance of draws ``x: (n_chains, *event_shape)``: pooled over chains (one
+    estimate of ``event_shape``) or per chain (``(n_chains, *event_shape)``)."""
+
+    def __init__(self, pooled: bool = True) -> None:
+        self.pooled = pooled
+        self.reset()
+
+    def reset(self) -> None:
+        self.count = 0
+        self.mean: Tensor | None = None
+        self.m2: Tensor | None = None
+
+    def update(self, x: Tensor) -> None:
+        x = x.detach().to(torch.float64)
+        if self.pooled:  # every chain is one more draw of a shared distribution
+            n_new, mean_new = x.shape[0], x.mean(0)
+            m2_new = ((x - mean_new) ** 2).sum(0)
+        else:  # one more draw per chain
+            n_new, mean_new, m2_new = 1, x, torch.zeros_like(x)
+        if self.mean is None:
+            self.count, self.mean, self.m2 = n_new, mean_new, m2_new
+            return
+        total = self.count + n_new
+        delta = mean_new - self.mean
+        self.mean = self.mean + delta * (n_new / total)
+        self.m2 = self.m2 + m2_new + delta**2 * (self.count * n_new / total)
+        self.count = total
+
+    def variance(self, regularize: bool = True) -> Tensor:
+        """The sample variance; with ``regularize``, Stan's shrinkage ``(n/(n+5))·var + 1e-3·5/(n+5)``."""
+        if self.mean is None:
+            raise InputError("WelfordVariance needs draws before a variance can be computed.")
+        n = self.count
+        var = self.m2 / max(n - 1, 1)
+        if regularize:
+            var = (n / (n + 5.0)) * var + 1e-3 * (5.0 / (n + 5.0))
+        return var
+
+
+def stan_windows(n_warmup: int, *, init_buffer: int = 75, term_buffer: int = 50, base_window: int = 25) -> list[tuple[int, int]]:
+    """Stan's slow adaptation windows ``[(start, end), ...]`` (mass-matrix updates at each ``end``),
+    after a fast initial buffer and before a fast terminal buffer; windows double in length.
+    Short warm-ups shrink the buffers to 15 % / 10 % as Stan does; below 20 steps there is none."""
+    if n_warmup < 20:
+        return []
+    if init_buffer + base_window + term_buffer > n_warmup:
+        init_buffer = int(0.15 * n_warmup)
+        term_buffer = int(0.1 * n_warmup)
+        base_window = n_warmup - init_buffer - term_buffer
+    windows = []
+    start, size = init_buffer, base_window
+    end_slow = n_warmup - term_buffer
+    while start < end_slow:
+        end = start + size
+        if end + 2 * size > end_slow:  # the next window would not fit: stretch this one to the end
+            end = end_slow
+        windows.append((start, end))
+        start, size = end, 2 * size
+    return windows
+
+
+@dataclass(frozen=True)
+class WarmupResult:
+    """What :func:`warmup` returns: the final states ``x``, the tuned ``step_size`` (float if pooled,
+    ``(n_chains,)`` otherwise), ``inv_mass`` (or None), and the mean acceptance statistic of the
+    last 50 warm-up steps."""
+
+    x: Tensor
+    step_size: float | Tensor
+    inv_mass: Tensor | None
+    acceptance: float
+
+
+def warmup(sampler: Any, x0: Tensor, n_warmup: int = 500, *, target_accept: float = 0.8, adapt_step_size: bool = True,
+           adapt_mass: bool | None = None, pooled: bool = True, generator: torch.Generator | None = None) -> WarmupResult:
+    """Adapt ``sampler``'s step size (and diagonal inverse mass) over ``n_warmup`` steps from ``x0``.
+
+    ``sampler`` is an object-API sampler whose ``info`` carries ``acceptance_prob`` (MALA, HMC,
+    NUTS). ``adapt_mass`` defaults to whether the sampler has a mass matrix (HMC, NUTS). Returns the
+    tuned parameters; pass them to ``sample`` (``step_size=..., inv_mass=...``) or set them on the
+    sampler. The sampler object itself is left unchanged.
+    """
+    if adapt_mass is None:
+        adapt_mass = hasattr(sampler, "inv_mass")
+    if not isinstance(n_warmup, int) or n_warmup < 1:
+        raise InputError(f"n_warmup must be a positive integer, got {n_warmup!r}.")
+    if not getattr(sampler, "has_acceptance", False):
+        raise InputError(f"{type(sampler).__name__} has no acceptance statistic to adapt a step size to; use MALA, HMC or NUTS.")
+    if adapt_mass and not hasattr(sampler, "inv_mass"):
+        raise InputError(f"{type(sampler).__name__} has no mass matrix to adapt; pass adapt_mass=False.")
+    x = sampler.check_initial_state(x0)
+    n = x.shape[0]
+    base = sampler.tunables(x, {})
+    h0 = base["step_size"]
+    if not pooled and not isinstance(h0, Tensor):
+        h0 = torch.full((n,), h0, dtype=torch.float64)
+    averager = DualAveraging(h0.double().cpu() if isinstance(h0, Tensor) else h0, target_accept)
+    welford = WelfordVariance(pooled=pooled)
+    windows = stan_windows(n_warmup) if adapt_mass else []
+    ends = {end for _, end in windows}
+    starts = {start for start, _ in windows}
+    inv_mass = base.get("inv_mass")
+    inv_mass_tensor: Tensor | None = None
+    state = sampler.init(x)
+    check_finite(state.energy, what="energy at the initial state x0", x=x)
+    fns = sampler.bind(x)
+    step_size: float | Tensor = h0
+    recent: list[float] = []
+    for i in range(n_warmup):
+        params = dict(base, step_size=_to_state(step_size, x))
+        if inv_mass_tensor is not None:
+            params["inv_mass"] = sampler.tunables(x, {"inv_mass": inv_mass_tensor})["inv_mass"]
+        state, info = sampler.step_fn(state, fns, generator=generator, **params)
+        stat = info.acceptance_prob
+        if adapt_step_size:
+            step_size = averager.update(stat if not pooled else stat.mean())
+        recent = (recent + [float(stat.mean())])[-50:]
+        if i in starts:
+            welford.reset()
+        if windows and any(s <= i < e for s, e in windows):
+            welford.update(state.x)
+        if i + 1 in ends:
+            inv_mass_tensor = welford.variance().to(dtype=x.dtype, device=x.device)
+            if adapt_step_size:
+                averager.restart(averager.current())
+    final = averager.final() if adapt_step_size else step_size
+    return WarmupResult(state.x, final, inv_mass_tensor, sum(recent) / len(recent))
+
+
+def _to_state(step_size: float | Tensor, x: Tensor) -> float | Tensor:
+    return step_size if not isinstance(step_size, Tensor) else step_size.to(dtype=x.dtype, device=x.device)
