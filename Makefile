@@ -1,4 +1,5 @@
-# One entry point for a fresh machine: `make demo` (the main job) and `make test` (all tests).
+# One entry point for a fresh machine: `make demo` (the main job: ebm train, then ebm sample, on the bundled
+# default configurations) and `make test` (all tests).
 # Both create .venv, install the CPU build of PyTorch, the core and every plugin under plugins/.
 PYTHON ?= python3
 VENV ?= .venv
@@ -15,7 +16,9 @@ $(VENV)/.installed: pyproject.toml $(wildcard plugins/*/pyproject.toml) Makefile
 	touch $@
 
 demo: setup
-	$(VENV)/bin/ebm demo
+	$(VENV)/bin/ebm train --out runs/train
+	$(VENV)/bin/ebm sample --out runs/sample
+	@echo "plots and metrics: runs/train/ (loss.png, density.png, landscape.png, metrics.json) and runs/sample/ (landscape.png, trace.png, autocorrelation.png, metrics.json)"
 
 test: setup
 	$(PY) -m pytest

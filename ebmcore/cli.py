@@ -1,4 +1,5 @@
-"""The ``ebm`` command: ``ebm plugins``, ``ebm backends``, ``ebm demo``, ``ebm --version``."""
+"""The ``ebm`` command: ``ebm plugins``, ``ebm backends``, ``ebm demo``, ``ebm --version``, and the
+subcommands plugins add through ``ebm_add_commands`` (``ebm train``, ``ebm sample``, ``ebm profile``)."""
 
 from __future__ import annotations
 
@@ -121,11 +122,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--step-size", type=float, default=0.01)
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=_cmd_demo)
+    plugins.session().add_commands(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
+    try:
+        parser = _parser()
+    except EBMError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     if args.command is None and not args.version:
         parser.print_help()

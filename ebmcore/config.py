@@ -35,7 +35,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["Config", "get_config", "load_config", "reload_config", "parse_backend_list", "env_flag"]
+__all__ = ["Config", "get_config", "load_config", "reload_config", "parse_backend_list", "env_flag", "validate_table", "read_toml"]
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -102,6 +102,60 @@ def _config_file() -> tuple[Path, dict[str, Any]] | None:
         if table is not None:
             return pyproject, table
     return None
+
+
+def read_toml(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a TOML file; a missing file or bad syntax is a :class:`ConfigError` naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such configuration file.")
+    return _read_toml(path)
+
+
+def validate_table(table: Any, schema: dict[str, Any], where: str) -> dict[str, Any]:
+    r"""Check ``table`` against ``schema`` and return it with defaults filled in.
+
+    ``schema`` maps each key to ``(types, default)`` -- ``default`` is ``REQUIRED`` for a required
+    key -- or to a nested schema (a dict) for a sub-table. ``types`` may include a callable check
+    ``lambda value: error_or_None``. Unknown keys and wrong types are :class:`ConfigError`\ s that
+    name the key and ``where`` (the file and table).
+    """
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: expected a table, got {table!r}.")
+    unknown = sorted(set(table) - set(schema))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; the known keys are {', '.join(sorted(schema))}.")
+    out: dict[str, Any] = {}
+    for key, rule in schema.items():
+        if isinstance(rule, dict):
+            out[key] = validate_table(table.get(key, {}), rule, f"{where}.{key}")
+            continue
+        types, default = rule
+        if key not in table:
+            if default is REQUIRED:
+                raise ConfigError(f"{where}: key '{key}' is required.")
+            out[key] = default
+            continue
+        value = table[key]
+        checks = [t for t in types if not isinstance(t, type)]
+        kinds = tuple(t for t in types if isinstance(t, type))
+        if kinds and (not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds)):
+            names = " or ".join(k.__name__ for k in kinds)
+            raise ConfigError(f"{where}: key '{key}' must be {names}, got {value!r}.")
+        for check in checks:
+            problem = check(value)
+            if problem:
+                raise ConfigError(f"{where}: key '{key}' {problem}, got {value!r}.")
+        out[key] = value
+    return out
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED = _Required()
 
 
 def _read_toml(path: Path) -> dict[str, Any]:

@@ -89,6 +89,18 @@ def ebm_register_kernels(registry: "Registrar") -> None:
     """
 
 
+@hookspec
+def ebm_add_commands(subparsers: Any) -> None:
+    """Add subcommands to the ``ebm`` command line.
+
+    Called once when ``ebm`` builds its parser, with the ``argparse``
+    sub-parsers object: add a parser and ``set_defaults(func=run)`` where
+    ``run(args) -> int`` is the exit status. ``ebm-samplers`` adds ``sample``
+    and ``profile``, ``ebm-losses`` adds ``train``. A plugin whose hook raises
+    is reported by ``ebm plugins``; the other commands still work.
+    """
+
+
 @hookspec(historic=True)
 def ebm_configure(config: Any) -> None:
     """Receive the resolved :class:`ebmcore.config.Config` once it is loaded.

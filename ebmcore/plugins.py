@@ -141,6 +141,12 @@ class PluginSession:
                 return False
         return True
 
+    def add_commands(self, subparsers: Any) -> None:
+        """Let every loaded plugin add ``ebm`` subcommands (failures are recorded, not raised)."""
+        for name, record in list(self.records.items()):
+            if record.status == "loaded":
+                self._call(name, record, "ebm_add_commands", subparsers=subparsers)
+
     # -- reporting -----------------------------------------------------------------------------
 
     def failures(self) -> list[PluginRecord]:

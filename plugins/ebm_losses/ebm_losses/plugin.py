@@ -18,3 +18,10 @@ def ebm_register_losses(registry: Registrar) -> None:
     registry.register_loss("sliced_score_matching", SlicedScoreMatching)
     registry.register_loss("denoising_score_matching", DenoisingScoreMatching)
     registry.register_loss("nce", NoiseContrastiveEstimation)
+
+
+@hookimpl
+def ebm_add_commands(subparsers) -> None:
+    from ebm_losses import train_job
+
+    train_job.add_command(subparsers)

@@ -28,3 +28,11 @@ def ebm_register_samplers(registry: Registrar) -> None:
 def ebm_register_integrators(registry: Registrar) -> None:
     for integrator in (EulerMaruyama, Leapfrog, McLachlan, Yoshida, Heun, DOPRI5):
         registry.register_integrator(integrator.name, integrator)
+
+
+@hookimpl
+def ebm_add_commands(subparsers) -> None:
+    from ebm_samplers import profiling, sample_job
+
+    sample_job.add_command(subparsers)
+    profiling.add_command(subparsers)

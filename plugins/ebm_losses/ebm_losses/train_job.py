@@ -1,0 +1,196 @@
+"""``ebm train``: train an energy on a toy set (or a tensor file) with any registered loss; write
+checkpoints, the model, metrics and plots to a run directory; ``--resume`` continues exactly."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import ebmcore
+from ebmcore import registry
+from ebmcore.config import read_toml, validate_table
+from ebmcore.errors import ConfigError
+
+from ebm_losses import datasets
+from ebm_losses.training import Trainer
+
+__all__ = ["SCHEMA", "load_config", "run", "add_command", "grid_nll"]
+
+_positive = lambda v: None if v > 0 else "must be > 0"  # noqa: E731
+_non_negative = lambda v: None if v >= 0 else "must be >= 0"  # noqa: E731
+
+SCHEMA: dict[str, Any] = {
+    "data": {
+        "dataset": ((str, lambda v: None if v in datasets.DATASETS or v.endswith((".pt", ".npz")) else
+                     f"must be one of {', '.join(datasets.DATASETS)} or a .pt/.npz file"), "eight_gaussians"),
+        "n_train": ((int, _positive), 8000),
+        "n_test": ((int, _positive), 2000),
+        "seed": ((int,), 0),
+    },
+    "model": {"energy": ((str,), "mlp"), "params": ((dict,), {})},
+    "loss": {"name": ((str,), "persistent_contrastive_divergence"), "params": ((dict,), {})},
+    "train": {
+        "steps": ((int, _positive), 2000),
+        "batch_size": ((int, _positive), 256),
+        "lr": ((float, _positive), 2e-3),
+        "ema_decay": ((float, int, lambda v: None if 0 <= v < 1 else "must be in [0, 1)"), 0.0),
+        "eval_every": ((int, _positive), 250),
+        "checkpoint_every": ((int, _positive), 250),
+        "seed": ((int,), 0),
+        "device": ((str,), "cpu"),
+        "backend": ((str,), ""),
+    },
+    "output": {"dir": ((str,), "runs/train"), "plots": ((bool,), True), "n_model_samples": ((int, _non_negative), 4000)},
+}
+
+
+def default_config_path() -> Path:
+    return Path(str(resources.files("ebm_losses") / "configs" / "train_default.toml"))
+
+
+def load_config(path: str | Path | None, overrides: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Read and validate a training configuration (the bundled default without ``path``)."""
+    path = Path(path) if path else default_config_path()
+    table = read_toml(path)
+    for section, values in (overrides or {}).items():
+        table.setdefault(section, {}).update({k: v for k, v in values.items() if v is not None})
+    config = validate_table(table, SCHEMA, str(path))
+    registry.get("energy", config["model"]["energy"])
+    registry.get("loss", config["loss"]["name"])
+    config["source"] = str(path)
+    return config
+
+
+def _data(spec: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    name = spec["dataset"]
+    if name in datasets.DATASETS:
+        g = torch.Generator().manual_seed(spec["seed"])
+        return datasets.make(name, spec["n_train"], generator=g), datasets.make(name, spec["n_test"], generator=g)
+    path = Path(name)
+    if not path.is_file():
+        raise ConfigError(f"[data] dataset: no such file {path}.")
+    values = torch.load(path, weights_only=True) if path.suffix == ".pt" else torch.from_numpy(__import__("numpy").load(path)["samples"])
+    values = values.float()
+    n_test = min(spec["n_test"], values.shape[0] // 5)
+    return values[n_test:], values[:n_test]
+
+
+def grid_nll(energy: ebmcore.EnergyModel, test: torch.Tensor, lim: float, n: int = 200) -> float:
+    """Held-out negative log-likelihood of 2-d ``test`` under ``exp(−E)`` normalised on a grid over ``[−lim, lim]²``."""
+    g = torch.linspace(-lim, lim, n, device=test.device)
+    xx, yy = torch.meshgrid(g, g, indexing="ij")
+    points = torch.stack([xx.flatten(), yy.flatten()], 1)
+    with torch.no_grad():
+        log_z = torch.logsumexp(-energy.compute_energy(points), 0) + 2 * math.log(float(g[1] - g[0]))
+        return float((energy.compute_energy(test) + log_z).mean())
+
+
+def run(config: dict[str, Any], out: Path, *, resume: bool = False, quiet: bool = False) -> dict[str, Any]:
+    from ebm_samplers import report
+
+    selection = tuple(b.strip() for b in config["train"]["backend"].split(",") if b.strip())
+    device = torch.device(config["train"]["device"])
+    out.mkdir(parents=True, exist_ok=True)
+    checkpoint = out / "checkpoint.pt"
+    if checkpoint.exists() and not resume:
+        raise ConfigError(f"{checkpoint} exists: pass --resume to continue that run, or choose another --out.")
+    if resume and not checkpoint.exists():
+        raise ConfigError(f"--resume: no checkpoint at {checkpoint}.")
+    report.write_json(out / "config.json", config)
+    train, test = (t.to(device) for t in _data(config["data"]))
+    energy = registry.get("energy", config["model"]["energy"])(**config["model"]["params"]).to(device)
+    loss = registry.get("loss", config["loss"]["name"])(**config["loss"]["params"])
+    t = config["train"]
+    lim = float(train.abs().max()) * 1.25 if train.dim() == 2 and train.shape[1] == 2 else 0.0
+    evaluate = (lambda e, step: {"held_out_nll": grid_nll(e, test, lim)}) if lim else (lambda e, step: {})
+    trainer = Trainer(energy, loss, train, batch_size=t["batch_size"], lr=t["lr"], seed=t["seed"],
+                      ema_decay=t["ema_decay"] or None, progress=sys.stderr.isatty() and not quiet,
+                      eval_fn=evaluate, eval_every=t["eval_every"], checkpoint_path=checkpoint,
+                      checkpoint_every=t["checkpoint_every"])
+    if resume:
+        trainer.load(checkpoint)
+    start = time.perf_counter()
+    context = ebmcore.use_backend(*selection) if selection else _Null()
+    with context:
+        trainer.fit(max(t["steps"] - trainer.step, 0))
+    wall = time.perf_counter() - start
+    trainer.save(checkpoint)
+    final = trainer.ema.module if trainer.ema is not None else energy
+    torch.save({"energy": config["model"]["energy"], "params": config["model"]["params"],
+                "state_dict": final.state_dict()}, out / "model.pt")
+    history = trainer.history
+    metrics: dict[str, Any] = {
+        "steps": trainer.step,
+        "final_loss": history.losses[-1] if history.losses else None,
+        "held_out_nll": evaluate(final, trainer.step).get("held_out_nll"),
+        "held_out_nll_history": history.evaluations,
+        "wall_time_s": wall,
+        "throughput_samples_per_s": (len(history.losses) and t["batch_size"] * (t["steps"]) / max(wall, 1e-9)),
+        "device": str(device),
+        "kernel_backends": {},
+    }
+    if config["output"]["plots"]:
+        report.plot_curve(out / "loss.png", history.steps, history.losses, "training loss", config["loss"]["name"])
+        if lim:
+            report.plot_density(out / "density.png", lambda g: final.compute_energy(g.to(train.dtype)), train.cpu(), "learned density exp(−E)")
+    if config["output"]["n_model_samples"] and lim:
+        from ebm_samplers import MALASampler, warmup
+
+        sampler = MALASampler(final)
+        g = torch.Generator(device=device).manual_seed(t["seed"])
+        x0 = train[torch.randint(0, train.shape[0], (config["output"]["n_model_samples"],), generator=g, device=device)]
+        tuned = warmup(sampler, x0, 200, target_accept=0.6, generator=g)
+        samples = sampler.sample(tuned.x, 200, step_size=tuned.step_size, generator=g)
+        report.save_samples(out, "samples", samples)
+        if config["output"]["plots"]:
+            report.plot_landscape(out / "landscape.png", lambda pts: final.compute_energy(pts.to(train.dtype)).double(),
+                                  samples, "learned energy and MALA samples from it")
+    report.write_json(out / "metrics.json", metrics)
+    return metrics
+
+
+class _Null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+def summary(metrics: dict[str, Any], out: Path) -> str:
+    nll = metrics["held_out_nll"]
+    return "\n".join([
+        f"trained {metrics['steps']} steps in {metrics['wall_time_s']:.1f} s ({metrics['throughput_samples_per_s']:,.0f} samples/s)",
+        f"  final loss {metrics['final_loss']:.4g}" + (f", held-out NLL {nll:.3f} nats" if nll is not None else ""),
+        f"  model: {out / 'model.pt'} (sample it with [energy] model = \"{out / 'model.pt'}\")",
+        f"  metrics: {out / 'metrics.json'}; plots in {out}",
+    ])
+
+
+def add_command(subparsers: Any) -> None:
+    p = subparsers.add_parser("train", help="train an energy model (bundled default: PCD on eight Gaussians)")
+    p.add_argument("config", nargs="?", help="a TOML configuration (default: the bundled train_default.toml)")
+    p.add_argument("--out", help="run directory (default: [output] dir)")
+    p.add_argument("--device")
+    p.add_argument("--backend", help='kernel backend selection, e.g. "torch"')
+    p.add_argument("--seed", type=int)
+    p.add_argument("--steps", type=int)
+    p.add_argument("--resume", action="store_true", help="continue from the run directory's checkpoint, exactly")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=_main)
+
+
+def _main(args: argparse.Namespace) -> int:
+    config = load_config(args.config, {"train": {"device": args.device, "backend": args.backend, "seed": args.seed,
+                                                 "steps": args.steps}})
+    out = Path(args.out or config["output"]["dir"])
+    metrics = run(config, out, resume=args.resume, quiet=args.quiet)
+    print(summary(metrics, out))
+    return 0

@@ -1,0 +1,121 @@
+"""Where a sampler's time goes: ``profile(sampler, x0)`` and ``ebm profile [CONFIG]``.
+
+The breakdown times each component in isolation on the same states, with the same number of
+calls per step as the sampler makes: energy/gradient evaluations, random draws, and the
+diagnostics recorder; "update and acceptance" is the rest of a step (tensor algebra, selection,
+bookkeeping). Timings are medians over repeats after a warm-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from ebmcore import registry
+
+__all__ = ["profile", "format_profile", "add_command"]
+
+
+def _median_time(fn: Callable[[], Any], repeats: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def profile(sampler: Any, x0: torch.Tensor, n_steps: int = 100, *, repeats: int = 5,
+            generator: torch.Generator | None = None, **tunables: Any) -> dict[str, float]:
+    """Seconds per step: ``total``, ``energy_gradient``, ``rng``, ``update_acceptance``, ``diagnostics``,
+    and ``gradient_evaluations`` per step (measured by counting calls)."""
+    x = sampler.check_initial_state(x0)
+    generator = generator or torch.Generator(device=x.device).manual_seed(0)
+    total = _median_time(lambda: sampler.sample(x, n_steps, generator=generator, **tunables), repeats) / n_steps
+    with_diag = _median_time(lambda: sampler.sample(x, n_steps, generator=generator, return_diagnostics=True, **tunables), repeats) / n_steps
+    fns = sampler.bind(x)
+    calls = {"n": 0}
+    real = sampler.bind
+
+    def counting(like: torch.Tensor) -> Any:
+        bound = real(like)
+        wrap = lambda f: (lambda y: (calls.__setitem__("n", calls["n"] + 1), f(y))[1])  # noqa: E731
+        return type(bound)(bound.energy, wrap(bound.gradient), wrap(bound.energy_and_gradient))
+
+    sampler.bind = counting
+    try:
+        sampler.sample(x, n_steps, generator=generator, **tunables)
+    finally:
+        del sampler.bind
+    per_step_evals = calls["n"] / n_steps
+    evaluate = fns.energy_and_gradient if sampler.has_acceptance else fns.gradient
+    n_evals = max(round(per_step_evals * n_steps), 1)
+
+    def evaluations() -> None:
+        for _ in range(n_evals):
+            evaluate(x)
+
+    energy_gradient = _median_time(evaluations, repeats) / n_steps
+    noise = torch.empty_like(x)
+    uniform = torch.empty(x.shape[0], device=x.device)
+
+    def draws() -> None:
+        for _ in range(n_steps):
+            noise.normal_(generator=generator)
+            if sampler.has_acceptance:
+                uniform.uniform_(generator=generator)
+
+    rng = _median_time(draws, repeats) / n_steps
+    return {
+        "total": total,
+        "energy_gradient": energy_gradient,
+        "rng": rng,
+        "update_acceptance": max(total - energy_gradient - rng, 0.0),
+        "diagnostics": max(with_diag - total, 0.0),
+        "gradient_evaluations": per_step_evals,
+    }
+
+
+def format_profile(name: str, n_chains: int, result: dict[str, float]) -> str:
+    total = result["total"]
+    lines = [f"{name}, {n_chains} chains: {total * 1e3:.3f} ms per step "
+             f"({n_chains / total:,.0f} chain-steps/s; {result['gradient_evaluations']:.1f} gradient evaluations per step)"]
+    for key, label in (("energy_gradient", "energy and gradient"), ("rng", "random numbers"),
+                       ("update_acceptance", "update and acceptance"), ("diagnostics", "diagnostics (when recorded)")):
+        lines.append(f"  {label:<28} {result[key] * 1e3:9.3f} ms  {100 * result[key] / total:5.1f} %")
+    return "\n".join(lines)
+
+
+def add_command(subparsers: Any) -> None:
+    p = subparsers.add_parser("profile", help="time per step and its breakdown for a sampler configuration")
+    p.add_argument("config", nargs="?", help="a sample configuration (default: the bundled one)")
+    p.add_argument("--sampler")
+    p.add_argument("--n-chains", type=int)
+    p.add_argument("--n-steps", type=int, default=50)
+    p.add_argument("--device")
+    p.add_argument("--threads", type=int, help="torch.set_num_threads for the measurement")
+    p.set_defaults(func=_main)
+
+
+def _main(args: argparse.Namespace) -> int:
+    from ebm_samplers.sample_job import build_energy, load_config
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    config = load_config(args.config, {"sampler": {"name": args.sampler, "n_chains": args.n_chains},
+                                       "run": {"device": args.device}})
+    device = torch.device(config["run"]["device"])
+    energy = build_energy(config["energy"], device)
+    s = config["sampler"]
+    sampler = registry.get("sampler", s["name"])(energy, **s["params"])
+    g = torch.Generator(device=device).manual_seed(config["run"]["seed"])
+    x0 = s["init_scale"] * torch.randn((s["n_chains"], *(energy.event_shape or (2,))), generator=g, device=device)
+    print(format_profile(s["name"], s["n_chains"], profile(sampler, x0, args.n_steps, generator=g)))
+    return 0
