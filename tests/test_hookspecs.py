@@ -12,6 +12,7 @@ EXPECTED = {
     "ebm_register_integrators",
     "ebm_register_losses",
     "ebm_register_kernels",
+    "ebm_add_commands",
     "ebm_configure",
 }
 
