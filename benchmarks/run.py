@@ -10,6 +10,8 @@ run, then ``--repeats`` timed runs, interleaved (for each repeat, every library 
 report the median; the ratio column is each library's median over ebm's (> 1: ebm is faster).
 W5-W7 (training losses: ebm_losses vs torchebm.losses; BlackJAX has none) train the seeded MLP on a
 fixed seeded eight-Gaussians batch and report the loss and its parameter gradient beside the time.
+W8 (NUTS: ebm vs BlackJAX; torchebm has none) reports the bulk ESS of the kept trajectory per second
+beside the time, with both libraries' trajectories diagnosed by the same ``ebmcore.diagnostics``.
 No timing is ever asserted. See benchmarks/README.md for how each peer is called.
 """
 
@@ -48,6 +50,8 @@ SEED_DATA = 4  # W5-W7's data batch (eight Gaussians)
 class Workload:
     """One benchmark problem. ``kind``: ``langevin``/``hmc`` (a full run of ``n_steps``),
     ``langevin_step``/``hmc_step`` (single transitions, ``inner`` of them per timed run, reported per step),
+    ``nuts`` (a full NUTS run of ``n_steps`` iterations with a fixed ``step_size`` and ``max_tree_depth``,
+    identity mass, keeping the trajectory; reported with its ESS per second),
     or a training loss (``LOSS_KINDS``: ``cd`` = one CD-``n_steps`` training step with Adam ``lr``;
     ``ssm``/``dsm`` = sliced/denoising score matching forward + backward; ``inner`` successive calls per
     timed run, reported per call; ``n_chains`` is then the batch size).
@@ -70,6 +74,7 @@ class Workload:
     n_projections: int = 0  # W6
     projection: str = ""  # W6: the projection distribution (both libraries draw it with randn: "gaussian")
     sigma: float = 0.0  # W7: the noise level
+    max_tree_depth: int = 0  # W8: NUTS trajectories have at most 2^max_tree_depth - 1 leapfrog steps
 
 
 WORKLOADS: dict[str, Workload] = {
@@ -85,6 +90,7 @@ WORKLOADS: dict[str, Workload] = {
                  1_024, 0, 0.0, inner=50, n_projections=1, projection="gaussian"),
         Workload("W7", "denoising score matching loss, forward + backward, MLP energy 2-64-64-1 SiLU", "dsm", "mlp", 2,
                  1_024, 0, 0.0, inner=50, sigma=0.1),
+        Workload("W8", "NUTS, 20-d standard Gaussian", "nuts", "standard", 20, 100, 200, 0.5, max_tree_depth=10),
         Workload("S1", "one Langevin step, 1,000 chains, dim 10 (W1's Gaussian)", "langevin_step", "gaussian", 10, 1_000, 1,
                  0.01, inner=200, guide="8.2 ms CPU"),
         Workload("S2", "one HMC step, 1,000 chains, dim 10 (standard Gaussian, step 0.1, 10 leapfrog)", "hmc_step",
@@ -98,7 +104,9 @@ WORKLOADS: dict[str, Workload] = {
     ]
 }
 
-BLACKJAX_KINDS = ("langevin", "hmc")  # blackjax has no single-step workloads here (S1, S2), and no EBM losses (W5-W7)
+BLACKJAX_KINDS = ("langevin", "hmc", "nuts")  # blackjax has no single-step workloads here (S1, S2), and no EBM losses (W5-W7)
+TORCHEBM_KINDS = ("langevin", "hmc", "langevin_step", "hmc_step", "cd", "ssm", "dsm")  # torchebm has no NUTS (W8)
+NUTS_ESS_SEEDS = (1, 2, 3, 4, 5)  # W8: untimed extra runs (seed 1 is the timed one) showing the seed-to-seed spread of the ESS
 LOSS_KINDS = ("cd", "ssm", "dsm")
 
 
@@ -335,6 +343,35 @@ def ebm_single_step_object(p: Problem) -> Case:
             return {"samples": _np(sampler.sample(p.x0, 1, generator=g)), "acceptance": None}
         res = sampler.sample(p.x0, 1, generator=g, return_diagnostics=True)
         return {"samples": _np(res.samples), "acceptance": float(res.diagnostics.acceptance_rate.mean())}
+
+    return Case(run, check)
+
+
+def ebm_nuts(p: Problem) -> Case:
+    """W8: ``NUTSSampler(energy, step_size=h, max_tree_depth=10).sample(x0, n_steps, generator=g,
+    return_trajectory=True)`` (identity mass, no jitter, no adaptation). The correctness run collects
+    every iteration's ``NUTSInfo`` through ``callback`` (it draws no random numbers: same trajectory)."""
+    import torch
+    from ebm_samplers import NUTSSampler
+
+    w, energy = p.w, ebm_energy(p)
+    sampler = NUTSSampler(energy, step_size=w.step_size, max_tree_depth=w.max_tree_depth)
+
+    def run() -> Any:
+        return sampler.sample(p.x0, w.n_steps, generator=torch.Generator().manual_seed(SEED_NOISE), return_trajectory=True)
+
+    def check(seed: int = SEED_NOISE) -> dict:
+        infos: list = []
+        res = sampler.sample(p.x0, w.n_steps, generator=torch.Generator().manual_seed(seed), return_trajectory=True,
+                             callback=lambda i, state, info: infos.append(info))
+
+        def stack(name: str) -> np.ndarray:
+            return torch.stack([getattr(i, name) for i in infos]).numpy()
+
+        acc = stack("acceptance_prob")
+        return {"samples": _np(res.samples), "acceptance": float(acc.mean()), "trajectory": res.trajectory,
+                "n_leapfrog": stack("n_leapfrog_steps"), "acceptance_prob": acc, "divergent": stack("divergent"),
+                "computed": np.array([i.n_leapfrog_computed for i in infos]), "tree_depth": stack("tree_depth")}
 
     return Case(run, check)
 
@@ -642,10 +679,54 @@ def blackjax_sampling(p: Problem) -> Case:
     return Case(run, check)
 
 
+def blackjax_nuts(p: Problem) -> Case:
+    """W8: ``blackjax.nuts(logdensity, step_size=h, inverse_mass_matrix=ones(d), max_num_doublings=10)``
+    (multinomial sampling, iterative U-turn checks, velocity Verlet), ``jax.vmap(nuts.step)`` over chains,
+    ``jax.lax.scan`` over iterations stacking the positions (the kept trajectory) and four scalars of
+    ``NUTSInfo`` per chain, the whole run one ``jax.jit``; timed after the compile with ``block_until_ready``."""
+    import blackjax
+    import jax
+    import jax.numpy as jnp
+
+    w = p.w
+    n_chains = w.n_chains
+    nuts = blackjax.nuts(jax_logdensity(p), step_size=w.step_size, inverse_mass_matrix=jnp.ones(w.dim, jnp.float32),
+                         max_num_doublings=w.max_tree_depth)
+    vstep = jax.vmap(nuts.step)
+    x0 = jnp.asarray(p.x0.numpy())
+
+    @jax.jit
+    def sample(key: Any, x: Any) -> Any:
+        states = jax.vmap(nuts.init)(x)
+
+        def body(states: Any, k: Any) -> tuple[Any, Any]:
+            states, info = vstep(jax.random.split(k, n_chains), states)
+            return states, (states.position, info.num_integration_steps, info.num_trajectory_expansions,
+                            info.acceptance_rate, info.is_divergent)
+
+        _, out = jax.lax.scan(body, states, jax.random.split(key, w.n_steps))
+        return out
+
+    def run() -> Any:
+        return jax.block_until_ready(sample(jax.random.PRNGKey(SEED_NOISE), x0))
+
+    def check(seed: int = SEED_NOISE) -> dict:
+        import torch
+
+        pos, n_leap, expansions, acc, div = (np.asarray(a) for a in jax.block_until_ready(sample(jax.random.PRNGKey(seed), x0)))
+        return {"samples": np.asarray(pos[-1], dtype=np.float64), "acceptance": float(acc.mean()),
+                "trajectory": torch.from_numpy(np.array(pos)), "n_leapfrog": n_leap, "acceptance_prob": acc,
+                "divergent": div, "computed": None, "doublings": expansions}  # doublings attempted, the last one included
+
+    return Case(run, check)
+
+
 def build_case(lib: str, p: Problem) -> Case | None:
     step = p.w.kind.endswith("_step")
     if p.w.kind in LOSS_KINDS:
         return {"ebm": ebm_loss, "torchebm": torchebm_loss}.get(lib, lambda _: None)(p)  # no BlackJAX losses
+    if p.w.kind == "nuts":
+        return {"ebm": ebm_nuts, "blackjax": blackjax_nuts}.get(lib, lambda _: None)(p)  # torchebm has no NUTS
     if lib == "ebm":
         return ebm_single_step(p) if step else ebm_sampling(p)
     if lib == "ebm:sample1":
@@ -703,6 +784,44 @@ def figures(p: Problem, out: dict, ref: np.ndarray | None) -> dict:
             fig["mean_energy"] = float(p.net(torch.tensor(x, dtype=torch.float32)).mean())
     if ref is not None:
         fig["max_abs_diff_vs_ebm_samples"] = float(np.abs(x - ref).max())
+    return fig
+
+
+def nuts_figures(p: Problem, out: dict) -> dict:
+    """W8, from one library's correctness run (the same draws as its timed runs), all with ebmcore's diagnostics:
+    bulk ESS (min and median over the 20 coordinates) and rank-normalised split R-hat (max) of the kept
+    trajectory ``(n_steps, n_chains, d)``; the errors of the mean and covariance of all ``n_steps x n_chains``
+    kept draws against the identity target; per (iteration, chain) trajectory lengths in leapfrog steps
+    (mean, max); the lockstep cost per iteration: for ebm the measured ``n_leapfrog_computed`` (the steps
+    the whole batch paid for), for BlackJAX the bound ``2^(max over chains of doublings) - 1`` (a vmapped
+    ``while_loop`` also runs every lane until the last one stops; not measured); the mean acceptance
+    statistic and the number of divergent transitions."""
+    from ebmcore.diagnostics import ess_bulk, split_rhat
+
+    traj = out["trajectory"]
+    ess, rhat = ess_bulk(traj), split_rhat(traj)
+    draws = traj.reshape(-1, traj.shape[-1]).double().numpy()
+    n_leap = np.asarray(out["n_leapfrog"], dtype=np.float64)
+    fig: dict[str, Any] = {
+        "nonfinite_chains": int((~np.isfinite(out["samples"]).all(1)).sum()),
+        "ess_bulk_min": float(ess.min()), "ess_bulk_median": float(ess.median()), "rhat_max": float(rhat.max()),
+        "n_draws": int(draws.shape[0]),
+        "mean_err": float(np.abs(draws.mean(0) - p.mean).max()),
+        "cov_err": float(np.abs(np.cov(draws, rowvar=False) - p.cov).max()),
+        "acceptance": out["acceptance"], "divergences": int(np.asarray(out["divergent"]).sum()),
+        "leapfrog_mean": float(n_leap.mean()), "leapfrog_max": int(n_leap.max()),
+        "total_leapfrog_per_chain": float(n_leap.sum(0).mean()),
+    }
+    if out["computed"] is not None:
+        computed = np.asarray(out["computed"], dtype=np.float64)
+        fig["lockstep_per_iter"] = float(computed.mean())
+        fig["lockstep_measured"] = True
+        fig["lockstep_waste"] = float(1.0 - n_leap.mean(1).sum() / computed.sum())  # share of batch steps no chain needed
+    else:
+        bound = 2.0 ** np.asarray(out["doublings"]).max(1) - 1.0
+        fig["lockstep_per_iter"] = float(bound.mean())
+        fig["lockstep_measured"] = False
+        fig["lockstep_waste"] = float(1.0 - n_leap.mean(1).sum() / bound.sum())
     return fig
 
 
@@ -790,6 +909,11 @@ def run_workload(w: Workload, libs: list[str], repeats: int) -> dict:
         compare = lib == "torchebm" and ref is not None  # same torch.Generator stream as ebm
         if w.kind in LOSS_KINDS:
             fig = loss_figures(p, out, ref if compare else None, reference)
+        elif w.kind == "nuts":
+            fig = nuts_figures(p, out)
+            seeds = NUTS_ESS_SEEDS[:2] if w.n_steps < 50 else NUTS_ESS_SEEDS  # --quick: keep it short
+            fig["ess_bulk_min_by_seed"] = {s: (fig["ess_bulk_min"] if s == SEED_NOISE else
+                                               float(nuts_figures(p, case.check(s))["ess_bulk_min"])) for s in seeds}
         else:
             fig = figures(p, out, ref if compare else None)
         results[lib] = {"warmup_s": warm, "times_s": [], "figures": fig}
@@ -810,10 +934,46 @@ def run_workload(w: Workload, libs: list[str], repeats: int) -> dict:
     base = results.get("ebm", {}).get("median_s")
     for r in results.values():
         r["ratio_vs_ebm"] = (r["median_s"] / base) if base else None
+    if w.kind == "nuts":  # ESS per second of the timed runs' median; ebm's over the peer's (> 1: ebm better)
+        for r in results.values():
+            r["ess_per_s"] = r["figures"]["ess_bulk_min"] / r["median_s"]
+            by_seed = list(r["figures"]["ess_bulk_min_by_seed"].values())
+            r["ess_per_s_median_over_seeds"] = statistics.median(by_seed) / r["median_s"]
+        ebm_rate = results.get("ebm", {}).get("ess_per_s")
+        for r in results.values():
+            r["ebm_ess_per_s_over_this"] = (ebm_rate / r["ess_per_s"]) if ebm_rate else None
     return {"workload": w.__dict__, "results": results}
 
 
+def nuts_table(w: Workload, res: dict) -> str:
+    head = ("| library | median (ms) | min–max (ms) | first call (ms) | time peer / ebm | min ESS (bulk) | ESS/s "
+            "| ebm ESS/s ÷ this | leapfrog / iteration: mean, max | lockstep leapfrog / iteration (waste) | correctness |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for lib, r in res["results"].items():
+        f = r["figures"]
+        ratio = "—" if r["ratio_vs_ebm"] is None else ("1 (ref)" if lib == "ebm" else f"{r['ratio_vs_ebm']:.2f}")
+        ess_ratio = ("—" if r["ebm_ess_per_s_over_this"] is None else
+                     "1 (ref)" if lib == "ebm" else f"{r['ebm_ess_per_s_over_this']:.2f}")
+        lock = f"{f['lockstep_per_iter']:.2f} ({100 * f['lockstep_waste']:.1f} %)"
+        if not f["lockstep_measured"]:
+            lock = f"≤ {lock} (bound)"
+        seeds = list(f["ess_bulk_min_by_seed"].values())
+        keys = list(f["ess_bulk_min_by_seed"])
+        corr = (f"acc {f['acceptance']:.3f}, {f['divergences']} divergences, R-hat max {f['rhat_max']:.4f}, "
+                f"mean err {f['mean_err']:.3f}, cov err {f['cov_err']:.3f} (all {f['n_draws']:,} kept draws), "
+                f"median ESS {f['ess_bulk_median']:.0f}, min ESS over seeds {keys[0]}–{keys[-1]}: "
+                f"{min(seeds):.0f}–{max(seeds):.0f}")
+        if f.get("nonfinite_chains"):
+            corr += f", **{f['nonfinite_chains']} non-finite chains**"
+        lines.append(f"| {lib} | {1e3 * r['median_s']:.1f} | {1e3 * r['min_s']:.1f}–{1e3 * r['max_s']:.1f} | "
+                     f"{1e3 * r['warmup_s']:.1f} | {ratio} | {f['ess_bulk_min']:.0f} | {r['ess_per_s']:,.0f} | {ess_ratio} | "
+                     f"{f['leapfrog_mean']:.2f}, {f['leapfrog_max']} | {lock} | {corr} |")
+    return "\n".join(lines)
+
+
 def table(w: Workload, res: dict) -> str:
+    if w.kind == "nuts":
+        return nuts_table(w, res)
     rate = w.id in ("S7", "S8")
     per = " per step" if per_call(w) > 1 else ""
     head = f"| library | median{per} (ms) | min–max (ms) | first call (ms) | peer / ebm |"
@@ -955,6 +1115,11 @@ def main(argv: list[str] | None = None) -> int:
         size = f"{w.n_chains:,} chains, {w.n_steps:,} step{'s' if w.n_steps > 1 else ''}, step size {w.step_size}"
         if w.n_leapfrog:
             size += f", {w.n_leapfrog} leapfrog"
+        if w.kind == "nuts":
+            size = (f"{w.n_chains:,} chains, {w.n_steps:,} NUTS iterations, fixed step size {w.step_size} (no adaptation), "
+                    f"max tree depth {w.max_tree_depth}, identity mass, float32; ESS = min over the {w.dim} coordinates "
+                    f"of ebmcore.diagnostics.ess_bulk on the kept trajectory ({w.n_steps}, {w.n_chains}, {w.dim}), "
+                    "ESS/s = ESS / median time")
         if w.kind.endswith("_step"):
             size += f"; {w.inner} successive steps per timed run, time per step reported"
         if w.kind in LOSS_KINDS:
