@@ -67,12 +67,13 @@ def init(x: Tensor, fns: EnergyFunctions) -> NUTSState:
 
 
 def _dot(a: Tensor, b: Tensor) -> Tensor:
-    return (a * b).flatten(1).sum(1)
+    """Per-chain inner product: ``(n, *event) × (n, *event) -> (n,)``."""
+    return torch.linalg.vecdot(a.flatten(1), b.flatten(1))
 
 
 def _is_turning(v_left: Tensor, v_right: Tensor, p_left: Tensor, p_right: Tensor, rho: Tensor) -> Tensor:
     """Generalised U-turn: ``rho`` (sum of momenta between the ends, ends halved) against both ends' velocities."""
-    rho = rho - 0.5 * (p_left + p_right)
+    rho = torch.add(p_left, p_right).mul_(-0.5).add_(rho)
     return (_dot(v_left, rho) <= 0) | (_dot(v_right, rho) <= 0)
 
 
@@ -124,7 +125,7 @@ def step(state: NUTSState, fns: EnergyFunctions, *, step_size: ChainScalar, max_
     done = torch.zeros(n, dtype=torch.bool, device=dev)
     divergent = torch.zeros_like(done)
     depth = torch.zeros(n, dtype=torch.int64, device=dev)
-    n_steps = torch.zeros(n, dtype=torch.int64, device=dev)
+    n_steps = torch.zeros(n, dtype=acc, device=dev)
     sum_accept = torch.zeros(n, dtype=acc, device=dev)
     computed = 0
 
@@ -149,29 +150,31 @@ def step(state: NUTSState, fns: EnergyFunctions, *, step_size: ChainScalar, max_
             e, g = fns.energy_and_gradient(x)
             p.addcmul_(half_kick, g, value=-1.0)
             computed += 1
-            delta = torch.addcmul(cast(inv_mass.kinetic(p)) - h0, cast(e), inv_t) if not isinstance(inv_t, float) \
-                else torch.add(cast(inv_mass.kinetic(p)) - h0, cast(e), alpha=inv_t)
-            finite = torch.isfinite(delta)
-            leaf_log_w = torch.where(finite, -delta, neg_inf)
-            active = valid
-            sum_accept += torch.where(active, leaf_log_w.clamp(max=0.0).exp(), 0.0)
-            n_steps += active
+            # log-weight −ΔH of the leaf; NaN and ±inf energies become −inf (never chosen, divergent)
+            if isinstance(inv_t, float):
+                leaf_log_w = torch.add(cast(inv_mass.kinetic(p)), cast(e), alpha=inv_t).sub_(h0).neg_()
+            else:
+                leaf_log_w = torch.addcmul(cast(inv_mass.kinetic(p)), cast(e), inv_t).sub_(h0).neg_()
+            leaf_log_w = leaf_log_w.nan_to_num_(nan=-math.inf, posinf=-math.inf)
+            diverged = leaf_log_w < -DIVERGENCE_THRESHOLD
+            active = valid.to(acc)
+            sum_accept.addcmul_(leaf_log_w.clamp(max=0.0).exp_(), active)
+            n_steps.add_(active)
             total = torch.logaddexp(sub_log_w, leaf_log_w)
-            take = active & (uniforms[leaf] < leaf_log_w - total)
+            take = valid & (uniforms[leaf] < leaf_log_w - total)
             sub_x, sub_e, sub_g = _where(take, x, sub_x), torch.where(take, e, sub_e), _where(take, g, sub_g)
-            sub_log_w = torch.where(active, total, sub_log_w)
-            sub_rho = sub_rho + _where(active, p, 0.0)
+            sub_log_w = torch.where(valid, total, sub_log_w)
+            sub_rho.addcmul_(p, active.to(p.dtype).view(chain_shape))
             lo, hi = _checkpoint_range(leaf)
             if leaf % 2 == 0 and j > 0:
                 r_ckpt[hi] = p
                 rs_ckpt[hi] = sub_rho
-            diverged = ~finite | (delta > DIVERGENCE_THRESHOLD)
             stop = diverged
             if lo <= hi:
                 v = inv_mass.velocity(p)
                 for i in range(hi, lo - 1, -1):
                     stop = stop | _is_turning(inv_mass.velocity(r_ckpt[i]), v, r_ckpt[i], p, sub_rho - rs_ckpt[i] + r_ckpt[i])
-            divergent = divergent | (active & diverged)
+            divergent |= valid & diverged
             valid = valid & ~stop
         # merge the subtree into the trajectory where it stayed valid (biased progressive sampling)
         merge = valid
@@ -190,9 +193,8 @@ def step(state: NUTSState, fns: EnergyFunctions, *, step_size: ChainScalar, max_
 
     new = NUTSState(prop_x, prop_e, prop_g)
     hamiltonian = cast(prop_e) * inv_t  # potential part; the kinetic part is redrawn next step
-    lengths = n_steps.to(acc)
-    info = NUTSInfo(sum_accept / n_steps.clamp_min(1).to(acc), divergent, depth, n_steps, hamiltonian, computed,
-                    lengths.mean(), lengths.max())
+    info = NUTSInfo(sum_accept / n_steps.clamp_min(1), divergent, depth, n_steps.to(torch.int64), hamiltonian, computed,
+                    n_steps.mean(), n_steps.max())
     return new, info
 
 

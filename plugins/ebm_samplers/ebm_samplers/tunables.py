@@ -82,7 +82,8 @@ class InverseMass:
 
     def kinetic(self, p: Tensor) -> Tensor:
         """``½ pᵀ M⁻¹ p`` per chain: ``(n,)``."""
-        return (p * self.velocity(p)).flatten(1).sum(1).mul_(0.5)
+        flat = p.flatten(1)
+        return torch.linalg.vecdot(flat, self.velocity(p).flatten(1)).mul_(0.5)
 
 
 IDENTITY = InverseMass("identity")
