@@ -35,7 +35,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["Config", "get_config", "load_config", "reload_config", "parse_backend_list", "env_flag", "validate_table", "read_toml"]
+__all__ = ["Config", "get_config", "load_config", "reload_config", "parse_backend_list", "env_flag", "validate_table", "read_toml", "load_job_config", "REQUIRED"]
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -148,6 +148,19 @@ def validate_table(table: Any, schema: dict[str, Any], where: str) -> dict[str, 
                 raise ConfigError(f"{where}: key '{key}' {problem}, got {value!r}.")
         out[key] = value
     return out
+
+
+def load_job_config(path: str | os.PathLike, schema: dict[str, Any],
+                    overrides: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Read a job configuration (``ebm train``, ``ebm sample``), apply command-line ``overrides``
+    (``{"table": {"key": value}}``, ``None`` values ignored), validate it against ``schema``, and
+    record the file in ``config["source"]``."""
+    table = read_toml(path)
+    for section, values in (overrides or {}).items():
+        table.setdefault(section, {}).update({k: v for k, v in values.items() if v is not None})
+    config = validate_table(table, schema, str(path))
+    config["source"] = str(path)
+    return config
 
 
 class _Required:

@@ -4,6 +4,7 @@ checkpoints, the model, metrics and plots to a run directory; ``--resume`` conti
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import sys
 import time
@@ -15,7 +16,7 @@ import torch
 
 import ebmcore
 from ebmcore import registry
-from ebmcore.config import read_toml, validate_table
+from ebmcore.config import load_job_config
 from ebmcore.errors import ConfigError
 
 from ebm_losses import datasets
@@ -58,13 +59,9 @@ def default_config_path() -> Path:
 def load_config(path: str | Path | None, overrides: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Read and validate a training configuration (the bundled default without ``path``)."""
     path = Path(path) if path else default_config_path()
-    table = read_toml(path)
-    for section, values in (overrides or {}).items():
-        table.setdefault(section, {}).update({k: v for k, v in values.items() if v is not None})
-    config = validate_table(table, SCHEMA, str(path))
+    config = load_job_config(path, SCHEMA, overrides)
     registry.get("energy", config["model"]["energy"])
     registry.get("loss", config["loss"]["name"])
-    config["source"] = str(path)
     return config
 
 
@@ -117,8 +114,7 @@ def run(config: dict[str, Any], out: Path, *, resume: bool = False, quiet: bool 
     if resume:
         trainer.load(checkpoint)
     start = time.perf_counter()
-    context = ebmcore.use_backend(*selection) if selection else _Null()
-    with context:
+    with ebmcore.use_backend(*selection) if selection else contextlib.nullcontext():
         trainer.fit(max(t["steps"] - trainer.step, 0))
     wall = time.perf_counter() - start
     trainer.save(checkpoint)
@@ -154,14 +150,6 @@ def run(config: dict[str, Any], out: Path, *, resume: bool = False, quiet: bool 
                                   samples, "learned energy and MALA samples from it")
     report.write_json(out / "metrics.json", metrics)
     return metrics
-
-
-class _Null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
 
 
 def summary(metrics: dict[str, Any], out: Path) -> str:

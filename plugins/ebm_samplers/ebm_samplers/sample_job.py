@@ -7,6 +7,7 @@ bounded memory, and ``--resume`` skips the chunks already written.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import sys
 import time
@@ -18,7 +19,7 @@ import torch
 
 import ebmcore
 from ebmcore import diagnostics, registry
-from ebmcore.config import REQUIRED, read_toml, validate_table
+from ebmcore.config import load_job_config
 from ebmcore.errors import ConfigError
 
 from ebm_samplers import report
@@ -68,10 +69,7 @@ def load_config(path: str | Path | None, overrides: dict[str, dict[str, Any]] | 
     """Read and validate a sample configuration (the bundled default without ``path``); ``overrides``
     (``{"table": {"key": value}}``, from command-line flags) are applied before validation."""
     path = Path(path) if path else default_config_path()
-    table = read_toml(path)
-    for section, values in (overrides or {}).items():
-        table.setdefault(section, {}).update({k: v for k, v in values.items() if v is not None})
-    config = validate_table(table, SCHEMA, str(path))
+    config = load_job_config(path, SCHEMA, overrides)
     energy = config["energy"]
     if bool(energy["name"]) == bool(energy["model"]):
         raise ConfigError(f"{path} [energy]: give either 'name' (a registered energy) or 'model' (a file from ebm train), not both or neither.")
@@ -80,7 +78,6 @@ def load_config(path: str | Path | None, overrides: dict[str, dict[str, Any]] | 
     registry.get("sampler", config["sampler"]["name"])  # an unknown sampler fails now, before any work
     if energy["name"]:
         registry.get("energy", energy["name"])
-    config["source"] = str(path)
     return config
 
 
@@ -125,16 +122,8 @@ def run(config: dict[str, Any], out: Path, *, resume: bool = False, quiet: bool 
     """Run a validated configuration into ``out``; returns the metrics (also in ``out/metrics.json``)."""
     device = torch.device(config["run"]["device"])
     selection = tuple(b.strip() for b in config["run"]["backend"].split(",") if b.strip())
-    with ebmcore.use_backend(*selection) if selection else _nullcontext():
+    with ebmcore.use_backend(*selection) if selection else contextlib.nullcontext():
         return _run(config, out, device, resume, quiet)
-
-
-class _nullcontext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
 
 
 def _run(config: dict[str, Any], out: Path, device: torch.device, resume: bool, quiet: bool) -> dict[str, Any]:
