@@ -13,6 +13,7 @@ import torch
 
 import ebmcore
 from ebmcore import plugins, registry
+from ebmcore.config import parse_device
 from ebmcore.errors import EBMError
 from ebmcore.registry import KINDS
 
@@ -52,7 +53,7 @@ def _cmd_backends(args: argparse.Namespace) -> int:
     ops = sorted({op for e in registry.entries("kernel") for op in e.component.kernels})
     if args.op:
         ops = [args.op]
-    devices = [torch.device(args.device)] if args.device else _devices()
+    devices = [parse_device(args.device, "--device")] if args.device else _devices()
     unresolved = 0
     for device in devices:
         for op in ops:

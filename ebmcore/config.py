@@ -35,7 +35,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["Config", "get_config", "load_config", "reload_config", "parse_backend_list", "env_flag", "validate_table", "read_toml", "load_job_config", "REQUIRED"]
+__all__ = ["Config", "get_config", "load_config", "reload_config", "parse_backend_list", "env_flag", "validate_table", "read_toml", "load_job_config", "parse_device", "REQUIRED"]
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -161,6 +161,22 @@ def load_job_config(path: str | os.PathLike, schema: dict[str, Any],
     config = validate_table(table, schema, str(path))
     config["source"] = str(path)
     return config
+
+
+def parse_device(value: str, where: str) -> Any:
+    """A ``torch.device`` that this machine can use, or a :class:`ConfigError` naming ``where``."""
+    import torch
+
+    try:
+        device = torch.device(value)
+    except (RuntimeError, TypeError) as exc:
+        raise ConfigError(f"{where}: {value!r} is not a device ({exc}); use e.g. 'cpu' or 'cuda:0'.") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"{where}: device {value!r} is not available (no CUDA device, or a CPU-only torch); use 'cpu'.")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ConfigError(f"{where}: device {value!r} does not exist; this machine has {torch.cuda.device_count()} CUDA device(s).")
+    return device
 
 
 class _Required:

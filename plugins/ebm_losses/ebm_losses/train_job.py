@@ -16,7 +16,7 @@ import torch
 
 import ebmcore
 from ebmcore import registry
-from ebmcore.config import load_job_config
+from ebmcore.config import load_job_config, parse_device
 from ebmcore.errors import ConfigError
 
 from ebm_losses import datasets
@@ -60,8 +60,17 @@ def load_config(path: str | Path | None, overrides: dict[str, dict[str, Any]] | 
     """Read and validate a training configuration (the bundled default without ``path``)."""
     path = Path(path) if path else default_config_path()
     config = load_job_config(path, SCHEMA, overrides)
-    registry.get("energy", config["model"]["energy"])
-    registry.get("loss", config["loss"]["name"])
+    # everything that can be checked is checked now, before any work or any file is written
+    parse_device(config["train"]["device"], f"{path} [train] device")
+    dataset = config["data"]["dataset"]
+    if dataset not in datasets.DATASETS and not Path(dataset).is_file():
+        raise ConfigError(f"{path} [data] dataset: no such file {dataset!r}.")
+    for table, kind, key in (("model", "energy", "energy"), ("loss", "loss", "name")):
+        factory = registry.get(kind, config[table][key])
+        try:
+            factory(**config[table]["params"])
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{path} [{table}] params: {exc}") from None
     return config
 
 
@@ -94,12 +103,12 @@ def run(config: dict[str, Any], out: Path, *, resume: bool = False, quiet: bool 
 
     selection = tuple(b.strip() for b in config["train"]["backend"].split(",") if b.strip())
     device = torch.device(config["train"]["device"])
-    out.mkdir(parents=True, exist_ok=True)
     checkpoint = out / "checkpoint.pt"
     if checkpoint.exists() and not resume:
         raise ConfigError(f"{checkpoint} exists: pass --resume to continue that run, or choose another --out.")
     if resume and not checkpoint.exists():
         raise ConfigError(f"--resume: no checkpoint at {checkpoint}.")
+    out.mkdir(parents=True, exist_ok=True)
     report.write_json(out / "config.json", config)
     train, test = (t.to(device) for t in _data(config["data"]))
     energy = registry.get("energy", config["model"]["energy"])(**config["model"]["params"]).to(device)
@@ -113,7 +122,7 @@ def run(config: dict[str, Any], out: Path, *, resume: bool = False, quiet: bool 
                       checkpoint_every=t["checkpoint_every"])
     if resume:
         trainer.load(checkpoint)
-    start = time.perf_counter()
+    start, first_step = time.perf_counter(), trainer.step
     with ebmcore.use_backend(*selection) if selection else contextlib.nullcontext():
         trainer.fit(max(t["steps"] - trainer.step, 0))
     wall = time.perf_counter() - start
@@ -128,7 +137,7 @@ def run(config: dict[str, Any], out: Path, *, resume: bool = False, quiet: bool 
         "held_out_nll": evaluate(final, trainer.step).get("held_out_nll"),
         "held_out_nll_history": history.evaluations,
         "wall_time_s": wall,
-        "throughput_samples_per_s": (len(history.losses) and t["batch_size"] * (t["steps"]) / max(wall, 1e-9)),
+        "throughput_samples_per_s": t["batch_size"] * (trainer.step - first_step) / wall if trainer.step > first_step else None,
         "device": str(device),
         "kernel_backends": {},
     }
@@ -155,7 +164,8 @@ def run(config: dict[str, Any], out: Path, *, resume: bool = False, quiet: bool 
 def summary(metrics: dict[str, Any], out: Path) -> str:
     nll = metrics["held_out_nll"]
     return "\n".join([
-        f"trained {metrics['steps']} steps in {metrics['wall_time_s']:.1f} s ({metrics['throughput_samples_per_s']:,.0f} samples/s)",
+        f"trained to step {metrics['steps']} in {metrics['wall_time_s']:.1f} s"
+        + (f" ({metrics['throughput_samples_per_s']:,.0f} samples/s)" if metrics["throughput_samples_per_s"] else ""),
         f"  final loss {metrics['final_loss']:.4g}" + (f", held-out NLL {nll:.3f} nats" if nll is not None else ""),
         f"  model: {out / 'model.pt'} (sample it with [energy] model = \"{out / 'model.pt'}\")",
         f"  metrics: {out / 'metrics.json'}; plots in {out}",
@@ -163,7 +173,7 @@ def summary(metrics: dict[str, Any], out: Path) -> str:
 
 
 def add_command(subparsers: Any) -> None:
-    p = subparsers.add_parser("train", help="train an energy model (bundled default: PCD on eight Gaussians)")
+    p = subparsers.add_parser("train", help="train an energy model (bundled default: sliced score matching on eight Gaussians)")
     p.add_argument("config", nargs="?", help="a TOML configuration (default: the bundled train_default.toml)")
     p.add_argument("--out", help="run directory (default: [output] dir)")
     p.add_argument("--device")

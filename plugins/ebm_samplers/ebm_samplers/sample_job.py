@@ -19,7 +19,7 @@ import torch
 
 import ebmcore
 from ebmcore import diagnostics, registry
-from ebmcore.config import load_job_config
+from ebmcore.config import load_job_config, parse_device
 from ebmcore.errors import ConfigError
 
 from ebm_samplers import report
@@ -75,9 +75,21 @@ def load_config(path: str | Path | None, overrides: dict[str, dict[str, Any]] | 
         raise ConfigError(f"{path} [energy]: give either 'name' (a registered energy) or 'model' (a file from ebm train), not both or neither.")
     if energy["model"] and energy["params"]:
         raise ConfigError(f"{path} [energy]: 'params' applies to 'name' only; a model file carries its own.")
-    registry.get("sampler", config["sampler"]["name"])  # an unknown sampler fails now, before any work
+    # everything that can be checked is checked now, before any work or any file is written
+    parse_device(config["run"]["device"], f"{path} [run] device")
+    registry.get("sampler", config["sampler"]["name"])
     if energy["name"]:
         registry.get("energy", energy["name"])
+    elif not Path(energy["model"]).is_file():
+        raise ConfigError(f"{path} [energy] model: no such file {energy['model']!r}; train one with `ebm train`.")
+    try:
+        built = build_energy(energy, torch.device("cpu"))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{path} [energy]: {exc}") from None
+    try:
+        registry.get("sampler", config["sampler"]["name"])(built, **config["sampler"]["params"])
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{path} [sampler] params: {exc}") from None
     return config
 
 
@@ -127,6 +139,8 @@ def run(config: dict[str, Any], out: Path, *, resume: bool = False, quiet: bool 
 
 
 def _run(config: dict[str, Any], out: Path, device: torch.device, resume: bool, quiet: bool) -> dict[str, Any]:
+    if config["run"]["n_samples"] and not resume and any((out / "chunks").glob("chunk-*.npz")):
+        raise ConfigError(f"{out / 'chunks'} holds chunks already: pass --resume to continue that run, or choose another --out.")
     out.mkdir(parents=True, exist_ok=True)
     report.write_json(out / "config.json", config)
     s, r = config["sampler"], config["run"]
@@ -200,7 +214,7 @@ def _stream(config: dict[str, Any], out: Path, sampler: Any, energy: ebmcore.Ene
     chunks.mkdir(exist_ok=True)
     n_chunks = math.ceil(r["n_samples"] / r["chunk_size"])
     d = energy.event_shape or (2,)
-    written = skipped = 0
+    written = skipped = written_samples = 0
     acceptance = []
     bar = None
     if progress:
@@ -214,8 +228,6 @@ def _stream(config: dict[str, Any], out: Path, sampler: Any, energy: ebmcore.Ene
         if resume and (chunks / f"{name}.npz").exists():
             skipped += 1
         else:
-            if (chunks / f"{name}.npz").exists() and not resume:
-                raise ConfigError(f"{chunks / name}.npz exists: pass --resume to continue that run, or choose another --out.")
             g = torch.Generator(device=device).manual_seed(r["seed"] * 1_000_003 + k + 1)
             x0 = s["init_scale"] * torch.randn((size, *d), generator=g, device=device)
             t = time.perf_counter()
@@ -226,6 +238,7 @@ def _stream(config: dict[str, Any], out: Path, sampler: Any, energy: ebmcore.Ene
             if result.diagnostics.acceptance_rate is not None:
                 acceptance.append(float(result.diagnostics.acceptance_rate.mean()))
             written += 1
+            written_samples += size
             del result
         if bar is not None:
             bar.update(1)
@@ -237,7 +250,7 @@ def _stream(config: dict[str, Any], out: Path, sampler: Any, energy: ebmcore.Ene
         "chunks_written": written,
         "chunks_resumed": skipped,
         "sampling_time_s": sampling,
-        "throughput_samples_per_s": (written * r["chunk_size"]) / sampling if sampling else None,
+        "throughput_samples_per_s": written_samples / sampling if sampling else None,
         "acceptance": sum(acceptance) / len(acceptance) if acceptance else None,
     }
 
@@ -247,10 +260,13 @@ def summary(metrics: dict[str, Any], out: Path) -> str:
     if "n_chunks" in metrics:
         lines.append(f"  {metrics['n_samples']} samples in {metrics['n_chunks']} chunks "
                      f"({metrics['chunks_resumed']} resumed) -> {out / 'chunks'}")
-    else:
-        lines.append(f"  {metrics['n_chains']} chains x {metrics['n_kept']} kept draws; "
-                     f"ESS bulk min {metrics['ess_bulk_min']:.0f}, tail min {metrics['ess_tail_min']:.0f}, "
-                     f"R-hat max {metrics['r_hat_max']:.3f}")
+        if metrics.get("acceptance") is not None:
+            lines.append(f"  acceptance {metrics['acceptance']:.3f}")
+        lines.append(f"  metrics: {out / 'metrics.json'}")
+        return "\n".join(lines)
+    ess = "" if metrics["ess_bulk_min"] is None else (
+        f"; ESS bulk min {metrics['ess_bulk_min']:.0f}, tail min {metrics['ess_tail_min']:.0f}, R-hat max {metrics['r_hat_max']:.3f}")
+    lines.append(f"  {metrics['n_chains']} chains x {metrics['n_kept']} kept draws{ess}")
     if metrics.get("acceptance") is not None:
         lines.append(f"  acceptance {metrics['acceptance']:.3f}, divergences {metrics.get('divergences', 0)}")
     lines.append(f"  metrics: {out / 'metrics.json'}; plots and samples in {out}")

@@ -138,3 +138,21 @@ def test_profile_function():
     result = profile(HMCSampler(ebmcore.energy("gaussian", dim=3), step_size=0.1, n_leapfrog_steps=4), torch.randn(100, 3), 10, repeats=2)
     assert result["gradient_evaluations"] == pytest.approx(4 + 1 / 10)  # L per step, plus the one at x0
     assert result["total"] > 0 and result["energy_gradient"] > 0
+
+
+@pytest.mark.parametrize("extra, message", [
+    ('[run]\ndevice = "cuda:7"\n', "is not available"),
+    ('[run]\ndevice = "potato"\n', "is not a device"),
+])
+def test_device_and_params_are_checked_before_any_work(tmp_path, capsys, extra, message):
+    assert main(["sample", str(_config(tmp_path, extra=extra)), "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    assert message in capsys.readouterr().err and not (tmp_path / "o").exists()
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[energy]\nname = "gaussian"\nparams = { dim = 2, colour = "red" }\n')
+    assert main(["sample", str(bad), "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    assert "[energy]" in capsys.readouterr().err and not (tmp_path / "o").exists()
+
+
+def test_few_kept_draws_still_summarise(tmp_path, capsys):
+    assert main(["sample", str(_config(tmp_path, plots="false")), "--out", str(tmp_path / "o"), "--n-steps", "3", "--quiet"]) == 0
+    assert "3 kept draws" in capsys.readouterr().out
