@@ -70,21 +70,28 @@ def check_sampler(factory: Callable[[EnergyModel], Any], *, dim: int = 2, n_chai
     sampler = factory(energy)
     x0 = torch.randn(n_chains, dim, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
 
+    saved_x0 = x0.clone()
+    saved_params = [t.clone() for t in (*energy.parameters(), *energy.buffers())]
+
     def run(seed: int) -> Tensor:
         g = torch.Generator().manual_seed(seed)
-        state = sampler.init(x0.clone())
+        state = sampler.init(x0)
         for _ in range(3):
             state, _ = sampler.step(state, generator=g)
         return state.x
 
     a, b = run(1), run(1)
+    assert torch.equal(x0, saved_x0), "the sampler modified the caller's initial states in place"
     assert a.shape == x0.shape and a.dtype == x0.dtype and a.device == x0.device, "sampler changed shape/dtype/device"
     assert torch.isfinite(a).all(), "sampler produced non-finite states on a standard Gaussian"
     assert torch.equal(a, b), "same generator seed must give identical chains"
     assert not torch.equal(a, run(2)), "different seeds gave identical chains: the generator is ignored"
     assert energy.center.dtype == torch.float64, "the sampler re-typed the energy model"
+    current = [*energy.parameters(), *energy.buffers()]
+    assert all(torch.equal(p, q) for p, q in zip(current, saved_params)), "the sampler changed the energy's parameters"
     if check_moments:
-        x = sampler.sample(x0.clone(), n_steps, generator=torch.Generator().manual_seed(3))
+        x = sampler.sample(x0, n_steps, generator=torch.Generator().manual_seed(3))
+        assert torch.equal(x0, saved_x0), "sample() modified the caller's initial states in place"
         mean_err = float(x.mean(0).abs().max())
         assert mean_err < 5 / n_chains**0.5, f"sample mean off by {mean_err:.3f} (> 5 standard errors)"
         var = x.var(0)

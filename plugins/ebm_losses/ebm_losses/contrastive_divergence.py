@@ -47,9 +47,9 @@ class ClippedGradientEnergy(EnergyModel):
 
         def energy_and_gradient(x: Tensor) -> tuple[Tensor, Tensor]:
             e, g = fns.energy_and_gradient(x)
-            return e, g.clamp_(-clip, clip)
+            return e, g.clamp(-clip, clip)  # out of place: a gradient may alias the energy's own tensors
 
-        return EnergyFunctions(fns.energy, lambda x: fns.gradient(x).clamp_(-clip, clip), energy_and_gradient)
+        return EnergyFunctions(fns.energy, lambda x: fns.gradient(x).clamp(-clip, clip), energy_and_gradient)
 
 
 SamplerSpec = Any  # a registered name, a Sampler built on the energy, or a factory energy -> Sampler

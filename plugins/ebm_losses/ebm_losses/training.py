@@ -8,6 +8,7 @@ into a fresh trainer, ``fit(b)`` -- bit for bit (for tensor and ``Dataset`` data
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -48,7 +49,7 @@ class _Batches:
 
     def next(self) -> Tensor:
         if self.order is None or self.position + self.batch_size > self.n:
-            self.order = torch.randperm(self.n, generator=self.generator)
+            self.order = torch.randperm(self.n, generator=self.generator, device=self.generator.device)
             self.position = 0
         idx = self.order[self.position:self.position + self.batch_size]
         self.position += self.batch_size
@@ -130,7 +131,9 @@ class Trainer:
         if (checkpoint_every is None) != (checkpoint_path is None):
             raise InputError("give checkpoint_path and checkpoint_every together.")
         self.energy, self.loss = energy, loss
-        self.generator = torch.Generator().manual_seed(seed)
+        reference = energy._reference_tensor()
+        device = reference.device if reference is not None else (data.device if isinstance(data, Tensor) else torch.device("cpu"))
+        self.generator = torch.Generator(device=device).manual_seed(seed)
         if isinstance(data, DataLoader):
             self.batches: _Batches | _LoaderBatches = _LoaderBatches(data)
         elif isinstance(data, (Tensor, Dataset)):
@@ -162,11 +165,12 @@ class Trainer:
             batch = self.batches.next()
             value = self.loss(self.energy, batch, generator=self.generator)
             loss_value = float(value.detach())
-            if not torch.isfinite(torch.tensor(loss_value)):
+            if not math.isfinite(loss_value):
                 last = list(zip(self.history.steps[-5:], self.history.losses[-5:]))
                 raise NonFiniteError(
                     f"the loss is {loss_value} at step {self.step + 1}; the last finite values (step, loss) were {last}. "
-                    "The parameters are those after the last finite step (nothing was replaced). Lower the learning rate "
+                    "No optimizer step was taken with it: the parameters are those after the last finite step (a PCD buffer "
+                    "already holds this step's negatives). Lower the learning rate "
                     "or the sampler's step size, add energy regularization, or clip gradients."
                 )
             self.optimizer.zero_grad(set_to_none=True)
@@ -201,7 +205,7 @@ class Trainer:
             "generator": self.generator.get_state(),
             "torch_rng": torch.get_rng_state(),
             "batches": self.batches.state_dict(),
-            "history": self.history,
+            "history": {"steps": self.history.steps, "losses": self.history.losses, "evaluations": self.history.evaluations},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -214,7 +218,7 @@ class Trainer:
         self.generator.set_state(state["generator"])
         torch.set_rng_state(state["torch_rng"])
         self.batches.load_state_dict(state["batches"])
-        self.history = state["history"]
+        self.history = TrainHistory(**state["history"])
 
     def save(self, path: str | os.PathLike) -> None:
         """Write a checkpoint atomically (a temporary file renamed over ``path``)."""
@@ -226,4 +230,4 @@ class Trainer:
 
     def load(self, path: str | os.PathLike) -> None:
         """Resume from a checkpoint written by :meth:`save` (same energy, loss and data set-up)."""
-        self.load_state_dict(torch.load(path, weights_only=False))
+        self.load_state_dict(torch.load(path, weights_only=True))

@@ -164,6 +164,8 @@ def warmup(sampler: Any, x0: Tensor, n_warmup: int = 500, *, target_accept: floa
     x = sampler.check_initial_state(x0)
     n = x.shape[0]
     base = sampler.tunables(x, {})
+    if "step_size" not in base:
+        raise InputError(f"{type(sampler).__name__} has no step size to adapt; warm up its base sampler instead.")
     h0 = base["step_size"]
     if not pooled and not isinstance(h0, Tensor):
         h0 = torch.full((n,), h0, dtype=torch.float64)
@@ -172,17 +174,15 @@ def warmup(sampler: Any, x0: Tensor, n_warmup: int = 500, *, target_accept: floa
     windows = stan_windows(n_warmup) if adapt_mass else []
     ends = {end for _, end in windows}
     starts = {start for start, _ in windows}
-    inv_mass = base.get("inv_mass")
     inv_mass_tensor: Tensor | None = None
+    params = dict(base)
     state = sampler.init(x)
     check_finite(state.energy, what="energy at the initial state x0", x=x)
     fns = sampler.bind(x)
     step_size: float | Tensor = h0
     recent: list[float] = []
     for i in range(n_warmup):
-        params = dict(base, step_size=_to_state(step_size, x))
-        if inv_mass_tensor is not None:
-            params["inv_mass"] = sampler.tunables(x, {"inv_mass": inv_mass_tensor})["inv_mass"]
+        params["step_size"] = _to_state(step_size, x)
         state, info = sampler.step_fn(state, fns, generator=generator, **params)
         stat = info.acceptance_prob
         if adapt_step_size:
@@ -194,6 +194,7 @@ def warmup(sampler: Any, x0: Tensor, n_warmup: int = 500, *, target_accept: floa
             welford.update(state.x)
         if i + 1 in ends:
             inv_mass_tensor = welford.variance().to(dtype=x.dtype, device=x.device)
+            params["inv_mass"] = sampler.tunables(x, {"inv_mass": inv_mass_tensor})["inv_mass"]  # prepared once per window
             if adapt_step_size:
                 averager.restart(averager.current())
     final = averager.final() if adapt_step_size else step_size

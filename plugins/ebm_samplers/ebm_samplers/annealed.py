@@ -60,6 +60,7 @@ class AnnealedLangevinSampler(MCMCSampler):
     name = "annealed_langevin"
     has_acceptance = False
     uses_noise_buffer = False
+    compile_refusal = "its step size and noise level change with the level"
 
     def __init__(self, energy: EnergyModel, sigmas: Sequence[float] | None = None, *, n_steps_each: int = 100,
                  step_size: float | None = None, **options: Any) -> None:
@@ -81,7 +82,7 @@ class AnnealedLangevinSampler(MCMCSampler):
     def tunables(self, x: Tensor, overrides: dict[str, Any]) -> dict[str, Any]:
         unknown = set(overrides) - {"step_size"}
         if unknown:
-            raise TypeError(f"AnnealedLangevinSampler: unknown tunable(s) {sorted(unknown)}.")
+            raise InputError(f"AnnealedLangevinSampler: unknown tunable(s) {sorted(unknown)}.")
         step_size = overrides.get("step_size", self.step_size)
         h = as_chain_scalar(0.1 * self.sigmas[-1] ** 2 if step_size is None else step_size, x, "step_size")
         if isinstance(h, Tensor):
@@ -90,6 +91,13 @@ class AnnealedLangevinSampler(MCMCSampler):
 
     def init_state(self, x: Tensor, fns: EnergyFunctions) -> AnnealedState:
         return AnnealedState(x, 0)
+
+    def diagnostic_energy(self, state: AnnealedState, fns: EnergyFunctions) -> Tensor:
+        if not self.conditional:
+            return fns.energy(state.x)
+        level = min(max(state.n_taken - 1, 0) // self.n_steps_each, len(self.sigmas) - 1)
+        sigma = torch.full((state.x.shape[0],), self.sigmas[level], dtype=state.x.dtype, device=state.x.device)
+        return self.energy.compute_energy(state.x, sigma)
 
     def _gradient(self, fns: EnergyFunctions, x: Tensor, sigma: float) -> Tensor:
         if not self.conditional:

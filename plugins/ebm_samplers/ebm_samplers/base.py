@@ -110,6 +110,7 @@ class MCMCSampler(Sampler):
     name: ClassVar[str] = "mcmc"
     has_acceptance: ClassVar[bool] = True
     uses_noise_buffer: ClassVar[bool] = True
+    compile_refusal: ClassVar[str] = "its steps draw their own random numbers"
     """True: ``transition_fn(state, noise, [uniform,] fns, ...)`` takes preallocated draws. False: the
     sampler draws a variable amount itself (NUTS) and the loop calls ``step_fn(..., generator=)``."""
     init_fn: Callable[..., Any]
@@ -121,7 +122,7 @@ class MCMCSampler(Sampler):
         if autocast is not None and autocast not in (torch.bfloat16, torch.float16):
             raise InputError(f"autocast must be torch.bfloat16 or torch.float16, got {autocast!r}.")
         if compile and not self.uses_noise_buffer:
-            raise InputError(f"{type(self).__name__} builds trajectories of data-dependent length: compile=True is not supported.")
+            raise InputError(f"{type(self).__name__} does not support compile=True: {self.compile_refusal}.")
         self.autocast = autocast
         self.compile = bool(compile)
         self._compiled: Callable[..., Any] | None = None
@@ -140,6 +141,10 @@ class MCMCSampler(Sampler):
         if self.compile:
             fns = _traceable(self.energy, fns)
         return fns if self.autocast is None else _with_autocast(fns, self.autocast, x.device.type)
+
+    def diagnostic_energy(self, state: Any, fns: EnergyFunctions) -> Tensor:
+        """``E`` at the state's positions, for the diagnostics (the state's own if it carries one)."""
+        return state.energy if hasattr(state, "energy") else fns.energy(state.x)
 
     def init_state(self, x: Tensor, fns: EnergyFunctions) -> Any:
         """The state at ``x`` given bound energy functions (override when the state is not ``init_fn``'s)."""
@@ -207,6 +212,9 @@ class MCMCSampler(Sampler):
                 raise InputError(f"{name} must be an integer >= {low}, got {value!r}.")
         if generator is not None and not isinstance(generator, torch.Generator):
             raise InputError(f"generator must be a torch.Generator, got {type(generator).__name__}.")
+        if generator is not None and isinstance(x0, Tensor) and generator.device.type != x0.device.type:
+            raise InputError(f"generator is on {generator.device} but x0 is on {x0.device}; "
+                             f"use torch.Generator(device={str(x0.device)!r}).manual_seed(...).")
         x = self.check_initial_state(x0)
         fns = self.bind(x)
         params = self.tunables(x, overrides)
@@ -219,7 +227,7 @@ class MCMCSampler(Sampler):
         n_chains = x.shape[0]
         n_kept = n_steps // thin
         trajectory = x.new_empty((n_kept, *x.shape)) if return_trajectory else None
-        recorder = _Recorder(x, n_kept, self.has_acceptance, fns) if return_diagnostics else None
+        recorder = _Recorder(x, n_kept, self.has_acceptance, lambda state: self.diagnostic_energy(state, fns)) if return_diagnostics else None
         divergences = torch.zeros(n_chains, dtype=torch.int64, device=x.device) if self.has_acceptance else None
         bar = None
         if progress:
@@ -256,35 +264,36 @@ class MCMCSampler(Sampler):
                 NonFiniteChainsWarning,
                 stacklevel=2,
             )
+        final = state.x.clone() if state.x is x0 else state.x  # never hand back the caller's own tensor
         if not (return_trajectory or return_diagnostics):
-            return state.x
+            return final
         diagnostics = recorder.finish(divergences, nonfinite, n_steps, wall) if recorder is not None else None
-        return SampleResult(state.x, trajectory, diagnostics)
+        return SampleResult(final, trajectory, diagnostics)
 
 
 class _Recorder:
     """Preallocated per-kept-step diagnostics."""
 
-    def __init__(self, x: Tensor, n_kept: int, has_acceptance: bool, fns: EnergyFunctions) -> None:
+    def __init__(self, x: Tensor, n_kept: int, has_acceptance: bool, energy_of: Callable[[Any], Tensor]) -> None:
         stat_dtype = torch.promote_types(x.dtype, torch.float32)
         self.mean = torch.empty((n_kept, *x.shape[1:]), dtype=stat_dtype, device=x.device)
         self.variance = torch.empty_like(self.mean)
         self.energy = torch.empty(n_kept, dtype=stat_dtype, device=x.device)
         self.acceptance = torch.empty(n_kept, dtype=stat_dtype, device=x.device) if has_acceptance else None
         self.accepted = torch.zeros(x.shape[0], dtype=stat_dtype, device=x.device) if has_acceptance else None
-        self.fns = fns
+        self.energy_of = energy_of
 
     def accumulate(self, info: Any) -> None:
         if self.accepted is not None:
             self.accepted += info.accepted
 
+    @torch.no_grad()
     def record(self, k: int, state: Any, info: Any) -> None:
         x = state.x.to(self.mean.dtype)
         var, mean = torch.var_mean(x, dim=0, correction=1 if x.shape[0] > 1 else 0)
         self.mean[k] = mean
         self.variance[k] = var
-        energy = state.energy if hasattr(state, "energy") else self.fns.energy(state.x)
-        self.energy[k] = energy.to(self.energy.dtype).mean()
+        self.energy[k] = self.energy_of(state).to(self.energy.dtype).mean()
         if self.acceptance is not None:
             self.acceptance[k] = info.accepted.to(self.acceptance.dtype).mean()
 

@@ -37,13 +37,14 @@ class HMCState:
 
 @dataclass(frozen=True)
 class HMCInfo:
-    """Per chain ``(n,)``: ``accepted``, ``acceptance_prob``, ``divergent``, ``energy_change`` (``ΔH``);
-    ``n_gradient_evaluations``: per chain in this step (an int)."""
+    """Per chain ``(n,)``: ``accepted``, ``acceptance_prob``, ``divergent``, ``energy_change`` (``ΔH``),
+    ``hamiltonian`` (``H`` of the state kept, for E-BFMI); ``n_gradient_evaluations``: per chain in this step."""
 
     accepted: Tensor
     acceptance_prob: Tensor
     divergent: Tensor
     energy_change: Tensor
+    hamiltonian: Tensor
     n_gradient_evaluations: int
 
 
@@ -68,7 +69,8 @@ def transition(state: HMCState, noise: Tensor, uniform: Tensor, fns: EnergyFunct
     x, p, energy, grad = integrator.integrate(x0.clone(), p, state.grad, fns, per_chain(step_size, x0),
                                               n_leapfrog_steps, inv_mass, 1.0 / t)
     t_chain = t if isinstance(t, float) else t.reshape(-1).to(acc)
-    delta = (energy.to(acc) - state.energy.to(acc)) / t_chain + (inv_mass.kinetic(p).to(acc) - kinetic0)
+    h0 = state.energy.to(acc) / t_chain + kinetic0
+    delta = energy.to(acc) / t_chain + inv_mass.kinetic(p).to(acc) - h0
     finite = torch.isfinite(delta)
     prob = torch.where(finite, delta.neg().clamp_(max=0.0).exp_(), torch.zeros_like(delta))
     accepted = uniform < prob
@@ -76,7 +78,7 @@ def transition(state: HMCState, noise: Tensor, uniform: Tensor, fns: EnergyFunct
     new = HMCState(torch.where(mask, x, x0), torch.where(accepted, energy, state.energy), torch.where(mask, grad, state.grad))
     divergent = ~finite | (delta > DIVERGENCE_THRESHOLD)
     evaluations = n_leapfrog_steps * integrator.gradient_evaluations_per_step
-    return new, HMCInfo(accepted, prob, divergent, delta, evaluations)
+    return new, HMCInfo(accepted, prob, divergent, delta, torch.where(accepted, h0 + delta, h0), evaluations)
 
 
 def step(state: HMCState, fns: EnergyFunctions, *, step_size: ChainScalar, n_leapfrog_steps: int,
@@ -119,7 +121,7 @@ class HMCSampler(MCMCSampler):
     def tunables(self, x: Tensor, overrides: dict[str, Any]) -> dict[str, Any]:
         unknown = set(overrides) - {"step_size", "n_leapfrog_steps", "inv_mass", "temperature"}
         if unknown:
-            raise TypeError(f"HMCSampler: unknown tunable(s) {sorted(unknown)}.")
+            raise InputError(f"HMCSampler: unknown tunable(s) {sorted(unknown)}.")
         step_size = overrides.get("step_size", self.step_size)
         n_leapfrog = overrides.get("n_leapfrog_steps", self.n_leapfrog_steps)
         n_leapfrog = self.default_n_leapfrog_steps(x) if n_leapfrog is None else n_leapfrog

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ebmcore.errors import InputError
 from ebmcore import EnergyFunctions, EnergyModel
 from ebm_samplers.base import MCMCSampler
 from ebm_samplers.integrators import EulerMaruyama, resolve_integrator
@@ -92,7 +93,7 @@ class LangevinSampler(MCMCSampler):
     def tunables(self, x: Tensor, overrides: dict[str, Any]) -> dict[str, Any]:
         unknown = set(overrides) - {"step_size", "temperature"}
         if unknown:
-            raise TypeError(f"LangevinSampler: unknown tunable(s) {sorted(unknown)}; ULA takes step_size and temperature.")
+            raise InputError(f"LangevinSampler: unknown tunable(s) {sorted(unknown)}; ULA takes step_size and temperature.")
         step_size = overrides.get("step_size", self.step_size)
         return {
             "step_size": as_chain_scalar(self.default_step_size(x) if step_size is None else step_size, x, "step_size"),

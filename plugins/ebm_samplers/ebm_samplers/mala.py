@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ebmcore.errors import InputError
 from ebmcore import EnergyFunctions, EnergyModel
 from ebm_samplers.base import DIVERGENCE_THRESHOLD, MCMCSampler
 from ebm_samplers.tunables import ChainScalar, as_chain_scalar, event_size, per_chain
@@ -107,7 +108,7 @@ class MALASampler(MCMCSampler):
     def tunables(self, x: Tensor, overrides: dict[str, Any]) -> dict[str, Any]:
         unknown = set(overrides) - {"step_size", "temperature"}
         if unknown:
-            raise TypeError(f"MALASampler: unknown tunable(s) {sorted(unknown)}; MALA takes step_size and temperature.")
+            raise InputError(f"MALASampler: unknown tunable(s) {sorted(unknown)}; MALA takes step_size and temperature.")
         step_size = overrides.get("step_size", self.step_size)
         return {
             "step_size": as_chain_scalar(self.default_step_size(x) if step_size is None else step_size, x, "step_size"),

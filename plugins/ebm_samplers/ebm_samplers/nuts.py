@@ -43,7 +43,7 @@ class NUTSState:
 class NUTSInfo:
     """Per chain ``(n,)``: ``acceptance_prob`` (mean of ``min(1, e^{−ΔH})`` over the trajectory, the
     statistic step-size adaptation targets), ``divergent``, ``tree_depth``, ``n_leapfrog_steps``,
-    ``energy`` (the Hamiltonian of the new state, for E-BFMI). Batch: ``n_leapfrog_computed`` (steps
+    ``hamiltonian`` (``H`` at the point drawn, for E-BFMI). Batch: ``n_leapfrog_computed`` (steps
     every chain paid for in lockstep), ``mean_trajectory_length``, ``max_trajectory_length``."""
 
     acceptance_prob: Tensor
@@ -121,7 +121,7 @@ def step(state: NUTSState, fns: EnergyFunctions, *, step_size: ChainScalar, max_
     right_x, right_p, right_g = x0, p0, state.grad
     rho = p0.clone()
     log_w = torch.zeros(n, dtype=acc, device=dev)
-    prop_x, prop_e, prop_g = x0, state.energy, state.grad
+    prop_x, prop_e, prop_g, prop_h = x0, state.energy, state.grad, h0
     done = torch.zeros(n, dtype=torch.bool, device=dev)
     divergent = torch.zeros_like(done)
     depth = torch.zeros(n, dtype=torch.int64, device=dev)
@@ -140,10 +140,11 @@ def step(state: NUTSState, fns: EnergyFunctions, *, step_size: ChainScalar, max_
         valid = ~done
         sub_log_w = neg_inf
         sub_rho = torch.zeros_like(p)
-        sub_x, sub_e, sub_g = prop_x, prop_e, prop_g
+        sub_x, sub_e, sub_g, sub_h = prop_x, prop_e, prop_g, prop_h
         r_ckpt = torch.empty((max(j, 1), *p.shape), dtype=p.dtype, device=dev)
         rs_ckpt = torch.empty_like(r_ckpt)
-        uniforms = torch.rand((2**j, n), generator=generator, device=dev, dtype=acc).log_()
+        batched = 2**j * n <= 2**20  # draw this doubling's uniforms at once unless that is large
+        uniforms = torch.rand((2**j, n), generator=generator, device=dev, dtype=acc).log_() if batched else None
         for leaf in range(2**j):
             p.addcmul_(half_kick, g, value=-1.0)
             x.addcmul_(drift, inv_mass.velocity(p))
@@ -161,8 +162,10 @@ def step(state: NUTSState, fns: EnergyFunctions, *, step_size: ChainScalar, max_
             sum_accept.addcmul_(leaf_log_w.clamp(max=0.0).exp_(), active)
             n_steps.add_(active)
             total = torch.logaddexp(sub_log_w, leaf_log_w)
-            take = valid & (uniforms[leaf] < leaf_log_w - total)
+            u = uniforms[leaf] if batched else torch.rand(n, generator=generator, device=dev, dtype=acc).log_()
+            take = valid & (u < leaf_log_w - total)
             sub_x, sub_e, sub_g = _where(take, x, sub_x), torch.where(take, e, sub_e), _where(take, g, sub_g)
+            sub_h = torch.where(take, h0 - leaf_log_w, sub_h)
             sub_log_w = torch.where(valid, total, sub_log_w)
             sub_rho.addcmul_(p, active.to(p.dtype).view(chain_shape))
             lo, hi = _checkpoint_range(leaf)
@@ -180,6 +183,7 @@ def step(state: NUTSState, fns: EnergyFunctions, *, step_size: ChainScalar, max_
         merge = valid
         take = merge & (torch.rand(n, generator=generator, device=dev, dtype=acc).log() < sub_log_w - log_w)
         prop_x, prop_e, prop_g = _where(take, sub_x, prop_x), torch.where(take, sub_e, prop_e), _where(take, sub_g, prop_g)
+        prop_h = torch.where(take, sub_h, prop_h)
         log_w = torch.where(merge, torch.logaddexp(log_w, sub_log_w), log_w)
         rho = rho + _where(merge, sub_rho, 0.0)
         grow_right, grow_left = merge & forward, merge & ~forward
@@ -192,8 +196,7 @@ def step(state: NUTSState, fns: EnergyFunctions, *, step_size: ChainScalar, max_
             break
 
     new = NUTSState(prop_x, prop_e, prop_g)
-    hamiltonian = cast(prop_e) * inv_t  # potential part; the kinetic part is redrawn next step
-    info = NUTSInfo(sum_accept / n_steps.clamp_min(1), divergent, depth, n_steps.to(torch.int64), hamiltonian, computed,
+    info = NUTSInfo(sum_accept / n_steps.clamp_min(1), divergent, depth, n_steps.to(torch.int64), prop_h, computed,
                     n_steps.mean(), n_steps.max())
     return new, info
 
@@ -208,6 +211,7 @@ class NUTSSampler(MCMCSampler):
 
     name = "nuts"
     uses_noise_buffer = False
+    compile_refusal = "its trajectories have a data-dependent length"
 
     def __init__(self, energy: EnergyModel, step_size: Any = None, *, max_tree_depth: int = 10, inv_mass: Any = None,
                  temperature: Any = 1.0, jitter: float = 0.0, **options: Any) -> None:
@@ -224,7 +228,7 @@ class NUTSSampler(MCMCSampler):
     def tunables(self, x: Tensor, overrides: dict[str, Any]) -> dict[str, Any]:
         unknown = set(overrides) - {"step_size", "max_tree_depth", "inv_mass", "temperature", "jitter"}
         if unknown:
-            raise TypeError(f"NUTSSampler: unknown tunable(s) {sorted(unknown)}.")
+            raise InputError(f"NUTSSampler: unknown tunable(s) {sorted(unknown)}.")
         depth = overrides.get("max_tree_depth", self.max_tree_depth)
         if not isinstance(depth, int) or isinstance(depth, bool) or not 1 <= depth <= 20:
             raise InputError(f"max_tree_depth must be an integer in [1, 20], got {depth!r}.")

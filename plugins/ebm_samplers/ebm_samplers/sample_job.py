@@ -87,16 +87,23 @@ def load_config(path: str | Path | None, overrides: dict[str, dict[str, Any]] | 
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{path} [energy]: {exc}") from None
     try:
-        registry.get("sampler", config["sampler"]["name"])(built, **config["sampler"]["params"])
+        sampler = registry.get("sampler", config["sampler"]["name"])(built, **config["sampler"]["params"])
+        if hasattr(sampler, "tunables"):  # step sizes, tree depth, mass matrix: checked on a dummy state
+            sampler.tunables(torch.zeros((2, *(built.event_shape or (2,))), dtype=_param_dtype(built)), {})
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{path} [sampler] params: {exc}") from None
     return config
 
 
+def _param_dtype(energy: ebmcore.EnergyModel) -> torch.dtype:
+    ref = energy._reference_tensor()
+    return ref.dtype if ref is not None else torch.get_default_dtype()
+
+
 def build_energy(spec: dict[str, Any], device: torch.device) -> ebmcore.EnergyModel:
     """The energy of an ``[energy]`` table, on ``device``."""
     if spec["model"]:
-        saved = torch.load(spec["model"], map_location=device, weights_only=False)
+        saved = torch.load(spec["model"], map_location=device, weights_only=True)
         energy = registry.get("energy", saved["energy"])(**saved["params"])
         energy.load_state_dict(saved["state_dict"])
         return energy.to(device)

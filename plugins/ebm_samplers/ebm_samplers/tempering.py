@@ -59,7 +59,7 @@ def _swap(state: Any, n: int, k: int, accept: Tensor) -> Any:
     """Exchange the rows of replica blocks ``k`` and ``k+1`` where ``accept`` (``(n,)``)."""
     fields = {}
     for name, value in vars(state).items():
-        if isinstance(value, Tensor) and value.dim() >= 1 and value.shape[0] % n == 0:
+        if isinstance(value, Tensor) and value.dim() >= 1 and value.shape[0] >= (k + 2) * n:
             a, b = value[k * n:(k + 1) * n], value[(k + 1) * n:(k + 2) * n]
             mask = accept.view(-1, *([1] * (a.dim() - 1)))
             new = value.clone()
@@ -81,6 +81,7 @@ class ParallelTemperingSampler(MCMCSampler):
 
     name = "parallel_tempering"
     uses_noise_buffer = False
+    compile_refusal = "compile its base sampler instead (base_options={'compile': True})"
 
     def __init__(self, energy: EnergyModel, base: Any = "mala", *, temperatures: list[float] | None = None,
                  n_replicas: int = 4, max_temperature: float = 10.0, base_options: dict[str, Any] | None = None,
@@ -93,6 +94,9 @@ class ParallelTemperingSampler(MCMCSampler):
         self.base = registry.get("sampler", base)(energy, **(base_options or {})) if isinstance(base, str) else base
         if not isinstance(self.base, MCMCSampler) or self.base.energy is not energy:
             raise InputError("base must be a registered sampler name or an object-API sampler on the same energy.")
+        if not (self.base.has_acceptance and self.base.uses_noise_buffer is not None and hasattr(self.base, "temperature")):
+            raise InputError(f"parallel tempering needs a base sampler with a temperature whose state carries the energy "
+                             f"(mala, hmc or nuts); {type(self.base).__name__} is not one.")
         self.has_acceptance = self.base.has_acceptance
 
     def _temperatures(self, n: int, like: Tensor) -> Tensor:
@@ -114,11 +118,12 @@ class ParallelTemperingSampler(MCMCSampler):
         replicas, base_info = self.base.step_fn(state.replicas, fns, generator=generator, **base_params)
         acc = torch.promote_types(replicas.x.dtype, torch.float32)
         swaps = torch.zeros((k - 1, n), dtype=torch.bool, device=replicas.x.device)
+        gaps = (inv_temperatures[:-1] - inv_temperatures[1:]).tolist()  # Python floats: no sync in the loop
         for parity in (0, 1):
             for pair in range(parity, k - 1, 2):
                 e = replicas.energy.to(acc)
                 e_lo, e_hi = e[pair * n:(pair + 1) * n], e[(pair + 1) * n:(pair + 2) * n]
-                log_ratio = (e_lo - e_hi) * float(inv_temperatures[pair] - inv_temperatures[pair + 1])
+                log_ratio = (e_lo - e_hi) * gaps[pair]
                 u = torch.rand(n, generator=generator, device=replicas.x.device, dtype=acc)
                 accept = torch.isfinite(log_ratio) & (u.log() < log_ratio)
                 replicas = _swap(replicas, n, pair, accept)

@@ -64,6 +64,23 @@ class InverseMass:
     values: Tensor | None = None
     mass_sqrt: Tensor | None = None  # diagonal: √M = 1/√M⁻¹; dense: Cholesky factor of M
 
+    @classmethod
+    def diagonal(cls, values: Tensor) -> "InverseMass":
+        """A diagonal ``M⁻¹`` (shape ``event_shape`` or ``(n_chains, *event_shape)``), for when the shape alone is ambiguous."""
+        if not bool((torch.isfinite(values) & (values > 0)).all()):
+            raise InputError("inv_mass (diagonal) must be finite and positive.")
+        return cls("diagonal", values, values.rsqrt())
+
+    @classmethod
+    def dense(cls, matrix: Tensor) -> "InverseMass":
+        """A dense symmetric positive definite ``M⁻¹: (d, d)``."""
+        if matrix.dim() != 2 or matrix.shape[0] != matrix.shape[1] or not torch.allclose(matrix, matrix.T, rtol=1e-5, atol=1e-8):
+            raise InputError(f"inv_mass (dense) must be a symmetric (d, d) matrix, got shape {tuple(matrix.shape)}.")
+        chol, info = torch.linalg.cholesky_ex(torch.linalg.inv(matrix.double()))
+        if int(info) != 0:
+            raise InputError("inv_mass (dense) must be positive definite.")
+        return cls("dense", matrix, chol.to(matrix.dtype))
+
     def momentum(self, noise: Tensor) -> Tensor:
         """``p ~ N(0, M)`` from standard normal ``noise``."""
         if self.kind == "identity":
@@ -100,17 +117,17 @@ def as_inverse_mass(value: Any, x: Tensor) -> InverseMass:
     v = value.to(device=x.device, dtype=x.dtype)
     event = tuple(x.shape[1:])
     d = event_size(x)
-    if tuple(v.shape) in {event, (x.shape[0], *event)}:
-        if not bool((torch.isfinite(v) & (v > 0)).all()):
-            raise InputError("inv_mass (diagonal) must be finite and positive.")
-        return InverseMass("diagonal", v, v.rsqrt())
-    if x.dim() == 2 and tuple(v.shape) == (d, d):
-        if not torch.allclose(v, v.T, rtol=1e-5, atol=1e-8):
-            raise InputError("inv_mass (dense) must be symmetric.")
-        chol, info = torch.linalg.cholesky_ex(torch.linalg.inv(v.double()))
-        if int(info) != 0:
-            raise InputError("inv_mass (dense) must be positive definite.")
-        return InverseMass("dense", v, chol.to(x.dtype))
+    diagonal_shape = tuple(v.shape) in {event, (x.shape[0], *event)}
+    dense_shape = x.dim() == 2 and tuple(v.shape) == (d, d)
+    if diagonal_shape and dense_shape:
+        raise InputError(
+            f"inv_mass of shape {tuple(v.shape)} is ambiguous with {x.shape[0]} chains of dimension {d}: pass "
+            "ebm_samplers.InverseMass.dense(matrix) or ebm_samplers.InverseMass.diagonal(per_chain_values)."
+        )
+    if diagonal_shape:
+        return InverseMass.diagonal(v)
+    if dense_shape:
+        return InverseMass.dense(v)
     raise InputError(
         f"inv_mass has shape {tuple(v.shape)}; expected the event shape {event} (diagonal), "
         f"({x.shape[0]}, *{event}) (diagonal per chain)" + (f", or ({d}, {d}) (dense)." if x.dim() == 2 else ".")

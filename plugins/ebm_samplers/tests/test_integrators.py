@@ -141,3 +141,10 @@ def test_integrators_of_the_wrong_kind_are_refused():
         resolve_integrator(3, kind="sde", user="LangevinSampler")
     with pytest.raises(InputError, match="n_steps must be a positive integer"):
         Heun().solve(lambda t, x: x, torch.zeros(1, 1), 0.0, 1.0, n_steps=0)
+
+
+def test_dopri5_rejects_bad_steps():
+    with pytest.raises(InputError, match="first_step must be a finite positive"):
+        DOPRI5().solve(lambda t, x: torch.ones_like(x), torch.zeros(1, 1), 0.0, 1.0, first_step=-0.1)
+    with pytest.raises(InputError, match="max_steps"):
+        DOPRI5().solve(lambda t, x: torch.ones_like(x), torch.zeros(1, 1), 0.0, 1.0, max_steps=0)

@@ -186,7 +186,7 @@ def test_bad_parameters_are_clear_errors(build, call, message):
 
 def test_unknown_tunable_and_bad_initial_states():
     energy = ebmcore.energy("gaussian", dim=2)
-    with pytest.raises(TypeError, match="unknown tunable"):
+    with pytest.raises(InputError, match="unknown tunable"):
         MALASampler(energy).sample(torch.zeros(8, 2), 3, n_leapfrog_steps=3)
     x0 = torch.zeros(8, 2)
     x0[5, 0] = float("nan")
@@ -239,3 +239,44 @@ def test_compiled_transition_matches_eager(cls, kw):
     compiled = cls(energy, compile=True, **kw).sample(x0, 10, generator=torch.Generator().manual_seed(1))
     eager = cls(energy, **kw).sample(x0, 10, generator=torch.Generator().manual_seed(1))
     torch.testing.assert_close(compiled, eager, rtol=1e-9, atol=1e-9)
+
+
+def test_review_regressions():
+    """Ambiguous mass shapes, generator devices, returned tensors, and graph-free diagnostics."""
+    from ebm_samplers import InverseMass
+
+    energy = ebmcore.energy("gaussian", dim=2)
+    dense = torch.tensor([[1.0, 0.5], [0.5, 1.0]])
+    with pytest.raises(InputError, match="ambiguous"):
+        HMCSampler(energy, inv_mass=dense).sample(torch.zeros(2, 2), 1)
+    x = HMCSampler(energy, step_size=0.2, n_leapfrog_steps=2, inv_mass=InverseMass.dense(dense)).sample(torch.zeros(2, 2), 3)
+    assert torch.isfinite(x).all()
+    with pytest.raises(InputError, match="generator is on cpu but x0 is on meta"):
+        LangevinSampler(ebmcore.energy("double_well")).sample(torch.zeros(2, 2, device="meta"), 1, generator=torch.Generator())
+    x0 = torch.zeros(3, 2)
+    assert MALASampler(energy).sample(x0, 0) is not x0
+    mlp = ebmcore.MLPEnergy(dim=2, hidden=(8,), seed=0)
+    d = LangevinSampler(mlp, step_size=0.01).sample(torch.zeros(8, 2), 3, return_diagnostics=True).diagnostics
+    assert not d.energy.requires_grad
+
+
+def test_hamiltonian_in_info_gives_a_sensible_ebfmi():
+    """E-BFMI from the reported H is near 1 on a Gaussian for HMC and NUTS (low values flag trouble)."""
+    from ebm_samplers import NUTSSampler
+
+    energy = ebmcore.energy("gaussian", dim=5)
+    for sampler in (HMCSampler(energy, step_size=0.3, n_leapfrog_steps=5), NUTSSampler(energy, step_size=0.4)):
+        hs = []
+        sampler.sample(torch.randn(200, 5), 200, callback=lambda i, s, info: hs.append(info.hamiltonian))
+        bfmi = ebmcore.diagnostics.ebfmi(torch.stack(hs)).mean()
+        assert 0.6 < float(bfmi) < 2.0, f"{type(sampler).__name__}: E-BFMI {float(bfmi):.2f}"
+
+
+def test_parallel_tempering_refuses_bases_without_energy_or_temperature():
+    from ebm_samplers import ParallelTemperingSampler, warmup
+
+    energy = ebmcore.energy("gaussian", dim=2)
+    with pytest.raises(InputError, match="needs a base sampler with a temperature"):
+        ParallelTemperingSampler(energy, base="langevin")
+    with pytest.raises(InputError, match="no step size to adapt"):
+        warmup(ParallelTemperingSampler(energy, "mala"), torch.zeros(4, 2), 10)

@@ -78,8 +78,12 @@ class DOPRI5(Integrator):
 
     def solve(self, f: Field, x0: Tensor, t0: float, t1: float, *, rtol: float = 1e-6, atol: float = 1e-8,
               first_step: float | None = None, max_steps: int = 100_000) -> ODESolution:
-        if not (rtol > 0 and atol > 0):
-            raise InputError(f"DOPRI5: rtol and atol must be positive, got rtol={rtol}, atol={atol}.")
+        if not (0 < rtol < float("inf") and 0 < atol < float("inf")):
+            raise InputError(f"DOPRI5: rtol and atol must be finite and positive, got rtol={rtol}, atol={atol}.")
+        if first_step is not None and not (0 < first_step < float("inf")):
+            raise InputError(f"DOPRI5: first_step must be a finite positive step length (the direction comes from t0, t1), got {first_step}.")
+        if not isinstance(max_steps, int) or max_steps < 1:
+            raise InputError(f"DOPRI5: max_steps must be a positive integer, got {max_steps!r}.")
         direction = 1.0 if t1 >= t0 else -1.0
         span = abs(t1 - t0)
         t, x = t0, x0
@@ -89,7 +93,7 @@ class DOPRI5(Integrator):
         accepted = rejected = 0
         while abs(t - t0) < span * (1 - 1e-12):
             if accepted + rejected >= max_steps:
-                raise RuntimeError(f"DOPRI5: more than {max_steps} steps; loosen rtol/atol or check the field for stiffness.")
+                raise InputError(f"DOPRI5: more than {max_steps} steps; loosen rtol/atol, raise max_steps, or check the field for stiffness.")
             h = min(h, span - abs(t - t0))
             k = [k1]
             for i in range(1, 7):

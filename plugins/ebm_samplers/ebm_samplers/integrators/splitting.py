@@ -64,6 +64,9 @@ class SplittingIntegrator(Integrator):
         Returns ``(x, p, E(x), ∇E(x))`` at the end; the last force evaluation also gives the energy.
         ``step_size`` and ``inv_temperature`` are floats or ``(n, 1, ...)`` tensors.
         """
+        if n_steps == 0:
+            energy, grad = fns.energy_and_gradient(x)
+            return x, p, energy, grad
         h = step_size
         force = h * inv_temperature  # kick scale per unit coefficient
         kicks, drifts = self.kicks, self.drifts
@@ -81,8 +84,6 @@ class SplittingIntegrator(Integrator):
                     grad = fns.gradient(x)
                     b = kicks[j + 1] + (kicks[0] if j == last_stage else 0.0)
                     _kick(p, grad, b * force)
-        if energy is None:  # n_steps == 0
-            energy, grad = fns.energy_and_gradient(x)
         return x, p, energy, grad
 
 
