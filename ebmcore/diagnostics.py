@@ -178,7 +178,7 @@ def _median(s: Tensor) -> Tensor:
 def _quantile(s: Tensor, prob: float) -> Tensor:
     """Type-7 quantile of sorted ``(p, N)`` rows (scipy's ``mquantiles(alphap=1, betap=1)``, as ArviZ): ``(p,)``."""
     size = s.shape[-1]
-    aleph = size * prob + (1.0 + prob * (1.0 - 1.0 - 1.0))
+    aleph = size * prob + (1.0 - prob)
     k = int(math.floor(min(max(aleph, 1.0), size - 1.0)))
     gamma = min(max(aleph - k, 0.0), 1.0)
     return (1.0 - gamma) * s[:, k - 1] + gamma * s[:, k]

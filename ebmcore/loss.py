@@ -35,4 +35,6 @@ class Loss(ABC):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state:
-            raise KeyError(f"{type(self).__name__} keeps no state, got keys {sorted(state)}")
+            from ebmcore.errors import InputError
+
+            raise InputError(f"{type(self).__name__} keeps no state, got keys {sorted(state)}; is this checkpoint from another loss?")

@@ -109,8 +109,10 @@ class DenoisingScoreMatching(Loss):
     """Denoising score matching: ``½ mean |∇E(x̃) − ε/σ|²`` with ``x̃ = x + σε``.
 
     With several ``sigmas`` (NCSN style), each sample gets a level drawn uniformly and the loss is
-    weighted by ``σ²``: ``½ mean |σ∇E(x̃) − ε|²``. The energy is shared by all levels (it is not
-    conditioned on ``σ``); the optimum of one level is the score of the data smoothed by ``N(0, σ²I)``.
+    weighted by ``σ²``: ``½ mean |σ∇E(x̃) − ε|²``. An ordinary energy is shared by all levels; a
+    noise-conditional one (``noise_conditional = True``) is called as ``compute_energy(x̃, σ)`` with
+    ``σ: (n,)``, as an NCSN score model. The optimum of a level is the score of the data smoothed by
+    ``N(0, σ²I)``.
     """
 
     def __init__(self, sigma: float | None = 0.1, *, sigmas: Sequence[float] | None = None) -> None:
@@ -123,14 +125,17 @@ class DenoisingScoreMatching(Loss):
         energy.validate(data, name="data")
         x = data.detach()
         eps = torch.randn(x.shape, generator=generator, dtype=x.dtype, device=x.device)
-        shape = (-1, *([1] * (x.dim() - 1)))
         if self.sigmas.numel() == 1:
-            sigma = float(self.sigmas[0])
-            grad = energy.compute_gradient((x + sigma * eps).requires_grad_(True), create_graph=True)
-            residual = grad - eps / sigma
+            sigma = torch.full((x.shape[0],), float(self.sigmas[0]), dtype=x.dtype, device=x.device)
         else:
             idx = torch.randint(0, self.sigmas.numel(), (x.shape[0],), generator=generator, device=x.device)
-            sigma = self.sigmas.to(dtype=x.dtype, device=x.device)[idx].view(shape)
-            grad = energy.compute_gradient((x + sigma * eps).requires_grad_(True), create_graph=True)
-            residual = sigma * grad - eps
+            sigma = self.sigmas.to(dtype=x.dtype, device=x.device)[idx]
+        sigma_b = sigma.view(-1, *([1] * (x.dim() - 1)))
+        noisy = (x + sigma_b * eps).requires_grad_(True)
+        if getattr(energy, "noise_conditional", False):  # E(x, σ), as annealed Langevin samples it
+            (grad,) = torch.autograd.grad(energy.compute_energy(noisy, sigma).sum(), noisy, create_graph=True)
+        else:
+            grad = energy.compute_gradient(noisy, create_graph=True)
+        # one level: ½|∇E − ε/σ|²; several: weighted by σ², ½|σ∇E − ε|² (the same at one level, times σ²)
+        residual = grad - eps / sigma_b if self.sigmas.numel() == 1 else sigma_b * grad - eps
         return 0.5 * _flat_sum(residual * residual).mean()

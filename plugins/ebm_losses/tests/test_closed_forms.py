@@ -121,3 +121,28 @@ def test_contrastive_divergence_value_and_gradient():
     grad = torch.autograd.grad(loss(energy, x, generator=torch.Generator().manual_seed(0)), [energy.mean])[0]
     expected = energy.precision.detach() @ (energy.mean.detach() - x.mean(0))
     assert (grad - expected).abs().max() < 0.1 * expected.abs().max()
+
+
+def test_dsm_trains_noise_conditional_energies():
+    """For E(x, σ) = ½|x|²/(1 + σ²) (data N(0, I) smoothed by σ) the DSM gradient w.r.t. a scale vanishes."""
+
+    class Conditional(ebmcore.EnergyModel):
+        noise_conditional = True
+        event_shape = (2,)
+
+        def __init__(self):
+            super().__init__()
+            self.scale = torch.nn.Parameter(torch.tensor(1.0, dtype=torch.float64))
+
+        def compute_energy(self, x, sigma):
+            return 0.5 * self.scale * (x * x).sum(-1) / (1 + sigma**2)
+
+    energy = Conditional()
+    data = torch.randn(200_000, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    loss = DenoisingScoreMatching(sigmas=[0.1, 0.5, 1.0])
+    (grad,) = torch.autograd.grad(loss(energy, data, generator=torch.Generator().manual_seed(1)), [energy.scale])
+    assert abs(float(grad)) < 0.02
+    with torch.no_grad():
+        energy.scale.fill_(2.0)
+    (away,) = torch.autograd.grad(loss(energy, data, generator=torch.Generator().manual_seed(1)), [energy.scale])
+    assert float(away) > 0.1

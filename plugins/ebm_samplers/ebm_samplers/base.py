@@ -126,6 +126,7 @@ class MCMCSampler(Sampler):
         self.autocast = autocast
         self.compile = bool(compile)
         self._compiled: Callable[..., Any] | None = None
+        self._bound: tuple[Any, EnergyFunctions] | None = None
 
     # -- to implement --------------------------------------------------------------------------
 
@@ -155,8 +156,16 @@ class MCMCSampler(Sampler):
         return self.init_state(x, self.bind(x))
 
     def step(self, state: Any, *, generator: torch.Generator | None = None, **overrides: Any) -> tuple[Any, Any]:
-        """One transition of every chain; ``overrides`` replace tunables for this step only."""
-        return self.step_fn(state, self.bind(state.x), generator=generator, **self.tunables(state.x, overrides))
+        """One transition of every chain; ``overrides`` replace tunables for this step only.
+
+        Convenient, not the hot path: it validates the tunables on every call (a host sync for
+        per-chain tensors). Loops should use ``sample`` or the functional ``step`` with prepared
+        tunables. The energy binding is cached per device and dtype.
+        """
+        key = (state.x.device, state.x.dtype)
+        if self._bound is None or self._bound[0] != key:
+            self._bound = (key, self.bind(state.x))
+        return self.step_fn(state, self._bound[1], generator=generator, **self.tunables(state.x, overrides))
 
     # -- the loop --------------------------------------------------------------------------------
 
