@@ -15,7 +15,6 @@ import ebmcore
 from ebmcore import plugins, registry
 from ebmcore.config import parse_device
 from ebmcore.errors import EBMError
-from ebmcore.registry import KINDS
 
 __all__ = ["main"]
 

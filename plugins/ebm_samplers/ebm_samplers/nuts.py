@@ -25,7 +25,7 @@ from torch import Tensor
 from ebmcore import EnergyFunctions, EnergyModel
 from ebmcore.errors import InputError
 from ebm_samplers.base import DIVERGENCE_THRESHOLD, MCMCSampler
-from ebm_samplers.tunables import IDENTITY, ChainScalar, InverseMass, as_chain_scalar, as_inverse_mass, event_size, per_chain
+from ebm_samplers.tunables import ChainScalar, InverseMass, as_chain_scalar, as_inverse_mass, event_size, per_chain
 
 __all__ = ["NUTSState", "NUTSInfo", "init", "step", "NUTSSampler"]
 

@@ -9,7 +9,6 @@ evaluations after the one carried in the sampler's state: ``L + 1`` in all for l
 
 from __future__ import annotations
 
-from typing import Callable
 
 from torch import Tensor
 
