@@ -53,6 +53,7 @@ SCHEMA: dict[str, Any] = {
         "backend": ((str,), ""),
         "n_samples": ((int, _non_negative), 0),
         "chunk_size": ((int, _positive), 100_000),
+        "checkpoint_every": ((int, _non_negative), 0),
     },
     "output": {
         "dir": ((str,), "runs/sample"),
@@ -148,6 +149,8 @@ def run(config: dict[str, Any], out: Path, *, resume: bool = False, quiet: bool 
 def _run(config: dict[str, Any], out: Path, device: torch.device, resume: bool, quiet: bool) -> dict[str, Any]:
     if config["run"]["n_samples"] and not resume and any((out / "chunks").glob("chunk-*.npz")):
         raise ConfigError(f"{out / 'chunks'} holds chunks already: pass --resume to continue that run, or choose another --out.")
+    if not config["run"]["n_samples"] and config["run"]["checkpoint_every"] and not resume and (out / "checkpoint.pt").exists():
+        raise ConfigError(f"{out / 'checkpoint.pt'} exists: pass --resume to continue that run, or choose another --out.")
     out.mkdir(parents=True, exist_ok=True)
     report.write_json(out / "config.json", config)
     s, r = config["sampler"], config["run"]
@@ -156,12 +159,22 @@ def _run(config: dict[str, Any], out: Path, device: torch.device, resume: bool, 
     generator = torch.Generator(device=device).manual_seed(r["seed"])
     progress = sys.stderr.isatty() and not quiet
     start = time.perf_counter()
-    x0, tuned = _tuned(config, sampler, energy, device, generator, quiet)
+    checkpoint = out / "checkpoint.pt"
+    if resume and not r["n_samples"] and checkpoint.exists():
+        saved = torch.load(checkpoint, map_location=device, weights_only=True)
+        x0, tuned = saved["x"], saved["tuned"]
+        generator.set_state(saved["generator"])
+    else:
+        saved = None
+        x0, tuned = _tuned(config, sampler, energy, device, generator, quiet)
     if r["n_samples"]:
         metrics = _stream(config, out, sampler, energy, tuned, device, resume, progress)
     else:
-        result = sampler.sample(x0, s["n_steps"], burn_in=s["burn_in"], thin=s["thin"], return_trajectory=True,
-                                return_diagnostics=True, generator=generator, progress=progress, **tuned)
+        if r["checkpoint_every"]:
+            result = _segments(config, out, sampler, x0, tuned, generator, progress, saved)
+        else:
+            result = sampler.sample(x0, s["n_steps"], burn_in=s["burn_in"], thin=s["thin"], return_trajectory=True,
+                                    return_diagnostics=True, generator=generator, progress=progress, **tuned)
         report.save_samples(out, "samples", result.samples)
         metrics = _metrics(result, s)
         if config["output"]["plots"]:
@@ -176,6 +189,47 @@ def _run(config: dict[str, Any], out: Path, device: torch.device, resume: bool, 
     })
     report.write_json(out / "metrics.json", metrics)
     return metrics
+
+
+def _after_segment(index: int) -> None:
+    """Called after each checkpointed segment (a seam for tests that simulate an interruption)."""
+
+
+def _segments(config: dict[str, Any], out: Path, sampler: Any, x: torch.Tensor, tuned: dict[str, Any],
+              generator: torch.Generator, progress: bool, saved: dict[str, Any] | None) -> Any:
+    """Sample in segments of ``checkpoint_every`` kept draws, checkpointing the chains and the generator
+    after each one, so that ``--resume`` continues exactly (the draws are those of one uninterrupted run)."""
+    from ebm_samplers.base import Diagnostics, SampleResult
+
+    s, every = config["sampler"], config["run"]["checkpoint_every"]
+    thin, total = s["thin"], s["n_steps"] // s["thin"]
+    parts_dir = out / "segments"
+    parts_dir.mkdir(exist_ok=True)
+    done, index = (saved["kept"], saved["segments"]) if saved else (0, 0)
+    burn_in = 0 if saved else s["burn_in"]
+    while done < total:
+        k = min(every, total - done)
+        steps = k * thin if done + k < total else s["n_steps"] - done * thin  # the last segment takes the remainder
+        result = sampler.sample(x, steps, burn_in=burn_in, thin=thin, return_trajectory=True, return_diagnostics=True,
+                                generator=generator, progress=progress, **tuned)
+        d = result.diagnostics
+        torch.save({"trajectory": result.trajectory, "mean": d.mean, "variance": d.variance, "energy": d.energy,
+                    "acceptance": d.acceptance, "accepted": None if d.acceptance_rate is None else d.acceptance_rate * steps,
+                    "divergences": d.divergences, "wall_time": d.wall_time, "steps": steps}, parts_dir / f"segment-{index:05d}.pt")
+        x, done, index, burn_in = result.samples, done + k, index + 1, 0
+        tmp = out / "checkpoint.pt.tmp"
+        torch.save({"x": x, "kept": done, "segments": index, "generator": generator.get_state(), "tuned": tuned}, tmp)
+        tmp.replace(out / "checkpoint.pt")
+        _after_segment(index)
+    parts = [torch.load(parts_dir / f"segment-{i:05d}.pt", weights_only=True) for i in range(index)]
+    cat = lambda key: None if parts[0][key] is None else torch.cat([p[key] for p in parts])  # noqa: E731
+    steps = sum(p["steps"] for p in parts)
+    accepted = None if parts[0]["accepted"] is None else sum(p["accepted"] for p in parts) / max(steps, 1)
+    divergences = None if parts[0]["divergences"] is None else sum(p["divergences"] for p in parts)
+    nonfinite = (~torch.isfinite(x.flatten(1)).all(1)).nonzero().flatten()
+    diagnostics = Diagnostics(cat("mean"), cat("variance"), cat("energy"), cat("acceptance"), accepted, divergences,
+                              nonfinite, sum(p["wall_time"] for p in parts))
+    return SampleResult(x, cat("trajectory"), diagnostics)
 
 
 def _metrics(result: Any, s: dict[str, Any]) -> dict[str, Any]:
