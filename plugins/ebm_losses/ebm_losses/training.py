@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import torch
+import torch.distributed as dist
 from torch import Tensor
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from torch.utils.data import DataLoader, Dataset
@@ -99,6 +100,12 @@ class Trainer:
     ``ema_decay`` keeps an exponential moving average of the weights in ``trainer.ema``.
     ``eval_fn(energy, step) -> {name: value}`` runs every ``eval_every`` steps;
     ``checkpoint_path`` is written every ``checkpoint_every`` steps.
+
+    Under ``torch.distributed`` (``torchrun``) it trains data-parallel: every rank draws the same
+    global batch, computes the loss on its shard (with its own noise stream), and the gradients are
+    averaged with ``all_reduce`` weighted by shard size, so the update is that of the global batch.
+    Only rank 0 writes checkpoints; a replay buffer (PCD) is per rank, and a resume restores rank 0's
+    buffer on every rank.
     """
 
     def __init__(
@@ -134,6 +141,15 @@ class Trainer:
         reference = energy._reference_tensor()
         device = reference.device if reference is not None else (data.device if isinstance(data, Tensor) else torch.device("cpu"))
         self.generator = torch.Generator(device=device).manual_seed(seed)
+        # data parallel under torch.distributed: every rank draws the same global batch from `generator`,
+        # trains on its shard with its own stream for the loss's noise, and gradients are averaged.
+        self.world_size = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+        self.rank = dist.get_rank() if self.world_size > 1 else 0
+        self.loss_generator = self.generator
+        if self.world_size > 1:
+            from ebm_samplers.distributed import rank_generator
+
+            self.loss_generator = rank_generator(seed, self.rank, device)
         if isinstance(data, DataLoader):
             self.batches: _Batches | _LoaderBatches = _LoaderBatches(data)
         elif isinstance(data, (Tensor, Dataset)):
@@ -163,8 +179,19 @@ class Trainer:
         start, seen = time.perf_counter(), 0
         for _ in range(n_steps):
             batch = self.batches.next()
-            value = self.loss(self.energy, batch, generator=self.generator)
+            weight = 1.0
+            if self.world_size > 1:
+                from ebm_samplers.distributed import shard
+
+                rows = shard(batch.shape[0], self.rank, self.world_size)
+                weight = (rows.stop - rows.start) / batch.shape[0]
+                batch = batch[rows]
+            value = self.loss(self.energy, batch, generator=self.loss_generator)
             loss_value = float(value.detach())
+            if self.world_size > 1:  # the global batch's loss, the same on every rank (so all stop together)
+                total = torch.tensor([loss_value * weight], dtype=torch.float64, device=batch.device)
+                dist.all_reduce(total)
+                loss_value = float(total)
             if not math.isfinite(loss_value):
                 last = list(zip(self.history.steps[-5:], self.history.losses[-5:]))
                 raise NonFiniteError(
@@ -175,6 +202,8 @@ class Trainer:
                 )
             self.optimizer.zero_grad(set_to_none=True)
             value.backward()
+            if self.world_size > 1:
+                self._average_gradients(weight)
             self.optimizer.step()
             if self.ema is not None:
                 self.ema.update_parameters(self.energy)
@@ -192,6 +221,15 @@ class Trainer:
         if bar is not None:
             bar.close()
         return self.history
+
+    def _average_gradients(self, weight: float) -> None:
+        """Gradient of the global batch's mean loss: each rank's weighted by its share, summed."""
+        for group in self.optimizer.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                p.grad.mul_(weight)
+                dist.all_reduce(p.grad)
 
     # -- checkpoints ------------------------------------------------------------------------------
 
@@ -221,7 +259,9 @@ class Trainer:
         self.history = TrainHistory(**state["history"])
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write a checkpoint atomically (a temporary file renamed over ``path``)."""
+        """Write a checkpoint atomically (a temporary file renamed over ``path``); rank 0 only."""
+        if self.rank != 0:
+            return
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(path.suffix + ".tmp")
