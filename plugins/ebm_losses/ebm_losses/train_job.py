@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import os
 import sys
 import time
 from importlib import resources
@@ -99,6 +100,24 @@ def grid_nll(energy: ebmcore.EnergyModel, test: torch.Tensor, lim: float, n: int
 
 
 def run(config: dict[str, Any], out: Path, *, resume: bool = False, quiet: bool = False) -> dict[str, Any]:
+    """Train into ``out``. Under ``torchrun`` every process trains its shard of each global batch
+    (data parallel, gradients averaged) and rank 0 writes the run directory."""
+    from ebm_samplers import distributed
+
+    dist_run = None
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        use_cuda = config["train"]["device"].startswith("cuda")
+        dist_run = distributed.init("nccl" if use_cuda else "gloo", device=None if use_cuda else "cpu")
+        config = dict(config, train=dict(config["train"], device=str(dist_run.device)))
+    try:
+        return _run(config, out, resume, quiet or (dist_run is not None and not dist_run.is_main),
+                    dist_run is None or dist_run.is_main)
+    finally:
+        if dist_run is not None:
+            distributed.shutdown(dist_run)
+
+
+def _run(config: dict[str, Any], out: Path, resume: bool, quiet: bool, main: bool) -> dict[str, Any]:
     from ebm_samplers import report
 
     selection = tuple(b.strip() for b in config["train"]["backend"].split(",") if b.strip())
@@ -109,7 +128,8 @@ def run(config: dict[str, Any], out: Path, *, resume: bool = False, quiet: bool 
     if resume and not checkpoint.exists():
         raise ConfigError(f"--resume: no checkpoint at {checkpoint}.")
     out.mkdir(parents=True, exist_ok=True)
-    report.write_json(out / "config.json", config)
+    if main:
+        report.write_json(out / "config.json", config)
     train, test = (t.to(device) for t in _data(config["data"]))
     energy = registry.get("energy", config["model"]["energy"])(**config["model"]["params"]).to(device)
     loss = registry.get("loss", config["loss"]["name"])(**config["loss"]["params"])
@@ -128,19 +148,22 @@ def run(config: dict[str, Any], out: Path, *, resume: bool = False, quiet: bool 
     wall = time.perf_counter() - start
     trainer.save(checkpoint)
     final = trainer.ema.module if trainer.ema is not None else energy
-    torch.save({"energy": config["model"]["energy"], "params": config["model"]["params"],
-                "state_dict": final.state_dict()}, out / "model.pt")
-    history = trainer.history
     metrics: dict[str, Any] = {
         "steps": trainer.step,
-        "final_loss": history.losses[-1] if history.losses else None,
+        "final_loss": trainer.history.losses[-1] if trainer.history.losses else None,
         "held_out_nll": evaluate(final, trainer.step).get("held_out_nll"),
-        "held_out_nll_history": history.evaluations,
+        "held_out_nll_history": trainer.history.evaluations,
         "wall_time_s": wall,
         "throughput_samples_per_s": t["batch_size"] * (trainer.step - first_step) / wall if trainer.step > first_step else None,
         "device": str(device),
+        "world_size": trainer.world_size,
         "kernel_backends": {},
     }
+    if not main:
+        return metrics
+    torch.save({"energy": config["model"]["energy"], "params": config["model"]["params"],
+                "state_dict": final.state_dict()}, out / "model.pt")
+    history = trainer.history
     if config["output"]["plots"]:
         report.plot_curve(out / "loss.png", history.steps, history.losses, "training loss", config["loss"]["name"])
         if lim:
@@ -190,5 +213,6 @@ def _main(args: argparse.Namespace) -> int:
                                                  "steps": args.steps}})
     out = Path(args.out or config["output"]["dir"])
     metrics = run(config, out, resume=args.resume, quiet=args.quiet)
-    print(summary(metrics, out))
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(summary(metrics, out))
     return 0

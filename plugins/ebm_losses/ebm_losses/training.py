@@ -187,11 +187,15 @@ class Trainer:
                 weight = (rows.stop - rows.start) / batch.shape[0]
                 batch = batch[rows]
             value = self.loss(self.energy, batch, generator=self.loss_generator)
-            loss_value = float(value.detach())
-            if self.world_size > 1:  # the global batch's loss, the same on every rank (so all stop together)
-                total = torch.tensor([loss_value * weight], dtype=torch.float64, device=batch.device)
-                dist.all_reduce(total)
-                loss_value = float(total)
+            self.optimizer.zero_grad(set_to_none=True)
+            if self.world_size > 1:
+                # one all_reduce per step carries the weighted gradients and the loss: every rank gets the
+                # global batch's gradient and loss (so all ranks stop together on a non-finite loss)
+                if torch.isfinite(value.detach()):
+                    value.backward()
+                loss_value = self._all_reduce_step(value.detach(), weight)
+            else:
+                loss_value = float(value.detach())
             if not math.isfinite(loss_value):
                 last = list(zip(self.history.steps[-5:], self.history.losses[-5:]))
                 raise NonFiniteError(
@@ -200,10 +204,8 @@ class Trainer:
                     "already holds this step's negatives). Lower the learning rate "
                     "or the sampler's step size, add energy regularization, or clip gradients."
                 )
-            self.optimizer.zero_grad(set_to_none=True)
-            value.backward()
-            if self.world_size > 1:
-                self._average_gradients(weight)
+            if self.world_size == 1:
+                value.backward()
             self.optimizer.step()
             if self.ema is not None:
                 self.ema.update_parameters(self.energy)
@@ -222,14 +224,19 @@ class Trainer:
             bar.close()
         return self.history
 
-    def _average_gradients(self, weight: float) -> None:
-        """Gradient of the global batch's mean loss: each rank's weighted by its share, summed."""
-        for group in self.optimizer.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
-                p.grad.mul_(weight)
-                dist.all_reduce(p.grad)
+    def _all_reduce_step(self, loss: torch.Tensor, weight: float) -> float:
+        """Sum over ranks of (shard weight × gradient) and of (shard weight × loss), in one collective."""
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        flat = torch.cat([p.grad.flatten() for p in params] + [loss.reshape(1).to(params[0].dtype)]) * weight
+        dist.all_reduce(flat)
+        offset = 0
+        for p in params:
+            p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
+            offset += p.numel()
+        return float(flat[-1])
 
     # -- checkpoints ------------------------------------------------------------------------------
 

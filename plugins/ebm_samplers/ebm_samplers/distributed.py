@@ -126,12 +126,18 @@ class DistributedSamples:
 
 
 def sample(sampler: Any, n_chains: int, n_steps: int, run: DistributedRun, *, seed: int = 0, init_scale: float = 1.0,
-           burn_in: int = 0, thin: int = 1, x0: Tensor | None = None, **tunables: Any) -> DistributedSamples:
-    """Sample ``n_chains`` chains sharded over the ranks (each rank runs its shard with its own stream)."""
+           burn_in: int = 0, thin: int = 1, x0: Tensor | None = None, local_x0: Tensor | None = None,
+           generator: torch.Generator | None = None, **tunables: Any) -> DistributedSamples:
+    """Sample ``n_chains`` chains sharded over the ranks (each rank runs its shard with its own stream).
+
+    Initial states: ``local_x0`` (this rank's shard, e.g. after a warm-up), else rows of a global
+    ``x0``, else ``N(0, init_scale²I)`` from the rank's stream (``generator`` or one from ``seed``)."""
     part = shard(n_chains, run.rank, run.world_size)
-    g = rank_generator(seed, run.rank, run.device)
+    g = generator if generator is not None else rank_generator(seed, run.rank, run.device)
     event = sampler.energy.event_shape or (2,)
-    if x0 is None:
+    if local_x0 is not None:
+        local_x0 = local_x0.to(run.device)
+    elif x0 is None:
         local_x0 = init_scale * torch.randn((part.stop - part.start, *event), generator=g, device=run.device)
     else:
         local_x0 = x0[part].to(run.device)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import os
 import sys
 import time
 from importlib import resources
@@ -139,11 +140,59 @@ def _backends(energy: ebmcore.EnergyModel, sampler_name: str, like: torch.Tensor
 
 
 def run(config: dict[str, Any], out: Path, *, resume: bool = False, quiet: bool = False) -> dict[str, Any]:
-    """Run a validated configuration into ``out``; returns the metrics (also in ``out/metrics.json``)."""
+    """Run a validated configuration into ``out``; returns the metrics (also in ``out/metrics.json``).
+
+    Under ``torchrun`` (``WORLD_SIZE > 1``) the chains are sharded across the processes and rank 0
+    writes the gathered samples, metrics and plots."""
     device = torch.device(config["run"]["device"])
     selection = tuple(b.strip() for b in config["run"]["backend"].split(",") if b.strip())
     with ebmcore.use_backend(*selection) if selection else contextlib.nullcontext():
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            return _run_distributed(config, out, quiet)
         return _run(config, out, device, resume, quiet)
+
+
+def _run_distributed(config: dict[str, Any], out: Path, quiet: bool) -> dict[str, Any]:
+    from ebm_samplers import distributed
+
+    s, r = config["sampler"], config["run"]
+    if r["n_samples"] or r["checkpoint_every"]:
+        raise ConfigError("streaming (n_samples) and checkpoint_every are single-process features; run them without torchrun.")
+    use_cuda = r["device"].startswith("cuda")
+    run = distributed.init("nccl" if use_cuda else "gloo", device=None if use_cuda else "cpu")
+    try:
+        energy = build_energy(config["energy"], run.device)
+        sampler = registry.get("sampler", s["name"])(energy, **s["params"])
+        g = distributed.rank_generator(r["seed"], run.rank, run.device)
+        local = dict(config, sampler=dict(s, n_chains=len(range(*distributed.shard(s["n_chains"], run.rank, run.world_size).indices(s["n_chains"])))))
+        start = time.perf_counter()
+        x0, tuned = _tuned(local, sampler, energy, run.device, g, quiet or not run.is_main)
+        res = distributed.sample(sampler, s["n_chains"], s["n_steps"], run, burn_in=s["burn_in"], thin=s["thin"],
+                                 local_x0=x0, generator=g, **tuned)
+        wall = time.perf_counter() - start
+        metrics: dict[str, Any] = {
+            "n_chains": res.samples.shape[0], "n_kept": res.trajectory.shape[0], "world_size": run.world_size,
+            "mean": res.samples.double().mean(0).flatten().tolist(),
+            "ess_bulk_min": float(res.summary["ess_bulk"].min()) if res.summary else None,
+            "ess_tail_min": float(res.summary["ess_tail"].min()) if res.summary else None,
+            "r_hat_max": float(res.summary["r_hat"].max()) if res.summary else None,
+            "acceptance": res.acceptance, "divergences": res.divergences,
+            "sampler": s["name"], "energy": config["energy"]["name"] or config["energy"]["model"],
+            "wall_time_s": wall, "device": str(run.device), "kernel_backends": _backends(energy, s["name"], x0),
+            "throughput_chain_steps_per_s": res.samples.shape[0] * (s["n_steps"] + s["burn_in"]) / wall,
+        }
+        if run.is_main:
+            out.mkdir(parents=True, exist_ok=True)
+            report.write_json(out / "config.json", config)
+            report.save_samples(out, "samples", res.samples)
+            report.write_json(out / "metrics.json", metrics)
+            if config["output"]["plots"]:
+                from types import SimpleNamespace
+
+                _plots(out, energy, SimpleNamespace(trajectory=res.trajectory, samples=res.samples))
+        return metrics
+    finally:
+        distributed.shutdown(run)
 
 
 def _run(config: dict[str, Any], out: Path, device: torch.device, resume: bool, quiet: bool) -> dict[str, Any]:
@@ -317,7 +366,8 @@ def _stream(config: dict[str, Any], out: Path, sampler: Any, energy: ebmcore.Ene
 
 
 def summary(metrics: dict[str, Any], out: Path) -> str:
-    lines = [f"{metrics['sampler']} on {metrics['energy']} ({metrics['device']}): {metrics['wall_time_s']:.1f} s"]
+    where = metrics["device"] + (f" x {metrics['world_size']} processes" if metrics.get("world_size", 1) > 1 else "")
+    lines = [f"{metrics['sampler']} on {metrics['energy']} ({where}): {metrics['wall_time_s']:.1f} s"]
     if "n_chunks" in metrics:
         lines.append(f"  {metrics['n_samples']} samples in {metrics['n_chunks']} chunks "
                      f"({metrics['chunks_resumed']} resumed) -> {out / 'chunks'}")
@@ -359,5 +409,6 @@ def _main(args: argparse.Namespace) -> int:
     })
     out = Path(args.out or config["output"]["dir"])
     metrics = run(config, out, resume=args.resume, quiet=args.quiet)
-    print(summary(metrics, out))
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(summary(metrics, out))
     return 0
