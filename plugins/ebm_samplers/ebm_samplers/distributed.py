@@ -118,7 +118,7 @@ class DistributedSamples:
     ``acceptance`` and ``divergences`` are reduced across ranks."""
 
     samples: Tensor
-    trajectory: Tensor
+    trajectory: Tensor | None
     summary: dict[str, Tensor]
     acceptance: float | None
     divergences: int | None
@@ -127,11 +127,13 @@ class DistributedSamples:
 
 def sample(sampler: Any, n_chains: int, n_steps: int, run: DistributedRun, *, seed: int = 0, init_scale: float = 1.0,
            burn_in: int = 0, thin: int = 1, x0: Tensor | None = None, local_x0: Tensor | None = None,
-           generator: torch.Generator | None = None, **tunables: Any) -> DistributedSamples:
+           generator: torch.Generator | None = None, return_trajectory: bool = True, **tunables: Any) -> DistributedSamples:
     """Sample ``n_chains`` chains sharded over the ranks (each rank runs its shard with its own stream).
 
     Initial states: ``local_x0`` (this rank's shard, e.g. after a warm-up), else rows of a global
-    ``x0``, else ``N(0, init_scale²I)`` from the rank's stream (``generator`` or one from ``seed``)."""
+    ``x0``, else ``N(0, init_scale²I)`` from the rank's stream (``generator`` or one from ``seed``).
+    ``return_trajectory=False`` gathers only the final states (no trajectory, no ESS/R-hat): for large
+    runs whose kept trajectory would not fit in memory on one rank."""
     part = shard(n_chains, run.rank, run.world_size)
     g = generator if generator is not None else rank_generator(seed, run.rank, run.device)
     event = sampler.energy.event_shape or (2,)
@@ -141,17 +143,22 @@ def sample(sampler: Any, n_chains: int, n_steps: int, run: DistributedRun, *, se
         local_x0 = init_scale * torch.randn((part.stop - part.start, *event), generator=g, device=run.device)
     else:
         local_x0 = x0[part].to(run.device)
-    result = sampler.sample(local_x0, n_steps, burn_in=burn_in, thin=thin, return_trajectory=True,
-                            return_diagnostics=True, generator=g, **tunables)
-    trajectory = gather_chains(result.trajectory, run, dim=1)
+    want_diagnostics = return_trajectory or sampler.has_acceptance  # per-step records cost time; skip if unused
+    result = sampler.sample(local_x0, n_steps, burn_in=burn_in, thin=thin, return_trajectory=return_trajectory,
+                            return_diagnostics=want_diagnostics, generator=g, **tunables)
+    if not want_diagnostics:
+        from ebm_samplers.base import SampleResult
+
+        result = SampleResult(result, None, None)
+    trajectory = gather_chains(result.trajectory, run, dim=1) if return_trajectory else None
     samples = gather_chains(result.samples, run, dim=0)
     d = result.diagnostics
     acceptance = divergences = None
-    if d.acceptance_rate is not None:
+    if d is not None and d.acceptance_rate is not None:
         acceptance = float(all_mean(d.acceptance_rate.sum(), d.acceptance_rate.numel(), run))
         div = d.divergences.sum().to(torch.int64)
         if run.active:
             dist.all_reduce(div)
         divergences = int(div)
-    summary = diagnostics.summary(trajectory) if trajectory.shape[0] >= 4 else {}
+    summary = diagnostics.summary(trajectory) if trajectory is not None and trajectory.shape[0] >= 4 else {}
     return DistributedSamples(samples, trajectory, summary, acceptance, divergences, part)
