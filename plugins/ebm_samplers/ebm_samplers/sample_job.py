@@ -59,6 +59,7 @@ SCHEMA: dict[str, Any] = {
     "output": {
         "dir": ((str,), "runs/sample"),
         "plots": ((bool,), True),
+        "per_rank_samples": ((bool,), False),
     },
 }
 
@@ -181,10 +182,13 @@ def _run_distributed(config: dict[str, Any], out: Path, quiet: bool) -> dict[str
             "wall_time_s": wall, "device": str(run.device), "kernel_backends": _backends(energy, s["name"], x0),
             "throughput_chain_steps_per_s": res.samples.shape[0] * (s["n_steps"] + s["burn_in"]) / wall,
         }
+        out.mkdir(parents=True, exist_ok=True)
+        if config["output"]["per_rank_samples"]:  # each rank writes its own shard: samples-rank<r>.{pt,npz}
+            report.save_samples(out, f"samples-rank{run.rank}", res.samples[res.local])
         if run.is_main:
-            out.mkdir(parents=True, exist_ok=True)
             report.write_json(out / "config.json", config)
-            report.save_samples(out, "samples", res.samples)
+            if not config["output"]["per_rank_samples"]:
+                report.save_samples(out, "samples", res.samples)
             report.write_json(out / "metrics.json", metrics)
             if config["output"]["plots"]:
                 from types import SimpleNamespace
