@@ -17,6 +17,7 @@ from torch import Tensor
 
 from ebmcore import EnergyFunctions, EnergyModel
 from ebmcore.errors import InputError
+from ebm_samplers.state import GradientState, init_gradient_state
 from ebm_samplers.base import DIVERGENCE_THRESHOLD, MCMCSampler
 from ebm_samplers.integrators import Leapfrog, SplittingIntegrator, resolve_integrator
 from ebm_samplers.tunables import IDENTITY, ChainScalar, InverseMass, as_chain_scalar, as_inverse_mass, event_size, per_chain
@@ -26,13 +27,8 @@ __all__ = ["HMCState", "HMCInfo", "init", "step", "transition", "HMCSampler", "D
 _LEAPFROG = Leapfrog()
 
 
-@dataclass(frozen=True)
-class HMCState:
-    """``x: (n, *event_shape)``, ``energy = E(x): (n,)``, ``grad = ∇E(x)`` like ``x``."""
-
-    x: Tensor
-    energy: Tensor
-    grad: Tensor
+HMCState = GradientState
+"""``x: (n, *event_shape)``, ``energy = E(x): (n,)``, ``grad = ∇E(x)`` like ``x``."""
 
 
 @dataclass(frozen=True)
@@ -48,9 +44,7 @@ class HMCInfo:
     n_gradient_evaluations: int
 
 
-def init(x: Tensor, fns: EnergyFunctions) -> HMCState:
-    energy, grad = fns.energy_and_gradient(x)
-    return HMCState(x, energy, grad)
+init = init_gradient_state
 
 
 def transition(state: HMCState, noise: Tensor, uniform: Tensor, fns: EnergyFunctions, *, step_size: ChainScalar,

@@ -17,19 +17,15 @@ from torch import Tensor
 
 from ebmcore.errors import InputError
 from ebmcore import EnergyFunctions, EnergyModel
+from ebm_samplers.state import GradientState, init_gradient_state
 from ebm_samplers.base import DIVERGENCE_THRESHOLD, MCMCSampler
 from ebm_samplers.tunables import ChainScalar, as_chain_scalar, event_size, per_chain
 
 __all__ = ["MALAState", "MALAInfo", "init", "step", "transition", "MALASampler"]
 
 
-@dataclass(frozen=True)
-class MALAState:
-    """``x: (n, *event_shape)``, ``energy = E(x): (n,)``, ``grad = ∇E(x)`` like ``x``."""
-
-    x: Tensor
-    energy: Tensor
-    grad: Tensor
+MALAState = GradientState
+"""``x: (n, *event_shape)``, ``energy = E(x): (n,)``, ``grad = ∇E(x)`` like ``x``."""
 
 
 @dataclass(frozen=True)
@@ -41,9 +37,7 @@ class MALAInfo:
     divergent: Tensor
 
 
-def init(x: Tensor, fns: EnergyFunctions) -> MALAState:
-    energy, grad = fns.energy_and_gradient(x)
-    return MALAState(x, energy, grad)
+init = init_gradient_state
 
 
 def _sum_sq(t: Tensor, dtype: torch.dtype) -> Tensor:

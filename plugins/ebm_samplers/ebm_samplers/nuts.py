@@ -24,19 +24,15 @@ from torch import Tensor
 
 from ebmcore import EnergyFunctions, EnergyModel
 from ebmcore.errors import InputError
+from ebm_samplers.state import GradientState, init_gradient_state
 from ebm_samplers.base import DIVERGENCE_THRESHOLD, MCMCSampler
 from ebm_samplers.tunables import ChainScalar, InverseMass, as_chain_scalar, as_inverse_mass, event_size, per_chain
 
 __all__ = ["NUTSState", "NUTSInfo", "init", "step", "NUTSSampler"]
 
 
-@dataclass(frozen=True)
-class NUTSState:
-    """``x: (n, *event_shape)``, ``energy = E(x): (n,)``, ``grad = ∇E(x)`` like ``x``."""
-
-    x: Tensor
-    energy: Tensor
-    grad: Tensor
+NUTSState = GradientState
+"""``x: (n, *event_shape)``, ``energy = E(x): (n,)``, ``grad = ∇E(x)`` like ``x``."""
 
 
 @dataclass(frozen=True)
@@ -61,9 +57,7 @@ class NUTSInfo:
         return self.acceptance_prob
 
 
-def init(x: Tensor, fns: EnergyFunctions) -> NUTSState:
-    energy, grad = fns.energy_and_gradient(x)
-    return NUTSState(x, energy, grad)
+init = init_gradient_state
 
 
 def _dot(a: Tensor, b: Tensor) -> Tensor:

@@ -1,0 +1,27 @@
+"""The state shared by the samplers that accept or reject (MALA, HMC, NUTS)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from ebmcore import EnergyFunctions
+
+__all__ = ["GradientState", "init_gradient_state"]
+
+
+@dataclass(frozen=True)
+class GradientState:
+    """``x: (n, *event_shape)``, ``energy = E(x): (n,)``, ``grad = ∇E(x)`` like ``x``: what the next
+    step needs, so that an accepted proposal costs no recomputation."""
+
+    x: Tensor
+    energy: Tensor
+    grad: Tensor
+
+
+def init_gradient_state(x: Tensor, fns: EnergyFunctions) -> GradientState:
+    """The state at ``x`` (one energy-and-gradient evaluation)."""
+    energy, grad = fns.energy_and_gradient(x)
+    return GradientState(x, energy, grad)
