@@ -66,33 +66,32 @@ def test_a_failing_rank_is_an_error_everywhere_not_a_hang(tmp_path):
     assert "rank 1 fails on purpose" in done.stderr + done.stdout
 
 
+def _ebm_sample_under_torchrun(cfg, out):
+    import os
+
+    ebm = Path(sys.executable).with_name("ebm")
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(ebm),
+                           "sample", str(cfg), "--out", str(out), "--quiet"],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def test_ebm_sample_runs_unchanged_under_torchrun(tmp_path):
     import json
-    import os
 
     cfg = tmp_path / "s.toml"
     cfg.write_text('[energy]\nname = "gaussian"\nparams = { dim = 2 }\n[sampler]\nname = "mala"\nn_chains = 301\n'
                    'n_steps = 40\nburn_in = 20\nwarmup = 20\n[output]\nplots = false\n')
-    ebm = Path(sys.executable).with_name("ebm")
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(ebm),
-                           "sample", str(cfg), "--out", str(tmp_path / "run"), "--quiet"],
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert done.returncode == 0, done.stderr[-2000:]
+    _ebm_sample_under_torchrun(cfg, tmp_path / "run")
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["world_size"] == 2 and metrics["n_chains"] == 301 and metrics["r_hat_max"] < 1.1
     assert torch.load(tmp_path / "run" / "samples.pt").shape == (301, 2)
 
 
 def test_per_rank_sample_files(tmp_path):
-    import os
-
     cfg = tmp_path / "s.toml"
     cfg.write_text('[energy]\nname = "gaussian"\nparams = { dim = 2 }\n[sampler]\nname = "langevin"\nn_chains = 101\n'
                    'n_steps = 10\nburn_in = 0\n[output]\nplots = false\nper_rank_samples = true\n')
-    ebm = Path(sys.executable).with_name("ebm")
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(ebm),
-                           "sample", str(cfg), "--out", str(tmp_path / "run"), "--quiet"],
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert done.returncode == 0, done.stderr[-2000:]
+    _ebm_sample_under_torchrun(cfg, tmp_path / "run")
     shards = [torch.load(tmp_path / "run" / f"samples-rank{r}.pt") for r in (0, 1)]
     assert [s.shape[0] for s in shards] == [51, 50] and not (tmp_path / "run" / "samples.pt").exists()
