@@ -6,13 +6,13 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PLUGINS := $(patsubst %/pyproject.toml,%,$(wildcard plugins/*/pyproject.toml))
 
-.PHONY: setup demo test
+.PHONY: setup demo test docs docs-serve
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml $(wildcard plugins/*/pyproject.toml) Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet "setuptools>=70.1" wheel torch==2.13.0
-	$(PY) -m pip install --quiet --no-build-isolation -e ".[test]" $(addprefix -e ,$(PLUGINS))
+	$(PY) -m pip install --quiet --no-build-isolation -e ".[test,docs]" $(addprefix -e ,$(PLUGINS))
 	touch $@
 
 demo: setup
@@ -22,3 +22,9 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest
+
+docs: setup  ## build the documentation site strictly into site/ (any warning fails)
+	$(VENV)/bin/mkdocs build --strict
+
+docs-serve: setup  ## serve the documentation at http://127.0.0.1:8000 with live reload
+	$(VENV)/bin/mkdocs serve

@@ -1,27 +1,41 @@
 """Every Python example in docs/ runs (an example that breaks fails CI).
 
-Each ```python block is executed on its own, in a fresh namespace, from an empty working
-directory, with a clean environment and plugin session. A block preceded by the line
-``<!-- no-test -->`` is a fragment or needs an installed third-party package, and is skipped.
+Every page under docs/, subfolders included, is read. Each ```python block is executed on its own,
+in a fresh namespace, from an empty working directory, with a clean environment and plugin session.
+A block preceded by the line ``<!-- no-test -->`` is a fragment, and is skipped. A block preceded by
+``<!-- installed: ebm-example-plugin -->`` needs the example plugin of docs/plugins.md installed:
+``test_the_plugin_walkthrough`` installs the real package (tests/fixtures/ebm_example_plugin) and
+runs those blocks against it, after checking that the page shows the package's own files.
 """
 
 import contextlib
 import io
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
-_BLOCK = re.compile(r"(<!-- no-test -->\n)?```python\n(.*?)```", re.S)
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+FIXTURE = ROOT / "tests" / "fixtures" / "ebm_example_plugin"
+INSTALLED = "installed: ebm-example-plugin"
+_BLOCK = re.compile(r"(?:<!-- (no-test|installed: ebm-example-plugin) -->\n)?```python\n(.*?)```", re.S)
+_FENCE = re.compile(r"```(\w*)\n(.*?)```(?:\n\n```\n(.*?)```)?", re.S)   # a block and the output block after it
 
 
 def _examples():
-    for page in sorted(DOCS.glob("*.md")):
+    for page in sorted(DOCS.rglob("*.md")):
+        name = page.relative_to(DOCS).as_posix()
         for i, match in enumerate(_BLOCK.finditer(page.read_text())):
-            marks = [pytest.mark.skip(reason="marked <!-- no-test -->")] if match.group(1) else []
-            yield pytest.param(page.name, match.group(2), id=f"{page.stem}-{i}", marks=marks)
+            marks = []
+            if match.group(1) == "no-test":
+                marks = [pytest.mark.skip(reason="marked <!-- no-test -->")]
+            elif match.group(1) == INSTALLED:
+                marks = [pytest.mark.skip(reason="needs the example plugin: run by test_the_plugin_walkthrough")]
+            yield pytest.param(name, match.group(2), id=f"{name.removesuffix('.md')}-{i}", marks=marks)
 
 
 def test_the_docs_have_examples():
@@ -39,3 +53,36 @@ def test_docs_example_runs(page, code):
     finally:
         os.environ.clear()
         os.environ.update(saved)
+
+
+def test_the_plugin_walkthrough(tmp_path):
+    """docs/plugins.md shows the fixture's own files, and its tests and usage example pass installed."""
+    page = (DOCS / "plugins.md").read_text()
+    blocks = [(m.group(1), m.group(2)) for m in _FENCE.finditer(page)]
+    assert ("toml", (FIXTURE / "pyproject.toml").read_text()) in blocks, \
+        "docs/plugins.md: the pyproject.toml of the walk-through differs from tests/fixtures/ebm_example_plugin's"
+    assert ("python", (FIXTURE / "ebm_example_plugin" / "plugin.py").read_text()) in blocks, \
+        "docs/plugins.md: plugin.py of the walk-through differs from tests/fixtures/ebm_example_plugin's"
+
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--target", str(site), str(FIXTURE)], check=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EBM_")}
+    env["PYTHONPATH"] = str(site)
+    installed = [m for m in _FENCE.finditer(page) if page[:m.start()].endswith(f"<!-- {INSTALLED} -->\n")]
+    assert len(installed) == 2, "expected the usage example and tests/test_plugin.py"
+
+    usage, tests = (installed[0], installed[1]) if "def test_" in installed[1].group(2) else (installed[1], installed[0])
+    proc = subprocess.run([sys.executable, "-c", usage.group(2)], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, f"docs/plugins.md usage example failed:\n{proc.stderr}"
+    assert proc.stdout == usage.group(3), f"docs/plugins.md: the usage example printed\n{proc.stdout}"
+
+    project = tmp_path / "project" / "tests"
+    project.mkdir(parents=True)
+    conftest = next(code for lang, code in blocks if lang == "python" and code.startswith("# tests/conftest.py"))
+    (project / "conftest.py").write_text(conftest)
+    (project / "test_plugin.py").write_text(tests.group(2))
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
+                          cwd=project.parent, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, f"docs/plugins.md: the example plugin's tests failed:\n{proc.stdout[-4000:]}"
+    assert "5 passed" in proc.stdout, proc.stdout
