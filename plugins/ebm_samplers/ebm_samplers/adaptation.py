@@ -46,6 +46,7 @@ class DualAveraging:
         self.t = 0
 
     def update(self, accept_stat: Tensor | float) -> float | Tensor:
+        """Record one step's acceptance statistic (a number, or one per chain) and return the next step size."""
         a = torch.as_tensor(accept_stat, dtype=torch.float64).cpu()
         a = torch.nan_to_num(a, nan=0.0).clamp(0.0, 1.0)
         if a.dim() > 0 and self.log_h.dim() == 0:
@@ -59,9 +60,11 @@ class DualAveraging:
         return self._out(self.log_h)
 
     def current(self) -> float | Tensor:
+        """The step size to use for the next step (what ``update`` last returned)."""
         return self._out(self.log_h)
 
     def final(self) -> float | Tensor:
+        """The averaged step size to sample with once adaptation ends."""
         return self._out(self.log_h_avg if self.t else self.log_h)
 
     @staticmethod
@@ -79,11 +82,13 @@ class WelfordVariance:
         self.reset()
 
     def reset(self) -> None:
+        """Forget every draw (a new adaptation window)."""
         self.count = 0
         self.mean: Tensor | None = None
         self.m2: Tensor | None = None
 
     def update(self, x: Tensor) -> None:
+        """Add the draws ``x: (n_chains, *event_shape)`` of one step (computed in float64)."""
         x = x.detach().to(torch.float64)
         if self.pooled:  # every chain is one more draw of a shared distribution
             n_new, mean_new = x.shape[0], x.mean(0)

@@ -27,4 +27,5 @@ class EulerMaruyama(Integrator):
     order = 0.5
 
     def bind(self, like: Tensor) -> SDEUpdate:
+        """The update ``(x, grad, noise, h, √(2hT)) -> x'`` for states like ``like``: its kernel, resolved once."""
         return resolve_kernel("langevin_step", like.device, like.dtype).fn

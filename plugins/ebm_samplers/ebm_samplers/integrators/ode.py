@@ -37,6 +37,7 @@ class Heun(Integrator):
     order = 2
 
     def solve(self, f: Field, x0: Tensor, t0: float, t1: float, *, n_steps: int = 100) -> ODESolution:
+        """Integrate ``dx/dt = f(t, x)`` from ``x0: (n, *event_shape)`` at ``t0`` to ``t1`` in ``n_steps`` equal steps."""
         if not isinstance(n_steps, int) or n_steps < 1:
             raise InputError(f"Heun: n_steps must be a positive integer, got {n_steps!r}.")
         h = (t1 - t0) / n_steps
@@ -78,6 +79,8 @@ class DOPRI5(Integrator):
 
     def solve(self, f: Field, x0: Tensor, t0: float, t1: float, *, rtol: float = 1e-6, atol: float = 1e-8,
               first_step: float | None = None, max_steps: int = 100_000) -> ODESolution:
+        """Integrate ``dx/dt = f(t, x)`` from ``x0: (n, *event_shape)`` at ``t0`` to ``t1`` (forwards or
+        backwards) with steps chosen for the tolerances; more than ``max_steps`` steps is an error."""
         if not (0 < rtol < float("inf") and 0 < atol < float("inf")):
             raise InputError(f"DOPRI5: rtol and atol must be finite and positive, got rtol={rtol}, atol={atol}.")
         if first_step is not None and not (0 < first_step < float("inf")):
