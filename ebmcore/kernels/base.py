@@ -19,7 +19,9 @@ class Kernel:
     ``fn`` has the op's signature (see :mod:`ebmcore.kernels.ops`).
     ``min_compute_capability`` (e.g. ``(8, 0)``) only applies on CUDA devices.
     Higher ``priority`` wins among kernels that can run; the ``torch``
-    reference backend uses 0.
+    reference backend uses 0. ``max_event_size``: the most elements per chain
+    the kernel takes (fused chain kernels that hold a chain in registers);
+    callers check it before choosing the kernel's path (None: no limit).
     """
 
     op: str
@@ -28,6 +30,7 @@ class Kernel:
     dtypes: tuple[torch.dtype, ...] = FLOAT_DTYPES
     min_compute_capability: tuple[int, int] | None = None
     priority: int = 0
+    max_event_size: int | None = None
 
     def mismatch(self, device: torch.device, dtype: torch.dtype, capability: tuple[int, int] | None) -> str | None:
         """Why this kernel cannot take inputs on ``device`` with ``dtype`` (None if it can)."""

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import torch
 
-__all__ = ["OpSpec", "OPS", "sample_inputs"]
+__all__ = ["OpSpec", "OPS", "FUSED_OPS", "sample_inputs"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,21 @@ OPS["langevin_step"] = OpSpec(
     "(x: (n, d), grad: (n, d), noise: (n, d), step_size: float | (n, 1), noise_scale: float | (n, 1)) -> x': (n, d)",
     _langevin,
 )
+
+
+FUSED_OPS: dict[str, str] = {
+    "<energy>_langevin_chain": "(x: (n, d), *energy_args, n_steps: int, step_size: float | (n,), noise_scale: float | (n,), "
+                               "seed: int, offset: int) -> x': (n, d)",
+    "<energy>_hmc_chain": "(x: (n, d), *energy_args, n_steps: int, step_size: float | (n,), n_leapfrog_steps: int, "
+                          "inverse_temperature: float, seed: int, offset: int) -> (x': (n, d), accepted: (n,), divergent: (n,))",
+    "langevin_step_philox": "(x: (n, d), grad: (n, d), step_size, noise_scale, seed: int, offset: int) -> x': (n, d)",
+}
+"""Ops with no ``torch`` reference: many steps per launch, the noise drawn inside the kernel from a
+counter-based stream keyed by ``seed`` at steps ``offset, offset + 1, ...`` (``ebm-cuda`` defines it:
+Philox4x32-10, ``ebm_cuda.reference``). ``<energy>`` is an :class:`~ebmcore.energies.AnalyticEnergy`'s
+``op`` and ``energy_args`` its ``kernel_args()``. Samplers call them when a backend provides them
+(``MCMCSampler(fused=...)``) and otherwise run their per-step loop, so forcing ``EBM_BACKEND=torch``
+selects the reference path."""
 
 
 def sample_inputs(op: str, n: int = 64, d: int = 4, *, dtype: torch.dtype = torch.float64, device: Any = "cpu", seed: int = 0) -> tuple[Any, ...]:

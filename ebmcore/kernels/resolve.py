@@ -103,7 +103,7 @@ def _selection(backend: str | tuple[str, ...] | list[str] | None) -> tuple[tuple
 
 @functools.lru_cache(maxsize=None)
 def _capability(device: torch.device) -> tuple[int, int] | None:
-    if device.type != "cuda":
+    if device.type != "cuda" or not torch.cuda.is_available():
         return None
     return tuple(torch.cuda.get_device_capability(device))  # type: ignore[return-value]
 
