@@ -6,6 +6,7 @@ import sys
 
 import ebmcore
 from ebmcore.cli import _double_well_mean_abs, main
+from ebmcore.testing import isolated_plugins
 
 
 def test_version(capsys):
@@ -28,7 +29,8 @@ def test_backends_prints_the_resolution_table(capsys):
 
 def test_backends_with_a_bad_selection_is_a_clean_error(capsys, monkeypatch):
     monkeypatch.setenv("EBM_BACKEND", "cuda")
-    assert main(["backends", "--device", "cpu"]) == 2
+    with isolated_plugins(autoload=True, disable=("cuda",)):  # as if ebm-cuda were not installed
+        assert main(["backends", "--device", "cpu"]) == 2
     assert "pip install ebm-cuda" in capsys.readouterr().err
 
 

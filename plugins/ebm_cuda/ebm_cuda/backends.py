@@ -1,0 +1,147 @@
+"""The two kernel backends of ebm-cuda: ``cuda`` (the CUDA build) and ``cpu_fused`` (the host build).
+
+Both implement, for the analytic energies ``gaussian``, ``double_well``, ``rosenbrock`` and
+``harmonic``, the ops ``<energy>_energy`` and ``<energy>_gradient``, the fused chains
+``<energy>_langevin_chain`` and ``<energy>_hmc_chain`` (signatures in :mod:`ebmcore.kernels.ops`),
+and ``langevin_step`` and ``langevin_step_philox``.
+
+Priorities: on CUDA every kernel outranks the ``torch`` reference (10 against 0). On the CPU the
+plain energy, gradient and step kernels rank below it (-10: selected only by name, e.g.
+``EBM_BACKEND=cpu_fused,torch``, as the tests do), and so does the HMC chain, which runs chain by
+chain there and loses to the vectorised per-step loop: samplers use a fused chain automatically
+only at a positive priority (``fused=True`` forces it). The Langevin chains, vectorised across
+chains, rank 10.
+
+A call whose inputs require grad (with grad mode on) runs the ``torch`` reference instead, so
+autograd, ``create_graph`` and Hessian-vector products work exactly as on the reference path.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from torch import Tensor
+
+from ebmcore.kernels import torch_backend
+from ebmcore.kernels.base import Kernel, KernelBackend
+from ebm_cuda import library
+from ebm_cuda.ops import KINDS, MAX_CUDA_CHAIN_DIM, call
+
+__all__ = ["CudaBackend", "HostBackend", "CUDA_DTYPES", "HOST_DTYPES"]
+
+CUDA_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+HOST_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+MIN_COMPUTE_CAPABILITY = (7, 5)
+"""The oldest GPUs nvcc 12/13 still targets (Turing); the kernels are built for the device's own capability."""
+
+_UNPACK: dict[str, Callable[..., tuple[Any, Any, float, float]]] = {
+    "gaussian": lambda mean, precision: (mean, precision, 0.0, 0.0),
+    "double_well": lambda barrier: (None, None, float(barrier), 0.0),
+    "rosenbrock": lambda a, b: (None, None, float(a), float(b)),
+    "harmonic": lambda center, stiffness: (center, None, float(stiffness), 0.0),
+}
+
+
+def _scalar_or_vector(value: Any) -> tuple[float, Tensor | None]:
+    """A tunable as the kernels take it: a float, or ``(0.0, per-chain values (n,))``."""
+    if isinstance(value, Tensor):
+        return (float(value), None) if value.numel() == 1 and value.dim() == 0 else (0.0, value.reshape(-1))
+    return float(value), None
+
+
+def _needs_graph(x: Tensor, params: tuple[Any, ...]) -> bool:
+    return torch.is_grad_enabled() and (x.requires_grad or any(isinstance(p, Tensor) and p.requires_grad for p in params))
+
+
+def _energy_kernel(name: str, gradient: bool) -> Callable[..., Tensor]:
+    kind, unpack = KINDS[name], _UNPACK[name]
+    reference = getattr(torch_backend, f"{name}_{'gradient' if gradient else 'energy'}")
+
+    def run(x: Tensor, *params: Any) -> Tensor:
+        if _needs_graph(x, params):
+            return reference(x, *params)
+        return call("energy", x, kind, *unpack(*params), gradient)
+
+    run.__name__ = run.__qualname__ = f"{name}_{'gradient' if gradient else 'energy'}"
+    run.__doc__ = reference.__doc__
+    return run
+
+
+def _langevin_chain_kernel(name: str) -> Callable[..., Tensor]:
+    kind, unpack = KINDS[name], _UNPACK[name]
+
+    def run(x: Tensor, *params: Any, n_steps: int, step_size: Any, noise_scale: Any, seed: int, offset: int) -> Tensor:
+        h, hv = _scalar_or_vector(step_size)
+        s, sv = _scalar_or_vector(noise_scale)
+        return call("langevin_chain", x, kind, *unpack(*params), n_steps, h, s, hv, sv, seed, offset)
+
+    run.__name__ = run.__qualname__ = f"{name}_langevin_chain"
+    return run
+
+
+def _hmc_chain_kernel(name: str) -> Callable[..., tuple[Tensor, Tensor, Tensor]]:
+    kind, unpack = KINDS[name], _UNPACK[name]
+
+    def run(x: Tensor, *params: Any, n_steps: int, step_size: Any, n_leapfrog_steps: int, inverse_temperature: float,
+            seed: int, offset: int) -> tuple[Tensor, Tensor, Tensor]:
+        h, hv = _scalar_or_vector(step_size)
+        return call("hmc_chain", x, kind, *unpack(*params), n_steps, h, hv, n_leapfrog_steps,
+                                            float(inverse_temperature), seed, offset)
+
+    run.__name__ = run.__qualname__ = f"{name}_hmc_chain"
+    return run
+
+
+def langevin_step(x: Tensor, grad: Tensor, noise: Tensor, step_size: Any, noise_scale: Any) -> Tensor:
+    """``x − step_size·grad + noise_scale·noise`` in one pass."""
+    if _needs_graph(x, (grad, noise, step_size, noise_scale)):
+        return torch_backend.langevin_step(x, grad, noise, step_size, noise_scale)
+    h, hv = _scalar_or_vector(step_size)
+    s, sv = _scalar_or_vector(noise_scale)
+    return call("langevin_step", x, grad, noise, h, s, hv, sv)
+
+
+def langevin_step_philox(x: Tensor, grad: Tensor, step_size: Any, noise_scale: Any, seed: int, offset: int) -> Tensor:
+    """``x − step_size·grad + noise_scale·ξ``, ``ξ`` drawn in the kernel at step ``offset`` of the stream."""
+    h, hv = _scalar_or_vector(step_size)
+    s, sv = _scalar_or_vector(noise_scale)
+    return call("langevin_step_philox", x, grad, h, s, hv, sv, seed, offset)
+
+
+def _kernels(device: str, dtypes: tuple[torch.dtype, ...], plain: int, fused: int, hmc: int, max_chain: int | None,
+             capability: tuple[int, int] | None) -> list[Kernel]:
+    def kernel(op: str, fn: Callable[..., Any], priority: int, max_event_size: int | None = None) -> Kernel:
+        return Kernel(op, fn, (device,), dtypes, capability, priority, max_event_size)
+
+    kernels = [kernel("langevin_step", langevin_step, plain), kernel("langevin_step_philox", langevin_step_philox, fused)]
+    for name in KINDS:
+        kernels += [
+            kernel(f"{name}_energy", _energy_kernel(name, False), plain),
+            kernel(f"{name}_gradient", _energy_kernel(name, True), plain),
+            kernel(f"{name}_langevin_chain", _langevin_chain_kernel(name), fused, max_chain),
+            kernel(f"{name}_hmc_chain", _hmc_chain_kernel(name), hmc, max_chain),
+        ]
+    return kernels
+
+
+class CudaBackend(KernelBackend):
+    """The CUDA build: float32, bfloat16 and float16 states (math in float32) on CUDA devices."""
+
+    def __init__(self) -> None:
+        super().__init__("cuda", _kernels("cuda", CUDA_DTYPES, 10, 10, 10, MAX_CUDA_CHAIN_DIM, MIN_COMPUTE_CAPABILITY),
+                         description="ebm-cuda: CUDA kernels (fused Langevin/HMC chains with in-kernel Philox RNG)")
+
+    def unavailable_reason(self) -> str | None:
+        return library.cuda_unavailable_reason()
+
+
+class HostBackend(KernelBackend):
+    """The host build of the same kernels: float16, bfloat16, float32 and float64 states on the CPU."""
+
+    def __init__(self) -> None:
+        super().__init__("cpu_fused", _kernels("cpu", HOST_DTYPES, -10, 10, -10, None, None),
+                         description="ebm-cuda: the kernels built for the CPU (fused chains, vectorised over chains)")
+
+    def unavailable_reason(self) -> str | None:
+        return library.host_unavailable_reason()

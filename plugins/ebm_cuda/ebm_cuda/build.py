@@ -1,0 +1,130 @@
+"""Compiling the kernels, cached: the host library with the C++ compiler, the CUDA library with nvcc.
+
+Both are plain shared libraries with a C interface (no torch headers, so they compile whatever torch
+wheel is installed), loaded with ctypes by :mod:`ebm_cuda.library`. A build is cached under
+``$EBM_CUDA_CACHE`` (default ``~/.cache/ebm_cuda``), keyed by the sources, the flags, the compiler
+and, for the host build, the CPU (it is compiled with ``-march=native``); concurrent builds
+(several ranks under torchrun) take a file lock and one compiles.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+__all__ = ["BuildError", "CSRC", "cache_dir", "find_cxx", "find_nvcc", "host_command", "nvcc_command", "build_host", "build_cuda"]
+
+CSRC = Path(__file__).resolve().parent / "csrc"
+HOST_FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fopenmp", "-fPIC", "-shared", "-std=c++17")
+NVCC_FLAGS = ("-O3", "-std=c++17", "--threads", "0", "-Xcompiler", "-fPIC", "-shared")  # --threads 0: one per arch, in parallel
+
+
+class BuildError(RuntimeError):
+    """A compiler is missing or failed; the message says which command and why."""
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("EBM_CUDA_CACHE") or Path.home() / ".cache" / "ebm_cuda")
+
+
+def find_cxx() -> str | None:
+    """``$CXX``, else ``c++``, ``g++`` or ``clang++`` on the PATH."""
+    return os.environ.get("CXX") or next((c for c in ("c++", "g++", "clang++") if shutil.which(c)), None)
+
+
+def find_nvcc() -> str | None:
+    """``$NVCC``, else ``$CUDA_HOME/bin/nvcc``, else ``nvcc`` on the PATH."""
+    if os.environ.get("NVCC"):
+        return os.environ["NVCC"]
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if home and (Path(home) / "bin" / "nvcc").exists():
+        return str(Path(home) / "bin" / "nvcc")
+    return shutil.which("nvcc")
+
+
+def _sources(unit: str) -> list[Path]:
+    return [CSRC / unit, *sorted((CSRC / "ebm").glob("*.h"))]
+
+
+def _cpu_identity() -> str:
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return os.uname().machine
+    return next((line for line in lines if line.startswith("flags")), os.uname().machine)
+
+
+def _digest(unit: str, command: list[str], extra: str = "") -> str:
+    h = hashlib.sha256()
+    for path in _sources(unit):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    h.update("\0".join(command).encode())
+    h.update(extra.encode())
+    return h.hexdigest()[:16]
+
+
+def host_command(out: Path | str, cxx: str | None = None) -> list[str]:
+    """The command that builds the host library ``out``."""
+    cxx = cxx or find_cxx()
+    if cxx is None:
+        raise BuildError("no C++ compiler found for the host kernels (install g++ or clang++, or set CXX).")
+    return [cxx, *HOST_FLAGS, f"-I{CSRC}", str(CSRC / "host.cpp"), "-o", str(out)]
+
+
+def nvcc_command(archs: list[str], out: Path | str, *, compile_only: bool = False, nvcc: str | None = None) -> list[str]:
+    """The command that builds the CUDA library ``out`` for ``archs`` (e.g. ``["80", "90"]``);
+    ``compile_only`` produces an object file (what CI checks without a GPU)."""
+    nvcc = nvcc or find_nvcc()
+    if nvcc is None:
+        raise BuildError("nvcc not found (install the CUDA toolkit, or set NVCC or CUDA_HOME).")
+    gencode = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
+    mode = ["-c"] if compile_only else []
+    flags = [f for f in NVCC_FLAGS if not (compile_only and f == "-shared")]
+    return [nvcc, *flags, *mode, *gencode, f"-I{CSRC}", str(CSRC / "kernels.cu"), "-o", str(out)]
+
+
+def _version(tool: str) -> str:
+    try:
+        return subprocess.run([tool, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def _build(name: str, unit: str, make_command, extra: str) -> Path:
+    probe = make_command(Path("OUT"))
+    target = cache_dir() / f"{name}-{_digest(unit, probe, extra + _version(probe[0]))}.so"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if target.exists():  # another process built it while we waited
+            return target
+        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+            out = Path(tmp) / target.name
+            command = make_command(out)
+            try:
+                run = subprocess.run(command, capture_output=True, text=True, timeout=1800)
+            except (OSError, subprocess.SubprocessError) as exc:
+                raise BuildError(f"building {name} failed to run: {exc}\ncommand: {' '.join(command)}") from exc
+            if run.returncode != 0:
+                raise BuildError(f"building {name} failed (exit {run.returncode}).\ncommand: {' '.join(command)}\n"
+                                 f"{(run.stderr or run.stdout)[-4000:]}")
+            os.replace(out, target)
+    return target
+
+
+def build_host() -> Path:
+    """The host library, compiled now if not cached (about 10 s)."""
+    return _build("libebm_host", "host.cpp", host_command, _cpu_identity())
+
+
+def build_cuda(archs: list[str]) -> Path:
+    """The CUDA library for ``archs`` (e.g. ``["90"]`` for the current GPU), compiled now if not cached."""
+    return _build("libebm_cuda-sm" + "_".join(archs), "kernels.cu", lambda out: nvcc_command(archs, out), "")

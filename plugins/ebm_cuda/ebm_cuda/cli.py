@@ -1,0 +1,46 @@
+"""``ebm cuda info`` (what can run here, and why not) and ``ebm cuda build`` (compile ahead of use)."""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from ebm_cuda import build, library
+
+
+def add_command(subparsers) -> None:
+    parser = subparsers.add_parser("cuda", help="ebm-cuda kernels: availability and ahead-of-time builds")
+    sub = parser.add_subparsers(dest="cuda_command", required=True)
+    sub.add_parser("info", help="say which kernel builds can run here, and why not").set_defaults(func=_info)
+    b = sub.add_parser("build", help="compile the kernels now (they are otherwise compiled on first use, then cached)")
+    b.add_argument("--arch", nargs="*", metavar="CC", help="CUDA architectures, e.g. 80 90 (default: this GPU's)")
+    b.add_argument("--host-only", action="store_true", help="build only the CPU kernels")
+    b.set_defaults(func=_build)
+
+
+def _info(args: argparse.Namespace) -> int:
+    print(f"cache: {build.cache_dir()}")
+    print(f"c++: {build.find_cxx() or 'not found'}    nvcc: {build.find_nvcc() or 'not found'}")
+    print(f"torch {torch.__version__}, CUDA {torch.version.cuda or 'none'}, devices: {torch.cuda.device_count() if torch.version.cuda else 0}")
+    for name, reason in (("cpu_fused", library.host_unavailable_reason()), ("cuda", library.cuda_unavailable_reason())):
+        print(f"{name:10} {'available' if reason is None else 'unavailable: ' + reason}")
+    return 0
+
+
+def _build(args: argparse.Namespace) -> int:
+    try:
+        print(f"host kernels: {build.build_host()}")
+        if not args.host_only:
+            archs = args.arch
+            if not archs:
+                reason = library.cuda_unavailable_reason()
+                if reason:
+                    print(f"CUDA kernels: skipped ({reason}); pass --arch 80 90 to build for given GPUs")
+                    return 0
+                archs = ["{}{}".format(*torch.cuda.get_device_capability())]
+            print(f"CUDA kernels: {build.build_cuda(archs)}")
+    except build.BuildError as exc:
+        print(f"error: {exc}")
+        return 1
+    return 0

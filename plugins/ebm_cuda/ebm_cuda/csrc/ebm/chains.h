@@ -1,0 +1,82 @@
+// Fused multi-step chains for one chain, for host and device: K Langevin steps, or K HMC
+// transitions, with the noise drawn from the Philox stream (philox.h) and the state touched in
+// memory only by the caller, once before and once after. Buffers are strided like energies.h.
+#pragma once
+#include "energies.h"
+#include "philox.h"
+
+namespace ebm {
+
+// Blocks of four elements (one Philox call each), unrolled like EBM_LOOP so a chain stays in registers.
+#define EBM_BLOCKS(b, MAXD, d) EBM_UNROLL for (int b = 0; b < ((MAXD) > 0 ? ((MAXD) + 3) / 4 : ((d) + 3) / 4); ++b) if (4 * b < (d))
+
+// One element of a Langevin step: x - h g + s z (V: the math type, or host Lanes of it).
+template <typename V> EBM_HD V langevin_move(V x, V g, V h, V s, V z) { return (x - h * g) + s * z; }
+
+// Elements 4b .. 4b+3 of one Langevin step x <- x - h g + s ξ, ξ the stream's normals of this
+// chain at step t. X is the math type A (a chain in registers) or a storage type (in memory).
+template <typename A, typename X, typename G>
+EBM_HD void langevin_block(X* x, const G* g, int st, int d, int b, A h, A s, const Stream& rng, uint32_t chain, uint64_t t) {
+  float z[4];
+  rng.normal4((uint32_t)b, chain, t, z);
+  EBM_UNROLL for (int l = 0; l < 4; ++l) {
+    int j = 4 * b + l;
+    if (j < d) store<A>(x + j * st, langevin_move<A>(load<A>(x + j * st), load<A>(g + j * st), h, s, (A)z[l]));
+  }
+}
+
+// K steps of x <- x - h ∇E(x) + s ξ_t, ξ_t the stream's normals of this chain at step offset + t.
+// x: the chain (math type A), g: scratch for the gradient.
+template <int KIND, typename A, int MAXD>
+EBM_HD void langevin_chain(const Energy<KIND, A, MAXD>& E, A* x, A* g, int st, int64_t n_steps, A h, A s,
+                           const Stream& rng, uint32_t chain, uint64_t offset) {
+  const int d = E.p.d;
+  for (int64_t t = 0; t < n_steps; ++t) {
+    E(x, st, g, st);
+    EBM_BLOCKS(b, MAXD, d) langevin_block<A>(x, g, st, d, b, h, s, rng, chain, offset + (uint64_t)t);
+  }
+}
+
+// K HMC transitions (identity mass, L leapfrog steps of size h, inverse temperature beta):
+// momentum from the stream's normals at step offset + t, Metropolis test with its uniform.
+// Counts accepted and divergent (non-finite ΔH, or ΔH > 1000) transitions. Scratch: xn, gn, p.
+template <int KIND, typename A, int MAXD>
+EBM_HD void hmc_chain(const Energy<KIND, A, MAXD>& E, A* x, A* g, A* xn, A* gn, A* p, int st, int64_t n_steps,
+                      A h, int n_leapfrog, A beta, const Stream& rng, uint32_t chain, uint64_t offset,
+                      int32_t* accepted, int32_t* divergent) {
+  const int d = E.p.d;
+  const A half = (A)0.5 * h * beta, full = h * beta;
+  A e = E(x, st, g, st);
+  for (int64_t t = 0; t < n_steps; ++t) {
+    A k0 = 0;
+    EBM_BLOCKS(b, MAXD, d) {
+      float z[4];
+      rng.normal4((uint32_t)b, chain, offset + (uint64_t)t, z);
+      EBM_UNROLL for (int l = 0; l < 4; ++l) {
+        int j = 4 * b + l;
+        if (j < d) { p[j * st] = (A)z[l]; k0 += (A)z[l] * (A)z[l]; }
+      }
+    }
+    EBM_LOOP(j, MAXD, d) { xn[j * st] = x[j * st]; p[j * st] -= half * g[j * st]; }
+    A en = 0;
+    for (int l = 0; l < n_leapfrog; ++l) {
+      EBM_LOOP(j, MAXD, d) { xn[j * st] += h * p[j * st]; }
+      en = E(xn, st, gn, st);
+      const A kick = (l + 1 == n_leapfrog) ? half : full;
+      EBM_LOOP(j, MAXD, d) { p[j * st] -= kick * gn[j * st]; }
+    }
+    A k1 = 0;
+    EBM_LOOP(j, MAXD, d) { k1 += p[j * st] * p[j * st]; }
+    const A delta = (beta * en + (A)0.5 * k1) - (beta * e + (A)0.5 * k0);
+    const bool finite = is_finite(delta);
+    const A prob = !finite ? (A)0 : (delta > 0 ? exp_f(-delta) : (A)1);
+    if ((A)rng.uniform(chain, offset + (uint64_t)t) < prob) {
+      EBM_LOOP(j, MAXD, d) { x[j * st] = xn[j * st]; g[j * st] = gn[j * st]; }
+      e = en;
+      *accepted += 1;
+    }
+    if (!finite || delta > (A)1000) *divergent += 1;
+  }
+}
+
+}  // namespace ebm

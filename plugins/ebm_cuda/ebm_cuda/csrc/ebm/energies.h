@@ -1,0 +1,94 @@
+// The analytic energies, per chain, for host and device. An energy evaluates E(x) of one chain and,
+// if g is not null, writes ∇E(x). x and g are strided (stride xs, gs) so the same code serves a
+// chain held in registers (stride 1, device) and a tile of chains in structure-of-arrays layout
+// (stride = tile width, host). MAXD > 0 unrolls the loops to MAXD with a guard j < d (the chain then
+// lives in registers); MAXD == 0 loops to d. The value type V follows x: the math type A for one
+// chain, or ebm::Lanes<A, W> (W chains at once, the host build's vectorised tiles).
+#pragma once
+#include "common.h"
+
+namespace ebm {
+
+enum Kind : int { GAUSSIAN = 0, DOUBLE_WELL = 1, ROSENBROCK = 2, HARMONIC = 3 };
+
+// The parameters of any energy, in the math type A: vectors v0 (mean / center), v1 (precision,
+// d x d row-major), scalars a (barrier / a / stiffness) and b (Rosenbrock's b).
+template <typename A> struct Params {
+  const A* v0; const A* v1; A a; A b; int d;
+};
+
+#define EBM_LOOP(j, MAXD, d) EBM_UNROLL for (int j = 0; j < ((MAXD) > 0 ? (MAXD) : (d)); ++j) if ((MAXD) == 0 || j < (d))
+
+template <int KIND, typename A, int MAXD> struct Energy;
+
+// 0.5 (x - m)^T P (x - m); gradient P (x - m), P symmetric.
+template <typename A, int MAXD> struct Energy<GAUSSIAN, A, MAXD> {
+  Params<A> p;
+  template <typename X, typename G> EBM_HD auto operator()(const X* x, int xs, G* g, int gs) const {
+    using V = decltype(load<A>(x));
+    const int d = p.d;
+    V e = (A)0;
+    EBM_LOOP(j, MAXD, d) {
+      V gj = (A)0;
+      EBM_LOOP(k, MAXD, d) { gj += p.v1[j * d + k] * (load<A>(x + k * xs) - p.v0[k]); }
+      if (g) store<A>(g + j * gs, gj);
+      e += (load<A>(x + j * xs) - p.v0[j]) * gj;
+    }
+    return (A)0.5 * e;
+  }
+};
+
+// barrier * sum (x_i^2 - 1)^2; gradient 4 barrier x_i (x_i^2 - 1).
+template <typename A, int MAXD> struct Energy<DOUBLE_WELL, A, MAXD> {
+  Params<A> p;
+  template <typename X, typename G> EBM_HD auto operator()(const X* x, int xs, G* g, int gs) const {
+    using V = decltype(load<A>(x));
+    V e = (A)0;
+    EBM_LOOP(j, MAXD, p.d) {
+      V xj = load<A>(x + j * xs), t = xj * xj - (A)1;
+      e += t * t;
+      if (g) store<A>(g + j * gs, t * xj * ((A)4 * p.a));
+    }
+    return p.a * e;
+  }
+};
+
+// sum_{i<d-1} b (x_{i+1} - x_i^2)^2 + (a - x_i)^2.
+template <typename A, int MAXD> struct Energy<ROSENBROCK, A, MAXD> {
+  Params<A> p;
+  template <typename X, typename G> EBM_HD auto operator()(const X* x, int xs, G* g, int gs) const {
+    using V = decltype(load<A>(x));
+    const int d = p.d;
+    V e = (A)0, t_prev = (A)0, xi = load<A>(x);
+    EBM_LOOP(i, MAXD, d) {
+      V xn = (i + 1 < d) ? load<A>(x + (i + 1) * xs) : V((A)0);
+      V t = xn - xi * xi, u = p.a - xi;
+      V gi = (i > 0) ? (A)2 * p.b * t_prev : V((A)0);
+      if (i + 1 < d) {
+        e += p.b * t * t + u * u;
+        gi += (A)-4 * p.b * xi * t - (A)2 * u;
+      }
+      if (g) store<A>(g + i * gs, gi);
+      t_prev = t;
+      xi = xn;
+    }
+    return e;
+  }
+};
+
+// 0.5 k |x - c|^2; gradient k (x - c).
+template <typename A, int MAXD> struct Energy<HARMONIC, A, MAXD> {
+  Params<A> p;
+  template <typename X, typename G> EBM_HD auto operator()(const X* x, int xs, G* g, int gs) const {
+    using V = decltype(load<A>(x));
+    V e = (A)0;
+    EBM_LOOP(j, MAXD, p.d) {
+      V r = load<A>(x + j * xs) - p.v0[j];
+      e += r * r;
+      if (g) store<A>(g + j * gs, p.a * r);
+    }
+    return (A)0.5 * p.a * e;
+  }
+};
+
+}  // namespace ebm

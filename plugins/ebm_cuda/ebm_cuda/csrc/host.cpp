@@ -1,0 +1,245 @@
+// The host (CPU) build of the kernels: the same per-element math and RNG as kernels.cu
+// (ebm/*.h), run over tiles of TILE chains in structure-of-arrays layout so the compiler
+// vectorises across chains, and over threads with OpenMP. Loaded with ctypes by
+// ebm_cuda/library.py; every function returns 0, or 1 with a message in ebm_host_last_error().
+#include <stdio.h>
+#include <algorithm>
+#include <vector>
+
+#include "ebm/chains.h"
+#include "ebm/dispatch.h"
+
+namespace {
+
+thread_local char error_message[256] = "";
+
+int fail(const char* message) {
+  snprintf(error_message, sizeof(error_message), "%s", message);
+  return 1;
+}
+
+#define EBM_HOST_DTYPES(dtype, S, ...)                  \
+  switch (dtype) {                                      \
+    EBM_CASE_DTYPE(0, float, S, __VA_ARGS__)            \
+    EBM_CASE_DTYPE(1, double, S, __VA_ARGS__)           \
+    EBM_CASE_DTYPE(2, ebm::bf16, S, __VA_ARGS__)        \
+    EBM_CASE_DTYPE(3, ebm::f16, S, __VA_ARGS__)         \
+    default: return fail("unsupported dtype code");     \
+  }
+
+constexpr int TILE = 16;
+template <typename A> using Tile = ebm::Lanes<A, TILE>;  // one element of TILE chains
+
+// x: (n, d) in storage type S; buf[j] holds element j of chains i0 .. i0 + TILE - 1 (zero past n).
+template <typename A, typename S>
+void load_tile(Tile<A>* buf, const S* x, int64_t i0, int m, int d) {
+  for (int j = 0; j < d; ++j)
+    for (int lane = 0; lane < TILE; ++lane) buf[j].v[lane] = lane < m ? ebm::load<A>(x + (i0 + lane) * d + j) : (A)0;
+}
+
+template <typename A, typename S>
+void store_tile(S* x, const Tile<A>* buf, int64_t i0, int m, int d) {
+  for (int lane = 0; lane < m; ++lane)
+    for (int j = 0; j < d; ++j) ebm::store<A>(x + (i0 + lane) * d + j, buf[j].v[lane]);
+}
+
+template <typename A>
+Tile<A> load_lanes(const void* values, A value, int64_t i0, int m) {
+  Tile<A> out(value);
+  if (values != nullptr)
+    for (int lane = 0; lane < TILE; ++lane) out.v[lane] = lane < m ? ((const A*)values)[i0 + lane] : (A)0;
+  return out;
+}
+
+// The stream's normals 4b .. 4b+3 of chains i0 .. i0 + TILE - 1 at step t: z[l][lane].
+// Only the first pair when the chain has no element 4b + 2.
+void tile_normals(const ebm::Stream& rng, uint32_t b, int64_t i0, uint64_t t, float z[4][TILE], bool both) {
+  uint32_t w[4][TILE];
+#pragma omp simd
+  for (int lane = 0; lane < TILE; ++lane) {
+    ebm::Philox4 r = ebm::philox4x32_10(b, (uint32_t)(i0 + lane), (uint32_t)t, (uint32_t)(t >> 32), rng.k0, rng.k1);
+    w[0][lane] = r.v[0]; w[1][lane] = r.v[1]; w[2][lane] = r.v[2]; w[3][lane] = r.v[3];
+  }
+#pragma omp simd
+  for (int lane = 0; lane < TILE; ++lane) ebm::box_muller(w[0][lane], w[1][lane], &z[0][lane], &z[1][lane]);
+  if (both) {
+#pragma omp simd
+    for (int lane = 0; lane < TILE; ++lane) ebm::box_muller(w[2][lane], w[3][lane], &z[2][lane], &z[3][lane]);
+  }
+}
+
+template <int KIND, typename S>
+void energy_host(const ebm_energy* spec, const S* x, int64_t n, S* energy, S* grad, int threads) {
+  using A = typename ebm::Acc<S>::type;
+  const ebm::Energy<KIND, A, 0> E{params_of<A>(spec)};
+  const int d = spec->d;
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<Tile<A>> xb(d), gb(d);
+#pragma omp for schedule(static)
+    for (int64_t i0 = 0; i0 < n; i0 += TILE) {
+      const int m = (int)std::min<int64_t>(TILE, n - i0);
+      load_tile(xb.data(), x, i0, m, d);
+      const Tile<A> e = E(xb.data(), 1, grad ? gb.data() : (Tile<A>*)nullptr, 1);
+      if (energy)
+        for (int lane = 0; lane < m; ++lane) ebm::store<A>(energy + i0 + lane, e.v[lane]);
+      if (grad) store_tile(grad, gb.data(), i0, m, d);
+    }
+  }
+}
+
+template <int KIND, typename S>
+void langevin_chain_host(const ebm_energy* spec, S* x, int64_t n, int64_t n_steps, double h, double s,
+                         const void* h_vec, const void* s_vec, uint64_t seed, uint64_t offset, int threads) {
+  using A = typename ebm::Acc<S>::type;
+  const ebm::Energy<KIND, A, 0> E{params_of<A>(spec)};
+  const ebm::Stream rng(seed);
+  const int d = spec->d;
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<Tile<A>> xb(d), gb(d);
+    alignas(64) float z[4][TILE];
+#pragma omp for schedule(static)
+    for (int64_t i0 = 0; i0 < n; i0 += TILE) {
+      const int m = (int)std::min<int64_t>(TILE, n - i0);
+      load_tile(xb.data(), x, i0, m, d);
+      const Tile<A> hl = load_lanes<A>(h_vec, (A)h, i0, m), sl = load_lanes<A>(s_vec, (A)s, i0, m);
+      for (int64_t t = 0; t < n_steps; ++t) {
+        E(xb.data(), 1, gb.data(), 1);
+        for (int b = 0; b < (d + 3) / 4; ++b) {
+          tile_normals(rng, (uint32_t)b, i0, offset + (uint64_t)t, z, 4 * b + 2 < d);
+          for (int l = 0; l < 4 && 4 * b + l < d; ++l) {
+            Tile<A> zl;
+            for (int lane = 0; lane < TILE; ++lane) zl.v[lane] = (A)z[l][lane];
+            xb[4 * b + l] = ebm::langevin_move(xb[4 * b + l], gb[4 * b + l], hl, sl, zl);
+          }
+        }
+      }
+      store_tile(x, xb.data(), i0, m, d);
+    }
+  }
+}
+
+// HMC's accept/reject branches per chain, so the host runs it chain by chain (not vectorised).
+template <int KIND, typename S>
+void hmc_chain_host(const ebm_energy* spec, S* x, int64_t n, int64_t n_steps, double h, const void* h_vec,
+                    int n_leapfrog, double beta, uint64_t seed, uint64_t offset, int32_t* accepted,
+                    int32_t* divergent, int threads) {
+  using A = typename ebm::Acc<S>::type;
+  const ebm::Energy<KIND, A, 0> E{params_of<A>(spec)};
+  const ebm::Stream rng(seed);
+  const int d = spec->d;
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<A> buf(5 * d);
+    A *xb = buf.data(), *gb = xb + d, *xn = gb + d, *gn = xn + d, *p = gn + d;
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      for (int j = 0; j < d; ++j) xb[j] = ebm::load<A>(x + i * d + j);
+      const A hi = h_vec ? ((const A*)h_vec)[i] : (A)h;
+      ebm::hmc_chain(E, xb, gb, xn, gn, p, 1, n_steps, hi, n_leapfrog, (A)beta, rng, (uint32_t)i, offset,
+                     accepted + i, divergent + i);
+      for (int j = 0; j < d; ++j) ebm::store<A>(x + i * d + j, xb[j]);
+    }
+  }
+}
+
+template <typename S>
+void langevin_update_host(S* x, const S* grad, int64_t n, int d, double h, double s, const void* h_vec,
+                          const void* s_vec, uint64_t seed, uint64_t offset, int threads) {
+  using A = typename ebm::Acc<S>::type;
+  const ebm::Stream rng(seed);
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const A hi = h_vec ? ((const A*)h_vec)[i] : (A)h, si = s_vec ? ((const A*)s_vec)[i] : (A)s;
+    for (int b = 0; b < (d + 3) / 4; ++b)
+      ebm::langevin_block<A>(x + i * d, grad + i * d, 1, d, b, hi, si, rng, (uint32_t)i, offset);
+  }
+}
+
+template <typename S>
+void langevin_step_host(S* out, const S* x, const S* grad, const S* noise, int64_t n, int d, double h, double s,
+                        const void* h_vec, const void* s_vec, int threads) {
+  using A = typename ebm::Acc<S>::type;
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const A hi = h_vec ? ((const A*)h_vec)[i] : (A)h, si = s_vec ? ((const A*)s_vec)[i] : (A)s;
+    for (int j = 0; j < d; ++j) {
+      const int64_t k = i * d + j;
+      ebm::store<A>(out + k, (ebm::load<A>(x + k) - hi * ebm::load<A>(grad + k)) + si * ebm::load<A>(noise + k));
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* ebm_host_last_error(void) { return error_message; }
+
+int ebm_host_energy(const ebm_energy* spec, int dtype, const void* x, int64_t n, void* energy, void* grad,
+                    int threads) {
+  EBM_HOST_DTYPES(dtype, S, EBM_DISPATCH_KIND(spec->kind, KIND,
+      energy_host<KIND, S>(spec, (const S*)x, n, (S*)energy, (S*)grad, threads)))
+  return 0;
+}
+
+int ebm_host_langevin_chain(const ebm_energy* spec, int dtype, void* x, int64_t n, int64_t n_steps, double h,
+                            double s, const void* h_vec, const void* s_vec, uint64_t seed, uint64_t offset,
+                            int threads) {
+  EBM_HOST_DTYPES(dtype, S, EBM_DISPATCH_KIND(spec->kind, KIND,
+      langevin_chain_host<KIND, S>(spec, (S*)x, n, n_steps, h, s, h_vec, s_vec, seed, offset, threads)))
+  return 0;
+}
+
+int ebm_host_hmc_chain(const ebm_energy* spec, int dtype, void* x, int64_t n, int64_t n_steps, double h,
+                       const void* h_vec, int n_leapfrog, double beta, uint64_t seed, uint64_t offset,
+                       int32_t* accepted, int32_t* divergent, int threads) {
+  EBM_HOST_DTYPES(dtype, S, EBM_DISPATCH_KIND(spec->kind, KIND,
+      hmc_chain_host<KIND, S>(spec, (S*)x, n, n_steps, h, h_vec, n_leapfrog, beta, seed, offset, accepted,
+                                    divergent, threads)))
+  return 0;
+}
+
+int ebm_host_langevin_update(int dtype, void* x, const void* grad, int64_t n, int d, double h, double s,
+                             const void* h_vec, const void* s_vec, uint64_t seed, uint64_t offset, int threads) {
+  EBM_HOST_DTYPES(dtype, S, langevin_update_host<S>((S*)x, (const S*)grad, n, d, h, s, h_vec, s_vec, seed, offset,
+                                                    threads))
+  return 0;
+}
+
+int ebm_host_langevin_step(int dtype, void* out, const void* x, const void* grad, const void* noise, int64_t n,
+                           int d, double h, double s, const void* h_vec, const void* s_vec, int threads) {
+  EBM_HOST_DTYPES(dtype, S, langevin_step_host<S>((S*)out, (const S*)x, (const S*)grad, (const S*)noise, n, d, h, s,
+                                                  h_vec, s_vec, threads))
+  return 0;
+}
+
+int ebm_host_philox(const uint32_t* counters, const uint32_t* keys, uint32_t* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t* c = counters + 4 * i;
+    ebm::Philox4 w = ebm::philox4x32_10(c[0], c[1], c[2], c[3], keys[2 * i], keys[2 * i + 1]);
+    for (int k = 0; k < 4; ++k) out[4 * i + k] = w.v[k];
+  }
+  return 0;
+}
+
+int ebm_host_normal(float* out, int64_t n, int d, uint64_t seed, uint64_t step, int threads) {
+  const ebm::Stream rng(seed);
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t i = 0; i < n; ++i)
+    for (int b = 0; b < (d + 3) / 4; ++b) {
+      float z[4];
+      rng.normal4((uint32_t)b, (uint32_t)i, step, z);
+      for (int l = 0; l < 4 && 4 * b + l < d; ++l) out[i * d + 4 * b + l] = z[l];
+    }
+  return 0;
+}
+
+int ebm_host_uniform(float* out, int64_t n, uint64_t seed, uint64_t step) {
+  const ebm::Stream rng(seed);
+  for (int64_t i = 0; i < n; ++i) out[i] = rng.uniform((uint32_t)i, step);
+  return 0;
+}
+
+}  // extern "C"

@@ -1,0 +1,227 @@
+// The CUDA build of the kernels: the per-element math and RNG of ebm/*.h, one thread per chain.
+// Includes no torch headers (the CPU torch wheel lacks parts of the CUDA headers); loaded with
+// ctypes by ebm_cuda/library.py and launched on the caller's stream. Every function returns 0,
+// or 1 with a message in ebm_cuda_last_error().
+#include <cuda_runtime.h>
+#include <stdio.h>
+
+#include "ebm/chains.h"
+#include "ebm/dispatch.h"
+
+namespace {
+
+thread_local char error_message[256] = "";
+
+int fail(const char* message) {
+  snprintf(error_message, sizeof(error_message), "%s", message);
+  return 1;
+}
+
+int launched() {
+  cudaError_t status = cudaGetLastError();
+  return status == cudaSuccess ? 0 : fail(cudaGetErrorString(status));
+}
+
+#define EBM_LARGE_D(MAXD, ...) \
+  return fail("the CUDA chain kernels keep a chain in registers and take d <= 64 elements per chain (the samplers then use their per-step loop)");
+// float64 chains run on the torch backend: the CUDA kernels take float32, bfloat16 and float16.
+#define EBM_CUDA_DTYPES(dtype, S, ...)                  \
+  switch (dtype) {                                      \
+    EBM_CASE_DTYPE(0, float, S, __VA_ARGS__)            \
+    EBM_CASE_DTYPE(2, ebm::bf16, S, __VA_ARGS__)        \
+    EBM_CASE_DTYPE(3, ebm::f16, S, __VA_ARGS__)         \
+    default: return fail("unsupported dtype code (CUDA kernels take float32, bfloat16, float16)"); \
+  }
+
+constexpr int THREADS = 256;
+
+int blocks_for(int64_t n, int threads) { return (int)((n + threads - 1) / threads); }
+
+template <int KIND, typename S>
+__global__ void energy_kernel(ebm::Params<float> p, const S* x, int64_t n, S* energy, S* grad) {
+  const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const ebm::Energy<KIND, float, 0> E{p};
+  const float e = E(x + i * p.d, 1, grad ? grad + i * p.d : (S*)nullptr, 1);
+  if (energy) ebm::store<float>(energy + i, e);
+}
+
+// Shared memory: the parameters (Gaussian mean and precision, harmonic center), then the block's
+// chains, loaded and stored coalesced; each thread then holds its chain in registers.
+template <int KIND>
+__device__ ebm::Params<float> stage_params(ebm::Params<float> p, float* shared) {
+  const int d = p.d;
+  const int count = KIND == ebm::GAUSSIAN ? d + d * d : KIND == ebm::HARMONIC ? d : 0;
+  for (int k = threadIdx.x; k < count; k += blockDim.x) shared[k] = k < d ? p.v0[k] : p.v1[k - d];
+  if (count > 0) { p.v0 = shared; p.v1 = shared + d; }
+  return p;
+}
+
+template <int KIND>
+__host__ __device__ int param_floats(int d) { return KIND == ebm::GAUSSIAN ? d + d * d : KIND == ebm::HARMONIC ? d : 0; }
+
+template <int KIND, typename S, int MAXD>
+__global__ void langevin_chain_kernel(ebm::Params<float> p, S* x, int64_t n, int64_t n_steps, float h, float s,
+                                      const float* h_vec, const float* s_vec, uint64_t seed, uint64_t offset) {
+  extern __shared__ float shared[];
+  const int d = p.d;
+  float* tile = shared + param_floats<KIND>(d);
+  const ebm::Energy<KIND, float, MAXD> E{stage_params<KIND>(p, shared)};
+  const int64_t base = (int64_t)blockIdx.x * blockDim.x, i = base + threadIdx.x;
+  const int count = (int)min((int64_t)blockDim.x, n - base) * d;
+  for (int k = threadIdx.x; k < count; k += blockDim.x) tile[k] = ebm::load<float>(x + base * d + k);
+  __syncthreads();
+  if (i < n) {
+    constexpr int CAP = MAXD > 0 ? MAXD : EBM_MAX_D;
+    float xr[CAP], gr[CAP];
+    EBM_LOOP(j, MAXD, d) { xr[j] = tile[threadIdx.x * d + j]; }
+    ebm::langevin_chain(E, xr, gr, 1, n_steps, h_vec ? h_vec[i] : h, s_vec ? s_vec[i] : s, ebm::Stream(seed),
+                        (uint32_t)i, offset);
+    EBM_LOOP(j, MAXD, d) { tile[threadIdx.x * d + j] = xr[j]; }
+  }
+  __syncthreads();
+  for (int k = threadIdx.x; k < count; k += blockDim.x) ebm::store<float>(x + base * d + k, tile[k]);
+}
+
+template <int KIND, typename S, int MAXD>
+__global__ void hmc_chain_kernel(ebm::Params<float> p, S* x, int64_t n, int64_t n_steps, float h, const float* h_vec,
+                                 int n_leapfrog, float beta, uint64_t seed, uint64_t offset, int32_t* accepted,
+                                 int32_t* divergent) {
+  extern __shared__ float shared[];
+  const int d = p.d;
+  float* tile = shared + param_floats<KIND>(d);
+  const ebm::Energy<KIND, float, MAXD> E{stage_params<KIND>(p, shared)};
+  const int64_t base = (int64_t)blockIdx.x * blockDim.x, i = base + threadIdx.x;
+  const int count = (int)min((int64_t)blockDim.x, n - base) * d;
+  for (int k = threadIdx.x; k < count; k += blockDim.x) tile[k] = ebm::load<float>(x + base * d + k);
+  __syncthreads();
+  if (i < n) {
+    constexpr int CAP = MAXD > 0 ? MAXD : EBM_MAX_D;
+    float xr[CAP], gr[CAP], xn[CAP], gn[CAP], pr[CAP];
+    EBM_LOOP(j, MAXD, d) { xr[j] = tile[threadIdx.x * d + j]; }
+    ebm::hmc_chain(E, xr, gr, xn, gn, pr, 1, n_steps, h_vec ? h_vec[i] : h, n_leapfrog, beta, ebm::Stream(seed),
+                   (uint32_t)i, offset, accepted + i, divergent + i);
+    EBM_LOOP(j, MAXD, d) { tile[threadIdx.x * d + j] = xr[j]; }
+  }
+  __syncthreads();
+  for (int k = threadIdx.x; k < count; k += blockDim.x) ebm::store<float>(x + base * d + k, tile[k]);
+}
+
+// One thread per block of four elements of one chain.
+template <typename S>
+__global__ void langevin_update_kernel(S* x, const S* grad, int64_t n, int d, float h, float s, const float* h_vec,
+                                       const float* s_vec, uint64_t seed, uint64_t offset) {
+  const int nb = (d + 3) / 4;
+  const int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, i = k / nb;
+  if (i >= n) return;
+  ebm::langevin_block<float>(x + i * d, grad + i * d, 1, d, (int)(k % nb), h_vec ? h_vec[i] : h,
+                             s_vec ? s_vec[i] : s, ebm::Stream(seed), (uint32_t)i, offset);
+}
+
+template <typename S>
+__global__ void langevin_step_kernel(S* out, const S* x, const S* grad, const S* noise, int64_t n, int d, float h,
+                                     float s, const float* h_vec, const float* s_vec) {
+  const int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, i = k / d;
+  if (i >= n) return;
+  const float hi = h_vec ? h_vec[i] : h, si = s_vec ? s_vec[i] : s;
+  ebm::store<float>(out + k, ebm::langevin_move<float>(ebm::load<float>(x + k), ebm::load<float>(grad + k), hi, si,
+                                                       ebm::load<float>(noise + k)));
+}
+
+__global__ void philox_kernel(const uint32_t* counters, const uint32_t* keys, uint32_t* out, int64_t n) {
+  const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const uint32_t* c = counters + 4 * i;
+  ebm::Philox4 w = ebm::philox4x32_10(c[0], c[1], c[2], c[3], keys[2 * i], keys[2 * i + 1]);
+  for (int k = 0; k < 4; ++k) out[4 * i + k] = w.v[k];
+}
+
+__global__ void normal_kernel(float* out, int64_t n, int d, uint64_t seed, uint64_t step) {
+  const int nb = (d + 3) / 4;
+  const int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, i = k / nb;
+  if (i >= n) return;
+  const int b = (int)(k % nb);
+  float z[4];
+  ebm::Stream(seed).normal4((uint32_t)b, (uint32_t)i, step, z);
+  for (int l = 0; l < 4 && 4 * b + l < d; ++l) out[i * d + 4 * b + l] = z[l];
+}
+
+template <int KIND>
+int chain_launch_shape(int d, int* threads, size_t* shared_bytes) {
+  *threads = d > 32 ? 64 : 128;
+  *shared_bytes = (size_t)(param_floats<KIND>(d) + *threads * d) * sizeof(float);
+  return 0;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* ebm_cuda_last_error(void) { return error_message; }
+
+int ebm_cuda_energy(const ebm_energy* spec, int dtype, const void* x, int64_t n, void* energy, void* grad,
+                    void* stream) {
+  if (n == 0) return 0;
+  EBM_CUDA_DTYPES(dtype, S, EBM_DISPATCH_KIND(spec->kind, KIND,
+      energy_kernel<KIND, S><<<blocks_for(n, THREADS), THREADS, 0, (cudaStream_t)stream>>>(
+          params_of<float>(spec), (const S*)x, n, (S*)energy, (S*)grad)))
+  return launched();
+}
+
+int ebm_cuda_langevin_chain(const ebm_energy* spec, int dtype, void* x, int64_t n, int64_t n_steps, double h,
+                            double s, const void* h_vec, const void* s_vec, uint64_t seed, uint64_t offset,
+                            void* stream) {
+  if (n == 0 || n_steps == 0) return 0;
+  int threads; size_t shared;
+  EBM_CUDA_DTYPES(dtype, S, EBM_DISPATCH_KIND(spec->kind, KIND, EBM_DISPATCH_MAXD(spec->d, MAXD,
+      chain_launch_shape<KIND>(spec->d, &threads, &shared);
+      langevin_chain_kernel<KIND, S, MAXD><<<blocks_for(n, threads), threads, shared, (cudaStream_t)stream>>>(
+          params_of<float>(spec), (S*)x, n, n_steps, (float)h, (float)s, (const float*)h_vec, (const float*)s_vec,
+          seed, offset))))
+  return launched();
+}
+
+int ebm_cuda_hmc_chain(const ebm_energy* spec, int dtype, void* x, int64_t n, int64_t n_steps, double h,
+                       const void* h_vec, int n_leapfrog, double beta, uint64_t seed, uint64_t offset,
+                       int32_t* accepted, int32_t* divergent, void* stream) {
+  if (n == 0 || n_steps == 0) return 0;
+  int threads; size_t shared;
+  EBM_CUDA_DTYPES(dtype, S, EBM_DISPATCH_KIND(spec->kind, KIND, EBM_DISPATCH_MAXD(spec->d, MAXD,
+      chain_launch_shape<KIND>(spec->d, &threads, &shared);
+      hmc_chain_kernel<KIND, S, MAXD><<<blocks_for(n, threads), threads, shared, (cudaStream_t)stream>>>(
+          params_of<float>(spec), (S*)x, n, n_steps, (float)h, (const float*)h_vec, n_leapfrog, (float)beta, seed,
+          offset, accepted, divergent))))
+  return launched();
+}
+
+int ebm_cuda_langevin_update(int dtype, void* x, const void* grad, int64_t n, int d, double h, double s,
+                             const void* h_vec, const void* s_vec, uint64_t seed, uint64_t offset, void* stream) {
+  if (n == 0) return 0;
+  const int64_t work = n * ((d + 3) / 4);
+  EBM_CUDA_DTYPES(dtype, S, langevin_update_kernel<S><<<blocks_for(work, THREADS), THREADS, 0, (cudaStream_t)stream>>>(
+      (S*)x, (const S*)grad, n, d, (float)h, (float)s, (const float*)h_vec, (const float*)s_vec, seed, offset))
+  return launched();
+}
+
+int ebm_cuda_langevin_step(int dtype, void* out, const void* x, const void* grad, const void* noise, int64_t n,
+                           int d, double h, double s, const void* h_vec, const void* s_vec, void* stream) {
+  if (n == 0) return 0;
+  EBM_CUDA_DTYPES(dtype, S, langevin_step_kernel<S><<<blocks_for(n * d, THREADS), THREADS, 0, (cudaStream_t)stream>>>(
+      (S*)out, (const S*)x, (const S*)grad, (const S*)noise, n, d, (float)h, (float)s, (const float*)h_vec,
+      (const float*)s_vec))
+  return launched();
+}
+
+int ebm_cuda_philox(const uint32_t* counters, const uint32_t* keys, uint32_t* out, int64_t n, void* stream) {
+  if (n == 0) return 0;
+  philox_kernel<<<blocks_for(n, THREADS), THREADS, 0, (cudaStream_t)stream>>>(counters, keys, out, n);
+  return launched();
+}
+
+int ebm_cuda_normal(float* out, int64_t n, int d, uint64_t seed, uint64_t step, void* stream) {
+  if (n == 0) return 0;
+  normal_kernel<<<blocks_for(n * ((d + 3) / 4), THREADS), THREADS, 0, (cudaStream_t)stream>>>(out, n, d, seed, step);
+  return launched();
+}
+
+}  // extern "C"

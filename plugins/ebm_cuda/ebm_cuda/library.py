@@ -1,0 +1,134 @@
+"""The compiled kernels, loaded with ctypes: :func:`host` (CPU) and :func:`cuda` (GPU).
+
+Each C function takes raw pointers and returns 0, or 1 with a message (``*_last_error``), which
+:class:`Library` raises as :class:`KernelError`. :func:`host_unavailable_reason` and
+:func:`cuda_unavailable_reason` say why a library cannot be used here (and are what the kernel
+backends report); they build the library on first use, once per process.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from ctypes import POINTER, c_double, c_int, c_int64, c_uint64, c_void_p
+
+import torch
+
+from ebm_cuda import build
+
+__all__ = ["EnergySpec", "KernelError", "Library", "host", "cuda", "host_unavailable_reason", "cuda_unavailable_reason", "DTYPE_CODES"]
+
+DTYPE_CODES = {torch.float32: 0, torch.float64: 1, torch.bfloat16: 2, torch.float16: 3}
+
+
+class KernelError(RuntimeError):
+    """A kernel refused its inputs or failed to launch; the message is the kernel's."""
+
+
+class EnergySpec(ctypes.Structure):
+    """The C API's ``ebm_energy``: kind, d, vectors v0 (mean/center), v1 (precision), scalars a, b."""
+
+    _fields_ = [("kind", c_int), ("d", c_int), ("v0", c_void_p), ("v1", c_void_p), ("a", c_double), ("b", c_double)]
+
+
+_EXEC = {"host": c_int, "cuda": c_void_p}  # the last argument: thread count, or CUDA stream
+_SIGNATURES = {
+    "energy": [POINTER(EnergySpec), c_int, c_void_p, c_int64, c_void_p, c_void_p],
+    "langevin_chain": [POINTER(EnergySpec), c_int, c_void_p, c_int64, c_int64, c_double, c_double, c_void_p, c_void_p, c_uint64, c_uint64],
+    "hmc_chain": [POINTER(EnergySpec), c_int, c_void_p, c_int64, c_int64, c_double, c_void_p, c_int, c_double, c_uint64, c_uint64, c_void_p, c_void_p],
+    "langevin_update": [c_int, c_void_p, c_void_p, c_int64, c_int, c_double, c_double, c_void_p, c_void_p, c_uint64, c_uint64],
+    "langevin_step": [c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_int64, c_int, c_double, c_double, c_void_p, c_void_p],
+    "normal": [c_void_p, c_int64, c_int, c_uint64, c_uint64],
+}
+
+
+class Library:
+    """One loaded build: ``lib.call("energy", ...)`` runs ``ebm_<prefix>_energy`` and raises on failure."""
+
+    def __init__(self, path: str, prefix: str) -> None:
+        self.path = path
+        self.prefix = prefix
+        self._lib = ctypes.CDLL(path)
+        self._functions = {}
+        for name, argtypes in _SIGNATURES.items():
+            fn = getattr(self._lib, f"ebm_{prefix}_{name}")
+            fn.argtypes = [*argtypes, _EXEC[prefix]]
+            fn.restype = c_int
+            self._functions[name] = fn
+        if prefix == "host":
+            uniform = self._lib.ebm_host_uniform
+            uniform.argtypes, uniform.restype = [c_void_p, c_int64, c_uint64, c_uint64], c_int
+            self._functions["uniform"] = uniform
+        philox = getattr(self._lib, f"ebm_{prefix}_philox")
+        philox.argtypes = [c_void_p, c_void_p, c_void_p, c_int64] + ([c_void_p] if prefix == "cuda" else [])
+        philox.restype = c_int
+        self._functions["philox"] = philox
+        self._error = getattr(self._lib, f"ebm_{prefix}_last_error")
+        self._error.restype = ctypes.c_char_p
+
+    def call(self, name: str, *args) -> None:
+        if self._functions[name](*args) != 0:
+            raise KernelError(f"ebm_cuda {self.prefix} kernel {name}: {self._error().decode()}")
+
+
+_loaded: dict[str, Library | str] = {}  # "host"/"cuda" -> the library, or why it could not be built
+
+
+def _load(name: str, make) -> Library | str:
+    if name not in _loaded:
+        try:
+            _loaded[name] = make()
+        except (build.BuildError, OSError, AttributeError) as exc:
+            _loaded[name] = f"the {name} kernels could not be built: {exc}"
+    return _loaded[name]
+
+
+def host_unavailable_reason() -> str | None:
+    """Why the host (CPU) kernels cannot run here, or None. Cheap: the build happens on first use."""
+    if "host" in _loaded:
+        lib = _loaded["host"]
+        return lib if isinstance(lib, str) else None
+    if build.find_cxx() is None:
+        return "no C++ compiler to build the host kernels (install g++ or clang++, or set CXX)"
+    return None
+
+
+def host() -> Library:
+    """The host library, built (about 10 s, then cached on disk) on first use."""
+    lib = _load("host", lambda: Library(str(build.build_host()), "host"))
+    if isinstance(lib, str):
+        raise KernelError(lib)
+    return lib
+
+
+def _cuda_precondition() -> str | None:
+    if torch.version.cuda is None:
+        return f"this torch build has no CUDA (torch {torch.__version__}, torch.version.cuda is None)"
+    if not torch.cuda.is_available():
+        return "no CUDA device is visible (torch.cuda.is_available() is False)"
+    if build.find_nvcc() is None:
+        return "nvcc not found to build the kernels (install the CUDA toolkit, or set NVCC or CUDA_HOME)"
+    return None
+
+
+def cuda_unavailable_reason() -> str | None:
+    """Why the CUDA kernels cannot run here, or None. Cheap: the build happens on first use."""
+    if "cuda" in _loaded:
+        lib = _loaded["cuda"]
+        return lib if isinstance(lib, str) else None
+    return _cuda_precondition()
+
+
+def _build_cuda() -> Library:
+    major, minor = torch.cuda.get_device_capability()
+    return Library(str(build.build_cuda([f"{major}{minor}"])), "cuda")
+
+
+def cuda() -> Library:
+    """The CUDA library for the current device's compute capability, built on first use (cached)."""
+    reason = _cuda_precondition()
+    if reason:
+        raise KernelError(f"the CUDA kernels cannot run: {reason}")
+    lib = _load("cuda", _build_cuda)
+    if isinstance(lib, str):
+        raise KernelError(lib)
+    return lib

@@ -1,0 +1,254 @@
+"""The kernels as PyTorch ops, registered with ``torch.library`` as ``torch.ops.ebm_cuda.*``.
+
+Each op runs the host build on CPU tensors and the CUDA build on CUDA tensors (on the current
+stream), and has a fake implementation, so ``torch.compile`` traces through it. Energies are
+``kind`` codes (:data:`KINDS`) with parameters ``v0`` (mean or center), ``v1`` (precision) and
+scalars ``a``, ``b``, in the state's math dtype (float64 for float64 states, else float32).
+Random draws come from the Philox stream of ``csrc/ebm/philox.h`` keyed by ``seed`` at steps
+``offset, offset + 1, ...``; :mod:`ebm_cuda.reference` reproduces it in PyTorch.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from ebmcore.errors import InputError
+from ebm_cuda import library
+from ebm_cuda.library import DTYPE_CODES, EnergySpec
+
+__all__ = ["KINDS", "MAX_CUDA_CHAIN_DIM", "call", "math_dtype", "normal", "philox4x32", "uniform"]
+
+KINDS = {"gaussian": 0, "double_well": 1, "rosenbrock": 2, "harmonic": 3}
+MAX_CUDA_CHAIN_DIM = 64
+"""The CUDA chain kernels keep a chain in registers or local memory: at most 64 elements."""
+
+_CUDA_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_IMPLS: dict = {}
+_SEED_LIMIT = 2**63
+
+
+def math_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the kernels compute in for states of ``dtype``."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _check(x: Tensor, what: str) -> Tensor:
+    if x.dim() != 2:
+        raise InputError(f"ebm_cuda.{what}: x must be (n_chains, dim), got shape {tuple(x.shape)}.")
+    if x.dtype not in DTYPE_CODES or (x.device.type == "cuda" and x.dtype not in _CUDA_DTYPES):
+        raise InputError(f"ebm_cuda.{what}: dtype {x.dtype} is not supported on {x.device.type}; "
+                         "use float32, bfloat16 or float16 (float64 on CPU), or the torch backend.")
+    if x.device.type not in ("cpu", "cuda"):
+        raise InputError(f"ebm_cuda.{what}: tensors on {x.device} are not supported (cpu or cuda).")
+    if x.shape[0] >= 2**32:
+        raise InputError(f"ebm_cuda.{what}: at most 2**32 - 1 chains per call, got {x.shape[0]}.")
+    return x.contiguous()
+
+
+def _run(device: torch.device, name: str, *args) -> None:
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            library.cuda().call(name, *args, ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream))
+    else:
+        library.host().call(name, *args, torch.get_num_threads())
+
+
+def _vector(v: Optional[Tensor], x: Tensor, name: str) -> Optional[Tensor]:
+    if v is None:
+        return None
+    if v.shape != (x.shape[0],):
+        raise InputError(f"ebm_cuda: {name} must have shape (n_chains,) = ({x.shape[0]},), got {tuple(v.shape)}.")
+    return v.to(device=x.device, dtype=math_dtype(x.dtype)).contiguous()
+
+
+def _ptr(t: Optional[Tensor]) -> Optional[int]:
+    return None if t is None else t.data_ptr()
+
+
+def _spec(x: Tensor, kind: int, v0: Optional[Tensor], v1: Optional[Tensor], a: float, b: float) -> tuple[EnergySpec, tuple]:
+    """The C description of the energy, and the parameter tensors it points into (keep them alive)."""
+    if kind not in KINDS.values():
+        raise InputError(f"ebm_cuda: unknown energy kind {kind}; known: {KINDS}.")
+    d = x.shape[1]
+    md = math_dtype(x.dtype)
+    keep = []
+    for t, shape in ((v0, (d,)), (v1, (d, d))):
+        if t is not None:
+            if t.shape != shape:
+                raise InputError(f"ebm_cuda: energy parameter of shape {tuple(t.shape)} does not fit dim {d} (expected {shape}).")
+            t = t.to(device=x.device, dtype=md).contiguous()
+        keep.append(t)
+    spec = EnergySpec(kind, d, _ptr(keep[0]), _ptr(keep[1]), float(a), float(b))
+    return spec, tuple(keep)
+
+
+def _check_stream(seed: int, offset: int) -> None:
+    if not (0 <= seed < _SEED_LIMIT and 0 <= offset < _SEED_LIMIT):
+        raise InputError(f"ebm_cuda: seed and offset must be in [0, 2**63), got {seed} and {offset}.")
+
+
+def _check_chain_dim(x: Tensor, what: str) -> None:
+    if x.device.type == "cuda" and x.shape[1] > MAX_CUDA_CHAIN_DIM:
+        raise InputError(f"ebm_cuda.{what}: the CUDA chain kernels take at most {MAX_CUDA_CHAIN_DIM} elements per chain, "
+                         f"got {x.shape[1]}; use the samplers' per-step loop (fused=False) or the torch backend.")
+
+
+def _energy(x: Tensor, kind: int, v0: Optional[Tensor], v1: Optional[Tensor], a: float, b: float, gradient: bool) -> Tensor:
+    """``E(x): (n,)``, or with ``gradient`` ``∇E(x): (n, d)``, of the energy ``kind``; ``x: (n, d)``."""
+    x = _check(x, "energy")
+    out = x.new_empty(x.shape if gradient else x.shape[:1])
+    spec, _keep = _spec(x, kind, v0, v1, a, b)
+    _run(x.device, "energy", ctypes.byref(spec), DTYPE_CODES[x.dtype], x.data_ptr(), x.shape[0],
+         None if gradient else out.data_ptr(), out.data_ptr() if gradient else None)
+    return out
+
+
+energy = torch.library.custom_op("ebm_cuda::energy", _energy, mutates_args=())
+_IMPLS["energy"] = _energy
+
+
+@energy.register_fake
+def _(x, kind, v0, v1, a, b, gradient):
+    return x.new_empty(x.shape if gradient else x.shape[:1])
+
+
+def _langevin_chain(x: Tensor, kind: int, v0: Optional[Tensor], v1: Optional[Tensor], a: float, b: float, n_steps: int,
+                   step_size: float, noise_scale: float, step_sizes: Optional[Tensor], noise_scales: Optional[Tensor],
+                   seed: int, offset: int) -> Tensor:
+    """``n_steps`` Langevin steps ``x − h∇E(x) + s·ξ`` in one launch; ``step_sizes``/``noise_scales``
+    ``(n,)`` (per chain) replace the scalars when given. Returns the new ``x: (n, d)``."""
+    x = _check(x, "langevin_chain")
+    _check_chain_dim(x, "langevin_chain")
+    _check_stream(seed, offset)
+    out = x.clone()
+    spec, _keep = _spec(x, kind, v0, v1, a, b)
+    hv, sv = _vector(step_sizes, x, "step_sizes"), _vector(noise_scales, x, "noise_scales")
+    _run(x.device, "langevin_chain", ctypes.byref(spec), DTYPE_CODES[x.dtype], out.data_ptr(), x.shape[0], n_steps,
+         step_size, noise_scale, _ptr(hv), _ptr(sv), seed, offset)
+    return out
+
+
+langevin_chain = torch.library.custom_op("ebm_cuda::langevin_chain", _langevin_chain, mutates_args=())
+_IMPLS["langevin_chain"] = _langevin_chain
+
+
+@langevin_chain.register_fake
+def _(x, kind, v0, v1, a, b, n_steps, step_size, noise_scale, step_sizes, noise_scales, seed, offset):
+    return torch.empty_like(x)
+
+
+def _hmc_chain(x: Tensor, kind: int, v0: Optional[Tensor], v1: Optional[Tensor], a: float, b: float, n_steps: int,
+              step_size: float, step_sizes: Optional[Tensor], n_leapfrog_steps: int, inverse_temperature: float,
+              seed: int, offset: int) -> tuple[Tensor, Tensor, Tensor]:
+    """``n_steps`` HMC transitions (identity mass, leapfrog) in one launch.
+    Returns ``x': (n, d)``, accepted and divergent counts ``(n,)`` (int32)."""
+    x = _check(x, "hmc_chain")
+    _check_chain_dim(x, "hmc_chain")
+    _check_stream(seed, offset)
+    if n_leapfrog_steps < 1:
+        raise InputError(f"ebm_cuda.hmc_chain: n_leapfrog_steps must be >= 1, got {n_leapfrog_steps}.")
+    out = x.clone()
+    accepted = torch.zeros(x.shape[0], dtype=torch.int32, device=x.device)
+    divergent = torch.zeros_like(accepted)
+    spec, _keep = _spec(x, kind, v0, v1, a, b)
+    hv = _vector(step_sizes, x, "step_sizes")
+    _run(x.device, "hmc_chain", ctypes.byref(spec), DTYPE_CODES[x.dtype], out.data_ptr(), x.shape[0], n_steps, step_size,
+         _ptr(hv), n_leapfrog_steps, inverse_temperature, seed, offset, accepted.data_ptr(), divergent.data_ptr())
+    return out, accepted, divergent
+
+
+hmc_chain = torch.library.custom_op("ebm_cuda::hmc_chain", _hmc_chain, mutates_args=())
+_IMPLS["hmc_chain"] = _hmc_chain
+
+
+@hmc_chain.register_fake
+def _(x, kind, v0, v1, a, b, n_steps, step_size, step_sizes, n_leapfrog_steps, inverse_temperature, seed, offset):
+    counts = x.new_empty(x.shape[:1], dtype=torch.int32)
+    return torch.empty_like(x), counts, torch.empty_like(counts)
+
+
+def _langevin_step_philox(x: Tensor, grad: Tensor, step_size: float, noise_scale: float, step_sizes: Optional[Tensor],
+                         noise_scales: Optional[Tensor], seed: int, offset: int) -> Tensor:
+    """One Langevin step ``x − h·grad + s·ξ`` with ``ξ`` drawn in the kernel (step ``offset`` of the stream)."""
+    x = _check(x, "langevin_step_philox")
+    _check_stream(seed, offset)
+    grad = grad.to(x.dtype).contiguous()
+    out = x.clone()
+    hv, sv = _vector(step_sizes, x, "step_sizes"), _vector(noise_scales, x, "noise_scales")
+    _run(x.device, "langevin_update", DTYPE_CODES[x.dtype], out.data_ptr(), grad.data_ptr(), x.shape[0], x.shape[1],
+         step_size, noise_scale, _ptr(hv), _ptr(sv), seed, offset)
+    return out
+
+
+langevin_step_philox = torch.library.custom_op("ebm_cuda::langevin_step_philox", _langevin_step_philox, mutates_args=())
+_IMPLS["langevin_step_philox"] = _langevin_step_philox
+
+
+@langevin_step_philox.register_fake
+def _(x, grad, step_size, noise_scale, step_sizes, noise_scales, seed, offset):
+    return torch.empty_like(x)
+
+
+def _langevin_step(x: Tensor, grad: Tensor, noise: Tensor, step_size: float, noise_scale: float,
+                  step_sizes: Optional[Tensor], noise_scales: Optional[Tensor]) -> Tensor:
+    """``x − h·grad + s·noise`` in one pass (the core's ``langevin_step`` op)."""
+    x = _check(x, "langevin_step")
+    grad, noise = grad.to(x.dtype).contiguous(), noise.to(x.dtype).contiguous()
+    out = torch.empty_like(x)
+    hv, sv = _vector(step_sizes, x, "step_sizes"), _vector(noise_scales, x, "noise_scales")
+    _run(x.device, "langevin_step", DTYPE_CODES[x.dtype], out.data_ptr(), x.data_ptr(), grad.data_ptr(), noise.data_ptr(),
+         x.shape[0], x.shape[1], step_size, noise_scale, _ptr(hv), _ptr(sv))
+    return out
+
+
+langevin_step = torch.library.custom_op("ebm_cuda::langevin_step", _langevin_step, mutates_args=())
+_IMPLS["langevin_step"] = _langevin_step
+
+
+@langevin_step.register_fake
+def _(x, grad, noise, step_size, noise_scale, step_sizes, noise_scales):
+    return torch.empty_like(x)
+
+
+def call(name: str, *args):
+    """Run op ``name``: directly in eager mode (a custom op's dispatch costs about 40 µs a call), and as
+    ``torch.ops.ebm_cuda.<name>`` while ``torch.compile`` traces, which sees the fake implementation."""
+    if torch.compiler.is_compiling():
+        return getattr(torch.ops.ebm_cuda, name)(*args)
+    return _IMPLS[name](*args)
+
+
+def normal(n: int, d: int, seed: int, step: int, device: torch.device | str = "cpu") -> Tensor:
+    """The stream's standard normals ``(n, d)`` (float32) at ``step``: the noise a fused kernel adds there."""
+    device = torch.device(device)
+    out = torch.empty(n, d, dtype=torch.float32, device=device)
+    _check_stream(seed, step)
+    _run(device, "normal", out.data_ptr(), n, d, seed, step)
+    return out
+
+
+def uniform(n: int, seed: int, step: int) -> Tensor:
+    """The stream's Metropolis uniforms ``(n,)`` in [0, 1) at ``step`` (host build; float32)."""
+    _check_stream(seed, step)
+    out = torch.empty(n, dtype=torch.float32)
+    library.host().call("uniform", out.data_ptr(), n, seed, step)
+    return out
+
+
+def philox4x32(counters: Tensor, keys: Tensor) -> Tensor:
+    """Philox4x32-10 of ``counters: (n, 4)`` under ``keys: (n, 2)`` (int64 holding uint32 words) -> ``(n, 4)``."""
+    device = counters.device
+    c = counters.to(torch.int64).to(torch.int32).contiguous()  # the same 32 bits
+    k = keys.to(torch.int64).to(torch.int32).contiguous()
+    out = torch.empty_like(c)
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            library.cuda().call("philox", c.data_ptr(), k.data_ptr(), out.data_ptr(), c.shape[0],
+                                ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream))
+    else:
+        library.host().call("philox", c.data_ptr(), k.data_ptr(), out.data_ptr(), c.shape[0])
+    return out.to(torch.int64) & 0xFFFFFFFF

@@ -1,0 +1,106 @@
+"""The samplers run the fused chains automatically, and sample the right distribution with them."""
+
+import pytest
+import torch
+
+import ebmcore
+from ebmcore.errors import InputError
+from ebmcore.kernels import torch_backend as ref
+from ebm_cuda import reference
+from ebm_samplers import HMCSampler, LangevinSampler
+
+
+def _seed_of(generator_seed: int) -> int:
+    """The Philox key a fused run draws from torch.Generator().manual_seed(generator_seed)."""
+    return int(torch.randint(0, 2**62, (), generator=torch.Generator().manual_seed(generator_seed)))
+
+
+def _gaussian(d=4):
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(d, d, generator=g, dtype=torch.float64)
+    cov = a @ a.T / d + torch.eye(d, dtype=torch.float64)
+    return ebmcore.energy("gaussian", mean=torch.arange(d, dtype=torch.float64), covariance=cov), cov
+
+
+def test_langevin_uses_the_fused_chain_by_default():
+    energy, _ = _gaussian()
+    x0 = torch.randn(50, 4, dtype=torch.float64)
+    out = LangevinSampler(energy, step_size=0.05).sample(x0, 12, burn_in=3, generator=torch.Generator().manual_seed(7))
+    mean, precision = energy.kernel_args()
+    expected = reference.langevin_chain(lambda z: ref.gaussian_gradient(z, mean, precision), x0, 15, 0.05, 0.1**0.5, _seed_of(7), 0)
+    torch.testing.assert_close(out, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_recording_chunks_the_chain_without_changing_it():
+    energy, _ = _gaussian()
+    x0 = torch.randn(30, 4, dtype=torch.float64)
+    sampler = LangevinSampler(energy, step_size=0.05)
+    plain = sampler.sample(x0, 20, burn_in=5, generator=torch.Generator().manual_seed(1))
+    rec = sampler.sample(x0, 20, burn_in=5, thin=3, return_trajectory=True, return_diagnostics=True,
+                         generator=torch.Generator().manual_seed(1))
+    assert torch.equal(rec.samples, plain) and rec.trajectory.shape == (6, 30, 4)
+    mean, precision = energy.kernel_args()
+    after_11 = reference.langevin_chain(lambda z: ref.gaussian_gradient(z, mean, precision), x0, 11, 0.05, 0.1**0.5, _seed_of(1), 0)
+    torch.testing.assert_close(rec.trajectory[1], after_11, rtol=1e-6, atol=1e-6)  # kept state 2 = after 5 + 2*3 steps
+    torch.testing.assert_close(rec.diagnostics.mean[1], after_11.mean(0), rtol=1e-6, atol=1e-6)
+
+
+def test_forcing_the_torch_backend_or_fused_false_gives_the_per_step_loop(monkeypatch):
+    energy, _ = _gaussian()
+    x0 = torch.randn(20, 4, dtype=torch.float64)
+    per_step = LangevinSampler(energy, step_size=0.05, fused=False).sample(x0, 10, generator=torch.Generator().manual_seed(3))
+    with ebmcore.use_backend("torch"):
+        forced = LangevinSampler(energy, step_size=0.05).sample(x0, 10, generator=torch.Generator().manual_seed(3))
+    fused = LangevinSampler(energy, step_size=0.05).sample(x0, 10, generator=torch.Generator().manual_seed(3))
+    monkeypatch.setenv("EBM_BACKEND", "torch")
+    by_env = LangevinSampler(energy, step_size=0.05).sample(x0, 10, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(forced, per_step) and torch.equal(by_env, per_step)
+    assert not torch.equal(fused, per_step)  # a different (Philox) noise stream
+
+
+def test_fused_true_says_why_it_cannot_run():
+    energy, _ = _gaussian()
+    x0 = torch.randn(5, 4, dtype=torch.float64)
+    with pytest.raises(InputError, match="callback needs every step"):
+        LangevinSampler(energy, fused=True).sample(x0, 3, callback=lambda *a: None)
+    with pytest.raises(InputError, match="not an analytic energy"):
+        LangevinSampler(ebmcore.energy("mlp", dim=4), fused=True).sample(x0.float(), 3)
+    with pytest.raises(InputError, match="mass matrix"):
+        HMCSampler(energy, inv_mass=torch.full((4,), 2.0, dtype=torch.float64), fused=True).sample(x0, 3)
+    with pytest.raises(InputError, match="fused must be"):
+        LangevinSampler(energy, fused="yes")
+
+
+def test_fused_ula_matches_its_exact_stationary_variance():
+    # ULA on E = k/2 |x|^2 has stationary variance 1 / (k (1 - h k / 2)) per coordinate.
+    k, h, n, d = 2.0, 0.2, 4000, 3
+    energy = ebmcore.energy("harmonic", dim=d, stiffness=k)
+    out = LangevinSampler(energy, step_size=h).sample(torch.zeros(n, d), 300, generator=torch.Generator().manual_seed(5))
+    var = 1.0 / (k * (1 - h * k / 2))
+    se = var * (2.0 / (n * d)) ** 0.5  # SE of a variance estimate from n*d independent normals
+    assert abs(out.var(0).mean().item() - var) < 5 * se
+    assert abs(out.mean().item()) < 5 * (var / (n * d)) ** 0.5
+
+
+def test_fused_hmc_samples_a_correlated_gaussian_and_reports_acceptance():
+    energy, cov = _gaussian(3)
+    n = 3000
+    sampler = HMCSampler(energy, step_size=0.25, n_leapfrog_steps=6, fused=True)
+    res = sampler.sample(torch.zeros(n, 3, dtype=torch.float64), 30, burn_in=30, return_diagnostics=True,
+                         generator=torch.Generator().manual_seed(2))
+    est = torch.cov(res.samples.T)
+    se = (cov.diag()[:, None] * cov.diag()[None, :] + cov**2).sqrt() / n**0.5  # SE of covariance entries
+    assert ((est - cov).abs() < 5 * se).all()
+    assert ((res.samples.mean(0) - torch.arange(3.0, dtype=torch.float64)).abs() < 5 * (cov.diag() / n).sqrt()).all()
+    rate = res.diagnostics.acceptance_rate
+    assert rate.shape == (n,) and 0.6 < rate.mean() < 1.0 and res.diagnostics.divergences.sum() == 0
+
+
+def test_hmc_on_the_cpu_keeps_the_per_step_loop_unless_asked():
+    energy, _ = _gaussian(3)
+    x0 = torch.randn(10, 3, dtype=torch.float64)
+    sampler = HMCSampler(energy, step_size=0.2, n_leapfrog_steps=3)
+    assert "fused=True forces it" in sampler.fused_runner(x0, sampler.bind(x0), sampler.tunables(x0, {}))
+    auto = sampler.sample(x0, 5, generator=torch.Generator().manual_seed(1))
+    sampler.fused = False
+    assert torch.equal(auto, sampler.sample(x0, 5, generator=torch.Generator().manual_seed(1)))

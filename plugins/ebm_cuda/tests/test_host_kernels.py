@@ -1,0 +1,142 @@
+"""The host (CPU) build of the kernels against the torch reference backend and ebm_cuda.reference."""
+
+import pytest
+import torch
+
+from ebmcore.errors import InputError
+from ebmcore.kernels import torch_backend as ref
+from ebmcore.kernels.ops import sample_inputs
+from ebmcore.testing import check_kernel
+from ebm_cuda import reference
+from ebm_cuda.backends import HostBackend
+
+BACKEND = HostBackend()
+ENERGIES = ["gaussian", "double_well", "rosenbrock", "harmonic"]
+PLAIN_OPS = ["langevin_step"] + [f"{e}_{k}" for e in ENERGIES for k in ("energy", "gradient")]
+
+
+def _params(name, d, dtype=torch.float64):
+    return sample_inputs(f"{name}_energy", 1, d, dtype=dtype)[1:]
+
+
+def test_every_plain_op_matches_the_torch_reference():
+    checked = check_kernel(BACKEND, PLAIN_OPS, dtypes=(torch.float32, torch.float64), n=37, d=5)
+    assert len(checked) == 2 * len(PLAIN_OPS)
+
+
+@pytest.mark.parametrize("name, d", [(e, d) for e in ENERGIES for d in (1, 2, 3, 10, 70) if (e, d) != ("rosenbrock", 1)])
+def test_energies_and_gradients_for_any_dimension(name, d):
+    x, *params = sample_inputs(f"{name}_energy", 19, d)
+    for kind in ("energy", "gradient"):
+        got = BACKEND.kernels[f"{name}_{kind}"].fn(x, *params)
+        torch.testing.assert_close(got, getattr(ref, f"{name}_{kind}")(x, *params), rtol=1e-12, atol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", ENERGIES)
+def test_half_precision_states_compute_in_float32(name, dtype):
+    x, *params = sample_inputs(f"{name}_energy", 64, 4)
+    x16 = (0.5 * x).to(dtype)
+    for kind in ("energy", "gradient"):
+        got = BACKEND.kernels[f"{name}_{kind}"].fn(x16, *params)
+        assert got.dtype == dtype
+        expected = getattr(ref, f"{name}_{kind}")(x16.double(), *params)  # exact input, math in float64
+        torch.testing.assert_close(got.double(), expected.to(dtype).double(), rtol=2 ** -7 if dtype == torch.bfloat16 else 2 ** -10, atol=1e-2)
+
+
+def _chain_args(name, d):
+    x, *params = sample_inputs(f"{name}_energy", 33, d)
+    return (0.3 * x if name == "rosenbrock" else x), params
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("name", ENERGIES)
+def test_langevin_chain_matches_reference_steps_with_the_same_noise(name, dtype):
+    x, params = _chain_args(name, 6)
+    h = 1e-3 if name == "rosenbrock" else 0.02
+    got = BACKEND.kernels[f"{name}_langevin_chain"].fn(x.to(dtype), *params, n_steps=8, step_size=h, noise_scale=0.3, seed=12345, offset=77)
+    grad = getattr(ref, f"{name}_gradient")
+    expected = reference.langevin_chain(lambda z: grad(z, *params), x, 8, h, 0.3, 12345, 77)
+    tol = 1e-5 if dtype == torch.float32 else 1e-6  # float64 states take float32 noise: a few float32 ulps of it
+    torch.testing.assert_close(got.double(), expected, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("name", ENERGIES)
+def test_fused_chain_equals_k_single_steps(name):
+    x, params = _chain_args(name, 5)
+    chain = BACKEND.kernels[f"{name}_langevin_chain"].fn
+    h = torch.linspace(1e-3, 2e-3, x.shape[0], dtype=torch.float64)  # per-chain step sizes too
+    fused = chain(x, *params, n_steps=9, step_size=h, noise_scale=0.1, seed=5, offset=1000)
+    stepped = x
+    for t in range(9):
+        stepped = chain(stepped, *params, n_steps=1, step_size=h, noise_scale=0.1, seed=5, offset=1000 + t)
+    assert torch.equal(fused, stepped)
+
+
+@pytest.mark.parametrize("name", ENERGIES)
+def test_hmc_chain_matches_reference(name):
+    x, params = _chain_args(name, 4)
+    h = 0.01 if name == "rosenbrock" else 0.15
+    got, accepted, divergent = BACKEND.kernels[f"{name}_hmc_chain"].fn(
+        x, *params, n_steps=6, step_size=h, n_leapfrog_steps=5, inverse_temperature=0.8, seed=9, offset=3)
+    e, g = getattr(ref, f"{name}_energy"), getattr(ref, f"{name}_gradient")
+    exp_x, exp_acc, exp_div = reference.hmc_chain(lambda z: (e(z, *params), g(z, *params)), x, 6, h, 5, 0.8, 9, 3)
+    torch.testing.assert_close(got, exp_x, rtol=1e-5, atol=1e-5)  # float32 noise, amplified along trajectories
+    assert torch.equal(accepted, exp_acc) and torch.equal(divergent, exp_div)
+    assert 0 < accepted.sum() < 6 * x.shape[0] or name != "double_well"  # some moves accepted
+
+
+def test_hmc_chain_counts_divergences_and_rejects_them():
+    x, params = _chain_args("double_well", 3)
+    got, accepted, divergent = BACKEND.kernels["double_well_hmc_chain"].fn(
+        x, *params, n_steps=4, step_size=50.0, n_leapfrog_steps=10, inverse_temperature=1.0, seed=1, offset=0)
+    assert torch.equal(got, x) and accepted.sum() == 0 and divergent.sum() == 4 * x.shape[0]
+    assert torch.isfinite(got).all()
+
+
+def test_langevin_step_philox_adds_the_streams_noise():
+    x, grad = torch.randn(40, 6, dtype=torch.float64), torch.randn(40, 6, dtype=torch.float64)
+    got = BACKEND.kernels["langevin_step_philox"].fn(x, grad, 0.01, 0.2, seed=4, offset=8)
+    expected = x - 0.01 * grad + 0.2 * reference.normal(40, 6, 4, 8).double()
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_chain_tracks_float32(dtype):
+    x, params = _chain_args("harmonic", 8)
+    chain = BACKEND.kernels["harmonic_langevin_chain"].fn
+    start = x.to(dtype)
+    full = chain(start.float(), *params, n_steps=20, step_size=0.05, noise_scale=0.3, seed=2, offset=0)
+    half = chain(start, *params, n_steps=20, step_size=0.05, noise_scale=0.3, seed=2, offset=0)
+    # math in float32, the state rounded (to nearest even, as torch rounds) once, when stored
+    assert half.dtype == dtype
+    torch.testing.assert_close(half.float(), full.to(dtype).float(), rtol=0, atol=0)
+
+
+def test_differentiable_calls_take_the_reference_path():
+    x, mean, precision = sample_inputs("gaussian_energy", 8, 3)
+    x.requires_grad_(True)
+    e = BACKEND.kernels["gaussian_energy"].fn(x, mean, precision)
+    (g,) = torch.autograd.grad(e.sum(), x)
+    torch.testing.assert_close(g, ref.gaussian_gradient(x.detach(), mean, precision))
+
+
+def test_ops_pass_torch_library_opcheck():
+    x, mean, precision = sample_inputs("gaussian_energy", 8, 3, dtype=torch.float32)
+    torch.library.opcheck(torch.ops.ebm_cuda.energy.default, (x, 0, mean, precision, 0.0, 0.0, True))
+    torch.library.opcheck(torch.ops.ebm_cuda.langevin_chain.default, (x, 0, mean, precision, 0.0, 0.0, 3, 0.01, 0.1, None, None, 1, 0))
+
+
+def test_bad_inputs_are_refused_with_the_fix():
+    chain = BACKEND.kernels["harmonic_langevin_chain"].fn
+    x, params = _chain_args("harmonic", 3)
+    with pytest.raises(InputError, match=r"\(n_chains, dim\)"):
+        chain(x[0], *params, n_steps=1, step_size=0.1, noise_scale=0.1, seed=0, offset=0)
+    with pytest.raises(InputError, match="seed and offset"):
+        chain(x, *params, n_steps=1, step_size=0.1, noise_scale=0.1, seed=-1, offset=0)
+    with pytest.raises(InputError, match="dtype"):
+        chain(x.to(torch.int32), *params, n_steps=1, step_size=0.1, noise_scale=0.1, seed=0, offset=0)
+    with pytest.raises(InputError, match="does not fit dim"):
+        chain(x, torch.zeros(5), 1.0, n_steps=1, step_size=0.1, noise_scale=0.1, seed=0, offset=0)
+    with pytest.raises(InputError, match="step_sizes"):
+        chain(x, *params, n_steps=1, step_size=torch.ones(2), noise_scale=0.1, seed=0, offset=0)

@@ -1,0 +1,47 @@
+"""ebm-cuda as an installed plugin: discovered through its entry point, unavailable CUDA explained."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import ebmcore
+from ebmcore.errors import BackendUnavailableError
+from ebm_cuda import library
+
+NO_CUDA = library.cuda_unavailable_reason() is not None
+
+
+def test_backends_come_from_the_installed_distribution():
+    for name in ("cuda", "cpu_fused"):
+        entry = ebmcore.registry.get("kernel", name)
+        assert entry.distribution == "ebm-cuda" and entry.plugin == "cuda"
+
+
+@pytest.mark.skipif(not NO_CUDA, reason="this machine can run the CUDA kernels")
+def test_cuda_backend_reports_why_it_cannot_run():
+    reason = library.cuda_unavailable_reason()
+    assert "CUDA" in reason or "nvcc" in reason
+    why = ebmcore.explain("gaussian_langevin_chain", device="cuda", dtype=torch.float32)
+    row = next(c for c in why.candidates if c.backend == "cuda")
+    assert not row.chosen and reason in row.reason
+    with pytest.raises(BackendUnavailableError, match="cuda"):
+        ebmcore.kernels.resolve_kernel("gaussian_gradient", torch.device("cuda"), torch.float32, backend="cuda")
+
+
+def test_ebm_backends_and_ebm_cuda_info_show_both_backends():
+    out = subprocess.run([sys.executable, "-m", "ebmcore.cli", "backends"], capture_output=True, text=True, check=True).stdout
+    assert "cpu_fused" in out and "cuda" in out
+    if NO_CUDA:
+        assert library.cuda_unavailable_reason() in out
+    info = subprocess.run([sys.executable, "-m", "ebmcore.cli", "cuda", "info"], capture_output=True, text=True, check=True).stdout
+    assert "cpu_fused  available" in info and ("cuda       unavailable" in info) == NO_CUDA
+
+
+def test_cpu_fused_is_selected_by_name_only_for_plain_ops():
+    x = torch.randn(4, 3)
+    assert ebmcore.explain("gaussian_gradient", x).chosen.backend == "torch"
+    assert ebmcore.explain("gaussian_langevin_chain", x).chosen.backend == "cpu_fused"
+    with ebmcore.use_backend("cpu_fused"):
+        assert ebmcore.explain("gaussian_gradient", x).chosen.backend == "cpu_fused"
