@@ -18,10 +18,16 @@ import torch
 from torch import Tensor
 
 from ebmcore import EnergyFunctions, EnergyModel, Sampler
-from ebmcore.errors import InputError
+from ebmcore.energies.analytic import AnalyticEnergy
+from ebmcore.errors import BackendUnavailableError, InputError, UnknownComponentError
+from ebmcore.kernels import Kernel, resolve_kernel
 from ebmcore.validation import check_finite
 
-__all__ = ["MCMCSampler", "Diagnostics", "SampleResult", "NonFiniteChainsWarning", "DIVERGENCE_THRESHOLD"]
+__all__ = ["MCMCSampler", "Diagnostics", "SampleResult", "NonFiniteChainsWarning", "DIVERGENCE_THRESHOLD", "FusedRunner"]
+
+FusedRunner = Callable[[Any, int, int, int], tuple[Any, "Tensor | None", "Tensor | None"]]
+"""``run(state, n_steps, seed, offset) -> (state, accepted, divergent)``: ``n_steps`` transitions in one
+fused kernel call; ``accepted``/``divergent`` are per-chain counts ``(n,)``, or None without accept/reject."""
 
 DIVERGENCE_THRESHOLD = 1000.0
 """A transition whose energy error (``−log`` of its acceptance ratio) exceeds this is divergent (as in Stan)."""
@@ -105,6 +111,12 @@ class MCMCSampler(Sampler):
     ``autocast``: a dtype (``torch.bfloat16``, ``torch.float16``) to evaluate neural energies under
     ``torch.autocast``, the chain state keeping its own dtype. ``compile``: run the transition
     through ``torch.compile`` (random draws stay outside the compiled region).
+    ``fused``: None (default) runs many steps per kernel launch when a backend provides a fused
+    chain for this sampler, energy, device and dtype (``ebm-cuda``) at a positive priority and
+    nothing needs every step (no ``callback``); True requires it (an error says why it cannot);
+    False never uses it.
+    The fused path draws its noise from a Philox stream seeded from ``generator``, so its samples
+    differ from the per-step path's (both are reproducible).
     """
 
     name: ClassVar[str] = "mcmc"
@@ -117,14 +129,18 @@ class MCMCSampler(Sampler):
     transition_fn: Callable[..., Any]
     step_fn: Callable[..., Any]
 
-    def __init__(self, energy: EnergyModel, *, autocast: torch.dtype | None = None, compile: bool = False) -> None:
+    def __init__(self, energy: EnergyModel, *, autocast: torch.dtype | None = None, compile: bool = False,
+                 fused: bool | None = None) -> None:
         super().__init__(energy)
+        if fused not in (None, True, False):
+            raise InputError(f"fused must be None (automatic), True or False, got {fused!r}.")
         if autocast is not None and autocast not in (torch.bfloat16, torch.float16):
             raise InputError(f"autocast must be torch.bfloat16 or torch.float16, got {autocast!r}.")
         if compile and not self.uses_noise_buffer:
             raise InputError(f"{type(self).__name__} does not support compile=True: {self.compile_refusal}.")
         self.autocast = autocast
         self.compile = bool(compile)
+        self.fused = fused
         self._compiled: Callable[..., Any] | None = None
         self._bound: tuple[Any, EnergyFunctions] | None = None
 
@@ -133,6 +149,27 @@ class MCMCSampler(Sampler):
     def tunables(self, x: Tensor, overrides: dict[str, Any]) -> dict[str, Any]:
         """Validated keyword arguments for ``transition_fn``/``step_fn`` (attributes, then ``overrides``)."""
         raise NotImplementedError
+
+    def fused_runner(self, x: Tensor, fns: EnergyFunctions, params: dict[str, Any]) -> FusedRunner | str:
+        """A fused multi-step runner for this run, or why there is none (override where one exists)."""
+        return f"{type(self).__name__} has no fused chain kernels"
+
+    def fused_kernel(self, x: Tensor, op_suffix: str) -> Kernel | str:
+        """The kernel of op ``<energy op>_<op_suffix>`` for ``x``, or why none can be used."""
+        if self.compile or self.autocast is not None:
+            return "compile=True or autocast is set"
+        if not isinstance(self.energy, AnalyticEnergy):
+            return f"{type(self.energy).__name__} is not an analytic energy"
+        op = f"{self.energy.op}_{op_suffix}"
+        try:
+            kernel = resolve_kernel(op, x.device, x.dtype, self.energy.backend)
+        except (BackendUnavailableError, UnknownComponentError) as exc:
+            return f"no kernel for {op}: {str(exc).splitlines()[0]}"
+        if x.dim() != 2 or (kernel.max_event_size is not None and x.shape[1] > kernel.max_event_size):
+            return f"the {op} kernel takes (n_chains, dim <= {kernel.max_event_size}) states, got {tuple(x.shape)}"
+        if kernel.priority < 0 and self.fused is None:
+            return f"the {op} kernel ranks below the per-step loop here (priority {kernel.priority}); fused=True forces it"
+        return kernel
 
     # -- the Sampler protocol --------------------------------------------------------------------
 
@@ -232,7 +269,15 @@ class MCMCSampler(Sampler):
             if hasattr(state, field):
                 check_finite(getattr(state, field), what=f"{field} at the initial state x0", x=x,
                              fix="Start every chain where the energy and its gradient are finite.")
-        one_step = self._one_step(x, fns, params, generator)
+        runner = None
+        if self.fused is not False:
+            runner = self.fused_runner(x, fns, params) if callback is None else "a callback needs every step"
+            if isinstance(runner, str):
+                if self.fused:
+                    raise InputError(f"{type(self).__name__}(fused=True): no fused chain can run: {runner}. "
+                                     "Use fused=None to fall back to the per-step loop.")
+                runner = None
+        one_step = self._one_step(x, fns, params, generator) if runner is None else None
         n_chains = x.shape[0]
         n_kept = n_steps // thin
         trajectory = x.new_empty((n_kept, *x.shape)) if return_trajectory else None
@@ -244,7 +289,9 @@ class MCMCSampler(Sampler):
 
             bar = tqdm(total=burn_in + n_steps, desc=type(self).__name__, unit="step")
         start = time.perf_counter()
-        for i in range(burn_in + n_steps):
+        if runner is not None:
+            state = _run_fused(runner, state, generator, burn_in, n_steps, thin, trajectory, recorder, divergences, bar)
+        for i in range(burn_in + n_steps if runner is None else 0):
             state, info = one_step(state)
             kept = i - burn_in + 1
             if kept > 0:
@@ -278,6 +325,47 @@ class MCMCSampler(Sampler):
             return final
         diagnostics = recorder.finish(divergences, nonfinite, n_steps, wall) if recorder is not None else None
         return SampleResult(final, trajectory, diagnostics)
+
+
+class _ChunkInfo(NamedTuple):
+    accepted: Tensor  # per chain: the fraction of the chunk's transitions accepted
+
+
+def _fused_seed(generator: torch.Generator | None) -> int:
+    """The Philox key of a fused run, drawn once from ``generator`` (or the default generator)."""
+    where = generator.device if generator is not None else torch.device("cpu")
+    return int(torch.randint(0, 2**62, (), generator=generator, device=where))
+
+
+def _run_fused(runner: FusedRunner, state: Any, generator: torch.Generator | None, burn_in: int,
+               n_steps: int, thin: int, trajectory: Tensor | None, recorder: "_Recorder | None",
+               divergences: Tensor | None, bar: Any) -> Any:
+    """Burn-in in one call, then one call per kept state (``thin`` steps) and the remainder, or one
+    call for all ``n_steps`` when nothing records the kept states."""
+    seed, offset = _fused_seed(generator), 0
+    n_kept = n_steps // thin
+    chunks = [(burn_in, None)] if burn_in else []
+    if trajectory is None and recorder is None:
+        chunks += [(n_steps, None)] if n_steps else []
+    else:
+        chunks += [(thin, k) for k in range(n_kept)] + ([(n_steps % thin, None)] if n_steps % thin else [])
+    for index, (size, kept) in enumerate(chunks):
+        state, accepted, divergent = runner(state, size, seed, offset)
+        offset += size
+        if index > 0 or not burn_in:  # after burn-in
+            if divergences is not None and divergent is not None:
+                divergences += divergent
+            if recorder is not None and recorder.accepted is not None and accepted is not None:
+                recorder.accepted += accepted
+            if kept is not None:
+                if trajectory is not None:
+                    trajectory[kept].copy_(state.x)
+                if recorder is not None:
+                    fraction = accepted / size if accepted is not None else None
+                    recorder.record(kept, state, _ChunkInfo(fraction))
+        if bar is not None:
+            bar.update(size)
+    return state
 
 
 class _Recorder:

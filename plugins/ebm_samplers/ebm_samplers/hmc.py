@@ -18,7 +18,7 @@ from torch import Tensor
 from ebmcore import EnergyFunctions, EnergyModel
 from ebmcore.errors import InputError
 from ebm_samplers.state import GradientState, init_gradient_state
-from ebm_samplers.base import DIVERGENCE_THRESHOLD, MCMCSampler
+from ebm_samplers.base import DIVERGENCE_THRESHOLD, FusedRunner, MCMCSampler
 from ebm_samplers.integrators import Leapfrog, SplittingIntegrator, resolve_integrator
 from ebm_samplers.tunables import IDENTITY, ChainScalar, InverseMass, as_chain_scalar, as_inverse_mass, event_size, per_chain
 
@@ -128,6 +128,29 @@ class HMCSampler(MCMCSampler):
             "temperature": as_chain_scalar(overrides.get("temperature", self.temperature), x, "temperature"),
             "integrator": self.integrator,
         }
+
+    def fused_runner(self, x: Tensor, fns: EnergyFunctions, params: dict[str, Any]) -> FusedRunner | str:
+        """Many transitions per launch with the ``<energy>_hmc_chain`` kernel (leapfrog, identity mass,
+        one temperature for all chains)."""
+        if not isinstance(params["integrator"], Leapfrog):
+            return f"the integrator is {params['integrator'].name}, the fused chain is leapfrog"
+        if params["inv_mass"] is not IDENTITY:
+            return "a mass matrix is set, the fused chain uses the identity"
+        if not isinstance(params["temperature"], float):
+            return "per-chain temperatures are set"
+        kernel = self.fused_kernel(x, "hmc_chain")
+        if isinstance(kernel, str):
+            return kernel
+        chain, args = kernel.fn, self.energy.kernel_args()
+        h, n_leapfrog, beta = params["step_size"], params["n_leapfrog_steps"], 1.0 / params["temperature"]
+
+        def run(state: HMCState, n: int, seed: int, offset: int) -> tuple[HMCState, Tensor, Tensor]:
+            x_new, accepted, divergent = chain(state.x, *args, n_steps=n, step_size=h, n_leapfrog_steps=n_leapfrog,
+                                               inverse_temperature=beta, seed=seed, offset=offset)
+            energy, grad = fns.energy_and_gradient(x_new)
+            return HMCState(x_new, energy, grad), accepted, divergent
+
+        return run
 
     init_fn = staticmethod(init)
     transition_fn = staticmethod(transition)

@@ -15,7 +15,7 @@ from torch import Tensor
 
 from ebmcore.errors import InputError
 from ebmcore import EnergyFunctions, EnergyModel
-from ebm_samplers.base import MCMCSampler
+from ebm_samplers.base import FusedRunner, MCMCSampler
 from ebm_samplers.integrators import EulerMaruyama, resolve_integrator
 from ebm_samplers.integrators.euler_maruyama import SDEUpdate
 from ebm_samplers.tunables import ChainScalar, as_chain_scalar, event_size, per_chain
@@ -100,6 +100,22 @@ class LangevinSampler(MCMCSampler):
             "temperature": as_chain_scalar(overrides.get("temperature", self.temperature), x, "temperature"),
             "update": self.integrator.bind(x),
         }
+
+    def fused_runner(self, x: Tensor, fns: EnergyFunctions, params: dict[str, Any]) -> FusedRunner | str:
+        """Many ULA steps per launch with the ``<energy>_langevin_chain`` kernel (Euler–Maruyama only)."""
+        if not isinstance(self.integrator, EulerMaruyama):
+            return f"the integrator is {self.integrator.name}, the fused chain is Euler–Maruyama"
+        kernel = self.fused_kernel(x, "langevin_chain")
+        if isinstance(kernel, str):
+            return kernel
+        chain, args = kernel.fn, self.energy.kernel_args()
+        h = params["step_size"]
+        s = _noise_scale(h, params["temperature"])
+
+        def run(state: LangevinState, n: int, seed: int, offset: int) -> tuple[LangevinState, None, None]:
+            return LangevinState(chain(state.x, *args, n_steps=n, step_size=h, noise_scale=s, seed=seed, offset=offset)), None, None
+
+        return run
 
     init_fn = staticmethod(init)
     transition_fn = staticmethod(transition)

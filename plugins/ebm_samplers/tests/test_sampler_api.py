@@ -26,7 +26,7 @@ def _x0(n=128, d=2, dtype=torch.float32, seed=0):
 @pytest.mark.parametrize("cls, kw", ALL, ids=IDS)
 def test_trajectory_holds_the_kept_states_after_burn_in(cls, kw):
     energy = ebmcore.energy("double_well", dim=2)
-    sampler = cls(energy, **kw)
+    sampler = cls(energy, fused=False, **kw)  # the per-step loop (a fused chain draws Philox noise)
     x0 = _x0()
     result = sampler.sample(x0, 12, burn_in=5, thin=3, return_trajectory=True, generator=torch.Generator().manual_seed(1))
     assert isinstance(result, SampleResult) and result.trajectory.shape == (4, 128, 2)
