@@ -4,18 +4,23 @@ import subprocess
 
 import pytest
 
-from ebm_cuda import build
+from ebm_cuda import build, library
+from ebm_cuda.library import KernelError, Library
 
 NVCC = build.find_nvcc()
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found (no CUDA toolkit on this machine; set NVCC or CUDA_HOME to run this check)")
-def test_kernels_compile_for_sm80_and_sm90(tmp_path):
-    command = build.nvcc_command(["80", "90"], tmp_path / "kernels.o", compile_only=True)
+def test_kernels_compile_for_sm80_and_sm90_and_load(tmp_path):
+    out = tmp_path / "libebm_cuda.so"
+    command = build.nvcc_command(["80", "90"], out)
     run = subprocess.run(command, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, f"{' '.join(command)}\n{run.stderr[-4000:]}"
-    assert (tmp_path / "kernels.o").stat().st_size > 0
     assert "warning" not in run.stderr.lower(), run.stderr[-4000:]
+    lib = Library(str(out), "cuda")  # every C entry point the bindings declare is there
+    if library.cuda_unavailable_reason() is not None:  # no GPU: a launch fails with CUDA's own message
+        with pytest.raises(KernelError, match="ebm_cuda cuda kernel normal: .+"):
+            lib.call("normal", None, 10, 3, 0, 0, None)
 
 
 def test_the_cuda_sources_include_no_torch_headers():

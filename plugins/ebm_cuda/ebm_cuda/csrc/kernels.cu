@@ -57,6 +57,22 @@ __device__ ebm::Params<float> stage_params(ebm::Params<float> p, float* shared) 
   return p;
 }
 
+// The block's chains x[base .. base + blockDim.x) into the tile, coalesced; returns the element count.
+template <typename S>
+__device__ int load_tile(float* tile, const S* x, int64_t base, int64_t n, int d) {
+  const int count = (int)min((int64_t)blockDim.x, n - base) * d;
+  for (int k = threadIdx.x; k < count; k += blockDim.x) tile[k] = ebm::load<float>(x + base * d + k);
+  __syncthreads();
+  return count;
+}
+
+// The tile back to x, coalesced, once every thread has written its chain.
+template <typename S>
+__device__ void store_tile(S* x, const float* tile, int64_t base, int count, int d) {
+  __syncthreads();
+  for (int k = threadIdx.x; k < count; k += blockDim.x) ebm::store<float>(x + base * d + k, tile[k]);
+}
+
 template <int KIND>
 __host__ __device__ int param_floats(int d) { return KIND == ebm::GAUSSIAN ? d + d * d : KIND == ebm::HARMONIC ? d : 0; }
 
@@ -68,9 +84,7 @@ __global__ void langevin_chain_kernel(ebm::Params<float> p, S* x, int64_t n, int
   float* tile = shared + param_floats<KIND>(d);
   const ebm::Energy<KIND, float, MAXD> E{stage_params<KIND>(p, shared)};
   const int64_t base = (int64_t)blockIdx.x * blockDim.x, i = base + threadIdx.x;
-  const int count = (int)min((int64_t)blockDim.x, n - base) * d;
-  for (int k = threadIdx.x; k < count; k += blockDim.x) tile[k] = ebm::load<float>(x + base * d + k);
-  __syncthreads();
+  const int count = load_tile(tile, x, base, n, d);
   if (i < n) {
     constexpr int CAP = MAXD > 0 ? MAXD : EBM_MAX_D;
     float xr[CAP], gr[CAP];
@@ -79,8 +93,7 @@ __global__ void langevin_chain_kernel(ebm::Params<float> p, S* x, int64_t n, int
                         (uint32_t)i, offset);
     EBM_LOOP(j, MAXD, d) { tile[threadIdx.x * d + j] = xr[j]; }
   }
-  __syncthreads();
-  for (int k = threadIdx.x; k < count; k += blockDim.x) ebm::store<float>(x + base * d + k, tile[k]);
+  store_tile(x, tile, base, count, d);
 }
 
 template <int KIND, typename S, int MAXD>
@@ -92,9 +105,7 @@ __global__ void hmc_chain_kernel(ebm::Params<float> p, S* x, int64_t n, int64_t 
   float* tile = shared + param_floats<KIND>(d);
   const ebm::Energy<KIND, float, MAXD> E{stage_params<KIND>(p, shared)};
   const int64_t base = (int64_t)blockIdx.x * blockDim.x, i = base + threadIdx.x;
-  const int count = (int)min((int64_t)blockDim.x, n - base) * d;
-  for (int k = threadIdx.x; k < count; k += blockDim.x) tile[k] = ebm::load<float>(x + base * d + k);
-  __syncthreads();
+  const int count = load_tile(tile, x, base, n, d);
   if (i < n) {
     constexpr int CAP = MAXD > 0 ? MAXD : EBM_MAX_D;
     float xr[CAP], gr[CAP], xn[CAP], gn[CAP], pr[CAP];
@@ -103,8 +114,7 @@ __global__ void hmc_chain_kernel(ebm::Params<float> p, S* x, int64_t n, int64_t 
                    (uint32_t)i, offset, accepted + i, divergent + i);
     EBM_LOOP(j, MAXD, d) { tile[threadIdx.x * d + j] = xr[j]; }
   }
-  __syncthreads();
-  for (int k = threadIdx.x; k < count; k += blockDim.x) ebm::store<float>(x + base * d + k, tile[k]);
+  store_tile(x, tile, base, count, d);
 }
 
 // One thread per block of four elements of one chain.
