@@ -7,10 +7,8 @@ and ``langevin_step`` and ``langevin_step_philox``.
 
 Priorities: on CUDA every kernel outranks the ``torch`` reference (10 against 0). On the CPU the
 plain energy, gradient and step kernels rank below it (-10: selected only by name, e.g.
-``EBM_BACKEND=cpu_fused,torch``, as the tests do), and so does the HMC chain, which runs chain by
-chain there and loses to the vectorised per-step loop: samplers use a fused chain automatically
-only at a positive priority (``fused=True`` forces it). The Langevin chains, vectorised across
-chains, rank 10.
+``EBM_BACKEND=cpu_fused,torch``, as the tests do; PyTorch's own ops are as fast), while the fused
+chains, vectorised across chains, rank 10 and are used by the samplers automatically.
 
 A call whose inputs require grad (with grad mode on) runs the ``torch`` reference instead, so
 autograd, ``create_graph`` and Hessian-vector products work exactly as on the reference path.
@@ -109,7 +107,7 @@ def langevin_step_philox(x: Tensor, grad: Tensor, step_size: Any, noise_scale: A
     return call("langevin_step_philox", x, grad, h, s, hv, sv, seed, offset)
 
 
-def _kernels(device: str, dtypes: tuple[torch.dtype, ...], plain: int, fused: int, hmc: int, max_chain: int | None,
+def _kernels(device: str, dtypes: tuple[torch.dtype, ...], plain: int, fused: int, max_chain: int | None,
              capability: tuple[int, int] | None) -> list[Kernel]:
     def kernel(op: str, fn: Callable[..., Any], priority: int, max_event_size: int | None = None) -> Kernel:
         return Kernel(op, fn, (device,), dtypes, capability, priority, max_event_size)
@@ -120,7 +118,7 @@ def _kernels(device: str, dtypes: tuple[torch.dtype, ...], plain: int, fused: in
             kernel(f"{name}_energy", _energy_kernel(name, False), plain),
             kernel(f"{name}_gradient", _energy_kernel(name, True), plain),
             kernel(f"{name}_langevin_chain", _langevin_chain_kernel(name), fused, max_chain),
-            kernel(f"{name}_hmc_chain", _hmc_chain_kernel(name), hmc, max_chain),
+            kernel(f"{name}_hmc_chain", _hmc_chain_kernel(name), fused, max_chain),
         ]
     return kernels
 
@@ -129,7 +127,7 @@ class CudaBackend(KernelBackend):
     """The CUDA build: float32, bfloat16 and float16 states (math in float32) on CUDA devices."""
 
     def __init__(self) -> None:
-        super().__init__("cuda", _kernels("cuda", CUDA_DTYPES, 10, 10, 10, MAX_CUDA_CHAIN_DIM, MIN_COMPUTE_CAPABILITY),
+        super().__init__("cuda", _kernels("cuda", CUDA_DTYPES, 10, 10, MAX_CUDA_CHAIN_DIM, MIN_COMPUTE_CAPABILITY),
                          description="ebm-cuda: CUDA kernels (fused Langevin/HMC chains with in-kernel Philox RNG)")
 
     def unavailable_reason(self) -> str | None:
@@ -140,7 +138,7 @@ class HostBackend(KernelBackend):
     """The host build of the same kernels: float16, bfloat16, float32 and float64 states on the CPU."""
 
     def __init__(self) -> None:
-        super().__init__("cpu_fused", _kernels("cpu", HOST_DTYPES, -10, 10, -10, None, None),
+        super().__init__("cpu_fused", _kernels("cpu", HOST_DTYPES, -10, 10, None, None),
                          description="ebm-cuda: the kernels built for the CPU (fused chains, vectorised over chains)")
 
     def unavailable_reason(self) -> str | None:

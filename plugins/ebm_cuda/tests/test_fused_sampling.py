@@ -96,11 +96,37 @@ def test_fused_hmc_samples_a_correlated_gaussian_and_reports_acceptance():
     assert rate.shape == (n,) and 0.6 < rate.mean() < 1.0 and res.diagnostics.divergences.sum() == 0
 
 
-def test_hmc_on_the_cpu_keeps_the_per_step_loop_unless_asked():
+def test_a_fused_kernel_of_negative_priority_runs_only_when_asked():
+    from ebmcore import hookimpl
+    from ebmcore.kernels import Kernel, KernelBackend
+    from ebmcore.testing import isolated_plugins
+    from ebm_cuda.backends import HostBackend
+
+    class SlowChains:  # a backend whose chain loses to the per-step loop: priority < 0
+        @hookimpl
+        def ebm_register_kernels(self, registry):
+            chain = HostBackend().kernels["harmonic_langevin_chain"].fn
+            registry.register_kernel_backend(KernelBackend("slow", [Kernel("harmonic_langevin_chain", chain, ("cpu",), priority=-5)]))
+
+    energy = ebmcore.energy("harmonic", dim=3)
+    x0 = torch.randn(10, 3)
+    with isolated_plugins(SlowChains(), autoload=True, disable=("cuda",)):
+        sampler = LangevinSampler(energy, step_size=0.1)
+        assert "fused=True forces it" in sampler.fused_runner(x0, sampler.bind(x0), sampler.tunables(x0, {}))
+        auto = sampler.sample(x0, 5, generator=torch.Generator().manual_seed(1))
+        sampler.fused = False
+        assert torch.equal(auto, sampler.sample(x0, 5, generator=torch.Generator().manual_seed(1)))
+        sampler.fused = True
+        forced = sampler.sample(x0, 5, generator=torch.Generator().manual_seed(1))
+    expected = reference.langevin_chain(lambda z: ref.harmonic_gradient(z, torch.zeros(3), 1.0), x0, 5, 0.1, 0.2**0.5, _seed_of(1), 0)
+    torch.testing.assert_close(forced, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_hmc_uses_the_fused_chain_by_default():
     energy, _ = _gaussian(3)
     x0 = torch.randn(10, 3, dtype=torch.float64)
-    sampler = HMCSampler(energy, step_size=0.2, n_leapfrog_steps=3)
-    assert "fused=True forces it" in sampler.fused_runner(x0, sampler.bind(x0), sampler.tunables(x0, {}))
-    auto = sampler.sample(x0, 5, generator=torch.Generator().manual_seed(1))
-    sampler.fused = False
-    assert torch.equal(auto, sampler.sample(x0, 5, generator=torch.Generator().manual_seed(1)))
+    out = HMCSampler(energy, step_size=0.2, n_leapfrog_steps=3).sample(x0, 5, generator=torch.Generator().manual_seed(1))
+    mean, precision = energy.kernel_args()
+    expected, _, _ = reference.hmc_chain(lambda z: (ref.gaussian_energy(z, mean, precision), ref.gaussian_gradient(z, mean, precision)),
+                                         x0, 5, 0.2, 3, 1.0, _seed_of(1), 0)
+    torch.testing.assert_close(out, expected, rtol=1e-6, atol=1e-6)

@@ -120,7 +120,7 @@ void langevin_chain_host(const ebm_energy* spec, S* x, int64_t n, int64_t n_step
   }
 }
 
-// HMC's accept/reject branches per chain, so the host runs it chain by chain (not vectorised).
+// HMC over tiles: the trajectories vectorised across the tile's chains, the Metropolis test per chain.
 template <int KIND, typename S>
 void hmc_chain_host(const ebm_energy* spec, S* x, int64_t n, int64_t n_steps, double h, const void* h_vec,
                     int n_leapfrog, double beta, uint64_t seed, uint64_t offset, int32_t* accepted,
@@ -131,15 +131,36 @@ void hmc_chain_host(const ebm_energy* spec, S* x, int64_t n, int64_t n_steps, do
   const int d = spec->d;
 #pragma omp parallel num_threads(threads)
   {
-    std::vector<A> buf(5 * d);
-    A *xb = buf.data(), *gb = xb + d, *xn = gb + d, *gn = xn + d, *p = gn + d;
+    std::vector<Tile<A>> buf(5 * d);
+    alignas(64) float z[4][TILE];
 #pragma omp for schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      for (int j = 0; j < d; ++j) xb[j] = ebm::load<A>(x + i * d + j);
-      const A hi = h_vec ? ((const A*)h_vec)[i] : (A)h;
-      ebm::hmc_chain(E, xb, gb, xn, gn, p, 1, n_steps, hi, n_leapfrog, (A)beta, rng, (uint32_t)i, offset,
-                     accepted + i, divergent + i);
-      for (int j = 0; j < d; ++j) ebm::store<A>(x + i * d + j, xb[j]);
+    for (int64_t i0 = 0; i0 < n; i0 += TILE) {
+      const int m = (int)std::min<int64_t>(TILE, n - i0);
+      Tile<A> *xb = buf.data(), *gb = xb + d, *xn = gb + d, *gn = xn + d, *p = gn + d;
+      load_tile(xb, x, i0, m, d);
+      const Tile<A> hl = load_lanes<A>(h_vec, (A)h, i0, m);
+      Tile<A> e = E(xb, 1, gb, 1);
+      for (int64_t t = 0; t < n_steps; ++t) {
+        for (int b = 0; b < (d + 3) / 4; ++b) {
+          tile_normals(rng, (uint32_t)b, i0, offset + (uint64_t)t, z, 4 * b + 2 < d);
+          for (int l = 0; l < 4 && 4 * b + l < d; ++l)
+            for (int lane = 0; lane < TILE; ++lane) p[4 * b + l].v[lane] = (A)z[l][lane];
+        }
+        const Tile<A> k0 = ebm::kinetic<A, 0>(p, 1, d);
+        for (int j = 0; j < d; ++j) xn[j] = xb[j];
+        const Tile<A> en = ebm::leapfrog(E, xn, gn, p, gb, 1, n_leapfrog, hl, (A)beta);
+        const Tile<A> delta = ((A)beta * en + ebm::kinetic<A, 0>(p, 1, d)) - ((A)beta * e + k0);
+        for (int lane = 0; lane < m; ++lane) {
+          bool diverged;
+          if (ebm::metropolis<A>(delta.v[lane], rng.uniform((uint32_t)(i0 + lane), offset + (uint64_t)t), &diverged)) {
+            for (int j = 0; j < d; ++j) { xb[j].v[lane] = xn[j].v[lane]; gb[j].v[lane] = gn[j].v[lane]; }
+            e.v[lane] = en.v[lane];
+            accepted[i0 + lane] += 1;
+          }
+          divergent[i0 + lane] += diverged ? 1 : 0;
+        }
+      }
+      store_tile(x, xb, i0, m, d);
     }
   }
 }

@@ -37,45 +37,70 @@ EBM_HD void langevin_chain(const Energy<KIND, A, MAXD>& E, A* x, A* g, int st, i
   }
 }
 
+// One leapfrog trajectory (merged kicks) of n_leapfrog steps of size h from xn with momentum p and
+// gradient g at xn (inverse temperature beta): moves xn and p, leaves ∇E at the end in gn and
+// returns E there. V: the math type A, or host Lanes of it (one step size per chain).
+template <int KIND, typename A, int MAXD, typename V>
+EBM_HD V leapfrog(const Energy<KIND, A, MAXD>& E, V* xn, V* gn, V* p, const V* g, int st, int n_leapfrog, V h, A beta) {
+  const int d = E.p.d;
+  const V half = (A)0.5 * h * beta, full = h * beta;
+  EBM_LOOP(j, MAXD, d) { p[j * st] -= half * g[j * st]; }
+  V en = (A)0;
+  for (int l = 0; l < n_leapfrog; ++l) {
+    EBM_LOOP(j, MAXD, d) { xn[j * st] += h * p[j * st]; }
+    en = E(xn, st, gn, st);
+    const V kick = (l + 1 == n_leapfrog) ? half : full;
+    EBM_LOOP(j, MAXD, d) { p[j * st] -= kick * gn[j * st]; }
+  }
+  return en;
+}
+
+// ½|p|² of one chain (or host Lanes of chains).
+template <typename A, int MAXD, typename V>
+EBM_HD V kinetic(const V* p, int st, int d) {
+  V k = (A)0;
+  EBM_LOOP(j, MAXD, d) { k += p[j * st] * p[j * st]; }
+  return (A)0.5 * k;
+}
+
+// The Metropolis test of one chain on ΔH = delta against the uniform u: accept with probability
+// min(1, exp(-delta)); a non-finite delta is rejected. *divergent: non-finite, or delta > 1000.
+template <typename A>
+EBM_HD bool metropolis(A delta, float u, bool* divergent) {
+  const bool finite = is_finite(delta);
+  *divergent = !finite || delta > (A)1000;
+  const A prob = !finite ? (A)0 : (delta > 0 ? exp_f(-delta) : (A)1);
+  return (A)u < prob;
+}
+
 // K HMC transitions (identity mass, L leapfrog steps of size h, inverse temperature beta):
 // momentum from the stream's normals at step offset + t, Metropolis test with its uniform.
-// Counts accepted and divergent (non-finite ΔH, or ΔH > 1000) transitions. Scratch: xn, gn, p.
+// Counts accepted and divergent transitions. Scratch: xn, gn, p.
 template <int KIND, typename A, int MAXD>
 EBM_HD void hmc_chain(const Energy<KIND, A, MAXD>& E, A* x, A* g, A* xn, A* gn, A* p, int st, int64_t n_steps,
                       A h, int n_leapfrog, A beta, const Stream& rng, uint32_t chain, uint64_t offset,
                       int32_t* accepted, int32_t* divergent) {
   const int d = E.p.d;
-  const A half = (A)0.5 * h * beta, full = h * beta;
   A e = E(x, st, g, st);
   for (int64_t t = 0; t < n_steps; ++t) {
-    A k0 = 0;
     EBM_BLOCKS(b, MAXD, d) {
       float z[4];
       rng.normal4((uint32_t)b, chain, offset + (uint64_t)t, z);
       EBM_UNROLL for (int l = 0; l < 4; ++l) {
-        int j = 4 * b + l;
-        if (j < d) { p[j * st] = (A)z[l]; k0 += (A)z[l] * (A)z[l]; }
+        if (4 * b + l < d) p[(4 * b + l) * st] = (A)z[l];
       }
     }
-    EBM_LOOP(j, MAXD, d) { xn[j * st] = x[j * st]; p[j * st] -= half * g[j * st]; }
-    A en = 0;
-    for (int l = 0; l < n_leapfrog; ++l) {
-      EBM_LOOP(j, MAXD, d) { xn[j * st] += h * p[j * st]; }
-      en = E(xn, st, gn, st);
-      const A kick = (l + 1 == n_leapfrog) ? half : full;
-      EBM_LOOP(j, MAXD, d) { p[j * st] -= kick * gn[j * st]; }
-    }
-    A k1 = 0;
-    EBM_LOOP(j, MAXD, d) { k1 += p[j * st] * p[j * st]; }
-    const A delta = (beta * en + (A)0.5 * k1) - (beta * e + (A)0.5 * k0);
-    const bool finite = is_finite(delta);
-    const A prob = !finite ? (A)0 : (delta > 0 ? exp_f(-delta) : (A)1);
-    if ((A)rng.uniform(chain, offset + (uint64_t)t) < prob) {
+    const A k0 = kinetic<A, MAXD>(p, st, d);
+    EBM_LOOP(j, MAXD, d) { xn[j * st] = x[j * st]; }
+    const A en = leapfrog(E, xn, gn, p, g, st, n_leapfrog, h, beta);
+    const A delta = (beta * en + kinetic<A, MAXD>(p, st, d)) - (beta * e + k0);
+    bool diverged;
+    if (metropolis(delta, rng.uniform(chain, offset + (uint64_t)t), &diverged)) {
       EBM_LOOP(j, MAXD, d) { x[j * st] = xn[j * st]; g[j * st] = gn[j * st]; }
       e = en;
       *accepted += 1;
     }
-    if (!finite || delta > (A)1000) *divergent += 1;
+    *divergent += diverged ? 1 : 0;
   }
 }
 
