@@ -3,7 +3,8 @@
 The breakdown times each component in isolation on the same states, with the same number of
 calls per step as the sampler makes: energy/gradient evaluations, random draws, and the
 diagnostics recorder; "update and acceptance" is the rest of a step (tensor algebra, selection,
-bookkeeping). Timings are medians over repeats after a warm-up.
+bookkeeping). The breakdown is of the per-step loop; where a fused chain would run instead
+(``ebm-cuda``), ``fused_total`` is its time per step. Timings are medians over repeats after a warm-up.
 """
 
 from __future__ import annotations
@@ -32,10 +33,24 @@ def _median_time(fn: Callable[[], Any], repeats: int) -> float:
 
 def profile(sampler: Any, x0: torch.Tensor, n_steps: int = 100, *, repeats: int = 5,
             generator: torch.Generator | None = None, **tunables: Any) -> dict[str, float]:
-    """Seconds per step: ``total``, ``energy_gradient``, ``rng``, ``update_acceptance``, ``diagnostics``,
-    and ``gradient_evaluations`` per step (measured by counting calls)."""
+    """Seconds per step of the per-step loop: ``total``, ``energy_gradient``, ``rng``, ``update_acceptance``,
+    ``diagnostics``, and ``gradient_evaluations`` per step (measured by counting calls); and
+    ``fused_total``, seconds per step of the fused chain the sampler would run instead (None if none)."""
     x = sampler.check_initial_state(x0)
     generator = generator or torch.Generator(device=x.device).manual_seed(0)
+    fused_setting = sampler.fused
+    fused_total = None
+    if fused_setting is not False and not isinstance(sampler.fused_runner(x, sampler.bind(x), sampler.tunables(x, tunables)), str):
+        fused_total = _median_time(lambda: sampler.sample(x, n_steps, generator=generator, **tunables), repeats) / n_steps
+    sampler.fused = False
+    try:
+        return _per_step_profile(sampler, x, n_steps, repeats, generator, tunables) | {"fused_total": fused_total}
+    finally:
+        sampler.fused = fused_setting
+
+
+def _per_step_profile(sampler: Any, x: torch.Tensor, n_steps: int, repeats: int, generator: torch.Generator,
+                      tunables: dict[str, Any]) -> dict[str, float]:
     total = _median_time(lambda: sampler.sample(x, n_steps, generator=generator, **tunables), repeats) / n_steps
     with_diag = _median_time(lambda: sampler.sample(x, n_steps, generator=generator, return_diagnostics=True, **tunables), repeats) / n_steps
     fns = sampler.bind(x)
@@ -88,6 +103,10 @@ def format_profile(name: str, n_chains: int, result: dict[str, float]) -> str:
     for key, label in (("energy_gradient", "energy and gradient"), ("rng", "random numbers"),
                        ("update_acceptance", "update and acceptance"), ("diagnostics", "diagnostics (when recorded)")):
         lines.append(f"  {label:<28} {result[key] * 1e3:9.3f} ms  {100 * result[key] / total:5.1f} %")
+    if result.get("fused_total") is not None:
+        fused = result["fused_total"]
+        lines.append(f"fused chain (what sample() runs here): {fused * 1e3:.3f} ms per step, "
+                     f"{total / fused:.1f}x the per-step loop")
     return "\n".join(lines)
 
 

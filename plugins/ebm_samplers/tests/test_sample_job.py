@@ -138,6 +138,9 @@ def test_profile_function():
     result = profile(HMCSampler(ebmcore.energy("gaussian", dim=3), step_size=0.1, n_leapfrog_steps=4), torch.randn(100, 3), 10, repeats=2)
     assert result["gradient_evaluations"] == pytest.approx(4 + 1 / 10)  # L per step, plus the one at x0
     assert result["total"] > 0 and result["energy_gradient"] > 0
+    # HMC on a Gaussian runs as a fused chain exactly when a backend (ebm-cuda's cpu_fused) provides one
+    has_chain = any("gaussian_hmc_chain" in e.component.kernels for e in ebmcore.registry.entries("kernel"))
+    assert (result["fused_total"] is not None and result["fused_total"] > 0) if has_chain else result["fused_total"] is None
 
 
 @pytest.mark.parametrize("extra, message", [
