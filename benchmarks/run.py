@@ -7,7 +7,17 @@
 Every (workload, library) pair gets the same seeded float32 initial states ``x0 ~ N(0, I)`` and
 the same target; one warm-up run (for JAX this includes the jit compile), one untimed correctness
 run, then ``--repeats`` timed runs, interleaved (for each repeat, every library in turn). Tables
-report the median; the ratio column is each library's median over ebm's (> 1: ebm is faster).
+report the median; the ratio columns are each library's median over ebm's (> 1: ebm is faster).
+ebm is measured in two variants in the same interleaved run wherever a sampler runs (W1-W4, S4, S7,
+S8): ``ebm`` (the default, ``fused=None``: one fused multi-step chain kernel per run where a backend
+provides one at a positive priority, e.g. ebm-cuda's ``cpu_fused`` Langevin chains; noise from an
+in-kernel Philox stream) and ``ebm-step`` (``fused=False``: the per-step loop, noise from the
+``torch.Generator``); both ratios (peer / ebm and peer / ebm-step) are reported. torchebm draws
+the same ``torch.Generator`` noise as ``ebm-step``, so its samples are compared with ebm-step's;
+every sampler is also held to the law it should sample (for the Gaussians and the double well,
+z-scores of the sample moments against the exact law after the run's steps; see ``figures``),
+which needs no shared noise. S1/S2 time the functional single step (``ebm``) and the object API
+one step per call (``ebm:sample1``, default; ``ebm-step:sample1``, ``fused=False``).
 W5-W7 (training losses: ebm_losses vs torchebm.losses; BlackJAX has none) train the seeded MLP on a
 fixed seeded eight-Gaussians batch and report the loss and its parameter gradient beside the time.
 W8 (NUTS: ebm vs BlackJAX; torchebm has none) reports the bulk ESS of the kept trajectory per second
@@ -33,7 +43,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-LIBS = ("ebm", "torchebm", "blackjax")
+LIBS = ("ebm", "ebm-step", "torchebm", "blackjax")
+EBM_VARIANTS = ("ebm", "ebm-step")  # fused=None (the default) and fused=False
+Z_TOL = 5.0  # a moment z-score beyond this (in absolute value) fails the correctness check
 SEED_X0 = 0  # initial states
 SEED_NOISE = 1  # sampler randomness (torch.Generator / jax PRNGKey)
 SEED_COV = 2  # W1's covariance
@@ -217,11 +229,13 @@ def restore_net(p: Problem) -> None:
 class Case:
     """``run()``: the timed call (blocks until the result exists). ``check()``: an untimed run with the
     same seed returning ``{"samples": ndarray, "acceptance": float | None}`` for the correctness figures
-    (for the losses: see ``loss_case``). ``reset()``: untimed, before every warm-up, check and timed run."""
+    (for the losses: see ``loss_case``). ``reset()``: untimed, before every warm-up, check and timed run.
+    ``path``: for ebm's samplers, the code path taken (fused chain kernel or per-step loop, and why)."""
 
     run: Callable[[], Any]
     check: Callable[[], dict]
     reset: Callable[[], None] = lambda: None
+    path: str = ""
 
 
 def _np(x: Any) -> np.ndarray:
@@ -259,16 +273,32 @@ def ebm_energy(p: Problem) -> Any:
     raise ValueError(t)
 
 
-def ebm_sampling(p: Problem) -> Case:
-    """W1-W4, S4, S7, S8: the object API, ``Sampler(...).sample(x0, n_steps, generator=g)``."""
+def ebm_path(sampler: Any, x: Any) -> str:
+    """Which path ``sampler.sample(x, ...)`` takes: the fused chain kernel (op and backend) or the per-step loop (why)."""
+    import ebmcore
+
+    if sampler.fused is False:
+        return "per-step loop (fused=False)"
+    runner = sampler.fused_runner(x, sampler.bind(x), sampler.tunables(x, {}))
+    if isinstance(runner, str):
+        return f"per-step loop ({runner})"
+    op = f"{sampler.energy.op}_{'langevin' if sampler.name == 'langevin' else 'hmc'}_chain"
+    chosen = ebmcore.explain(op, x, backend=sampler.energy.backend).chosen
+    return f"fused chain {op} ({chosen.backend if chosen else '?'})"
+
+
+def ebm_sampling(p: Problem, fused: bool | None = None) -> Case:
+    """W1-W4, S4, S7, S8: the object API, ``Sampler(..., fused=fused).sample(x0, n_steps, generator=g)``
+    (``fused=None``: the library's default, a fused chain where one is available; ``False``: the per-step loop)."""
     import torch
     from ebm_samplers import HMCSampler, LangevinSampler
 
     w, energy = p.w, ebm_energy(p)
     if w.kind == "langevin":
-        sampler = LangevinSampler(energy, step_size=w.step_size)
+        sampler = LangevinSampler(energy, step_size=w.step_size, fused=fused)
     else:
-        sampler = HMCSampler(energy, step_size=w.step_size, n_leapfrog_steps=w.n_leapfrog)
+        sampler = HMCSampler(energy, step_size=w.step_size, n_leapfrog_steps=w.n_leapfrog, fused=fused)
+    path = ebm_path(sampler, p.x0)
 
     def run() -> Any:
         return sampler.sample(p.x0, w.n_steps, generator=torch.Generator().manual_seed(SEED_NOISE))
@@ -280,7 +310,7 @@ def ebm_sampling(p: Problem) -> Case:
         res = sampler.sample(p.x0, w.n_steps, generator=g, return_diagnostics=True)
         return {"samples": _np(res.samples), "acceptance": float(res.diagnostics.acceptance_rate.mean())}
 
-    return Case(run, check)
+    return Case(run, check, path=path)
 
 
 def ebm_single_step(p: Problem) -> Case:
@@ -320,16 +350,18 @@ def ebm_single_step(p: Problem) -> Case:
     return Case(run, check)
 
 
-def ebm_single_step_object(p: Problem) -> Case:
-    """S1, S2 through the object API: ``sample(x, n_steps=1)`` called ``inner`` times (per-call overhead included)."""
+def ebm_single_step_object(p: Problem, fused: bool | None = None) -> Case:
+    """S1, S2 through the object API: ``sample(x, n_steps=1)`` called ``inner`` times (per-call overhead included);
+    ``fused=None`` (``ebm:sample1``): a one-step fused chain call where available; ``False`` (``ebm-step:sample1``)."""
     import torch
     from ebm_samplers import HMCSampler, LangevinSampler
 
     w, energy = p.w, ebm_energy(p)
     if w.kind == "langevin_step":
-        sampler = LangevinSampler(energy, step_size=w.step_size)
+        sampler = LangevinSampler(energy, step_size=w.step_size, fused=fused)
     else:
-        sampler = HMCSampler(energy, step_size=w.step_size, n_leapfrog_steps=w.n_leapfrog)
+        sampler = HMCSampler(energy, step_size=w.step_size, n_leapfrog_steps=w.n_leapfrog, fused=fused)
+    path = ebm_path(sampler, p.x0)
 
     def run() -> Any:
         g, x = torch.Generator().manual_seed(SEED_NOISE), p.x0
@@ -344,7 +376,7 @@ def ebm_single_step_object(p: Problem) -> Case:
         res = sampler.sample(p.x0, 1, generator=g, return_diagnostics=True)
         return {"samples": _np(res.samples), "acceptance": float(res.diagnostics.acceptance_rate.mean())}
 
-    return Case(run, check)
+    return Case(run, check, path=path)
 
 
 def ebm_nuts(p: Problem) -> Case:
@@ -723,14 +755,18 @@ def blackjax_nuts(p: Problem) -> Case:
 
 def build_case(lib: str, p: Problem) -> Case | None:
     step = p.w.kind.endswith("_step")
-    if p.w.kind in LOSS_KINDS:
-        return {"ebm": ebm_loss, "torchebm": torchebm_loss}.get(lib, lambda _: None)(p)  # no BlackJAX losses
-    if p.w.kind == "nuts":
+    if p.w.kind in LOSS_KINDS:  # no BlackJAX losses; no ebm-step (CD's MLP sampler has no fused chain)
+        return {"ebm": ebm_loss, "torchebm": torchebm_loss}.get(lib, lambda _: None)(p)
+    if p.w.kind == "nuts":  # NUTS has no fused chain: no ebm-step
         return {"ebm": ebm_nuts, "blackjax": blackjax_nuts}.get(lib, lambda _: None)(p)  # torchebm has no NUTS
     if lib == "ebm":
         return ebm_single_step(p) if step else ebm_sampling(p)
+    if lib == "ebm-step":  # S1/S2: the functional step is the per-step path already ("ebm"); see ebm-step:sample1
+        return None if step else ebm_sampling(p, fused=False)
     if lib == "ebm:sample1":
         return ebm_single_step_object(p)
+    if lib == "ebm-step:sample1":
+        return ebm_single_step_object(p, fused=False)
     if lib == "torchebm":
         return torchebm_single_step(p) if step else torchebm_sampling(p)
     if lib == "blackjax":
@@ -761,12 +797,60 @@ def double_well_x2() -> float:
     return float((x * x * wgt).sum() / wgt.sum())
 
 
+_DW_LAW: dict[tuple[float, int], tuple[float, float]] = {}
+
+
+def ula_double_well_law(h: float, n_steps: int, barrier: float = 1.0) -> tuple[float, float]:
+    """``E[x^2]`` and ``Var[x^2]`` of one coordinate after ``n_steps`` ULA steps of size ``h`` on
+    ``barrier (x^2 - 1)^2`` from ``x ~ N(0, 1)`` (the coordinates are independent: the energy is a sum).
+    The law is propagated on a grid over [-5, 5] (spacing at most ``sqrt(2h)/8``, the noise's standard
+    deviation over 8: at ``h = 0.01`` the result agrees with a 4x finer grid to 1e-13):
+    ``p_{k+1}(y) = sum_x p_k(x) N(y; x - h E'(x), 2h)``, each row of the kernel normalised on the grid.
+    This is the exact distribution of the samples (up to the grid), i.e. what ULA should produce,
+    bias and incomplete mixing included; the quadrature value is the target's."""
+    key = (h, n_steps)
+    if key not in _DW_LAW:
+        x = np.linspace(-5.0, 5.0, int(np.ceil(10.0 / (np.sqrt(2.0 * h) / 8.0))) + 1)
+        mu = x - h * 4.0 * barrier * x * (x * x - 1.0)
+        kern = np.exp(-((x[None, :] - mu[:, None]) ** 2) / (4.0 * h))
+        kern /= kern.sum(1, keepdims=True)
+        dens = np.exp(-0.5 * x * x)
+        dens /= dens.sum()
+        for _ in range(n_steps):
+            dens = dens @ kern
+        m2 = float((dens * x**2).sum())
+        _DW_LAW[key] = (m2, float((dens * x**4).sum()) - m2 * m2)
+    return _DW_LAW[key]
+
+
+def moment_z_scores(x: np.ndarray, mean: np.ndarray, cov: np.ndarray) -> tuple[float, float]:
+    """Largest ``|z|`` of the sample mean and of the sample covariance entries of ``x: (n, d)`` (i.i.d. draws)
+    against a Gaussian law ``N(mean, cov)``: ``se(mean_i) = sqrt(C_ii / n)``,
+    ``se(S_ij) = sqrt((C_ij^2 + C_ii C_jj) / n)``."""
+    n = x.shape[0]
+    diag = np.diag(cov)
+    z_mean = np.abs(x.mean(0) - mean) / np.sqrt(diag / n)
+    z_cov = np.abs(np.cov(x, rowvar=False) - cov) / np.sqrt((cov * cov + np.outer(diag, diag)) / n)
+    return float(z_mean.max()), float(z_cov.max())
+
+
 def figures(p: Problem, out: dict, ref: np.ndarray | None) -> dict:
-    """Correctness numbers from one library's samples (same computation for every library)."""
+    """Correctness numbers from one library's samples (same computation for every library).
+
+    Besides the errors against the target, each sampler is held to the exact law of its samples where it
+    is known, which needs no shared noise (the fused chain's Philox stream differs from the
+    ``torch.Generator``'s): the chains are independent and start from i.i.d. ``N(0, I)``, so the final
+    states are i.i.d. draws from (Gaussians, Langevin) the ULA law after ``n_steps``
+    (``ula_gaussian_law``), (Gaussians, HMC) the target itself (``x0`` is already distributed as the
+    standard Gaussian and HMC leaves it invariant), (double well) the ULA law on a grid
+    (``ula_double_well_law``). ``moments_z_max`` is the largest ``|z|`` over the mean and covariance
+    entries (Gaussians) or of ``E[x^2]`` (double well), with standard errors from that law;
+    ``moments_ok``: ``moments_z_max <= Z_TOL``. ``ref``: the samples of the same-noise reference (ebm-step,
+    or ebm's own per-step path) for the max abs difference."""
     import torch
 
     w, x = p.w, out["samples"]
-    fig: dict[str, float] = {}
+    fig: dict[str, Any] = {}
     fig["nonfinite_chains"] = int((~np.isfinite(x).all(1)).sum())
     if out.get("acceptance") is not None:
         fig["acceptance"] = out["acceptance"]
@@ -776,12 +860,30 @@ def figures(p: Problem, out: dict, ref: np.ndarray | None) -> dict:
         if w.kind.startswith("langevin"):
             law = ula_gaussian_law(p.cov, w.step_size, w.n_steps)
             fig["cov_err_vs_ula_law"] = float(np.abs(np.cov(x, rowvar=False) - law).max())
+            fig["law"] = f"ULA law after {w.n_steps} step{'s' if w.n_steps > 1 else ''}"
+        elif w.target == "standard":  # HMC from x0 ~ N(0, I), the target: stationary from the start
+            law = p.cov
+            fig["law"] = "target (x0 is drawn from it)"
+        else:
+            law = None
+        if law is not None and np.isfinite(x).all():
+            z_mean, z_cov = moment_z_scores(x, np.zeros(w.dim), law)
+            fig["mean_z_max"], fig["cov_z_max"] = z_mean, z_cov
+            fig["moments_z_max"] = max(z_mean, z_cov)
     elif w.target == "double_well":
         fig["mean_x2"] = float((x * x).mean())
         fig["mean_x2_quadrature"] = double_well_x2()
+        if w.kind.startswith("langevin") and np.isfinite(x).all():
+            m2, v2 = ula_double_well_law(w.step_size, w.n_steps)
+            fig["mean_x2_ula_law"] = m2
+            fig["law"] = f"ULA law after {w.n_steps} steps"
+            fig["mean_x2_se"] = float(np.sqrt(v2 / x.size))
+            fig["moments_z_max"] = abs(fig["mean_x2"] - m2) / fig["mean_x2_se"]
     elif w.target == "mlp":
         with torch.no_grad():
             fig["mean_energy"] = float(p.net(torch.tensor(x, dtype=torch.float32)).mean())
+    if "moments_z_max" in fig:
+        fig["moments_ok"] = bool(fig["moments_z_max"] <= Z_TOL)
     if ref is not None:
         fig["max_abs_diff_vs_ebm_samples"] = float(np.abs(x - ref).max())
     return fig
@@ -861,14 +963,24 @@ def format_figures(w: Workload, fig: dict) -> str:
         parts.append(f"cov err {fig['cov_err']:.3f}")
     if "cov_err_vs_ula_law" in fig:
         parts.append(f"cov err vs exact ULA law after {w.n_steps} step{'s' if w.n_steps > 1 else ''} {fig['cov_err_vs_ula_law']:.3f}")
+    if "mean_z_max" in fig:
+        parts.append(f"max z vs {fig['law']}: mean {fig['mean_z_max']:.1f}, cov {fig['cov_z_max']:.1f} "
+                     f"({'ok' if fig['moments_ok'] else '**FAIL**'}: ≤ {Z_TOL:g})")
     if "mean_x2" in fig:
-        parts.append(f"E[x²] {fig['mean_x2']:.4f} (quadrature {fig['mean_x2_quadrature']:.4f})")
+        if "mean_x2_ula_law" in fig:
+            z = (fig["mean_x2"] - fig["mean_x2_ula_law"]) / fig["mean_x2_se"]
+            parts.append(f"E[x²] {fig['mean_x2']:.4f} (exact ULA law {fig['mean_x2_ula_law']:.4f} ± {fig['mean_x2_se']:.4f}, "
+                         f"z {z:+.1f}, {'ok' if fig['moments_ok'] else '**FAIL**'}: ≤ {Z_TOL:g}; "
+                         f"quadrature {fig['mean_x2_quadrature']:.4f})")
+        else:
+            parts.append(f"E[x²] {fig['mean_x2']:.4f} (quadrature {fig['mean_x2_quadrature']:.4f})")
     if "mean_energy" in fig:
         parts.append(f"mean E {fig['mean_energy']:.4f}")
     if fig.get("nonfinite_chains"):
         parts.append(f"**{fig['nonfinite_chains']} non-finite chains**")
     if "max_abs_diff_vs_ebm_samples" in fig:
-        parts.append(f"max abs diff vs ebm's samples {fig['max_abs_diff_vs_ebm_samples']:.1e}")  # no '|': Markdown
+        parts.append(f"max abs diff vs {fig.get('same_noise_ref', 'ebm')}'s samples "  # no '|': Markdown
+                     f"{fig['max_abs_diff_vs_ebm_samples']:.1e}")
     return ", ".join(parts)
 
 
@@ -894,19 +1006,21 @@ def run_workload(w: Workload, libs: list[str], repeats: int) -> dict:
     names = list(libs)
     if w.kind.endswith("_step") and "ebm" in names:
         names.insert(names.index("ebm") + 1, "ebm:sample1")
+    if w.kind.endswith("_step") and "ebm-step" in names:  # the functional step ("ebm") is per-step already
+        names[names.index("ebm-step")] = "ebm-step:sample1"
     cases: dict[str, Case] = {}
     for lib in names:
         case = build_case(lib, p)
         if case is not None:
             cases[lib] = case
     results: dict[str, dict] = {}
-    ref = None
+    ref, ref_name = None, None  # the output of the ebm case that draws torchebm's noise (torch.Generator, per step)
     for lib, case in cases.items():  # warm-up (JAX: compile), then the untimed correctness run
         case.reset()
         warm = time_once(case.run)  # the whole first run (S1, S2, W5-W7: all `inner` calls of it)
         case.reset()
         out = case.check()
-        compare = lib == "torchebm" and ref is not None  # same torch.Generator stream as ebm
+        compare = lib == "torchebm" and ref is not None  # same torch.Generator stream as ebm-step
         if w.kind in LOSS_KINDS:
             fig = loss_figures(p, out, ref if compare else None, reference)
         elif w.kind == "nuts":
@@ -916,9 +1030,13 @@ def run_workload(w: Workload, libs: list[str], repeats: int) -> dict:
                                                float(nuts_figures(p, case.check(s))["ess_bulk_min"])) for s in seeds}
         else:
             fig = figures(p, out, ref if compare else None)
+        if compare:
+            fig["same_noise_ref"] = ref_name
         results[lib] = {"warmup_s": warm, "times_s": [], "figures": fig}
-        if lib == "ebm":
-            ref = out if w.kind in LOSS_KINDS else out["samples"]
+        if case.path:
+            results[lib]["path"] = case.path
+        if lib == "ebm-step" or (lib == "ebm" and not case.path.startswith("fused")):
+            ref, ref_name = (out if w.kind in LOSS_KINDS else out["samples"]), lib
     for _ in range(repeats):  # interleaved
         for lib, case in cases.items():
             case.reset()  # untimed: W5 restores the initial weights and makes a fresh optimizer
@@ -932,8 +1050,10 @@ def run_workload(w: Workload, libs: list[str], repeats: int) -> dict:
     if not torch.equal(p.x0, x0_copy):
         print(f"WARNING {w.id}: a sampler or loss modified x0 (the data batch) in place", file=sys.stderr)
     base = results.get("ebm", {}).get("median_s")
+    base_step = results.get("ebm-step", {}).get("median_s")
     for r in results.values():
         r["ratio_vs_ebm"] = (r["median_s"] / base) if base else None
+        r["ratio_vs_ebm_step"] = (r["median_s"] / base_step) if base_step else None
     if w.kind == "nuts":  # ESS per second of the timed runs' median; ebm's over the peer's (> 1: ebm better)
         for r in results.values():
             r["ess_per_s"] = r["figures"]["ess_bulk_min"] / r["median_s"]
@@ -976,7 +1096,10 @@ def table(w: Workload, res: dict) -> str:
         return nuts_table(w, res)
     rate = w.id in ("S7", "S8")
     per = " per step" if per_call(w) > 1 else ""
+    step_col = "ebm-step" in res["results"]
     head = f"| library | median{per} (ms) | min–max (ms) | first call (ms) | peer / ebm |"
+    if step_col:
+        head += " peer / ebm-step |"
     if rate:
         head += " samples/s |"
     head += " correctness |"
@@ -985,10 +1108,15 @@ def table(w: Workload, res: dict) -> str:
         ratio = "—" if r["ratio_vs_ebm"] is None else ("1 (ref)" if lib == "ebm" else f"{r['ratio_vs_ebm']:.2f}")
         row = (f"| {lib} | {1e3 * r['median_s']:.3f} | {1e3 * r['min_s']:.3f}–{1e3 * r['max_s']:.3f} | "
                f"{1e3 * r['warmup_s']:.1f} | {ratio} |")
+        if step_col:
+            row += " 1 (ref) |" if lib == "ebm-step" else f" {r['ratio_vs_ebm_step']:.2f} |"
         if rate:
             row += f" {r['samples_per_s'] / 1e3:.1f} K |"
         row += f" {format_figures(w, r['figures'])} |"
         lines.append(row)
+    paths = [f"{lib}: {r['path']}" for lib, r in res["results"].items() if r.get("path")]
+    if paths:
+        lines.append("\nebm's code path — " + "; ".join(paths) + ".")
     return "\n".join(lines)
 
 
@@ -1031,7 +1159,8 @@ def loadavg() -> str:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated ids (default: all)")
-    ap.add_argument("--libs", default=",".join(LIBS), help="comma-separated: ebm, torchebm, blackjax")
+    ap.add_argument("--libs", default=",".join(LIBS),
+                    help="comma-separated: ebm (default: fused chains where available), ebm-step (fused=False), torchebm, blackjax")
     ap.add_argument("--repeats", type=int, default=5, help="timed runs per (workload, library); median reported")
     ap.add_argument("--threads", type=int, default=1, help="intra-op threads for torch and XLA (default 1)")
     ap.add_argument("--json", metavar="PATH", help="write raw timings and figures here")
@@ -1081,6 +1210,13 @@ def configure_threads(threads: int, use_jax: bool) -> dict:
     import ebmcore
 
     versions["ebmcore"] = ebmcore.__version__
+    try:
+        import ebm_cuda
+
+        versions["ebm_cuda"] = ebm_cuda.__version__
+        versions["cpu_fused"] = ebm_cuda.host_unavailable_reason() or "available"
+    except ImportError:
+        versions["ebm_cuda"] = "not installed (ebm has no fused chains: ebm = ebm-step)"
     return versions
 
 
