@@ -15,7 +15,7 @@ from torch import Tensor
 
 from ebmcore.kernels.base import Kernel, KernelBackend
 
-__all__ = ["TorchBackend"]
+__all__ = ["TorchBackend", "add_scaled", "add_scaled_"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -115,13 +115,28 @@ def rastrigin_gradient(x: Tensor, amplitude: float) -> Tensor:
     return 2.0 * x + (2.0 * math.pi * amplitude) * torch.sin(2.0 * math.pi * x)
 
 
+def add_scaled(x: Tensor, y: Tensor, alpha: float) -> Tensor:
+    """``x + alpha·y`` in one kernel in eager mode.
+
+    Under ``torch.compile`` it is written as a multiply: inductor (torch 2.13) drops ``alpha`` when
+    it merges an ``add`` whose ``y`` is a matrix product into ``addmm`` (pytorch/pytorch#167313,
+    #196577), which made compiled samplers step by ``+∇E`` instead of ``−h∇E``.
+    """
+    return x + y * alpha if torch.compiler.is_compiling() else torch.add(x, y, alpha=alpha)
+
+
+def add_scaled_(x: Tensor, y: Tensor, alpha: float) -> Tensor:
+    """In place ``x += alpha·y`` (see :func:`add_scaled` for why compiled code multiplies)."""
+    return x.add_(y * alpha) if torch.compiler.is_compiling() else x.add_(y, alpha=alpha)
+
+
 def langevin_step(x: Tensor, grad: Tensor, noise: Tensor, step_size: float | Tensor, noise_scale: float | Tensor) -> Tensor:
     """``x − step_size·grad + noise_scale·noise``: one Euler–Maruyama step of overdamped Langevin dynamics.
 
     ``step_size`` and ``noise_scale`` are floats or tensors broadcastable to ``x`` (per chain: ``(n, 1)``).
     """
     if isinstance(step_size, float) and isinstance(noise_scale, float):
-        return torch.add(x, grad, alpha=-step_size).add_(noise, alpha=noise_scale)
+        return add_scaled_(add_scaled(x, grad, -step_size), noise, noise_scale)
     return x - step_size * grad + noise_scale * noise
 
 

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from ebmcore.errors import InputError
+from ebmcore.kernels.torch_backend import add_scaled, add_scaled_
 from ebmcore import EnergyFunctions, EnergyModel
 from ebm_samplers.state import GradientState, init_gradient_state
 from ebm_samplers.base import DIVERGENCE_THRESHOLD, MCMCSampler
@@ -58,13 +59,13 @@ def transition(state: MALAState, noise: Tensor, uniform: Tensor, fns: EnergyFunc
     h = per_chain(step_size, x)
     t = per_chain(temperature, x)
     if isinstance(h, float) and isinstance(t, float):
-        y = x.add(grad, alpha=-h).add_(noise, alpha=math.sqrt(2.0 * h * t))
+        y = add_scaled_(add_scaled(x, grad, -h), noise, math.sqrt(2.0 * h * t))
     else:
         y = x - h * grad + torch.sqrt(2.0 * h * t) * noise
     energy_y, grad_y = fns.energy_and_gradient(y)
     # log q(y|x) = −|ξ|²/2;  log q(x|y) = −|x − y + h∇E(y)|² / (4hT)
     back = torch.sub(x, y)
-    back = back.add_(grad_y, alpha=h) if isinstance(h, float) else back.addcmul_(h, grad_y)
+    back = add_scaled_(back, grad_y, h) if isinstance(h, float) else back.addcmul_(h, grad_y)
     h_chain = h if isinstance(h, float) else h.reshape(-1).to(acc)
     t_chain = t if isinstance(t, float) else t.reshape(-1).to(acc)
     log_ratio = (energy.to(acc) - energy_y.to(acc)) / t_chain - _sum_sq(back, acc) / (4.0 * h_chain * t_chain) + 0.5 * _sum_sq(noise, acc)

@@ -229,15 +229,26 @@ def test_functional_api_is_plain_and_reproducible():
     assert torch.equal(s1.x, s2.x) and torch.equal(state.x, torch.zeros(4, 2))  # the input state is untouched
 
 
+def test_compiled_langevin_on_a_gaussian_matches_eager():
+    """The Gaussian's gradient is a matrix product: inductor once folded x + alpha*(x @ P) into addmm
+    and dropped alpha (pytorch/pytorch#167313), so the compiled chain stepped the wrong way."""
+    energy = ebmcore.energy("gaussian", mean=torch.zeros(3), covariance=torch.eye(3) * 2)
+    x0 = _x0(64, 3)
+    compiled = LangevinSampler(energy, step_size=0.1, compile=True, fused=False).sample(x0, 5, generator=torch.Generator().manual_seed(1))
+    eager = LangevinSampler(energy, step_size=0.1, fused=False).sample(x0, 5, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("energy_name", ["double_well", "gaussian"])
 @pytest.mark.parametrize("cls, kw", ALL, ids=IDS)
-def test_compiled_transition_matches_eager(cls, kw):
+def test_compiled_transition_matches_eager(cls, kw, energy_name):
     """torch.compile of the transition (random draws outside) gives the eager chains (float64:
     no accept decision flips on rounding)."""
-    energy = ebmcore.energy("double_well", dim=2)
+    energy = ebmcore.energy(energy_name, dim=2).to(torch.float64)
     x0 = _x0(256, dtype=torch.float64)
     compiled = cls(energy, compile=True, **kw).sample(x0, 10, generator=torch.Generator().manual_seed(1))
-    eager = cls(energy, **kw).sample(x0, 10, generator=torch.Generator().manual_seed(1))
+    eager = cls(energy, fused=False, **kw).sample(x0, 10, generator=torch.Generator().manual_seed(1))
     torch.testing.assert_close(compiled, eager, rtol=1e-9, atol=1e-9)
 
 

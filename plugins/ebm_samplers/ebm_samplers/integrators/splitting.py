@@ -13,6 +13,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from ebmcore import EnergyFunctions, Integrator
+from ebmcore.kernels.torch_backend import add_scaled_
 from ebm_samplers.tunables import ChainScalar, InverseMass
 
 __all__ = ["SplittingIntegrator", "Leapfrog", "McLachlan", "Yoshida"]
@@ -21,7 +22,7 @@ __all__ = ["SplittingIntegrator", "Leapfrog", "McLachlan", "Yoshida"]
 def _kick(p: Tensor, grad: Tensor, scale: ChainScalar) -> None:
     """``p ← p − scale·grad`` in place."""
     if isinstance(scale, float):
-        p.add_(grad, alpha=-scale)
+        add_scaled_(p, grad, -scale)
     else:
         p.addcmul_(grad, scale, value=-1.0)
 
@@ -30,7 +31,7 @@ def _drift(x: Tensor, p: Tensor, scale: ChainScalar, inv_mass: InverseMass) -> N
     """``x ← x + scale·M⁻¹p`` in place."""
     v = inv_mass.velocity(p)
     if isinstance(scale, float):
-        x.add_(v, alpha=scale)
+        add_scaled_(x, v, scale)
     else:
         x.addcmul_(v, scale)
 
