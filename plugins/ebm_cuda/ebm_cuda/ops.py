@@ -124,10 +124,14 @@ def _langevin_chain(x: Tensor, kind: int, v0: Optional[Tensor], v1: Optional[Ten
     x = _check(x, "langevin_chain")
     _check_chain_dim(x, "langevin_chain")
     _check_stream(seed, offset)
-    out = x.clone()
+    if n_steps < 0:
+        raise InputError(f"ebm_cuda.langevin_chain: n_steps must be >= 0, got {n_steps}.")
+    if n_steps == 0:
+        return x.clone()
+    out = torch.empty_like(x)
     spec, _keep = _spec(x, kind, v0, v1, a, b)
     hv, sv = _vector(step_sizes, x, "step_sizes"), _vector(noise_scales, x, "noise_scales")
-    _run(x.device, "langevin_chain", ctypes.byref(spec), DTYPE_CODES[x.dtype], out.data_ptr(), x.shape[0], n_steps,
+    _run(x.device, "langevin_chain", ctypes.byref(spec), DTYPE_CODES[x.dtype], x.data_ptr(), out.data_ptr(), x.shape[0], n_steps,
          step_size, noise_scale, _ptr(hv), _ptr(sv), seed, offset)
     return out
 
@@ -149,14 +153,16 @@ def _hmc_chain(x: Tensor, kind: int, v0: Optional[Tensor], v1: Optional[Tensor],
     x = _check(x, "hmc_chain")
     _check_chain_dim(x, "hmc_chain")
     _check_stream(seed, offset)
-    if n_leapfrog_steps < 1:
-        raise InputError(f"ebm_cuda.hmc_chain: n_leapfrog_steps must be >= 1, got {n_leapfrog_steps}.")
-    out = x.clone()
+    if n_leapfrog_steps < 1 or n_steps < 0:
+        raise InputError(f"ebm_cuda.hmc_chain: n_leapfrog_steps must be >= 1 and n_steps >= 0, got {n_leapfrog_steps} and {n_steps}.")
     accepted = torch.zeros(x.shape[0], dtype=torch.int32, device=x.device)
     divergent = torch.zeros_like(accepted)
+    if n_steps == 0:
+        return x.clone(), accepted, divergent
+    out = torch.empty_like(x)
     spec, _keep = _spec(x, kind, v0, v1, a, b)
     hv = _vector(step_sizes, x, "step_sizes")
-    _run(x.device, "hmc_chain", ctypes.byref(spec), DTYPE_CODES[x.dtype], out.data_ptr(), x.shape[0], n_steps, step_size,
+    _run(x.device, "hmc_chain", ctypes.byref(spec), DTYPE_CODES[x.dtype], x.data_ptr(), out.data_ptr(), x.shape[0], n_steps, step_size,
          _ptr(hv), n_leapfrog_steps, inverse_temperature, seed, offset, accepted.data_ptr(), divergent.data_ptr())
     return out, accepted, divergent
 
@@ -177,9 +183,9 @@ def _langevin_step_philox(x: Tensor, grad: Tensor, step_size: float, noise_scale
     x = _check(x, "langevin_step_philox")
     _check_stream(seed, offset)
     grad = grad.to(x.dtype).contiguous()
-    out = x.clone()
+    out = torch.empty_like(x)
     hv, sv = _vector(step_sizes, x, "step_sizes"), _vector(noise_scales, x, "noise_scales")
-    _run(x.device, "langevin_update", DTYPE_CODES[x.dtype], out.data_ptr(), grad.data_ptr(), x.shape[0], x.shape[1],
+    _run(x.device, "langevin_update", DTYPE_CODES[x.dtype], x.data_ptr(), grad.data_ptr(), out.data_ptr(), x.shape[0], x.shape[1],
          step_size, noise_scale, _ptr(hv), _ptr(sv), seed, offset)
     return out
 

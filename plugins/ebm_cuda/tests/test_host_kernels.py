@@ -140,3 +140,15 @@ def test_bad_inputs_are_refused_with_the_fix():
         chain(x, torch.zeros(5), 1.0, n_steps=1, step_size=0.1, noise_scale=0.1, seed=0, offset=0)
     with pytest.raises(InputError, match="step_sizes"):
         chain(x, *params, n_steps=1, step_size=torch.ones(2), noise_scale=0.1, seed=0, offset=0)
+
+
+def test_zero_steps_return_the_input_and_the_input_is_never_written():
+    x, params = _chain_args("gaussian", 3)
+    before = x.clone()
+    assert torch.equal(BACKEND.kernels["gaussian_langevin_chain"].fn(x, *params, n_steps=0, step_size=0.1, noise_scale=0.1, seed=0, offset=0), x)
+    out, acc, div = BACKEND.kernels["gaussian_hmc_chain"].fn(x, *params, n_steps=0, step_size=0.1, n_leapfrog_steps=2,
+                                                            inverse_temperature=1.0, seed=0, offset=0)
+    assert torch.equal(out, x) and acc.sum() == 0 and div.sum() == 0
+    BACKEND.kernels["gaussian_langevin_chain"].fn(x, *params, n_steps=3, step_size=0.1, noise_scale=0.1, seed=0, offset=0)
+    BACKEND.kernels["langevin_step_philox"].fn(x, x, 0.1, 0.1, seed=0, offset=0)
+    assert torch.equal(x, before)

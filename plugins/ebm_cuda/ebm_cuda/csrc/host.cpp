@@ -89,7 +89,7 @@ void energy_host(const ebm_energy* spec, const S* x, int64_t n, S* energy, S* gr
 }
 
 template <int KIND, typename S>
-void langevin_chain_host(const ebm_energy* spec, S* x, int64_t n, int64_t n_steps, double h, double s,
+void langevin_chain_host(const ebm_energy* spec, const S* x, S* out, int64_t n, int64_t n_steps, double h, double s,
                          const void* h_vec, const void* s_vec, uint64_t seed, uint64_t offset, int threads) {
   using A = typename ebm::Acc<S>::type;
   const ebm::Energy<KIND, A, 0> E{params_of<A>(spec)};
@@ -115,14 +115,14 @@ void langevin_chain_host(const ebm_energy* spec, S* x, int64_t n, int64_t n_step
           }
         }
       }
-      store_tile(x, xb.data(), i0, m, d);
+      store_tile(out, xb.data(), i0, m, d);
     }
   }
 }
 
 // HMC over tiles: the trajectories vectorised across the tile's chains, the Metropolis test per chain.
 template <int KIND, typename S>
-void hmc_chain_host(const ebm_energy* spec, S* x, int64_t n, int64_t n_steps, double h, const void* h_vec,
+void hmc_chain_host(const ebm_energy* spec, const S* x, S* out, int64_t n, int64_t n_steps, double h, const void* h_vec,
                     int n_leapfrog, double beta, uint64_t seed, uint64_t offset, int32_t* accepted,
                     int32_t* divergent, int threads) {
   using A = typename ebm::Acc<S>::type;
@@ -160,13 +160,13 @@ void hmc_chain_host(const ebm_energy* spec, S* x, int64_t n, int64_t n_steps, do
           divergent[i0 + lane] += diverged ? 1 : 0;
         }
       }
-      store_tile(x, xb, i0, m, d);
+      store_tile(out, xb, i0, m, d);
     }
   }
 }
 
 template <typename S>
-void langevin_update_host(S* x, const S* grad, int64_t n, int d, double h, double s, const void* h_vec,
+void langevin_update_host(const S* x, const S* grad, S* out, int64_t n, int d, double h, double s, const void* h_vec,
                           const void* s_vec, uint64_t seed, uint64_t offset, int threads) {
   using A = typename ebm::Acc<S>::type;
   const ebm::Stream rng(seed);
@@ -174,7 +174,7 @@ void langevin_update_host(S* x, const S* grad, int64_t n, int d, double h, doubl
   for (int64_t i = 0; i < n; ++i) {
     const A hi = h_vec ? ((const A*)h_vec)[i] : (A)h, si = s_vec ? ((const A*)s_vec)[i] : (A)s;
     for (int b = 0; b < (d + 3) / 4; ++b)
-      ebm::langevin_block<A>(x + i * d, grad + i * d, 1, d, b, hi, si, rng, (uint32_t)i, offset);
+      ebm::langevin_block<A>(x + i * d, grad + i * d, out + i * d, 1, d, b, hi, si, rng, (uint32_t)i, offset);
   }
 }
 
@@ -205,26 +205,26 @@ int ebm_host_energy(const ebm_energy* spec, int dtype, const void* x, int64_t n,
   return 0;
 }
 
-int ebm_host_langevin_chain(const ebm_energy* spec, int dtype, void* x, int64_t n, int64_t n_steps, double h,
+int ebm_host_langevin_chain(const ebm_energy* spec, int dtype, const void* x, void* out, int64_t n, int64_t n_steps, double h,
                             double s, const void* h_vec, const void* s_vec, uint64_t seed, uint64_t offset,
                             int threads) {
   EBM_HOST_DTYPES(dtype, S, EBM_DISPATCH_KIND(spec->kind, KIND,
-      langevin_chain_host<KIND, S>(spec, (S*)x, n, n_steps, h, s, h_vec, s_vec, seed, offset, threads)))
+      langevin_chain_host<KIND, S>(spec, (const S*)x, (S*)out, n, n_steps, h, s, h_vec, s_vec, seed, offset, threads)))
   return 0;
 }
 
-int ebm_host_hmc_chain(const ebm_energy* spec, int dtype, void* x, int64_t n, int64_t n_steps, double h,
+int ebm_host_hmc_chain(const ebm_energy* spec, int dtype, const void* x, void* out, int64_t n, int64_t n_steps, double h,
                        const void* h_vec, int n_leapfrog, double beta, uint64_t seed, uint64_t offset,
                        int32_t* accepted, int32_t* divergent, int threads) {
   EBM_HOST_DTYPES(dtype, S, EBM_DISPATCH_KIND(spec->kind, KIND,
-      hmc_chain_host<KIND, S>(spec, (S*)x, n, n_steps, h, h_vec, n_leapfrog, beta, seed, offset, accepted,
+      hmc_chain_host<KIND, S>(spec, (const S*)x, (S*)out, n, n_steps, h, h_vec, n_leapfrog, beta, seed, offset, accepted,
                                     divergent, threads)))
   return 0;
 }
 
-int ebm_host_langevin_update(int dtype, void* x, const void* grad, int64_t n, int d, double h, double s,
+int ebm_host_langevin_update(int dtype, const void* x, const void* grad, void* out, int64_t n, int d, double h, double s,
                              const void* h_vec, const void* s_vec, uint64_t seed, uint64_t offset, int threads) {
-  EBM_HOST_DTYPES(dtype, S, langevin_update_host<S>((S*)x, (const S*)grad, n, d, h, s, h_vec, s_vec, seed, offset,
+  EBM_HOST_DTYPES(dtype, S, langevin_update_host<S>((const S*)x, (const S*)grad, (S*)out, n, d, h, s, h_vec, s_vec, seed, offset,
                                                     threads))
   return 0;
 }

@@ -77,7 +77,7 @@ template <int KIND>
 __host__ __device__ int param_floats(int d) { return KIND == ebm::GAUSSIAN ? d + d * d : KIND == ebm::HARMONIC ? d : 0; }
 
 template <int KIND, typename S, int MAXD>
-__global__ void langevin_chain_kernel(ebm::Params<float> p, S* x, int64_t n, int64_t n_steps, float h, float s,
+__global__ void langevin_chain_kernel(ebm::Params<float> p, const S* x, S* out, int64_t n, int64_t n_steps, float h, float s,
                                       const float* h_vec, const float* s_vec, uint64_t seed, uint64_t offset) {
   extern __shared__ float shared[];
   const int d = p.d;
@@ -93,11 +93,11 @@ __global__ void langevin_chain_kernel(ebm::Params<float> p, S* x, int64_t n, int
                         (uint32_t)i, offset);
     EBM_LOOP(j, MAXD, d) { tile[threadIdx.x * d + j] = xr[j]; }
   }
-  store_tile(x, tile, base, count, d);
+  store_tile(out, tile, base, count, d);
 }
 
 template <int KIND, typename S, int MAXD>
-__global__ void hmc_chain_kernel(ebm::Params<float> p, S* x, int64_t n, int64_t n_steps, float h, const float* h_vec,
+__global__ void hmc_chain_kernel(ebm::Params<float> p, const S* x, S* out, int64_t n, int64_t n_steps, float h, const float* h_vec,
                                  int n_leapfrog, float beta, uint64_t seed, uint64_t offset, int32_t* accepted,
                                  int32_t* divergent) {
   extern __shared__ float shared[];
@@ -114,17 +114,17 @@ __global__ void hmc_chain_kernel(ebm::Params<float> p, S* x, int64_t n, int64_t 
                    (uint32_t)i, offset, accepted + i, divergent + i);
     EBM_LOOP(j, MAXD, d) { tile[threadIdx.x * d + j] = xr[j]; }
   }
-  store_tile(x, tile, base, count, d);
+  store_tile(out, tile, base, count, d);
 }
 
 // One thread per block of four elements of one chain.
 template <typename S>
-__global__ void langevin_update_kernel(S* x, const S* grad, int64_t n, int d, float h, float s, const float* h_vec,
+__global__ void langevin_update_kernel(const S* x, const S* grad, S* out, int64_t n, int d, float h, float s, const float* h_vec,
                                        const float* s_vec, uint64_t seed, uint64_t offset) {
   const int nb = (d + 3) / 4;
   const int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, i = k / nb;
   if (i >= n) return;
-  ebm::langevin_block<float>(x + i * d, grad + i * d, 1, d, (int)(k % nb), h_vec ? h_vec[i] : h,
+  ebm::langevin_block<float>(x + i * d, grad + i * d, out + i * d, 1, d, (int)(k % nb), h_vec ? h_vec[i] : h,
                              s_vec ? s_vec[i] : s, ebm::Stream(seed), (uint32_t)i, offset);
 }
 
@@ -178,7 +178,7 @@ int ebm_cuda_energy(const ebm_energy* spec, int dtype, const void* x, int64_t n,
   return launched();
 }
 
-int ebm_cuda_langevin_chain(const ebm_energy* spec, int dtype, void* x, int64_t n, int64_t n_steps, double h,
+int ebm_cuda_langevin_chain(const ebm_energy* spec, int dtype, const void* x, void* out, int64_t n, int64_t n_steps, double h,
                             double s, const void* h_vec, const void* s_vec, uint64_t seed, uint64_t offset,
                             void* stream) {
   if (n == 0 || n_steps == 0) return 0;
@@ -186,12 +186,12 @@ int ebm_cuda_langevin_chain(const ebm_energy* spec, int dtype, void* x, int64_t 
   EBM_CUDA_DTYPES(dtype, S, EBM_DISPATCH_KIND(spec->kind, KIND, EBM_DISPATCH_MAXD(spec->d, MAXD,
       chain_launch_shape<KIND>(spec->d, &threads, &shared);
       langevin_chain_kernel<KIND, S, MAXD><<<blocks_for(n, threads), threads, shared, (cudaStream_t)stream>>>(
-          params_of<float>(spec), (S*)x, n, n_steps, (float)h, (float)s, (const float*)h_vec, (const float*)s_vec,
+          params_of<float>(spec), (const S*)x, (S*)out, n, n_steps, (float)h, (float)s, (const float*)h_vec, (const float*)s_vec,
           seed, offset))))
   return launched();
 }
 
-int ebm_cuda_hmc_chain(const ebm_energy* spec, int dtype, void* x, int64_t n, int64_t n_steps, double h,
+int ebm_cuda_hmc_chain(const ebm_energy* spec, int dtype, const void* x, void* out, int64_t n, int64_t n_steps, double h,
                        const void* h_vec, int n_leapfrog, double beta, uint64_t seed, uint64_t offset,
                        int32_t* accepted, int32_t* divergent, void* stream) {
   if (n == 0 || n_steps == 0) return 0;
@@ -199,17 +199,17 @@ int ebm_cuda_hmc_chain(const ebm_energy* spec, int dtype, void* x, int64_t n, in
   EBM_CUDA_DTYPES(dtype, S, EBM_DISPATCH_KIND(spec->kind, KIND, EBM_DISPATCH_MAXD(spec->d, MAXD,
       chain_launch_shape<KIND>(spec->d, &threads, &shared);
       hmc_chain_kernel<KIND, S, MAXD><<<blocks_for(n, threads), threads, shared, (cudaStream_t)stream>>>(
-          params_of<float>(spec), (S*)x, n, n_steps, (float)h, (const float*)h_vec, n_leapfrog, (float)beta, seed,
+          params_of<float>(spec), (const S*)x, (S*)out, n, n_steps, (float)h, (const float*)h_vec, n_leapfrog, (float)beta, seed,
           offset, accepted, divergent))))
   return launched();
 }
 
-int ebm_cuda_langevin_update(int dtype, void* x, const void* grad, int64_t n, int d, double h, double s,
+int ebm_cuda_langevin_update(int dtype, const void* x, const void* grad, void* out, int64_t n, int d, double h, double s,
                              const void* h_vec, const void* s_vec, uint64_t seed, uint64_t offset, void* stream) {
   if (n == 0) return 0;
   const int64_t work = n * ((d + 3) / 4);
   EBM_CUDA_DTYPES(dtype, S, langevin_update_kernel<S><<<blocks_for(work, THREADS), THREADS, 0, (cudaStream_t)stream>>>(
-      (S*)x, (const S*)grad, n, d, (float)h, (float)s, (const float*)h_vec, (const float*)s_vec, seed, offset))
+      (const S*)x, (const S*)grad, (S*)out, n, d, (float)h, (float)s, (const float*)h_vec, (const float*)s_vec, seed, offset))
   return launched();
 }
 

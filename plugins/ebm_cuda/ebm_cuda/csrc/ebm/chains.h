@@ -13,15 +13,16 @@ namespace ebm {
 // One element of a Langevin step: x - h g + s z (V: the math type, or host Lanes of it).
 template <typename V> EBM_HD V langevin_move(V x, V g, V h, V s, V z) { return (x - h * g) + s * z; }
 
-// Elements 4b .. 4b+3 of one Langevin step x <- x - h g + s ξ, ξ the stream's normals of this
-// chain at step t. X is the math type A (a chain in registers) or a storage type (in memory).
-template <typename A, typename X, typename G>
-EBM_HD void langevin_block(X* x, const G* g, int st, int d, int b, A h, A s, const Stream& rng, uint32_t chain, uint64_t t) {
+// Elements 4b .. 4b+3 of one Langevin step out <- x - h g + s ξ, ξ the stream's normals of this
+// chain at step t (out may be x). X, Y: the math type A (a chain in registers) or a storage type.
+template <typename A, typename X, typename G, typename Y>
+EBM_HD void langevin_block(const X* x, const G* g, Y* out, int st, int d, int b, A h, A s, const Stream& rng,
+                           uint32_t chain, uint64_t t) {
   float z[4];
   rng.normal4((uint32_t)b, chain, t, z);
   EBM_UNROLL for (int l = 0; l < 4; ++l) {
     int j = 4 * b + l;
-    if (j < d) store<A>(x + j * st, langevin_move<A>(load<A>(x + j * st), load<A>(g + j * st), h, s, (A)z[l]));
+    if (j < d) store<A>(out + j * st, langevin_move<A>(load<A>(x + j * st), load<A>(g + j * st), h, s, (A)z[l]));
   }
 }
 
@@ -33,7 +34,7 @@ EBM_HD void langevin_chain(const Energy<KIND, A, MAXD>& E, A* x, A* g, int st, i
   const int d = E.p.d;
   for (int64_t t = 0; t < n_steps; ++t) {
     E(x, st, g, st);
-    EBM_BLOCKS(b, MAXD, d) langevin_block<A>(x, g, st, d, b, h, s, rng, chain, offset + (uint64_t)t);
+    EBM_BLOCKS(b, MAXD, d) langevin_block<A>(x, g, x, st, d, b, h, s, rng, chain, offset + (uint64_t)t);
   }
 }
 
