@@ -502,7 +502,7 @@ def step_kernel_rows(group: str, dtype: Any, sizes: Sizes, device: Any, repeats:
         log(f"  {group} {dname} k1: {r.label} ...")
         r.timing = measure(ebm_loop, repeats, device)
         r.figures = {"nonfinite_chains": int((~torch.isfinite(r.timing["out"].float()).all(1)).sum())}
-        r.note = "each call also copies x (the op returns a new tensor: x.clone(), then the update in place)"
+        r.note = "each call reads x and writes a new tensor (out of place: the state once each way)"
         r.timing["out"] = None
 
     r2 = Row(group, "step kernel only", dname, "k2", "torchebm Triton fused_langevin_step(x, fixed grad, out=x), per step",

@@ -65,7 +65,10 @@ def uniform(n: int, seed: int, step: int) -> Tensor:
 
 def langevin_chain(gradient: Callable[[Tensor], Tensor], x: Tensor, n_steps: int, step_size, noise_scale, seed: int,
                    offset: int) -> Tensor:
-    """``n_steps`` steps of ``x − h∇E(x) + s·ξ_t``, ``ξ_t = normal(n, d, seed, offset + t)``, in ``x``'s dtype."""
+    """``n_steps`` steps of ``x − h∇E(x) + s·ξ_t``, ``ξ_t = normal(n, d, seed, offset + t)``, in ``x``'s dtype.
+
+    The kernels compute bfloat16/float16 chains in float32 and round once per launch: compare
+    them with this function on ``x.float()``, rounded at the end."""
     for t in range(n_steps):
         xi = normal(x.shape[0], x.shape[1], seed, offset + t).to(x)
         x = (x - step_size * gradient(x)) + noise_scale * xi
