@@ -31,9 +31,11 @@ class Loss(ABC):
         return []
 
     def state_dict(self) -> dict[str, Any]:
+        """State kept between steps, for checkpoints; empty by default (override in losses that keep state)."""
         return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output; by default accepts only an empty dict and raises ``InputError`` otherwise."""
         if state:
             from ebmcore.errors import InputError
 

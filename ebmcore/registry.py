@@ -74,6 +74,7 @@ class Entry:
         return self.component(*args, **kwargs)
 
     def describe(self) -> str:
+        """One line for messages: ``<kind> '<name>' from plugin '<plugin>' (<distribution> <version>)``."""
         return f"{self.kind} '{self.name}' from plugin '{self.plugin}' ({self.distribution} {self.version})"
 
 
@@ -162,6 +163,7 @@ class ComponentTable:
     _by_name: dict[tuple[str, str], list[Entry]] = field(default_factory=dict)
 
     def add(self, entries: list[Entry]) -> None:
+        """Record committed entries; clashing names are kept side by side and resolved at lookup."""
         for entry in entries:
             self._by_name.setdefault((entry.kind, entry.name), []).append(entry)
 
@@ -190,6 +192,7 @@ class ComponentTable:
         return out
 
     def names(self, kind: str) -> list[str]:
+        """Sorted names registered for ``kind``, clashing ones included."""
         _check_kind(kind)
         return sorted(name for (k, name) in self._by_name if k == kind)
 
@@ -204,6 +207,11 @@ class ComponentTable:
         return out
 
     def get(self, kind: str, name: str, failures: str = "") -> Entry:
+        """The entry ``name`` resolves to for ``kind``.
+
+        Raises :class:`UnknownComponentError` (with ``failures``, a summary of plugins that failed to load, appended)
+        if nothing has that name, :class:`DuplicateComponentError` if a clash is not settled by one override.
+        """
         _check_kind(kind)
         if (kind, name) in self._by_name:
             return self._winner(kind, name)

@@ -37,9 +37,12 @@ class AnalyticEnergy(EnergyModel):
         raise NotImplementedError
 
     def compute_energy(self, x: Tensor) -> Tensor:
+        """Unchecked ``E(x)``: ``x: (n, dim)`` -> ``(n,)``, through the ``<op>_energy`` kernel for ``x``'s device and dtype."""
         return resolve_kernel(f"{self.op}_energy", x.device, x.dtype, self.backend).fn(x, *self.kernel_args())
 
     def compute_gradient(self, x: Tensor, create_graph: bool = False) -> Tensor:
+        """Unchecked ``∇ₓE(x)``: ``x: (n, dim)`` -> ``(n, dim)``, through the ``<op>_gradient`` kernel (closed form,
+        not autograd); ``create_graph`` is not passed to the kernel."""
         return resolve_kernel(f"{self.op}_gradient", x.device, x.dtype, self.backend).fn(x, *self.kernel_args())
 
     def bind(self, like: Tensor) -> EnergyFunctions:

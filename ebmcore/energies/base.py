@@ -107,6 +107,7 @@ class EnergyModel(nn.Module):
         return self._checked(energy, "energy", x), self._checked(grad, "gradient", x)
 
     def forward(self, x: Tensor) -> Tensor:
+        """``model(x)``: the checked :meth:`energy`, ``x: (n, *event_shape)`` -> ``(n,)``."""
         return self.energy(x)
 
     # -- helpers -----------------------------------------------------------------------------

@@ -84,6 +84,7 @@ class GaussianEnergy(AnalyticEnergy):
         self.register_buffer("covariance", cov)
 
     def kernel_args(self) -> tuple[Any, ...]:
+        """``(mean: (d,), precision: (d, d))``, the arguments of the ``gaussian`` kernels after ``x``."""
         return (self.mean, self.precision)
 
 
@@ -129,4 +130,8 @@ class GaussianMixtureEnergy(AnalyticEnergy):
         self.register_buffer("log_weights", torch.log(weights_t / weights_t.sum()))
 
     def kernel_args(self) -> tuple[Any, ...]:
+        """``(means: (K, d), stds: (K, d), log_weights: (K,))``, the ``gaussian_mixture`` kernels' arguments after ``x``.
+
+        ``log_weights`` are the normalised log mixture weights.
+        """
         return (self.means, self.stds, self.log_weights)

@@ -28,6 +28,7 @@ class DoubleWellEnergy(AnalyticEnergy):
         self.barrier = check_positive(barrier, "DoubleWellEnergy barrier")
 
     def kernel_args(self) -> tuple[Any, ...]:
+        """``(barrier,)``, the ``double_well`` kernels' argument after ``x``."""
         return (self.barrier,)
 
 
@@ -45,6 +46,7 @@ class RosenbrockEnergy(AnalyticEnergy):
         self.b = check_positive(b, "RosenbrockEnergy b")
 
     def kernel_args(self) -> tuple[Any, ...]:
+        """``(a, b)``, the ``rosenbrock`` kernels' arguments after ``x``."""
         return (self.a, self.b)
 
 
@@ -74,6 +76,7 @@ class HarmonicEnergy(AnalyticEnergy):
         self.register_buffer("center", c)
 
     def kernel_args(self) -> tuple[Any, ...]:
+        """``(center: (d,), stiffness)``, the ``harmonic`` kernels' arguments after ``x``."""
         return (self.center, self.stiffness)
 
 
@@ -87,6 +90,7 @@ class AckleyEnergy(AnalyticEnergy):
         self.a, self.b, self.c = float(a), check_positive(b, "AckleyEnergy b"), float(c)
 
     def kernel_args(self) -> tuple[Any, ...]:
+        """``(a, b, c)``, the ``ackley`` kernels' arguments after ``x``."""
         return (self.a, self.b, self.c)
 
 
@@ -100,4 +104,5 @@ class RastriginEnergy(AnalyticEnergy):
         self.amplitude = check_positive(amplitude, "RastriginEnergy amplitude")
 
     def kernel_args(self) -> tuple[Any, ...]:
+        """``(amplitude,)``, the ``rastrigin`` kernels' argument after ``x``."""
         return (self.amplitude,)

@@ -63,6 +63,7 @@ class KernelBackend:
             self.add(kernel)
 
     def add(self, kernel: Kernel) -> None:
+        """Add ``kernel`` under its ``op``; raises ``ValueError`` if this backend already has a kernel for that op."""
         if kernel.op in self._kernels:
             raise ValueError(f"backend '{self.name}' already has a kernel for op '{kernel.op}'")
         self._kernels[kernel.op] = kernel

@@ -28,10 +28,12 @@ class GaussianNoise:
         self.mean, self.std = mean, std
 
     def sample(self, n: int, generator: torch.Generator | None = None) -> Tensor:
+        """``n`` draws ``mean + std·z``, ``z ~ N(0, I)`` from ``generator``: ``(n, *mean.shape)``."""
         z = torch.randn((n, *self.mean.shape), generator=generator, dtype=self.mean.dtype, device=self.mean.device)
         return self.mean + self.std * z
 
     def log_prob(self, x: Tensor) -> Tensor:
+        """The normalised log density ``log q(x)``: ``x: (n, *mean.shape)`` -> ``(n,)``."""
         z = (x - self.mean) / self.std
         log_det = self.std.log().sum()
         d = self.mean.numel()
@@ -58,6 +60,7 @@ class NoiseContrastiveEstimation(Loss):
         self.log_normalizer = torch.nn.Parameter(torch.tensor(float(log_normalizer)))
 
     def parameters(self) -> list[torch.nn.Parameter]:
+        """``[log_normalizer]``: the learnable ``c`` (a 0-d parameter), to train with the model's parameters."""
         return [self.log_normalizer]
 
     def __call__(self, energy: EnergyModel, data: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
@@ -75,12 +78,14 @@ class NoiseContrastiveEstimation(Loss):
         return -logsigmoid(logit(x)).mean() - self.noise_ratio * logsigmoid(-logit(y)).mean()
 
     def state_dict(self) -> dict[str, Any]:
+        """``log_normalizer`` (a detached copy), and ``noise_mean``/``noise_std`` once the Gaussian noise is fitted."""
         state: dict[str, Any] = {"log_normalizer": self.log_normalizer.detach().clone()}
         if isinstance(self.noise, GaussianNoise):
             state["noise_mean"], state["noise_std"] = self.noise.mean, self.noise.std
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output: copy ``log_normalizer`` in place and rebuild any saved Gaussian noise."""
         with torch.no_grad():
             self.log_normalizer.copy_(state["log_normalizer"])
         if "noise_mean" in state:

@@ -241,6 +241,8 @@ class Trainer:
     # -- checkpoints ------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
+        """Everything an exact resume needs: step, energy, optimizer, loss and EMA states, the trainer's generator and
+        torch's global RNG state, the batch order and position, and the history."""
         return {
             "step": self.step,
             "energy": self.energy.state_dict(),
@@ -254,6 +256,7 @@ class Trainer:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output into this trainer (the EMA only if both have one); see :meth:`load`."""
         self.step = state["step"]
         self.energy.load_state_dict(state["energy"])
         self.optimizer.load_state_dict(state["optimizer"])

@@ -80,6 +80,7 @@ class AnnealedLangevinSampler(MCMCSampler):
         return len(self.sigmas) * self.n_steps_each
 
     def tunables(self, x: Tensor, overrides: dict[str, Any]) -> dict[str, Any]:
+        """Accepts only ``step_size``, the last level's, one float for all chains (default ``0.1·σ_L²``)."""
         unknown = set(overrides) - {"step_size"}
         if unknown:
             raise InputError(f"AnnealedLangevinSampler: unknown tunable(s) {sorted(unknown)}.")
@@ -90,6 +91,7 @@ class AnnealedLangevinSampler(MCMCSampler):
         return {"step_size": h}
 
     def init_state(self, x: Tensor, fns: EnergyFunctions) -> AnnealedState:
+        """The state at ``x: (n_chains, *event_shape)`` with no steps taken (the first level)."""
         return AnnealedState(x, 0)
 
     def diagnostic_energy(self, state: AnnealedState, fns: EnergyFunctions) -> Tensor:
@@ -110,6 +112,8 @@ class AnnealedLangevinSampler(MCMCSampler):
 
     def step_fn(self, state: AnnealedState, fns: EnergyFunctions, *, step_size: float,
                 generator: torch.Generator | None = None) -> tuple[AnnealedState, AnnealedInfo]:
+        """One Langevin step ``x' = x − h_i∇ₓE(x) + √(2h_i)·ξ`` of every chain at the current level ``i``
+        (``h_i = step_size·(σ_i/σ_L)²``; the gradient at ``σ_i`` for a noise-conditional energy)."""
         level = min(state.n_taken // self.n_steps_each, len(self.sigmas) - 1)
         sigma = self.sigmas[level]
         h = step_size * (sigma / self.sigmas[-1]) ** 2

@@ -107,12 +107,17 @@ class HMCSampler(MCMCSampler):
         self.integrator = resolve_integrator(integrator, kind="hamiltonian", symplectic=True, user="HMCSampler")
 
     def default_step_size(self, x: Tensor) -> float:
+        """``0.5·d^(−1/4)`` for ``x: (n_chains, *event_shape)`` with ``d`` elements per chain."""
         return 0.5 * event_size(x) ** (-0.25)
 
     def default_n_leapfrog_steps(self, x: Tensor) -> int:
+        """``⌈√d⌉`` (at least 1) for ``d`` elements per chain."""
         return max(1, math.ceil(math.sqrt(event_size(x))))
 
     def tunables(self, x: Tensor, overrides: dict[str, Any]) -> dict[str, Any]:
+        """Accepts ``step_size`` (default :meth:`default_step_size`; float or ``(n_chains,)``), ``n_leapfrog_steps``
+        (positive int, default :meth:`default_n_leapfrog_steps`), ``inv_mass`` (default None: identity) and
+        ``temperature`` (default 1; float or ``(n_chains,)``); adds the ``integrator``."""
         unknown = set(overrides) - {"step_size", "n_leapfrog_steps", "inv_mass", "temperature"}
         if unknown:
             raise InputError(f"HMCSampler: unknown tunable(s) {sorted(unknown)}.")

@@ -88,9 +88,12 @@ class LangevinSampler(MCMCSampler):
         self.integrator = resolve_integrator(integrator, kind="sde", user="LangevinSampler")
 
     def default_step_size(self, x: Tensor) -> float:
+        """``0.1·d^(−1/3)`` for ``x: (n_chains, *event_shape)`` with ``d`` elements per chain."""
         return 0.1 * event_size(x) ** (-1.0 / 3.0)
 
     def tunables(self, x: Tensor, overrides: dict[str, Any]) -> dict[str, Any]:
+        """Accepts ``step_size`` (default :meth:`default_step_size`) and ``temperature`` (default 1), each a
+        float or a ``(n_chains,)`` tensor; adds ``update``, the integrator bound to ``x``."""
         unknown = set(overrides) - {"step_size", "temperature"}
         if unknown:
             raise InputError(f"LangevinSampler: unknown tunable(s) {sorted(unknown)}; ULA takes step_size and temperature.")

@@ -98,9 +98,12 @@ class MALASampler(MCMCSampler):
         self.temperature = temperature
 
     def default_step_size(self, x: Tensor) -> float:
+        """``0.5·d^(−1/3)`` for ``x: (n_chains, *event_shape)`` with ``d`` elements per chain."""
         return 0.5 * event_size(x) ** (-1.0 / 3.0)
 
     def tunables(self, x: Tensor, overrides: dict[str, Any]) -> dict[str, Any]:
+        """Accepts ``step_size`` (default :meth:`default_step_size`) and ``temperature`` (default 1), each a
+        float or a ``(n_chains,)`` tensor."""
         unknown = set(overrides) - {"step_size", "temperature"}
         if unknown:
             raise InputError(f"MALASampler: unknown tunable(s) {sorted(unknown)}; MALA takes step_size and temperature.")

@@ -217,9 +217,13 @@ class NUTSSampler(MCMCSampler):
         self.jitter = jitter
 
     def default_step_size(self, x: Tensor) -> float:
+        """``0.5·d^(−1/4)`` for ``x: (n_chains, *event_shape)`` with ``d`` elements per chain."""
         return 0.5 * event_size(x) ** (-0.25)
 
     def tunables(self, x: Tensor, overrides: dict[str, Any]) -> dict[str, Any]:
+        """Accepts ``step_size`` (default :meth:`default_step_size`; float or ``(n_chains,)``), ``max_tree_depth``
+        (int in [1, 20], default 10), ``inv_mass`` (default None: identity), ``temperature`` (default 1; float or
+        ``(n_chains,)``) and ``jitter`` (in [0, 1), default 0)."""
         unknown = set(overrides) - {"step_size", "max_tree_depth", "inv_mass", "temperature", "jitter"}
         if unknown:
             raise InputError(f"NUTSSampler: unknown tunable(s) {sorted(unknown)}.")

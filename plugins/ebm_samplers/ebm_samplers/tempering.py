@@ -103,17 +103,22 @@ class ParallelTemperingSampler(MCMCSampler):
         return torch.tensor(self.temperatures, dtype=like.dtype, device=like.device).repeat_interleave(n)
 
     def tunables(self, x: Tensor, overrides: dict[str, Any]) -> dict[str, Any]:
+        """Accepts the base sampler's tunables, validated by its ``tunables`` for the ``K·n`` replica rows with the
+        replicas' per-row temperatures (a ``temperature`` override is replaced); adds ``inv_temperatures: (K,)``."""
         n, k = x.shape[0], len(self.temperatures)
         replicas = x.repeat(k, *([1] * (x.dim() - 1)))
         params = self.base.tunables(replicas, dict(overrides, temperature=self._temperatures(n, x)))
         return {"base_params": params, "inv_temperatures": 1.0 / torch.tensor(self.temperatures, dtype=torch.float64)}
 
     def init_state(self, x: Tensor, fns: EnergyFunctions) -> TemperingState:
+        """Every replica starts at ``x: (n_chains, *event_shape)``: the base sampler's state over ``K·n_chains`` rows."""
         replicas = x.repeat(len(self.temperatures), *([1] * (x.dim() - 1)))
         return TemperingState(self.base.init_state(replicas, fns), x.shape[0])
 
     def step_fn(self, state: TemperingState, fns: EnergyFunctions, *, base_params: dict[str, Any],
                 inv_temperatures: Tensor, generator: torch.Generator | None = None) -> tuple[TemperingState, TemperingInfo]:
+        """One base step of all ``K·n`` replicas, then a swap attempt for every adjacent pair of temperatures
+        (even pairs, then odd pairs)."""
         n, k = state.n_chains, len(self.temperatures)
         replicas, base_info = self.base.step_fn(state.replicas, fns, generator=generator, **base_params)
         acc = torch.promote_types(replicas.x.dtype, torch.float32)
