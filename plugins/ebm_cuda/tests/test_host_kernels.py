@@ -152,3 +152,20 @@ def test_zero_steps_return_the_input_and_the_input_is_never_written():
     BACKEND.kernels["gaussian_langevin_chain"].fn(x, *params, n_steps=3, step_size=0.1, noise_scale=0.1, seed=0, offset=0)
     BACKEND.kernels["langevin_step_philox"].fn(x, x, 0.1, 0.1, seed=0, offset=0)
     assert torch.equal(x, before)
+
+
+def test_results_do_not_depend_on_the_thread_count():
+    x, params = _chain_args("gaussian", 5)
+    x = x.repeat(40, 1)  # several tiles per thread
+    before = torch.get_num_threads()
+    try:
+        outs = []
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            lang = BACKEND.kernels["gaussian_langevin_chain"].fn(x, *params, n_steps=5, step_size=0.01, noise_scale=0.1, seed=3, offset=0)
+            hmc = BACKEND.kernels["gaussian_hmc_chain"].fn(x, *params, n_steps=3, step_size=0.1, n_leapfrog_steps=3,
+                                                         inverse_temperature=1.0, seed=3, offset=0)
+            outs.append((lang, *hmc))
+    finally:
+        torch.set_num_threads(before)
+    assert all(torch.equal(a, b) for a, b in zip(*outs))
