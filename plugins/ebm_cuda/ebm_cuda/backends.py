@@ -7,7 +7,8 @@ and ``langevin_step`` and ``langevin_step_philox``.
 
 Priorities: on CUDA every kernel outranks the ``torch`` reference (10 against 0). On the CPU the
 plain energy, gradient and step kernels rank below it (-10: selected only by name, e.g.
-``EBM_BACKEND=cpu_fused,torch``, as the tests do; PyTorch's own ops are as fast), while the fused
+``EBM_BACKEND=cpu_fused,torch``, as the tests do; PyTorch's own ops are as fast, and its
+vectorised normal generator beats the per-chain ``langevin_step_philox`` there), while the fused
 chains, vectorised across chains, rank 10 and are used by the samplers automatically.
 
 A call whose inputs require grad (with grad mode on) runs the ``torch`` reference instead, so
@@ -112,7 +113,7 @@ def _kernels(device: str, dtypes: tuple[torch.dtype, ...], plain: int, fused: in
     def kernel(op: str, fn: Callable[..., Any], priority: int, max_event_size: int | None = None) -> Kernel:
         return Kernel(op, fn, (device,), dtypes, capability, priority, max_event_size)
 
-    kernels = [kernel("langevin_step", langevin_step, plain), kernel("langevin_step_philox", langevin_step_philox, fused)]
+    kernels = [kernel("langevin_step", langevin_step, plain), kernel("langevin_step_philox", langevin_step_philox, plain)]
     for name in KINDS:
         kernels += [
             kernel(f"{name}_energy", _energy_kernel(name, False), plain),

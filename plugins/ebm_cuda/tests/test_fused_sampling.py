@@ -64,7 +64,7 @@ def test_fused_true_says_why_it_cannot_run():
     with pytest.raises(InputError, match="callback needs every step"):
         LangevinSampler(energy, fused=True).sample(x0, 3, callback=lambda *a: None)
     with pytest.raises(InputError, match="not an analytic energy"):
-        LangevinSampler(ebmcore.energy("mlp", dim=4), fused=True).sample(x0.float(), 3)
+        HMCSampler(ebmcore.energy("mlp", dim=4), fused=True).sample(x0.float(), 3)
     with pytest.raises(InputError, match="mass matrix"):
         HMCSampler(energy, inv_mass=torch.full((4,), 2.0, dtype=torch.float64), fused=True).sample(x0, 3)
     with pytest.raises(InputError, match="fused must be"):
@@ -130,3 +130,17 @@ def test_hmc_uses_the_fused_chain_by_default():
     expected, _, _ = reference.hmc_chain(lambda z: (ref.gaussian_energy(z, mean, precision), ref.gaussian_gradient(z, mean, precision)),
                                          x0, 5, 0.2, 3, 1.0, _seed_of(1), 0)
     torch.testing.assert_close(out, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_ula_on_a_neural_energy_can_draw_its_noise_in_the_step_kernel():
+    torch.manual_seed(0)
+    energy = ebmcore.energy("mlp", dim=2)
+    x0 = torch.randn(64, 2)
+    sampler = LangevinSampler(energy, step_size=0.01)
+    assert "langevin_step_philox" in sampler.fused_runner(x0, sampler.bind(x0), sampler.tunables(x0, {}))  # CPU: not automatic
+    sampler.fused = True  # forced: one langevin_step_philox per step
+    out = sampler.sample(x0, 4, generator=torch.Generator().manual_seed(2))
+    x = x0
+    for t in range(4):
+        x = x - 0.01 * energy.gradient(x) + 0.02**0.5 * reference.normal(64, 2, _seed_of(2), t)
+    torch.testing.assert_close(out, x, rtol=1e-5, atol=1e-5)

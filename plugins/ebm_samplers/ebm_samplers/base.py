@@ -154,15 +154,17 @@ class MCMCSampler(Sampler):
         """A fused multi-step runner for this run, or why there is none (override where one exists)."""
         return f"{type(self).__name__} has no fused chain kernels"
 
-    def fused_kernel(self, x: Tensor, op_suffix: str) -> Kernel | str:
-        """The kernel of op ``<energy op>_<op_suffix>`` for ``x``, or why none can be used."""
+    def fused_kernel(self, x: Tensor, op: str) -> Kernel | str:
+        """The kernel of ``op`` for ``x``, or why none can be used here. ``op`` names a fused op
+        (:data:`ebmcore.kernels.ops.FUSED_OPS`); ``"<energy>_..."`` ops need an analytic energy."""
         if self.compile or self.autocast is not None:
             return "compile=True or autocast is set"
-        if not isinstance(self.energy, AnalyticEnergy):
-            return f"{type(self.energy).__name__} is not an analytic energy"
-        op = f"{self.energy.op}_{op_suffix}"
+        if op.startswith("<energy>"):
+            if not isinstance(self.energy, AnalyticEnergy):
+                return f"{type(self.energy).__name__} is not an analytic energy"
+            op = op.replace("<energy>", self.energy.op)
         try:
-            kernel = resolve_kernel(op, x.device, x.dtype, self.energy.backend)
+            kernel = resolve_kernel(op, x.device, x.dtype, getattr(self.energy, "backend", None))
         except (BackendUnavailableError, UnknownComponentError) as exc:
             return f"no kernel for {op}: {str(exc).splitlines()[0]}"
         if x.dim() != 2 or (kernel.max_event_size is not None and x.shape[1] > kernel.max_event_size):

@@ -143,7 +143,7 @@ class HMCSampler(MCMCSampler):
             return "a mass matrix is set, the fused chain uses the identity"
         if not isinstance(params["temperature"], float):
             return "per-chain temperatures are set"
-        kernel = self.fused_kernel(x, "hmc_chain")
+        kernel = self.fused_kernel(x, "<energy>_hmc_chain")
         if isinstance(kernel, str):
             return kernel
         chain, args = kernel.fn, self.energy.kernel_args()

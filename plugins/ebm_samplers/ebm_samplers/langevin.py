@@ -105,20 +105,32 @@ class LangevinSampler(MCMCSampler):
         }
 
     def fused_runner(self, x: Tensor, fns: EnergyFunctions, params: dict[str, Any]) -> FusedRunner | str:
-        """Many ULA steps per launch with the ``<energy>_langevin_chain`` kernel (Euler–Maruyama only)."""
+        """Many ULA steps per launch with the ``<energy>_langevin_chain`` kernel; for other energies,
+        one ``langevin_step_philox`` kernel per step (the noise drawn inside it). Euler–Maruyama only."""
         if not isinstance(self.integrator, EulerMaruyama):
             return f"the integrator is {self.integrator.name}, the fused chain is Euler–Maruyama"
-        kernel = self.fused_kernel(x, "langevin_chain")
-        if isinstance(kernel, str):
-            return kernel
-        chain, args = kernel.fn, self.energy.kernel_args()
         h = params["step_size"]
         s = _noise_scale(h, params["temperature"])
+        chain = self.fused_kernel(x, "<energy>_langevin_chain")
+        if not isinstance(chain, str):
+            chain_fn, args = chain.fn, self.energy.kernel_args()
 
-        def run(state: LangevinState, n: int, seed: int, offset: int) -> tuple[LangevinState, None, None]:
-            return LangevinState(chain(state.x, *args, n_steps=n, step_size=h, noise_scale=s, seed=seed, offset=offset)), None, None
+            def run_chain(state: LangevinState, n: int, seed: int, offset: int) -> tuple[LangevinState, None, None]:
+                return LangevinState(chain_fn(state.x, *args, n_steps=n, step_size=h, noise_scale=s, seed=seed, offset=offset)), None, None
 
-        return run
+            return run_chain
+        step = self.fused_kernel(x, "langevin_step_philox")
+        if isinstance(step, str):
+            return f"{chain}; {step}"
+        step_fn, gradient = step.fn, fns.gradient
+
+        def run_steps(state: LangevinState, n: int, seed: int, offset: int) -> tuple[LangevinState, None, None]:
+            y = state.x
+            for t in range(n):
+                y = step_fn(y, gradient(y), h, s, seed, offset + t)
+            return LangevinState(y), None, None
+
+        return run_steps
 
     init_fn = staticmethod(init)
     transition_fn = staticmethod(transition)
