@@ -92,20 +92,26 @@ def _hmc_chain_kernel(name: str) -> Callable[..., tuple[Tensor, Tensor, Tensor]]
     return run
 
 
+def _flat(t: Tensor) -> Tensor:
+    """A state ``(n, *event_shape)`` as ``(n, d)`` (the step kernels are element-wise per chain)."""
+    return t.reshape(t.shape[0], -1)
+
+
 def langevin_step(x: Tensor, grad: Tensor, noise: Tensor, step_size: Any, noise_scale: Any) -> Tensor:
-    """``x − step_size·grad + noise_scale·noise`` in one pass."""
+    """``x − step_size·grad + noise_scale·noise`` in one pass; ``x: (n, *event_shape)``."""
     if _needs_graph(x, (grad, noise, step_size, noise_scale)):
         return torch_backend.langevin_step(x, grad, noise, step_size, noise_scale)
     h, hv = _scalar_or_vector(step_size)
     s, sv = _scalar_or_vector(noise_scale)
-    return call("langevin_step", x, grad, noise, h, s, hv, sv)
+    return call("langevin_step", _flat(x), _flat(grad), _flat(noise), h, s, hv, sv).view(x.shape)
 
 
 def langevin_step_philox(x: Tensor, grad: Tensor, step_size: Any, noise_scale: Any, seed: int, offset: int) -> Tensor:
-    """``x − step_size·grad + noise_scale·ξ``, ``ξ`` drawn in the kernel at step ``offset`` of the stream."""
+    """``x − step_size·grad + noise_scale·ξ``, ``ξ`` drawn in the kernel at step ``offset`` of the
+    stream (element ``j`` of the flattened chain); ``x: (n, *event_shape)``."""
     h, hv = _scalar_or_vector(step_size)
     s, sv = _scalar_or_vector(noise_scale)
-    return call("langevin_step_philox", x, grad, h, s, hv, sv, seed, offset)
+    return call("langevin_step_philox", _flat(x), _flat(grad), h, s, hv, sv, seed, offset).view(x.shape)
 
 
 def _kernels(device: str, dtypes: tuple[torch.dtype, ...], plain: int, fused: int, max_chain: int | None,

@@ -39,7 +39,8 @@ def _build(args: argparse.Namespace) -> int:
                     print(f"CUDA kernels: skipped ({reason}); pass --arch 80 90 to build for given GPUs")
                     return 0
                 archs = ["{}{}".format(*torch.cuda.get_device_capability())]
-            print(f"CUDA kernels: {build.build_cuda(archs)}")
+            for arch in archs:  # one library per architecture: what a device of that capability loads
+                print(f"CUDA kernels for sm_{arch}: {build.build_cuda([arch])}")
     except build.BuildError as exc:
         print(f"error: {exc}")
         return 1

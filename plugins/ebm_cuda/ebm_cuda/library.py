@@ -70,7 +70,7 @@ class Library:
             raise KernelError(f"ebm_cuda {self.prefix} kernel {name}: {self._error().decode()}")
 
 
-_loaded: dict[str, Library | str] = {}  # "host"/"cuda" -> the library, or why it could not be built
+_loaded: dict[str, Library | str] = {}  # "host" / "cuda-sm90" -> the library, or why it could not be built
 
 
 def _load(name: str, make) -> Library | str:
@@ -82,19 +82,22 @@ def _load(name: str, make) -> Library | str:
     return _loaded[name]
 
 
-def host_unavailable_reason() -> str | None:
-    """Why the host (CPU) kernels cannot run here, or None. Cheap: the build happens on first use."""
-    if "host" in _loaded:
-        lib = _loaded["host"]
-        return lib if isinstance(lib, str) else None
+def _build_host() -> Library | str:
     if build.find_cxx() is None:
         return "no C++ compiler to build the host kernels (install g++ or clang++, or set CXX)"
-    return None
+    return _load("host", lambda: Library(str(build.build_host()), "host"))
+
+
+def host_unavailable_reason() -> str | None:
+    """Why the host (CPU) kernels cannot run here, or None. The first call builds them (about 10 s
+    once per machine, then cached), so that a failed build is a reason, not an error later."""
+    lib = _build_host()
+    return lib if isinstance(lib, str) else None
 
 
 def host() -> Library:
-    """The host library, built (about 10 s, then cached on disk) on first use."""
-    lib = _load("host", lambda: Library(str(build.build_host()), "host"))
+    """The host library (built on first use, cached on disk)."""
+    lib = _build_host()
     if isinstance(lib, str):
         raise KernelError(lib)
     return lib
@@ -110,25 +113,30 @@ def _cuda_precondition() -> str | None:
     return None
 
 
-def cuda_unavailable_reason() -> str | None:
-    """Why the CUDA kernels cannot run here, or None. Cheap: the build happens on first use."""
-    if "cuda" in _loaded:
-        lib = _loaded["cuda"]
-        return lib if isinstance(lib, str) else None
-    return _cuda_precondition()
-
-
-def _build_cuda() -> Library:
-    major, minor = torch.cuda.get_device_capability()
-    return Library(str(build.build_cuda([f"{major}{minor}"])), "cuda")
-
-
-def cuda() -> Library:
-    """The CUDA library for the current device's compute capability, built on first use (cached)."""
+def _build_cuda(device: torch.device | None = None) -> Library | str:
+    """The library for ``device``'s compute capability (each capability its own build)."""
     reason = _cuda_precondition()
     if reason:
-        raise KernelError(f"the CUDA kernels cannot run: {reason}")
-    lib = _load("cuda", _build_cuda)
+        return reason
+    arch = "{}{}".format(*torch.cuda.get_device_capability(device))
+    return _load(f"cuda-sm{arch}", lambda: Library(str(build.build_cuda([arch])), "cuda"))
+
+
+def cuda_unavailable_reason() -> str | None:
+    """Why the CUDA kernels cannot run on the current device, or None. The first call builds them
+    for its compute capability (about 45 s once per machine with nvcc, then cached)."""
+    lib = _build_cuda()
+    return lib if isinstance(lib, str) else None
+
+
+def cuda(device: torch.device | None = None) -> Library:
+    """The CUDA library for ``device`` (default: the current one), built on first use (cached)."""
+    try:
+        lib = _loaded.get("cuda-sm{}{}".format(*torch.cuda.get_device_capability(device)))
+    except (AssertionError, RuntimeError):  # a CPU-only torch, or no such device
+        lib = None
+    if lib is None:
+        lib = _build_cuda(device)
     if isinstance(lib, str):
-        raise KernelError(lib)
+        raise KernelError(f"the CUDA kernels cannot run: {lib}")
     return lib

@@ -11,6 +11,7 @@ Random draws come from the Philox stream of ``csrc/ebm/philox.h`` keyed by ``see
 from __future__ import annotations
 
 import ctypes
+import os
 from typing import Optional
 
 import torch
@@ -28,6 +29,7 @@ MAX_CUDA_CHAIN_DIM = 64
 
 _CUDA_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _IMPLS: dict = {}
+_SYNC = os.environ.get("EBM_CUDA_SYNC", "") not in ("", "0")
 _SEED_LIMIT = 2**63
 
 
@@ -52,9 +54,18 @@ def _check(x: Tensor, what: str) -> Tensor:
 def _run(device: torch.device, name: str, *args) -> None:
     if device.type == "cuda":
         with torch.cuda.device(device):
-            library.cuda().call(name, *args, ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream))
+            library.cuda(device).call(name, *args, ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream))
+            if _SYNC:  # EBM_CUDA_SYNC=1: surface asynchronous kernel errors at the call that caused them
+                torch.cuda.synchronize(device)
     else:
         library.host().call(name, *args, torch.get_num_threads())
+
+
+def _like(t: Tensor, x: Tensor, name: str) -> Tensor:
+    """``t`` with ``x``'s shape checked, on ``x``'s device and dtype, contiguous."""
+    if t.shape != x.shape:
+        raise InputError(f"ebm_cuda: {name} must have the shape of x, {tuple(x.shape)}, got {tuple(t.shape)}.")
+    return t.to(device=x.device, dtype=x.dtype).contiguous()
 
 
 def _vector(v: Optional[Tensor], x: Tensor, name: str) -> Optional[Tensor]:
@@ -73,6 +84,9 @@ def _spec(x: Tensor, kind: int, v0: Optional[Tensor], v1: Optional[Tensor], a: f
     """The C description of the energy, and the parameter tensors it points into (keep them alive)."""
     if kind not in KINDS.values():
         raise InputError(f"ebm_cuda: unknown energy kind {kind}; known: {KINDS}.")
+    needs = {KINDS["gaussian"]: (v0, v1), KINDS["harmonic"]: (v0,)}.get(kind, ())
+    if any(t is None for t in needs):
+        raise InputError(f"ebm_cuda: energy kind {kind} needs its parameter tensors (gaussian: mean and precision; harmonic: center).")
     d = x.shape[1]
     md = math_dtype(x.dtype)
     keep = []
@@ -182,7 +196,7 @@ def _langevin_step_philox(x: Tensor, grad: Tensor, step_size: float, noise_scale
     """One Langevin step ``x − h·grad + s·ξ`` with ``ξ`` drawn in the kernel (step ``offset`` of the stream)."""
     x = _check(x, "langevin_step_philox")
     _check_stream(seed, offset)
-    grad = grad.to(x.dtype).contiguous()
+    grad = _like(grad, x, "grad")
     out = torch.empty_like(x)
     hv, sv = _vector(step_sizes, x, "step_sizes"), _vector(noise_scales, x, "noise_scales")
     _run(x.device, "langevin_update", DTYPE_CODES[x.dtype], x.data_ptr(), grad.data_ptr(), out.data_ptr(), x.shape[0], x.shape[1],
@@ -203,7 +217,7 @@ def _langevin_step(x: Tensor, grad: Tensor, noise: Tensor, step_size: float, noi
                   step_sizes: Optional[Tensor], noise_scales: Optional[Tensor]) -> Tensor:
     """``x − h·grad + s·noise`` in one pass (the core's ``langevin_step`` op)."""
     x = _check(x, "langevin_step")
-    grad, noise = grad.to(x.dtype).contiguous(), noise.to(x.dtype).contiguous()
+    grad, noise = _like(grad, x, "grad"), _like(noise, x, "noise")
     out = torch.empty_like(x)
     hv, sv = _vector(step_sizes, x, "step_sizes"), _vector(noise_scales, x, "noise_scales")
     _run(x.device, "langevin_step", DTYPE_CODES[x.dtype], out.data_ptr(), x.data_ptr(), grad.data_ptr(), noise.data_ptr(),
@@ -253,7 +267,7 @@ def philox4x32(counters: Tensor, keys: Tensor) -> Tensor:
     out = torch.empty_like(c)
     if device.type == "cuda":
         with torch.cuda.device(device):
-            library.cuda().call("philox", c.data_ptr(), k.data_ptr(), out.data_ptr(), c.shape[0],
+            library.cuda(device).call("philox", c.data_ptr(), k.data_ptr(), out.data_ptr(), c.shape[0],
                                 ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream))
     else:
         library.host().call("philox", c.data_ptr(), k.data_ptr(), out.data_ptr(), c.shape[0])

@@ -144,3 +144,18 @@ def test_ula_on_a_neural_energy_can_draw_its_noise_in_the_step_kernel():
     for t in range(4):
         x = x - 0.01 * energy.gradient(x) + 0.02**0.5 * reference.normal(64, 2, _seed_of(2), t)
     torch.testing.assert_close(out, x, rtol=1e-5, atol=1e-5)
+
+
+def test_per_step_sampling_of_image_shaped_states_with_the_step_kernels():
+    class Quadratic(ebmcore.EnergyModel):
+        event_shape = (2, 3)
+
+        def compute_energy(self, x):
+            return 0.5 * (x * x).flatten(1).sum(1)
+
+    x0 = torch.randn(16, 2, 3)
+    with ebmcore.use_backend("cpu_fused", "torch"):  # what the cuda backend is on a GPU: the step kernel first
+        got = LangevinSampler(Quadratic(), step_size=0.1, fused=False).sample(x0, 4, generator=torch.Generator().manual_seed(0))
+    with ebmcore.use_backend("torch"):
+        expected = LangevinSampler(Quadratic(), step_size=0.1, fused=False).sample(x0, 4, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(got, expected)

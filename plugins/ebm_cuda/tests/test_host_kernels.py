@@ -7,7 +7,7 @@ from ebmcore.errors import InputError
 from ebmcore.kernels import torch_backend as ref
 from ebmcore.kernels.ops import sample_inputs
 from ebmcore.testing import check_kernel
-from ebm_cuda import reference
+from ebm_cuda import ops, reference
 from ebm_cuda.backends import HostBackend
 
 BACKEND = HostBackend()
@@ -169,3 +169,28 @@ def test_results_do_not_depend_on_the_thread_count():
     finally:
         torch.set_num_threads(before)
     assert all(torch.equal(a, b) for a, b in zip(*outs))
+
+
+def test_step_kernels_check_their_other_inputs():
+    x = torch.randn(10, 3)
+    with pytest.raises(InputError, match="grad must have the shape of x"):
+        BACKEND.kernels["langevin_step_philox"].fn(x, x[:1], 0.1, 0.1, seed=0, offset=0)
+    with pytest.raises(InputError, match="noise must have the shape of x"):
+        BACKEND.kernels["langevin_step"].fn(x, x, x[:, :2], 0.1, 0.1)
+    with pytest.raises(InputError, match="needs its parameter tensors"):
+        ops.call("energy", x, ops.KINDS["harmonic"], None, None, 1.0, 0.0, False)
+
+
+def test_step_kernels_take_states_of_any_event_shape():
+    x, grad, noise = torch.randn(3, 6, 2, 4, dtype=torch.float64).unbind(0)
+    got = BACKEND.kernels["langevin_step"].fn(x, grad, noise, 0.1, 0.3)
+    torch.testing.assert_close(got, ref.langevin_step(x, grad, noise, 0.1, 0.3))
+    stepped = BACKEND.kernels["langevin_step_philox"].fn(x, grad, 0.1, 0.3, seed=1, offset=2)
+    expected = x - 0.1 * grad + 0.3 * reference.normal(6, 8, 1, 2).double().view(6, 2, 4)
+    torch.testing.assert_close(stepped, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_the_python_and_c_chain_dimension_limits_agree():
+    from ebm_cuda import build, ops
+
+    assert f"#define EBM_MAX_D {ops.MAX_CUDA_CHAIN_DIM}" in (build.CSRC / "ebm" / "dispatch.h").read_text()

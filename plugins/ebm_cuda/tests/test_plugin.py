@@ -9,6 +9,7 @@ import torch
 import ebmcore
 from ebmcore.errors import BackendUnavailableError
 from ebm_cuda import library
+from ebmcore.kernels.resolve import clear_cache
 
 NO_CUDA = library.cuda_unavailable_reason() is not None
 
@@ -45,3 +46,22 @@ def test_cpu_fused_is_selected_by_name_only_for_plain_ops():
     assert ebmcore.explain("gaussian_langevin_chain", x).chosen.backend == "cpu_fused"
     with ebmcore.use_backend("cpu_fused"):
         assert ebmcore.explain("gaussian_gradient", x).chosen.backend == "cpu_fused"
+
+
+def test_a_failed_build_is_a_reason_and_sampling_falls_back(monkeypatch, tmp_path):
+    from ebm_samplers import LangevinSampler
+
+    monkeypatch.setattr(library, "_loaded", {})
+    monkeypatch.setenv("CXX", "/bin/false")
+    monkeypatch.setenv("EBM_CUDA_CACHE", str(tmp_path))
+    clear_cache()
+    try:
+        reason = library.host_unavailable_reason()
+        assert reason is not None and "could not be built" in reason and "/bin/false" in reason
+        energy = ebmcore.energy("harmonic", dim=2)
+        x0 = torch.randn(8, 2)
+        out = LangevinSampler(energy, step_size=0.1).sample(x0, 3, generator=torch.Generator().manual_seed(0))
+        per_step = LangevinSampler(energy, step_size=0.1, fused=False).sample(x0, 3, generator=torch.Generator().manual_seed(0))
+        assert torch.equal(out, per_step)  # the fused chain was not chosen
+    finally:
+        clear_cache()

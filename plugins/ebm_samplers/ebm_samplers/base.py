@@ -167,8 +167,10 @@ class MCMCSampler(Sampler):
             kernel = resolve_kernel(op, x.device, x.dtype, getattr(self.energy, "backend", None))
         except (BackendUnavailableError, UnknownComponentError) as exc:
             return f"no kernel for {op}: {str(exc).splitlines()[0]}"
-        if x.dim() != 2 or (kernel.max_event_size is not None and x.shape[1] > kernel.max_event_size):
-            return f"the {op} kernel takes (n_chains, dim <= {kernel.max_event_size}) states, got {tuple(x.shape)}"
+        if op != "langevin_step_philox" and x.dim() != 2:
+            return f"the {op} kernel takes (n_chains, dim) states, got {tuple(x.shape)}"
+        if kernel.max_event_size is not None and x[0].numel() > kernel.max_event_size:
+            return f"the {op} kernel takes at most {kernel.max_event_size} elements per chain, got {x[0].numel()}"
         if kernel.priority < 0 and self.fused is None:
             return f"the {op} kernel ranks below the per-step loop here (priority {kernel.priority}); fused=True forces it"
         return kernel
@@ -333,9 +335,10 @@ class _ChunkInfo(NamedTuple):
     accepted: Tensor  # per chain: the fraction of the chunk's transitions accepted
 
 
-def _fused_seed(generator: torch.Generator | None) -> int:
-    """The Philox key of a fused run, drawn once from ``generator`` (or the default generator)."""
-    where = generator.device if generator is not None else torch.device("cpu")
+def _fused_seed(generator: torch.Generator | None, device: torch.device) -> int:
+    """The Philox key of a fused run, drawn once from ``generator`` (or ``device``'s default generator,
+    so ``torch.cuda.manual_seed`` makes fused GPU runs reproducible as it does per-step ones)."""
+    where = generator.device if generator is not None else device
     return int(torch.randint(0, 2**62, (), generator=generator, device=where))
 
 
@@ -344,7 +347,7 @@ def _run_fused(runner: FusedRunner, state: Any, generator: torch.Generator | Non
                divergences: Tensor | None, bar: Any) -> Any:
     """Burn-in in one call, then one call per kept state (``thin`` steps) and the remainder, or one
     call for all ``n_steps`` when nothing records the kept states."""
-    seed, offset = _fused_seed(generator), 0
+    seed, offset = _fused_seed(generator, state.x.device), 0
     n_kept = n_steps // thin
     chunks = [(burn_in, None)] if burn_in else []
     if trajectory is None and recorder is None:

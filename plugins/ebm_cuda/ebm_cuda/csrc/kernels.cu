@@ -49,9 +49,12 @@ __global__ void energy_kernel(ebm::Params<float> p, const S* x, int64_t n, S* en
 // Shared memory: the parameters (Gaussian mean and precision, harmonic center), then the block's
 // chains, loaded and stored coalesced; each thread then holds its chain in registers.
 template <int KIND>
+__host__ __device__ int param_floats(int d) { return KIND == ebm::GAUSSIAN ? d + d * d : KIND == ebm::HARMONIC ? d : 0; }
+
+template <int KIND>
 __device__ ebm::Params<float> stage_params(ebm::Params<float> p, float* shared) {
   const int d = p.d;
-  const int count = KIND == ebm::GAUSSIAN ? d + d * d : KIND == ebm::HARMONIC ? d : 0;
+  const int count = param_floats<KIND>(d);
   for (int k = threadIdx.x; k < count; k += blockDim.x) shared[k] = k < d ? p.v0[k] : p.v1[k - d];
   if (count > 0) { p.v0 = shared; p.v1 = shared + d; }
   return p;
@@ -72,9 +75,6 @@ __device__ void store_tile(S* x, const float* tile, int64_t base, int count, int
   __syncthreads();
   for (int k = threadIdx.x; k < count; k += blockDim.x) ebm::store<float>(x + base * d + k, tile[k]);
 }
-
-template <int KIND>
-__host__ __device__ int param_floats(int d) { return KIND == ebm::GAUSSIAN ? d + d * d : KIND == ebm::HARMONIC ? d : 0; }
 
 template <int KIND, typename S, int MAXD>
 __global__ void langevin_chain_kernel(ebm::Params<float> p, const S* x, S* out, int64_t n, int64_t n_steps, float h, float s,
@@ -156,12 +156,16 @@ __global__ void normal_kernel(float* out, int64_t n, int d, uint64_t seed, uint6
   for (int l = 0; l < 4 && 4 * b + l < d; ++l) out[i * d + 4 * b + l] = z[l];
 }
 
+// Threads per block and shared memory of the chain kernels: the parameters, then the block's chains.
 template <int KIND>
-int chain_launch_shape(int d, int* threads, size_t* shared_bytes) {
+void chain_launch_shape(int d, int* threads, size_t* shared_bytes) {
   *threads = d > 32 ? 64 : 128;
   *shared_bytes = (size_t)(param_floats<KIND>(d) + *threads * d) * sizeof(float);
-  return 0;
 }
+// The largest case (a Gaussian at d = EBM_MAX_D, 64 threads) fits the 48 KB of shared memory a
+// launch gets without opting in.
+static_assert((EBM_MAX_D + EBM_MAX_D * EBM_MAX_D + 64 * EBM_MAX_D) * sizeof(float) <= 48 * 1024,
+              "EBM_MAX_D too large for the chain kernels' shared memory");
 
 }  // namespace
 
