@@ -60,11 +60,15 @@ __device__ ebm::Params<float> stage_params(ebm::Params<float> p, float* shared) 
   return p;
 }
 
+// A thread's chain sits in the tile at row threadIdx.x with an odd row stride, so that the threads
+// of a warp reading element j hit distinct shared-memory banks.
+__host__ __device__ int tile_stride(int d) { return d | 1; }
+
 // The block's chains x[base .. base + blockDim.x) into the tile, coalesced; returns the element count.
 template <typename S>
 __device__ int load_tile(float* tile, const S* x, int64_t base, int64_t n, int d) {
-  const int count = (int)min((int64_t)blockDim.x, n - base) * d;
-  for (int k = threadIdx.x; k < count; k += blockDim.x) tile[k] = ebm::load<float>(x + base * d + k);
+  const int count = (int)min((int64_t)blockDim.x, n - base) * d, stride = tile_stride(d);
+  for (int k = threadIdx.x; k < count; k += blockDim.x) tile[(k / d) * stride + k % d] = ebm::load<float>(x + base * d + k);
   __syncthreads();
   return count;
 }
@@ -72,8 +76,9 @@ __device__ int load_tile(float* tile, const S* x, int64_t base, int64_t n, int d
 // The tile back to x, coalesced, once every thread has written its chain.
 template <typename S>
 __device__ void store_tile(S* x, const float* tile, int64_t base, int count, int d) {
+  const int stride = tile_stride(d);
   __syncthreads();
-  for (int k = threadIdx.x; k < count; k += blockDim.x) ebm::store<float>(x + base * d + k, tile[k]);
+  for (int k = threadIdx.x; k < count; k += blockDim.x) ebm::store<float>(x + base * d + k, tile[(k / d) * stride + k % d]);
 }
 
 template <int KIND, typename S, int MAXD>
@@ -88,10 +93,10 @@ __global__ void langevin_chain_kernel(ebm::Params<float> p, const S* x, S* out, 
   if (i < n) {
     constexpr int CAP = MAXD > 0 ? MAXD : EBM_MAX_D;
     float xr[CAP], gr[CAP];
-    EBM_LOOP(j, MAXD, d) { xr[j] = tile[threadIdx.x * d + j]; }
+    EBM_LOOP(j, MAXD, d) { xr[j] = tile[threadIdx.x * tile_stride(d) + j]; }
     ebm::langevin_chain(E, xr, gr, 1, n_steps, h_vec ? h_vec[i] : h, s_vec ? s_vec[i] : s, ebm::Stream(seed),
                         (uint32_t)i, offset);
-    EBM_LOOP(j, MAXD, d) { tile[threadIdx.x * d + j] = xr[j]; }
+    EBM_LOOP(j, MAXD, d) { tile[threadIdx.x * tile_stride(d) + j] = xr[j]; }
   }
   store_tile(out, tile, base, count, d);
 }
@@ -109,10 +114,10 @@ __global__ void hmc_chain_kernel(ebm::Params<float> p, const S* x, S* out, int64
   if (i < n) {
     constexpr int CAP = MAXD > 0 ? MAXD : EBM_MAX_D;
     float xr[CAP], gr[CAP], xn[CAP], gn[CAP], pr[CAP];
-    EBM_LOOP(j, MAXD, d) { xr[j] = tile[threadIdx.x * d + j]; }
+    EBM_LOOP(j, MAXD, d) { xr[j] = tile[threadIdx.x * tile_stride(d) + j]; }
     ebm::hmc_chain(E, xr, gr, xn, gn, pr, 1, n_steps, h_vec ? h_vec[i] : h, n_leapfrog, beta, ebm::Stream(seed),
                    (uint32_t)i, offset, accepted + i, divergent + i);
-    EBM_LOOP(j, MAXD, d) { tile[threadIdx.x * d + j] = xr[j]; }
+    EBM_LOOP(j, MAXD, d) { tile[threadIdx.x * tile_stride(d) + j] = xr[j]; }
   }
   store_tile(out, tile, base, count, d);
 }
@@ -160,11 +165,11 @@ __global__ void normal_kernel(float* out, int64_t n, int d, uint64_t seed, uint6
 template <int KIND>
 void chain_launch_shape(int d, int* threads, size_t* shared_bytes) {
   *threads = d > 32 ? 64 : 128;
-  *shared_bytes = (size_t)(param_floats<KIND>(d) + *threads * d) * sizeof(float);
+  *shared_bytes = (size_t)(param_floats<KIND>(d) + *threads * tile_stride(d)) * sizeof(float);
 }
 // The largest case (a Gaussian at d = EBM_MAX_D, 64 threads) fits the 48 KB of shared memory a
 // launch gets without opting in.
-static_assert((EBM_MAX_D + EBM_MAX_D * EBM_MAX_D + 64 * EBM_MAX_D) * sizeof(float) <= 48 * 1024,
+static_assert((EBM_MAX_D + EBM_MAX_D * EBM_MAX_D + 64 * (EBM_MAX_D | 1)) * sizeof(float) <= 48 * 1024,
               "EBM_MAX_D too large for the chain kernels' shared memory");
 
 }  // namespace

@@ -82,6 +82,7 @@ EBM_HD void hmc_chain(const Energy<KIND, A, MAXD>& E, A* x, A* g, A* xn, A* gn, 
                       A h, int n_leapfrog, A beta, const Stream& rng, uint32_t chain, uint64_t offset,
                       int32_t* accepted, int32_t* divergent) {
   const int d = E.p.d;
+  int32_t n_accepted = 0, n_divergent = 0;  // counted in registers, added to memory once
   A e = E(x, st, g, st);
   for (int64_t t = 0; t < n_steps; ++t) {
     EBM_BLOCKS(b, MAXD, d) {
@@ -99,10 +100,12 @@ EBM_HD void hmc_chain(const Energy<KIND, A, MAXD>& E, A* x, A* g, A* xn, A* gn, 
     if (metropolis(delta, rng.uniform(chain, offset + (uint64_t)t), &diverged)) {
       EBM_LOOP(j, MAXD, d) { x[j * st] = xn[j * st]; g[j * st] = gn[j * st]; }
       e = en;
-      *accepted += 1;
+      ++n_accepted;
     }
-    *divergent += diverged ? 1 : 0;
+    n_divergent += diverged ? 1 : 0;
   }
+  *accepted += n_accepted;
+  *divergent += n_divergent;
 }
 
 }  // namespace ebm
