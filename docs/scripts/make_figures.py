@@ -5,7 +5,7 @@
 
 Every figure is drawn from what the library computes (samples, acceptance rates, autocorrelations,
 losses) or, for ``benchmarks.png``, from the committed benchmark results
-(``benchmarks/results/2026-11-21-cpu-1thread-final.json``). All randomness comes from seeded
+(``BENCHMARK_JSONS``: the latest run of each workload). All randomness comes from seeded
 ``torch.Generator`` objects, so a rerun on the same machine draws the same figures. The full run
 takes about 30 s on one CPU thread; ``--quick`` (used by ``tests/test_docs_site.py``) a few seconds.
 """
@@ -40,7 +40,10 @@ from ebm_samplers import (  # noqa: E402
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-BENCHMARK_JSON = ROOT / "benchmarks" / "results" / "2026-11-21-cpu-1thread-final.json"
+BENCHMARK_JSONS = [  # later runs replace earlier ones workload by workload
+    ROOT / "benchmarks" / "results" / "2026-11-21-cpu-1thread-final.json",        # every workload, per-step loop
+    ROOT / "benchmarks" / "results" / "2026-11-21-cpu-1thread-fused-avx512.json",  # W1-W3, S1, S4 with the fused chains
+]
 DPI = 110
 COLORS = {"ULA": "#1b9e77", "MALA": "#d95f02", "HMC": "#7570b3", "NUTS": "#e7298a", "PT": "#66a61e"}
 
@@ -261,10 +264,11 @@ def training(out: Path, quick: bool) -> Path:
 
 
 def benchmarks(out: Path, quick: bool) -> Path:
-    """Peer time over ebm time per workload, from the committed benchmark results."""
-    run = json.loads(BENCHMARK_JSON.read_text())
+    """Peer time over ebm time per workload, from the committed benchmark results (the latest run of each)."""
+    runs = [json.loads(path.read_text()) for path in BENCHMARK_JSONS]
+    workloads = {wid: (w, run["meta"]) for run in runs for wid, w in run["workloads"].items()}
     names, ratios = [], {"torchebm": [], "blackjax": []}
-    for wid, w in run["workloads"].items():
+    for wid, (w, _) in workloads.items():
         res = w["results"]
         what = w["workload"]["what"].split(",")[0].split(" (")[0].replace("one contrastive-divergence", "one CD-10")
         names.append(f"{wid}: {what}" + (" (equal ESS)" if wid == "W8" else ""))
@@ -278,10 +282,12 @@ def benchmarks(out: Path, quick: bool) -> Path:
     ax.set_xscale("log")
     ax.set_yticks(ys.numpy(), names, fontsize=8)
     ax.invert_yaxis()
-    meta = run["meta"]
+    meta = runs[0]["meta"]
+    commits = ", ".join(f"{'/'.join(w for w, (_, m) in workloads.items() if m is run['meta'])} at {run['meta']['git']['commit']}"
+                        for run in runs[::-1])
     ax.set(xlabel="ratio of median times (> 1: ebm faster; log scale)",
-           title=f"ebm against torchebm 0.8.9 and BlackJAX 1.7.1, CPU, {meta['threads']} thread\n"
-                 f"({meta['machine']}, {meta['date'][:10]}, commit {meta['git']['commit']})")
+           title=f"ebm against torchebm 0.8.9 and BlackJAX 1.7.1, CPU, {meta['threads']} thread, {meta['date'][:10]}\n"
+                 f"({commits})")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     return save(fig, out, "benchmarks.png")
