@@ -535,21 +535,7 @@ def step_kernel_rows(group: str, dtype: Any, sizes: Sizes, device: Any, repeats:
 
 
 def mlp_energy(device: Any) -> Any:
-    import ebmcore
-
-    net = common.make_mlp().to(device)
-
-    class MLPEnergy(ebmcore.EnergyModel):
-        event_shape = (2,)
-
-        def __init__(self, net: Any) -> None:
-            super().__init__()
-            self.net = net
-
-        def compute_energy(self, x: Any) -> Any:
-            return self.net(x).squeeze(-1)
-
-    return MLPEnergy(net)
+    return common.net_energy(common.make_mlp().to(device))
 
 
 def g3_rows(sizes: Sizes, device: Any, repeats: int, log: Callable) -> list[dict]:

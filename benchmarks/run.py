@@ -258,19 +258,25 @@ def ebm_energy(p: Problem) -> Any:
     if t == "double_well":
         return ebmcore.DoubleWellEnergy(dim=p.w.dim)
     if t == "mlp":
-
-        class MLPEnergy(ebmcore.EnergyModel):
-            event_shape = (2,)
-
-            def __init__(self, net: Any) -> None:
-                super().__init__()
-                self.net = net
-
-            def compute_energy(self, x: Any) -> Any:
-                return self.net(x).squeeze(-1)
-
-        return MLPEnergy(p.net)
+        return net_energy(p.net)
     raise ValueError(t)
+
+
+def net_energy(net: Any) -> Any:
+    """The shared MLP ``net`` (from :func:`make_mlp`) as an ebm energy, ``E(x) = net(x)``, ``x: (n, 2)``."""
+    import ebmcore
+
+    class NetEnergy(ebmcore.EnergyModel):
+        event_shape = (2,)
+
+        def __init__(self, net: Any) -> None:
+            super().__init__()
+            self.net = net
+
+        def compute_energy(self, x: Any) -> Any:
+            return self.net(x).squeeze(-1)
+
+    return NetEnergy(net)
 
 
 def ebm_path(sampler: Any, x: Any) -> str:
