@@ -15,16 +15,13 @@ Keys (all optional)::
     backend = ["cuda", "torch"]        # kernel backends allowed, in order of preference
     disable_plugin_autoload = false    # true: load no external plugin
     disable_plugins = ["some_plugin"]  # entry-point names not to load
-
-    [plugins.ebm_cuda]                 # free-form settings for one plugin (it validates them)
-    build_dir = "~/.cache/ebm_cuda"
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +32,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["Config", "get_config", "load_config", "reload_config", "parse_backend_list", "env_flag", "validate_table", "read_toml", "load_job_config", "parse_device", "REQUIRED"]
+__all__ = ["Config", "get_config", "load_config", "reload_config", "generation", "parse_backend_list", "env_flag", "validate_table", "read_toml", "load_job_config", "parse_device", "REQUIRED"]
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -52,12 +49,7 @@ class Config:
     backend: tuple[str, ...] = ()
     disable_plugin_autoload: bool = False
     disable_plugins: frozenset[str] = frozenset()
-    plugins: dict[str, dict[str, Any]] = field(default_factory=dict)
     source: str = "defaults"
-
-    def plugin_settings(self, name: str) -> dict[str, Any]:
-        """The ``[plugins.<name>]`` table (empty if absent)."""
-        return dict(self.plugins.get(name, {}))
 
 
 def env_flag(name: str, default: bool = False) -> bool:
@@ -195,7 +187,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: malformed TOML ({exc}); fix the syntax or remove the file.") from exc
 
 
-_KEYS = {"backend", "disable_plugin_autoload", "disable_plugins", "plugins"}
+_KEYS = {"backend", "disable_plugin_autoload", "disable_plugins"}
 
 
 def _from_table(table: dict[str, Any], where: str) -> dict[str, Any]:
@@ -215,11 +207,6 @@ def _from_table(table: dict[str, Any], where: str) -> dict[str, Any]:
         if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             raise ConfigError(f"{where}: key 'disable_plugins' must be a list of plugin names, got {value!r}.")
         out["disable_plugins"] = frozenset(value)
-    if "plugins" in table:
-        value = table["plugins"]
-        if not (isinstance(value, dict) and all(isinstance(v, dict) for v in value.values())):
-            raise ConfigError(f"{where}: 'plugins' must hold one table per plugin, like [plugins.ebm_cuda].")
-        out["plugins"] = value
     return out
 
 
@@ -242,6 +229,7 @@ def load_config() -> Config:
 
 
 _config: Config | None = None
+_generation = 0
 
 
 def get_config() -> Config:
@@ -253,10 +241,14 @@ def get_config() -> Config:
 
 
 def reload_config() -> Config:
-    """Read the configuration again and reload plugins and kernel choices with it."""
-    global _config
+    """Read the configuration again; the plugins (and their kernel choices) are loaded again with it
+    at the next lookup."""
+    global _config, _generation
     _config = load_config()
-    from ebmcore import plugins
-
-    plugins.reset()
+    _generation += 1
     return _config
+
+
+def generation() -> int:
+    """How many times :func:`reload_config` has run: the plugin session reloads when it changes."""
+    return _generation

@@ -7,11 +7,15 @@ and named like the specs below. It is found through the entry-point group
     [project.entry-points.ebmcore]
     my_plugin = "my_package.plugin"
 
-The core's own builtins (``ebmcore.builtin``) register through exactly these
-hooks. Each ``ebm_register_*`` hook receives a :class:`ebmcore.registry.Registrar`
-bound to the calling plugin, so every entry remembers which distribution and
-version provided it. Registration hooks run once, lazily, the first time a
-component is looked up -- never inside a sampling loop.
+The core's own builtins (``ebmcore.builtin``, entry point ``builtin`` of the
+``ebmcore`` distribution) register through exactly these hooks. Each
+``ebm_register_*`` hook receives a :class:`ebmcore.registry.Registrar` bound to
+the calling plugin, so every entry remembers which distribution and version
+provided it. Registration hooks run once, lazily, the first time a component is
+looked up -- never inside a sampling loop. pluggy calls each plugin's hooks for
+that plugin alone, in the order the plugins load (so ordering markers such as
+``tryfirst`` have nothing to order); name clashes are settled by the registry,
+not by call order.
 
 A hook implementation may take fewer arguments than its spec (pluggy's rule).
 A plugin that defines an ``ebm_*`` hook unknown to this file (a typo such as
@@ -28,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
-    from ebmcore.registry import Registrar
+    from ebmcore.components import Registrar
 
 PROJECT_NAME = "ebmcore"
 
@@ -98,17 +102,4 @@ def ebm_add_commands(subparsers: Any) -> None:
     ``run(args) -> int`` is the exit status. ``ebm-samplers`` adds ``sample``
     and ``profile``, ``ebm-losses`` adds ``train``. A plugin whose hook raises
     is reported by ``ebm plugins``; the other commands still work.
-    """
-
-
-@hookspec(historic=True)
-def ebm_configure(config: Any) -> None:
-    """Receive the resolved :class:`ebmcore.config.Config` once it is loaded.
-
-    Called once per plugin, before its ``ebm_register_*`` hooks, so registration
-    can depend on the settings. Historic: a plugin registered later (for
-    example with ``ebmcore.register_plugin``) still receives it. A plugin's
-    own settings are in ``config.plugin_settings(name)`` (the
-    ``[plugins.<name>]`` table of ``ebm.toml``); validating them is the
-    plugin's job. Return value is ignored.
     """

@@ -1,10 +1,11 @@
 """Finding and loading plugins: once, lazily, and without letting one broken plugin break the rest.
 
-The builtin plugin (``ebmcore.builtin``) is registered first, through the same
-hooks as any other. External plugins come from the entry-point group
-``ebmcore``. ``EBM_DISABLE_PLUGIN_AUTOLOAD=1`` loads none of them;
-``EBM_DISABLE_PLUGINS=a,b`` blocks the named entry points (both also settable
-in ``ebm.toml``).
+Every plugin comes from the entry-point group ``ebmcore``, the core's own builtin plugin
+(``ebmcore.builtin``, entry point ``builtin`` of the ``ebmcore`` distribution) included: it is
+loaded first and always, then the others. ``EBM_DISABLE_PLUGIN_AUTOLOAD=1`` loads none of the
+others; ``EBM_DISABLE_PLUGINS=a,b`` blocks the named entry points (both also settable in
+``ebm.toml``). Each plugin's hooks are called by pluggy, for that plugin alone, so that one whose
+hook raises is recorded as failed and the others are unaffected.
 """
 
 from __future__ import annotations
@@ -17,13 +18,13 @@ from typing import Any, Literal
 import importlib_metadata
 import pluggy
 
-from ebmcore import hookspecs
-from ebmcore.registry import KINDS, ComponentTable, Provider, Registrar, _HOOK_OF_KIND
+from ebmcore import config, hookspecs
+from ebmcore.components import HOOK_OF_KIND, KINDS, ComponentTable, Provider, Registrar
 
 __all__ = ["PluginRecord", "PluginSession", "session", "reset", "register_plugin", "ENTRY_POINT_GROUP"]
 
 ENTRY_POINT_GROUP = "ebmcore"
-BUILTIN = "builtin"
+CORE_DISTRIBUTION = "ebmcore"
 
 
 @dataclass
@@ -50,20 +51,26 @@ class PluginSession:
 
     def __init__(self, config: Any) -> None:
         self.config = config
+        self.config_generation = _config_generation()
         self.manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
         self.manager.add_hookspecs(hookspecs)
         self.records: dict[str, PluginRecord] = {}
         self.table = ComponentTable()
+        self.kernel_cache: dict[tuple[Any, ...], Any] = {}
+        """Kernel choices of :func:`ebmcore.resolve_kernel` with these plugins (a new session starts empty)."""
 
     # -- loading -------------------------------------------------------------------------------
 
     def load(self) -> "PluginSession":
-        from ebmcore import __version__, builtin
-
-        self.register(builtin, BUILTIN, Provider(BUILTIN, "ebmcore", __version__))
+        """Load the core's own entry points, then (unless autoload is off) every other one."""
+        found = importlib_metadata.entry_points(group=ENTRY_POINT_GROUP)
+        core = [ep for ep in found if ep.dist is not None and ep.dist.name == CORE_DISTRIBUTION]
+        for ep in core:
+            self._load_entry_point(ep)
         if not self.config.disable_plugin_autoload:
-            for ep in importlib_metadata.entry_points(group=ENTRY_POINT_GROUP):
-                self._load_entry_point(ep)
+            for ep in found:
+                if ep not in core:
+                    self._load_entry_point(ep)
         return self
 
     def _load_entry_point(self, ep: Any) -> None:
@@ -72,7 +79,7 @@ class PluginSession:
         if ep.name in self.records and self.records[ep.name].distribution == dist:
             return  # the same distribution seen twice on sys.path
         record = PluginRecord(ep.name, dist, version)
-        if ep.name in self.config.disable_plugins:
+        if ep.name in self.config.disable_plugins and dist != CORE_DISTRIBUTION:
             record.status = "blocked"
             record.error = "blocked by EBM_DISABLE_PLUGINS / disable_plugins"
             self.records.setdefault(ep.name, record)
@@ -101,7 +108,7 @@ class PluginSession:
     def register(
         self, plugin: Any, name: str, provider: Provider, record: PluginRecord | None = None
     ) -> PluginRecord:
-        """Register ``plugin`` with pluggy and run its hooks (configure, then registration), isolating failures."""
+        """Register ``plugin`` with pluggy and run its registration hooks, isolating failures."""
         record = record or PluginRecord(name, provider.distribution, provider.version)
         if name in self.records or self.manager.has_plugin(name):
             record.fail("register", ValueError(f"a plugin named '{name}' is already registered; choose another name"))
@@ -120,32 +127,30 @@ class PluginSession:
             known = ", ".join(sorted(n for n in dir(hookspecs) if n.startswith("ebm_")))
             record.fail("register", ValueError(f"unknown hook(s) {', '.join(unknown)}; ebmcore's hooks are {known}"))
             return record
-        self._call(name, record, "ebm_configure", config=self.config)
         for kind in KINDS:
             registrar = Registrar(kind, provider)
-            if self._call(name, record, _HOOK_OF_KIND[kind], registry=registrar):
+            if self._call(plugin, record, HOOK_OF_KIND[kind], registry=registrar):
                 self.table.add(registrar.entries)
                 if registrar.entries:
                     record.provides[kind] = [e.name for e in registrar.entries]
         return record
 
-    def _call(self, name: str, record: PluginRecord, hook: str, **kwargs: Any) -> bool:
-        """Call plugin ``name``'s implementation of ``hook`` (if any) with the arguments it asks for."""
-        for impl in getattr(self.manager.hook, hook).get_hookimpls():
-            if impl.plugin_name != name:
-                continue
-            try:
-                impl.function(*[kwargs[arg] for arg in impl.argnames])
-            except Exception as exc:  # noqa: BLE001 - recorded, quoted by lookups
-                record.fail(hook, exc)
-                return False
+    def _call(self, plugin: Any, record: PluginRecord, hook: str, **kwargs: Any) -> bool:
+        """Have pluggy call ``plugin``'s implementation of ``hook`` (if any), and only its; False if it raised."""
+        others = [p for p in self.manager.get_plugins() if p is not plugin]
+        try:
+            self.manager.subset_hook_caller(hook, remove_plugins=others)(**kwargs)
+        except Exception as exc:  # noqa: BLE001 - recorded, quoted by lookups
+            record.fail(hook, exc)
+            return False
         return True
 
     def add_commands(self, subparsers: Any) -> None:
         """Let every loaded plugin add ``ebm`` subcommands (failures are recorded, not raised)."""
         for name, record in list(self.records.items()):
-            if record.status == "loaded":
-                self._call(name, record, "ebm_add_commands", subparsers=subparsers)
+            plugin = self.manager.get_plugin(name)
+            if record.status == "loaded" and plugin is not None:
+                self._call(plugin, record, "ebm_add_commands", subparsers=subparsers)
 
     # -- reporting -----------------------------------------------------------------------------
 
@@ -160,27 +165,28 @@ _lock = threading.RLock()
 _session: PluginSession | None = None
 
 
+def _config_generation() -> int:
+    return config.generation()
+
+
 def session() -> PluginSession:
-    """The loaded plugin session, loading it on first use (thread-safe, once)."""
+    """The loaded plugin session, loading it on first use and again after the configuration is
+    reloaded (thread-safe, once each)."""
     global _session
     s = _session
-    if s is not None:
+    if s is not None and s.config_generation == _config_generation():
         return s
     with _lock:
-        if _session is None:
-            from ebmcore.config import get_config
-
-            _session = PluginSession(get_config()).load()
-            _on_reload()
+        if _session is None or _session.config_generation != _config_generation():
+            _session = PluginSession(config.get_config()).load()
         return _session
 
 
 def reset() -> None:
-    """Forget the loaded plugins (and cached kernel choices); the next lookup loads them again."""
+    """Forget the loaded plugins (and their cached kernel choices); the next lookup loads them again."""
     global _session
     with _lock:
         _session = None
-        _on_reload()
 
 
 def register_plugin(plugin: Any, name: str | None = None) -> PluginRecord:
@@ -193,11 +199,5 @@ def register_plugin(plugin: Any, name: str | None = None) -> PluginRecord:
     name = name or getattr(plugin, "__name__", None) or type(plugin).__name__
     with _lock:
         record = s.register(plugin, name, Provider(name, "__main__", "0"))
-        _on_reload()
+        s.kernel_cache.clear()
     return record
-
-
-def _on_reload() -> None:
-    from ebmcore.kernels import resolve
-
-    resolve.clear_cache()

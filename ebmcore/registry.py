@@ -1,4 +1,4 @@
-"""Named components (energies, samplers, integrators, losses, kernel backends) and who provided them.
+"""Looking components up by name: energies, samplers, integrators, losses, kernel backends.
 
 Public API::
 
@@ -7,260 +7,26 @@ Public API::
     entry.distribution, entry.version            # who provided it
     energy = entry(dim=2)                         # an Entry calls its component
 
-Plugins never touch the tables directly: their ``ebm_register_*`` hooks get a
-:class:`Registrar` bound to them, which stamps every entry with the plugin,
-distribution and version.
+The first lookup loads the plugins (:mod:`ebmcore.plugins`). Plugins never touch the tables
+directly: their ``ebm_register_*`` hooks get a :class:`Registrar` bound to them, which stamps every
+entry with the plugin, distribution and version (:mod:`ebmcore.components`).
 """
 
 from __future__ import annotations
 
-import difflib
-import re
-from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, get_args
-
-from ebmcore.errors import DuplicateComponentError, PluginError, UnknownComponentError
+from ebmcore import plugins
+from ebmcore.components import KINDS, ComponentTable, Entry, Kind, Provider, Registrar
 
 __all__ = ["Kind", "KINDS", "Entry", "Provider", "Registrar", "ComponentTable", "names", "get", "entries"]
-
-Kind = Literal["energy", "sampler", "integrator", "loss", "kernel"]
-KINDS: tuple[str, ...] = get_args(Kind)
-
-_NAME = re.compile(r"^[a-z][a-z0-9_.\-]*$")
-
-# Names the first-party plugins provide, so that a lookup can say what to install.
-FIRST_PARTY: dict[str, dict[str, tuple[str, ...]]] = {
-    "ebm-samplers": {
-        "sampler": ("langevin", "mala", "hmc", "nuts", "annealed_langevin", "parallel_tempering"),
-        "integrator": ("euler_maruyama", "leapfrog", "heun", "dopri5", "mclachlan", "yoshida"),
-    },
-    "ebm-losses": {
-        "loss": (
-            "contrastive_divergence",
-            "persistent_contrastive_divergence",
-            "score_matching",
-            "sliced_score_matching",
-            "denoising_score_matching",
-            "nce",
-        ),
-    },
-    "ebm-cuda": {"kernel": ("cuda", "cpu_fused")},
-}
-_PLUGIN_DIRS = {"ebm-samplers": "ebm_samplers", "ebm-losses": "ebm_losses", "ebm-cuda": "ebm_cuda"}
-
-
-@dataclass(frozen=True)
-class Provider:
-    """Who registers: the plugin's name and the distribution (and version) that shipped it."""
-
-    plugin: str
-    distribution: str
-    version: str
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One registered component. Calling the entry calls the component (a factory or class)."""
-
-    kind: str
-    name: str
-    component: Any
-    plugin: str
-    distribution: str
-    version: str
-    override: bool = False
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.component(*args, **kwargs)
-
-    def describe(self) -> str:
-        """One line for messages: ``<kind> '<name>' from plugin '<plugin>' (<distribution> <version>)``."""
-        return f"{self.kind} '{self.name}' from plugin '{self.plugin}' ({self.distribution} {self.version})"
-
-
-_HOOK_OF_KIND = {
-    "energy": "ebm_register_energies",
-    "sampler": "ebm_register_samplers",
-    "integrator": "ebm_register_integrators",
-    "loss": "ebm_register_losses",
-    "kernel": "ebm_register_kernels",
-}
-
-
-class Registrar:
-    """Handed to one plugin's ``ebm_register_<kind>`` hook; records entries on its behalf.
-
-    Entries are committed only if the hook returns normally, so a plugin that
-    raises half-way leaves nothing behind.
-    """
-
-    def __init__(self, kind: str, provider: Provider) -> None:
-        self.kind = kind
-        self.provider = provider
-        self.entries: list[Entry] = []
-
-    def _add(self, kind: str, name: str, component: Any, override: bool) -> None:
-        if kind != self.kind:
-            raise PluginError(
-                f"plugin '{self.provider.plugin}' registered {kind} '{name}' from "
-                f"{_HOOK_OF_KIND[self.kind]}; register {kind} components from {_HOOK_OF_KIND[kind]}."
-            )
-        if not isinstance(name, str) or not _NAME.match(name):
-            raise PluginError(
-                f"plugin '{self.provider.plugin}' registered {kind} name {name!r}: names are lower-case "
-                "strings of letters, digits, '_', '-' or '.', starting with a letter."
-            )
-        if any(e.name == name for e in self.entries):
-            raise PluginError(f"plugin '{self.provider.plugin}' registered {kind} '{name}' twice.")
-        p = self.provider
-        self.entries.append(Entry(kind, name, component, p.plugin, p.distribution, p.version, override))
-
-    def _callable(self, kind: str, name: str, factory: Any) -> Any:
-        if not callable(factory):
-            raise PluginError(
-                f"plugin '{self.provider.plugin}' registered {kind} '{name}' with {factory!r}, "
-                "which is not callable; register a class or a factory function."
-            )
-        return factory
-
-    def register_energy(self, name: str, factory: Callable[..., Any], *, override: bool = False) -> None:
-        """Register ``factory(**params) -> EnergyModel`` as energy ``name``."""
-        self._add("energy", name, self._callable("energy", name, factory), override)
-
-    def register_sampler(self, name: str, factory: Callable[..., Any], *, override: bool = False) -> None:
-        """Register ``factory(energy, **params) -> Sampler`` as sampler ``name``."""
-        self._add("sampler", name, self._callable("sampler", name, factory), override)
-
-    def register_integrator(self, name: str, factory: Callable[..., Any], *, override: bool = False) -> None:
-        """Register ``factory(**params) -> Integrator`` as integrator ``name``."""
-        self._add("integrator", name, self._callable("integrator", name, factory), override)
-
-    def register_loss(self, name: str, factory: Callable[..., Any], *, override: bool = False) -> None:
-        """Register ``factory(**params) -> Loss`` as loss ``name``."""
-        self._add("loss", name, self._callable("loss", name, factory), override)
-
-    def register_kernel_backend(self, backend: Any, *, override: bool = False) -> None:
-        """Register a :class:`ebmcore.KernelBackend` under ``backend.name``."""
-        from ebmcore.kernels.base import KernelBackend
-
-        if not isinstance(backend, KernelBackend):
-            raise PluginError(
-                f"plugin '{self.provider.plugin}' registered {backend!r} as a kernel backend; "
-                "pass an instance of ebmcore.KernelBackend."
-            )
-        self._add("kernel", backend.name, backend, override)
-
-
-@dataclass
-class ComponentTable:
-    """All committed entries of one loading session, with name clashes resolved.
-
-    A name registered by several plugins resolves to the one that declared
-    ``override=True`` if exactly one did; otherwise looking it up raises
-    :class:`DuplicateComponentError` naming every provider.
-    """
-
-    _by_name: dict[tuple[str, str], list[Entry]] = field(default_factory=dict)
-
-    def add(self, entries: list[Entry]) -> None:
-        """Record committed entries; clashing names are kept side by side and resolved at lookup."""
-        for entry in entries:
-            self._by_name.setdefault((entry.kind, entry.name), []).append(entry)
-
-    def _winner(self, kind: str, name: str) -> Entry:
-        found = self._by_name[(kind, name)]
-        if len(found) == 1:
-            return found[0]
-        overriding = [e for e in found if e.override]
-        if len(overriding) == 1:
-            return overriding[0]
-        providers = "; ".join(e.describe() for e in found)
-        fix = (
-            "uninstall one of them, block one with EBM_DISABLE_PLUGINS=<plugin>, "
-            "or have one register with override=True"
-            if not overriding
-            else "only one plugin may declare override=True for a name; uninstall or block the others"
-        )
-        raise DuplicateComponentError(f"{kind} '{name}' is registered by more than one plugin: {providers}. Fix: {fix}.")
-
-    def conflicts(self) -> list[tuple[str, str, list[Entry]]]:
-        """Names that several plugins registered and that no single override settles."""
-        out = []
-        for (kind, name), found in self._by_name.items():
-            if len(found) > 1 and sum(e.override for e in found) != 1:
-                out.append((kind, name, found))
-        return out
-
-    def names(self, kind: str) -> list[str]:
-        """Sorted names registered for ``kind``, clashing ones included."""
-        _check_kind(kind)
-        return sorted(name for (k, name) in self._by_name if k == kind)
-
-    def entries(self, kind: str) -> list[Entry]:
-        """The winning entry of every unambiguous name of ``kind`` (clashing names are left out)."""
-        out = []
-        for name in self.names(kind):
-            try:
-                out.append(self._winner(kind, name))
-            except DuplicateComponentError:
-                continue
-        return out
-
-    def get(self, kind: str, name: str, failures: str = "") -> Entry:
-        """The entry ``name`` resolves to for ``kind``.
-
-        Raises :class:`UnknownComponentError` (with ``failures``, a summary of plugins that failed to load, appended)
-        if nothing has that name, :class:`DuplicateComponentError` if a clash is not settled by one override.
-        """
-        _check_kind(kind)
-        if (kind, name) in self._by_name:
-            return self._winner(kind, name)
-        raise UnknownComponentError(_unknown_message(kind, name, self.names(kind), failures))
-
-
-def _check_kind(kind: str) -> None:
-    if kind not in KINDS:
-        raise UnknownComponentError(f"unknown component kind {kind!r}; the kinds are {', '.join(KINDS)}.")
-
-
-def first_party_provider(kind: str, name: str) -> str | None:
-    """The first-party distribution that provides ``name`` of ``kind``, if any."""
-    for dist, provided in FIRST_PARTY.items():
-        if name in provided.get(kind, ()):
-            return dist
-    return None
-
-
-def _unknown_message(kind: str, name: str, available: list[str], failures: str) -> str:
-    lines = [f"no {kind} named {name!r}. Available {kind} names: {', '.join(available) or '(none)'}."]
-    close = difflib.get_close_matches(name, available, n=1)
-    if close:
-        lines.append(f"Did you mean {close[0]!r}?")
-    dist = first_party_provider(kind, name)
-    if dist:
-        lines.append(
-            f"{kind} {name!r} is provided by the plugin {dist}: install it with `pip install {dist}` "
-            f"(from a source checkout: `pip install -e plugins/{_PLUGIN_DIRS[dist]}`)."
-        )
-    if failures:
-        lines.append("These plugins failed to load and may have provided it:\n" + failures)
-    return "\n".join(lines)
-
-
-# --- the module-level API over the lazily loaded plugin session -------------------------------
 
 
 def names(kind: str) -> list[str]:
     """Sorted names registered for ``kind`` (one of ``energy``, ``sampler``, ``integrator``, ``loss``, ``kernel``)."""
-    from ebmcore import plugins
-
     return plugins.session().table.names(kind)
 
 
 def entries(kind: str) -> list[Entry]:
     """Every unambiguous :class:`Entry` of ``kind``, sorted by name."""
-    from ebmcore import plugins
-
     return plugins.session().table.entries(kind)
 
 
@@ -271,7 +37,5 @@ def get(kind: str, name: str) -> Entry:
     install command where a first-party plugin provides ``name``, and any
     plugin failures; :class:`DuplicateComponentError` if two plugins claim it.
     """
-    from ebmcore import plugins
-
     s = plugins.session()
     return s.table.get(kind, name, failures=s.failure_summary())

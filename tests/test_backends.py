@@ -134,9 +134,9 @@ def test_unknown_op_lists_the_known_ones():
 
 def test_choices_are_cached_and_reset_with_the_plugins():
     ebmcore.resolve_kernel("gaussian_energy", X.device, X.dtype)
-    assert any(key[0] == "gaussian_energy" for key in resolve._cache)
+    assert any(key[0] == "gaussian_energy" for key in ebmcore.plugins.session().kernel_cache)
     ebmcore.plugins.reset()
-    assert resolve._cache == {}
+    assert ebmcore.plugins.session().kernel_cache == {}
 
 
 def test_config_file_selects_the_backend(tmp_path, monkeypatch):

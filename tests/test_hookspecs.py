@@ -13,7 +13,6 @@ EXPECTED = {
     "ebm_register_losses",
     "ebm_register_kernels",
     "ebm_add_commands",
-    "ebm_configure",
 }
 
 
@@ -25,10 +24,13 @@ def test_every_hook_is_a_documented_function():
         assert doc and len(doc) > 40, f"{name} needs a docstring saying when it is called and what it gets"
 
 
-def test_configure_hook_is_historic():
+def test_no_hook_carries_ordering_or_history_markers():
+    # pluggy calls each plugin's hooks for that plugin alone: tryfirst/trylast/historic would mean nothing
     pm = pluggy.PluginManager("ebmcore")
     pm.add_hookspecs(hookspecs)
-    assert pm.hook.ebm_configure.spec.opts["historic"] is True
+    for name in EXPECTED:
+        opts = getattr(pm.hook, name).spec.opts
+        assert not opts.get("historic") and not opts.get("firstresult"), name
 
 
 def test_builtins_register_through_the_hooks_like_any_plugin():
@@ -40,15 +42,26 @@ def test_builtins_register_through_the_hooks_like_any_plugin():
     assert "builtin" in impls
 
 
-def test_configure_hook_receives_the_config(ebm_plugins):
-    seen = []
+def test_the_builtin_plugin_is_an_entry_point_of_the_core_distribution():
+    import importlib_metadata
 
-    class Plugin:
-        @hookspecs.hookimpl
-        def ebm_configure(self, config):
-            seen.append(config)
+    (ep,) = [ep for ep in importlib_metadata.entry_points(group="ebmcore") if ep.name == "builtin"]
+    assert ep.value == "ebmcore.builtin" and ep.dist.name == "ebmcore"
 
+
+def test_a_raising_hook_of_one_plugin_does_not_stop_the_next_plugin(ebm_plugins):
     import ebmcore
 
-    ebmcore.register_plugin(Plugin(), "configured")
-    assert seen == [ebm_plugins.config]
+    class Broken:
+        @hookspecs.hookimpl
+        def ebm_register_energies(self, registry):
+            raise RuntimeError("boom")
+
+    class Fine:
+        @hookspecs.hookimpl
+        def ebm_register_energies(self, registry):
+            registry.register_energy("fine_energy", ebmcore.HarmonicEnergy)
+
+    assert ebmcore.register_plugin(Broken(), "broken").status == "failed"
+    assert ebmcore.register_plugin(Fine(), "fine").status == "loaded"
+    assert ebmcore.registry.get("energy", "fine_energy").plugin == "fine"

@@ -127,21 +127,16 @@ def test_a_misspelled_hook_rejects_the_plugin_with_the_known_names(ebm_plugins):
     assert "unknown hook(s) ebm_register_sampler" in record.error and "ebm_register_samplers" in record.error
 
 
-def test_hooks_may_take_fewer_arguments_and_configure_runs_before_registration(ebm_plugins):
-    order = []
+def test_hooks_may_take_fewer_arguments(ebm_plugins):
+    calls = []
 
     class Plugin:
         @ebmcore.hookimpl
-        def ebm_configure(self):
-            order.append("configure")
-
-        @ebmcore.hookimpl
-        def ebm_register_energies(self, registry):
-            order.append("register")
-            registry.register_energy("configured_energy", ebmcore.HarmonicEnergy)
+        def ebm_register_energies(self):
+            calls.append("register")
 
     assert ebmcore.register_plugin(Plugin(), "few_args").status == "loaded"
-    assert order == ["configure", "register"]
+    assert calls == ["register"]
 
 
 def test_registering_a_taken_name_again_keeps_the_first_plugin(ebm_plugins):

@@ -53,6 +53,22 @@ def test_unknown_first_party_name_says_what_to_install():
     assert "pip install -e plugins/ebm_samplers" in str(err.value)
 
 
+def test_the_install_hints_match_what_the_first_party_plugins_register():
+    from ebmcore.components import FIRST_PARTY
+    from ebmcore import plugins
+
+    session = plugins.session()
+    for dist, hinted in FIRST_PARTY.items():
+        records = [r for r in session.records.values() if r.distribution == dist]
+        if not records:
+            continue  # not installed here: nothing to compare with
+        (record,) = records
+        assert record.status == "loaded", record.error
+        provided = {kind: tuple(names) for kind, names in record.provides.items()}
+        assert {k: sorted(v) for k, v in provided.items()} == {k: sorted(v) for k, v in hinted.items()}, dist
+    assert any(r.distribution == "ebm-samplers" for r in session.records.values())  # the suite installs them
+
+
 def test_unknown_kind_is_an_error():
     with pytest.raises(UnknownComponentError, match="the kinds are energy, sampler"):
         registry.names("samplers")

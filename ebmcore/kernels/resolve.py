@@ -27,6 +27,7 @@ from typing import Any, Iterator
 
 import torch
 
+from ebmcore import plugins
 from ebmcore.config import get_config, parse_backend_list
 from ebmcore.errors import BackendUnavailableError, UnknownComponentError
 from ebmcore.kernels.base import Kernel, KernelBackend
@@ -34,7 +35,6 @@ from ebmcore.kernels.base import Kernel, KernelBackend
 __all__ = ["Candidate", "Explanation", "use_backend", "resolve_kernel", "explain", "dispatch", "clear_cache"]
 
 _selected: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVar("ebm_backend", default=None)
-_cache: dict[tuple[Any, ...], Kernel] = {}
 
 
 @dataclass(frozen=True)
@@ -110,8 +110,6 @@ def _capability(device: torch.device) -> tuple[int, int] | None:
 
 def _backends_for(op: str) -> tuple[list[KernelBackend], list[Candidate]]:
     """Backends that implement ``op``, and a row for each backend name left out by a clash."""
-    from ebmcore import plugins
-
     table = plugins.session().table
     found = [e.component for e in table.entries("kernel") if op in e.component.kernels]
     clashes = [
@@ -132,11 +130,10 @@ def _explain(op: str, device: torch.device, dtype: torch.dtype, backend: Any) ->
     by_name = {b.name: b for b in backends}
     candidates: list[Candidate] = []
     if selection is not None:
-        from ebmcore import registry
-
+        session = plugins.session()
         for name in selection:
             if name not in by_name and name not in {c.backend for c in clashes}:
-                registry.get("kernel", name)  # unknown backend: raises with the install hint
+                session.table.get("kernel", name, session.failure_summary())  # unknown backend: raises with the install hint
                 candidates.append(Candidate(name, 0, False, f"selected, but backend '{name}' has no kernel for {op}"))
         ordered = [by_name[n] for n in selection if n in by_name]
         ordered += sorted((b for b in backends if b.name not in selection), key=lambda b: b.name)
@@ -182,7 +179,8 @@ def resolve_kernel(op: str, device: torch.device, dtype: torch.dtype, backend: A
     """
     selection, _ = _selection(backend)
     key = (op, device, dtype, selection)
-    kernel = _cache.get(key)
+    session = plugins.session()
+    kernel = session.kernel_cache.get(key)
     if kernel is not None:
         return kernel
     why = _explain(op, device, dtype, backend)
@@ -193,10 +191,8 @@ def resolve_kernel(op: str, device: torch.device, dtype: torch.dtype, backend: A
             else "move the inputs to a supported device or dtype"
         )
         raise BackendUnavailableError(f"no kernel can run this op.\n{why}\nFix: {fix}.")
-    from ebmcore import registry
-
-    kernel = registry.get("kernel", why.chosen.backend).component.kernels[op]
-    _cache[key] = kernel
+    kernel = session.table.get("kernel", why.chosen.backend).component.kernels[op]
+    session.kernel_cache[key] = kernel
     return kernel
 
 
@@ -207,5 +203,5 @@ def dispatch(op: str, *args: Any, backend: Any = None, **kwargs: Any) -> Any:
 
 
 def clear_cache() -> None:
-    """Forget cached choices (called when plugins or the configuration are reloaded)."""
-    _cache.clear()
+    """Forget the cached choices (a new plugin session, after a reload, starts without any)."""
+    plugins.session().kernel_cache.clear()

@@ -11,7 +11,7 @@ from typing import Any, Iterator, Mapping
 
 from ebmcore import plugins
 from ebmcore.config import get_config
-from ebmcore.registry import Provider
+from ebmcore.components import Provider
 
 __all__ = ["isolated_plugins", "installed_distribution"]
 
@@ -32,12 +32,10 @@ def isolated_plugins(*extra: Any, autoload: bool = False, disable: tuple[str, ..
         name, plugin = item if isinstance(item, tuple) else (getattr(item, "__name__", type(item).__name__), item)
         session.register(plugin, name, Provider(name, "__test__", "0"))
     plugins._session = session
-    plugins._on_reload()
     try:
         yield session
     finally:
         plugins._session = saved
-        plugins._on_reload()
 
 
 @contextmanager
