@@ -12,7 +12,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml $(wildcard plugins/*/pyproject.toml) Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet "setuptools>=70.1" wheel torch==2.13.0
-	$(PY) -m pip install --quiet --no-build-isolation -e ".[test,docs]" $(addprefix -e ,$(PLUGINS))
+	$(PY) -m pip install --quiet --no-build-isolation -e ".[test,docs,plot]" $(addprefix -e ,$(PLUGINS))
 	touch $@
 
 demo: setup

@@ -1,24 +1,105 @@
-"""The sampler base class: ``init(x) -> state`` and ``step(state) -> (state, info)`` over a batch of chains."""
+"""The sampler base class and the loop every sampler shares.
+
+A sampler implements the contract ``init(x) -> state`` and ``step(state, *, generator, **tunables)
+-> (state, info)`` over a batch of chains. :meth:`Sampler.sample` is the one loop that runs any
+sampler: burn-in, thinning, the kept trajectory, diagnostics, callbacks and a progress bar. It
+asks the sampler once for a :class:`Run` (:meth:`Sampler.prepare`): by default ``init`` and
+``step`` with the given tunables; a sampler may prepare more (tunables checked once, kernels
+resolved, buffers allocated, a fused multi-step chain). The loop makes no host sync and no hook call.
+"""
 
 from __future__ import annotations
 
+import time
+import warnings
 from abc import ABC, abstractmethod
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Optional, Protocol
 
 import torch
 from torch import Tensor
 
 from ebmcore.energies.base import EnergyModel
 from ebmcore.errors import InputError
+from ebmcore.recording import NonFiniteChainsWarning, Recorder, SampleResult
 from ebmcore.validation import check_finite
 
-__all__ = ["Sampler", "SamplerState"]
+__all__ = ["Sampler", "SamplerState", "Run", "Chain", "check_run_arguments", "stream_seed"]
 
 
 class SamplerState(Protocol):
     """Any sampler state: a plain container whose ``x: (n_chains, *event_shape)`` are the current positions."""
 
     x: Tensor
+
+
+Chain = Callable[[Any, int, int, int], tuple[Any, Any]]
+"""``chain(state, n_steps, seed, offset) -> (state, info)``: ``n_steps`` transitions in one fused kernel call, the
+noise taken at steps ``offset, offset + 1, ...`` of the counter-based stream keyed by ``seed``; ``info.accepted``
+and ``info.divergent`` are per-chain counts over the call (None without accept/reject)."""
+
+
+@dataclass
+class Run:
+    """One run prepared by :meth:`Sampler.prepare`: the initial ``state``; ``step(state) -> (state, info)``, one
+    transition with everything bound; ``chain``, a fused multi-step chain (None: one step at a time) and
+    ``path``, the words for which of the two runs and why; ``energy_of(state)``: ``E`` at the state's positions,
+    for diagnostics; ``params``: what the run uses."""
+
+    state: Any
+    step: Callable[[Any], tuple[Any, Any]]
+    energy_of: Callable[[Any], Tensor]
+    chain: Optional[Chain] = None
+    path: str = "per-step loop"
+    params: Any = None
+
+
+def check_run_arguments(x0: Any, n_steps: int, burn_in: int = 0, thin: int = 1, generator: Any = None) -> None:
+    """Clear errors for bad step counts and a generator that is not one, or not on ``x0``'s device."""
+    for name, value, low in (("n_steps", n_steps, 0), ("burn_in", burn_in, 0), ("thin", thin, 1)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise InputError(f"{name} must be an integer >= {low}, got {value!r}.")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise InputError(f"generator must be a torch.Generator, got {type(generator).__name__}.")
+    if generator is not None and isinstance(x0, Tensor) and generator.device.type != x0.device.type:
+        raise InputError(f"generator is on {generator.device} but x0 is on {x0.device}; "
+                         f"use torch.Generator(device={str(x0.device)!r}).manual_seed(...).")
+
+
+def stream_seed(generator: torch.Generator | None, device: torch.device) -> int:
+    """The key of a fused run's noise stream, drawn once from ``generator`` (or ``device``'s default generator,
+    so ``torch.cuda.manual_seed`` makes fused GPU runs reproducible as it does per-step ones)."""
+    where = generator.device if generator is not None else device
+    return int(torch.randint(0, 2**62, (), generator=generator, device=where))
+
+
+def _schedule(burn_in: int, n_steps: int, thin: int, per_step: bool, records: bool) -> Iterator[tuple[int, bool, int | None]]:
+    """``(size, after_burn_in, kept index or None)`` for each advance: one transition at a time, or for a fused
+    chain the burn-in in one call, then one call per kept state (``thin`` steps) and the remainder, or all
+    ``n_steps`` in one call when nothing is recorded."""
+    if per_step:
+        for i in range(burn_in + n_steps):
+            kept = i - burn_in + 1
+            yield 1, kept > 0, (kept // thin - 1 if kept > 0 and kept % thin == 0 else None)
+        return
+    if burn_in:
+        yield burn_in, False, None
+    if not records:
+        if n_steps:
+            yield n_steps, True, None
+        return
+    for k in range(n_steps // thin):
+        yield thin, True, k
+    if n_steps % thin:
+        yield n_steps % thin, True, None
+
+
+def _progress_bar(show: bool, total: int, name: str) -> Any:
+    if not show:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=name, unit="step")
 
 
 class Sampler(ABC):
@@ -51,11 +132,72 @@ class Sampler(ABC):
         self.energy.validate(x0, name="x0")
         return check_finite(x0, what="initial state x0", fix="Start every chain from a finite point.")
 
-    def sample(self, x0: Tensor, n_steps: int, *, generator: torch.Generator | None = None) -> Tensor:
-        """Run ``n_steps`` transitions from ``x0: (n_chains, *event_shape)``; return the final positions."""
-        if not isinstance(n_steps, int) or n_steps < 0:
-            raise InputError(f"n_steps must be a non-negative integer, got {n_steps!r}.")
-        state = self.init(self.check_initial_state(x0))
-        for _ in range(n_steps):
-            state, _ = self.step(state, generator=generator)
-        return state.x
+    def prepare(self, x: Tensor, generator: torch.Generator | None, tunables: dict[str, Any],
+                every_step: bool = False) -> Run:
+        """The :class:`Run` from checked states ``x``: :meth:`init`, and :meth:`step` with ``tunables`` and
+        ``generator``. Override to do once what every step would repeat; ``every_step``: a callback needs every
+        transition (no fused chain)."""
+        state = self.init(x)
+        energy = self.energy
+
+        @torch.no_grad()
+        def energy_of(s: Any) -> Tensor:
+            return s.energy if hasattr(s, "energy") else energy.compute_energy(s.x)
+
+        return Run(state, lambda s: self.step(s, generator=generator, **tunables), energy_of,
+                   path=f"per-step loop ({type(self).__name__}.step)", params=tunables)
+
+    def sample(self, x0: Tensor, n_steps: int, *, burn_in: int = 0, thin: int = 1, return_trajectory: bool = False,
+               return_diagnostics: bool = False, generator: torch.Generator | None = None, progress: bool = False,
+               callback: Callable[[int, Any, Any], None] | None = None, **tunables: Any) -> Tensor | SampleResult:
+        """Run ``burn_in`` steps, then ``n_steps`` steps keeping every ``thin``-th state, for every chain of ``x0``.
+
+        Returns the final states ``(n_chains, *event_shape)``; with ``return_trajectory`` or
+        ``return_diagnostics`` a :class:`SampleResult` whose ``trajectory`` is
+        ``(n_steps // thin, n_chains, *event_shape)`` (kept states after steps, not ``x0``).
+        ``callback(step_index, state, info)`` runs after every step (burn-in included).
+        ``tunables`` (``step_size=...``, ...) go to :meth:`prepare` (by default, to every ``step``).
+        """
+        check_run_arguments(x0, n_steps, burn_in, thin, generator)
+        x = self.check_initial_state(x0).detach()  # no graph through the chain, whatever x0 requires
+        run = self.prepare(x, generator, tunables, every_step=callback is not None)
+        for field in ("energy", "grad"):
+            if isinstance(getattr(run.state, field, None), Tensor):
+                check_finite(getattr(run.state, field), what=f"{field} at the initial state x0", x=x,
+                             fix="Start every chain where the energy and its gradient are finite.")
+        recording = return_trajectory or return_diagnostics
+        recorder = Recorder(x, n_steps // thin, trajectory=return_trajectory, diagnostics=return_diagnostics,
+                            energy_of=run.energy_of)
+        if run.chain is None:
+            step = run.step
+            advance = lambda state, size, offset: step(state)  # noqa: E731
+        else:
+            chain, key = run.chain, stream_seed(generator, x.device)
+            advance = lambda state, size, offset: chain(state, size, key, offset)  # noqa: E731
+        bar = _progress_bar(progress, burn_in + n_steps, type(self).__name__)
+        state, done = run.state, 0
+        start = time.perf_counter()
+        for size, counted, kept in _schedule(burn_in, n_steps, thin, run.chain is None, recording):
+            state, info = advance(state, size, done)
+            done += size
+            if counted:
+                recorder.count(info)
+            if kept is not None:
+                recorder.keep(kept, state, info, size)
+            if callback is not None:
+                callback(done - 1, state, info)
+            if bar is not None:
+                bar.update(size)
+        if bar is not None:
+            bar.close()
+        wall = time.perf_counter() - start
+        nonfinite = (~torch.isfinite(state.x.flatten(1)).all(1)).nonzero().flatten()
+        if nonfinite.numel():
+            warnings.warn(
+                f"{type(self).__name__}: {nonfinite.numel()} of {x.shape[0]} chains became non-finite "
+                f"(chains {nonfinite[:10].tolist()}{' ...' if nonfinite.numel() > 10 else ''}); they are left as they are. "
+                "Reduce step_size, or use MALA/HMC, which reject such moves.", NonFiniteChainsWarning, stacklevel=2)
+        final = state.x.clone() if state.x is x else state.x  # never hand back the caller's own tensor
+        if not recording:
+            return final
+        return SampleResult(final, recorder.trajectory, recorder.finish(nonfinite, n_steps, wall))

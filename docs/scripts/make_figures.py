@@ -70,14 +70,6 @@ def contour(ax, energy: ebmcore.EnergyModel, lim: tuple[float, float, float, flo
     ax.contour(X, Y, E, levels=20, colors="k", linewidths=0.3, alpha=0.3)
 
 
-def tuned_options(tuned) -> dict:
-    """The tunables a WarmupResult hands to ``sample``: the step size and, for HMC/NUTS, the inverse mass."""
-    options = {"step_size": tuned.step_size}
-    if tuned.inv_mass is not None:
-        options["inv_mass"] = tuned.inv_mass
-    return options
-
-
 def save(fig, out: Path, name: str) -> Path:
     path = out / name
     fig.savefig(path, dpi=DPI, bbox_inches="tight")
@@ -116,24 +108,25 @@ def traces(out: Path, quick: bool) -> Path:
     x0 = 0.5 * torch.randn(64, 2, generator=gen(3)) + torch.tensor([1.0, 1.0])
     runs = []
     ula = LangevinSampler(energy, step_size=0.02)
-    runs.append(("ULA", ula, {}, "1 gradient / step"))
+    runs.append(("ULA", ula, "1 gradient / step"))
     for name, sampler in [("MALA", MALASampler(energy)), ("HMC", HMCSampler(energy, n_leapfrog_steps=8)),
                           ("NUTS", NUTSSampler(energy, step_size=0.3))]:
         tuned = warmup(sampler, x0, 50 if quick else 300, target_accept=0.8 if name != "MALA" else 0.6, generator=gen(4))
         cost = {"MALA": "1 gradient / step", "HMC": "8 gradients / step", "NUTS": "adaptive trajectory"}[name]
-        runs.append((name, sampler, tuned_options(tuned), cost))
+        sampler.params = tuned.params  # the tuned step size and, for HMC/NUTS, inverse mass
+        runs.append((name, sampler, cost))
     fig, axes = plt.subplots(len(runs), 1, figsize=(10, 7.5), sharex=True)
-    for ax, (name, sampler, tunables, cost) in zip(axes, runs):
+    for ax, (name, sampler, cost) in zip(axes, runs):
         lengths = []
         callback = (lambda i, s, info: lengths.append(float(info.mean_trajectory_length))) if name == "NUTS" else None
-        result = sampler.sample(x0, n_steps, return_trajectory=True, generator=gen(5), callback=callback, **tunables)
+        result = sampler.sample(x0, n_steps, return_trajectory=True, generator=gen(5), callback=callback)
         draws = result.trajectory                                    # (n_steps, n_chains, 2)
         ess = float(diagnostics.ess_bulk(draws[:, :, :1]).squeeze())
         if name == "NUTS":
             cost = f"{sum(lengths) / len(lengths):.1f} gradients / step (mean)"
         for c in range(3):
             ax.plot(draws[:, c, 0].numpy(), lw=0.8)
-        h = tunables.get("step_size", getattr(sampler, "step_size", None))
+        h = sampler.params.step_size
         ax.set_ylabel("$x_1$")
         ax.set_ylim(-2, 2)
         ax.text(1.01, 0.5, f"{name}\nstep {float(h):.2f}\n{cost}\nbulk ESS of $x_1$: {ess:.0f}\n({draws.shape[1]} chains)",
@@ -218,8 +211,8 @@ def autocorrelation(out: Path, quick: bool) -> Path:
     for name, sampler in [("MALA", MALASampler(energy)), ("HMC", HMCSampler(energy, n_leapfrog_steps=5)),
                           ("NUTS", NUTSSampler(energy, step_size=0.5))]:
         tuned = warmup(sampler, x0, 40 if quick else 300, target_accept=0.8 if name != "MALA" else 0.6, generator=gen(13))
-        draws = sampler.sample(tuned.x, n_steps, **tuned_options(tuned), return_trajectory=True,
-                               generator=gen(14)).trajectory            # (n_steps, n_chains, dim)
+        sampler.params = tuned.params
+        draws = sampler.sample(tuned.x, n_steps, return_trajectory=True, generator=gen(14)).trajectory  # (n_steps, n_chains, dim)
         rho = diagnostics.autocorrelation(draws[:, :, -1:], max_lag=min(40, n_steps - 1))   # the widest coordinate
         ess = float(diagnostics.ess_bulk(draws[:, :, -1:]).squeeze())
         ax.plot(rho.mean(1).squeeze().numpy(), "o-", ms=3, color=COLORS[name],

@@ -112,7 +112,7 @@ def test_a_fused_kernel_of_negative_priority_runs_only_when_asked():
     x0 = torch.randn(10, 3)
     with isolated_plugins(SlowChains(), autoload=True, disable=("cuda",)):
         sampler = LangevinSampler(energy, step_size=0.1)
-        assert "fused=True forces it" in sampler.fused_runner(x0, sampler.bind(x0), sampler.tunables(x0, {}))
+        assert "fused=True forces it" in sampler.prepare(x0, None, {}).path
         auto = sampler.sample(x0, 5, generator=torch.Generator().manual_seed(1))
         sampler.fused = False
         assert torch.equal(auto, sampler.sample(x0, 5, generator=torch.Generator().manual_seed(1)))
@@ -137,7 +137,7 @@ def test_ula_on_a_neural_energy_can_draw_its_noise_in_the_step_kernel():
     energy = ebmcore.energy("mlp", dim=2)
     x0 = torch.randn(64, 2)
     sampler = LangevinSampler(energy, step_size=0.01)
-    assert "langevin_step_philox" in sampler.fused_runner(x0, sampler.bind(x0), sampler.tunables(x0, {}))  # CPU: not automatic
+    assert "langevin_step_philox" in sampler.prepare(x0, None, {}).path  # CPU: not automatic
     sampler.fused = True  # forced: one langevin_step_philox per step
     out = sampler.sample(x0, 4, generator=torch.Generator().manual_seed(2))
     x = x0

@@ -102,7 +102,7 @@ def grid_nll(energy: ebmcore.EnergyModel, test: torch.Tensor, lim: float, n: int
 def run(config: dict[str, Any], out: Path, *, resume: bool = False, quiet: bool = False) -> dict[str, Any]:
     """Train into ``out``. Under ``torchrun`` every process trains its shard of each global batch
     (data parallel, gradients averaged) and rank 0 writes the run directory."""
-    from ebm_samplers import distributed
+    from ebmcore import distributed
 
     dist_run = None
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
@@ -118,7 +118,7 @@ def run(config: dict[str, Any], out: Path, *, resume: bool = False, quiet: bool 
 
 
 def _run(config: dict[str, Any], out: Path, resume: bool, quiet: bool, main: bool) -> dict[str, Any]:
-    from ebm_samplers import report
+    from ebmcore import plotting, runfiles
 
     selection = tuple(b.strip() for b in config["train"]["backend"].split(",") if b.strip())
     device = torch.device(config["train"]["device"])
@@ -129,7 +129,7 @@ def _run(config: dict[str, Any], out: Path, resume: bool, quiet: bool, main: boo
         raise ConfigError(f"--resume: no checkpoint at {checkpoint}.")
     out.mkdir(parents=True, exist_ok=True)
     if main:
-        report.write_json(out / "config.json", config)
+        runfiles.write_json(out / "config.json", config)
     train, test = (t.to(device) for t in _data(config["data"]))
     energy = registry.get("energy", config["model"]["energy"])(**config["model"]["params"]).to(device)
     loss = registry.get("loss", config["loss"]["name"])(**config["loss"]["params"])
@@ -165,9 +165,9 @@ def _run(config: dict[str, Any], out: Path, resume: bool, quiet: bool, main: boo
                 "state_dict": final.state_dict()}, out / "model.pt")
     history = trainer.history
     if config["output"]["plots"]:
-        report.plot_curve(out / "loss.png", history.steps, history.losses, "training loss", config["loss"]["name"])
+        plotting.plot_curve(out / "loss.png", history.steps, history.losses, "training loss", config["loss"]["name"])
         if lim:
-            report.plot_density(out / "density.png", lambda g: final.compute_energy(g.to(train.dtype)), train.cpu(), "learned density exp(−E)")
+            plotting.plot_density(out / "density.png", lambda g: final.compute_energy(g.to(train.dtype)), train.cpu(), "learned density exp(−E)")
     if config["output"]["n_model_samples"] and lim:
         from ebm_samplers import MALASampler, warmup
 
@@ -176,11 +176,11 @@ def _run(config: dict[str, Any], out: Path, resume: bool, quiet: bool, main: boo
         x0 = train[torch.randint(0, train.shape[0], (config["output"]["n_model_samples"],), generator=g, device=device)]
         tuned = warmup(sampler, x0, 200, target_accept=0.6, generator=g)
         samples = sampler.sample(tuned.x, 200, step_size=tuned.step_size, generator=g)
-        report.save_samples(out, "samples", samples)
+        runfiles.save_samples(out, "samples", samples)
         if config["output"]["plots"]:
-            report.plot_landscape(out / "landscape.png", lambda pts: final.compute_energy(pts.to(train.dtype)).double(),
+            plotting.plot_landscape(out / "landscape.png", lambda pts: final.compute_energy(pts.to(train.dtype)).double(),
                                   samples, "learned energy and MALA samples from it")
-    report.write_json(out / "metrics.json", metrics)
+    runfiles.write_json(out / "metrics.json", metrics)
     return metrics
 
 

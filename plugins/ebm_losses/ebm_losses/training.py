@@ -147,7 +147,7 @@ class Trainer:
         self.rank = dist.get_rank() if self.world_size > 1 else 0
         self.loss_generator = self.generator
         if self.world_size > 1:
-            from ebm_samplers.distributed import rank_generator
+            from ebmcore.distributed import rank_generator
 
             self.loss_generator = rank_generator(seed, self.rank, device)
         if isinstance(data, DataLoader):
@@ -181,7 +181,7 @@ class Trainer:
             batch = self.batches.next()
             weight = 1.0
             if self.world_size > 1:
-                from ebm_samplers.distributed import shard
+                from ebmcore.distributed import shard
 
                 rows = shard(batch.shape[0], self.rank, self.world_size)
                 weight = (rows.stop - rows.start) / batch.shape[0]

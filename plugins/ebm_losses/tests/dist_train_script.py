@@ -6,7 +6,7 @@ import torch
 
 import ebmcore
 from ebm_losses import ScoreMatching, Trainer, datasets
-from ebm_samplers import distributed
+from ebmcore import distributed
 
 run = distributed.init(timeout_s=30)
 energy = ebmcore.MLPEnergy(dim=2, hidden=(16, 16), seed=0, dtype=torch.float64)

@@ -2,12 +2,13 @@
 mass matrix from Welford's running variance, in Stan's windows; pooled across chains or per chain.
 
 Step-level components (``DualAveraging``, ``WelfordVariance``, ``stan_windows``) let a custom loop
-adapt; :func:`warmup` runs the whole thing for any sampler that reports an acceptance statistic
-(MALA, HMC, NUTS) and returns the tuned parameters.
+adapt; :func:`warmup` runs the whole thing for any ``ebm_samplers`` sampler that reports an acceptance
+statistic (MALA, HMC, NUTS) and returns new ``Params``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -17,8 +18,9 @@ from torch import Tensor
 
 from ebmcore.errors import InputError
 from ebmcore.validation import check_finite
+from ebm_samplers.params import as_inverse_mass
 
-__all__ = ["DualAveraging", "WelfordVariance", "stan_windows", "WarmupResult", "warmup"]
+__all__ = ["DualAveraging", "WelfordVariance", "stan_windows", "WarmupResult", "warmup", "cannot_warm_up"]
 
 
 class DualAveraging:
@@ -139,56 +141,71 @@ def stan_windows(n_warmup: int, *, init_buffer: int = 75, term_buffer: int = 50,
 
 @dataclass(frozen=True)
 class WarmupResult:
-    """What :func:`warmup` returns: the final states ``x``, the tuned ``step_size`` (float if pooled,
-    ``(n_chains,)`` otherwise), ``inv_mass`` (or None), and the mean acceptance statistic of the
-    last 50 warm-up steps."""
+    """What :func:`warmup` returns: the final states ``x``; ``params``, the sampler's params with the tuned
+    ``step_size`` (float if pooled, ``(n_chains,)`` otherwise) and ``inv_mass`` (when adapted) put in; the
+    same two as ``step_size`` and ``inv_mass`` (None if not adapted); and the mean acceptance statistic of
+    the last 50 warm-up steps."""
 
     x: Tensor
+    params: Any
     step_size: float | Tensor
     inv_mass: Tensor | None
     acceptance: float
+
+
+def cannot_warm_up(sampler: Any) -> str | None:
+    """Why :func:`warmup` cannot adapt ``sampler`` (None if it can): it needs an ``ebm_samplers`` sampler whose
+    info carries an acceptance statistic and whose params have a step size."""
+    from ebm_samplers.sampler import AlgorithmSampler
+
+    name = type(sampler).__name__
+    if not isinstance(sampler, AlgorithmSampler) or not sampler.algorithm.has_acceptance:
+        return f"{name} has no acceptance statistic to adapt a step size to; use MALA, HMC or NUTS."
+    if "step_size" not in {f.name for f in dataclasses.fields(sampler.params)}:
+        return f"{name} has no step size to adapt; warm up its base sampler instead."
+    return None
 
 
 def warmup(sampler: Any, x0: Tensor, n_warmup: int = 500, *, target_accept: float = 0.8, adapt_step_size: bool = True,
            adapt_mass: bool | None = None, pooled: bool = True, generator: torch.Generator | None = None) -> WarmupResult:
     """Adapt ``sampler``'s step size (and diagonal inverse mass) over ``n_warmup`` steps from ``x0``.
 
-    ``sampler`` is an object-API sampler whose ``info`` carries ``acceptance_prob`` (MALA, HMC,
-    NUTS). ``adapt_mass`` defaults to whether the sampler has a mass matrix (HMC, NUTS). Returns the
-    tuned parameters; pass them to ``sample`` (``step_size=..., inv_mass=...``) or set them on the
-    sampler. The sampler object itself is left unchanged.
+    ``sampler`` is an ``ebm_samplers`` sampler whose ``info`` carries ``acceptance_prob`` (MALA, HMC,
+    NUTS). ``adapt_mass`` defaults to whether its params have a mass matrix (HMC, NUTS). Returns new
+    params (``result.params``): sample with them (``sampler.params = result.params``, or pass
+    ``step_size=..., inv_mass=...`` to ``sample``). The sampler object itself is left unchanged.
     """
+    why_not = cannot_warm_up(sampler)
+    if why_not is not None:
+        raise InputError(why_not)
+    name = type(sampler).__name__
+    fields = {f.name for f in dataclasses.fields(sampler.params)}
     if adapt_mass is None:
-        adapt_mass = hasattr(sampler, "inv_mass")
+        adapt_mass = "inv_mass" in fields
     if not isinstance(n_warmup, int) or n_warmup < 1:
         raise InputError(f"n_warmup must be a positive integer, got {n_warmup!r}.")
-    if not getattr(sampler, "has_acceptance", False):
-        raise InputError(f"{type(sampler).__name__} has no acceptance statistic to adapt a step size to; use MALA, HMC or NUTS.")
-    if adapt_mass and not hasattr(sampler, "inv_mass"):
-        raise InputError(f"{type(sampler).__name__} has no mass matrix to adapt; pass adapt_mass=False.")
+    if adapt_mass and "inv_mass" not in fields:
+        raise InputError(f"{name} has no mass matrix to adapt; pass adapt_mass=False.")
     x = sampler.check_initial_state(x0)
-    n = x.shape[0]
-    base = sampler.tunables(x, {})
-    if "step_size" not in base:
-        raise InputError(f"{type(sampler).__name__} has no step size to adapt; warm up its base sampler instead.")
-    h0 = base["step_size"]
+    params = sampler.resolve(x)
+    h0 = params.step_size
     if not pooled and not isinstance(h0, Tensor):
-        h0 = torch.full((n,), h0, dtype=torch.float64)
+        h0 = torch.full((x.shape[0],), h0, dtype=torch.float64)
     averager = DualAveraging(h0.double().cpu() if isinstance(h0, Tensor) else h0, target_accept)
     welford = WelfordVariance(pooled=pooled)
     windows = stan_windows(n_warmup) if adapt_mass else []
     ends = {end for _, end in windows}
     starts = {start for start, _ in windows}
     inv_mass_tensor: Tensor | None = None
-    params = dict(base)
-    state = sampler.init(x)
-    check_finite(state.energy, what="energy at the initial state x0", x=x)
     fns = sampler.bind(x)
+    state = sampler.algorithm.init(x, fns)
+    check_finite(state.energy, what="energy at the initial state x0", x=x)
+    step = sampler.algorithm.build_kernel(**sampler.options, **({"compile": True} if sampler.compile else {}))
     step_size: float | Tensor = h0
     recent: list[float] = []
     for i in range(n_warmup):
-        params["step_size"] = _to_state(step_size, x)
-        state, info = sampler.step_fn(state, fns, generator=generator, **params)
+        params = dataclasses.replace(params, step_size=_to_state(step_size, x))
+        state, info = step(state, fns, generator, params)
         stat = info.acceptance_prob
         if adapt_step_size:
             step_size = averager.update(stat if not pooled else stat.mean())
@@ -199,11 +216,13 @@ def warmup(sampler: Any, x0: Tensor, n_warmup: int = 500, *, target_accept: floa
             welford.update(state.x)
         if i + 1 in ends:
             inv_mass_tensor = welford.variance().to(dtype=x.dtype, device=x.device)
-            params["inv_mass"] = sampler.tunables(x, {"inv_mass": inv_mass_tensor})["inv_mass"]  # prepared once per window
+            params = dataclasses.replace(params, inv_mass=as_inverse_mass(inv_mass_tensor, x))  # prepared once per window
             if adapt_step_size:
                 averager.restart(averager.current())
     final = averager.final() if adapt_step_size else step_size
-    return WarmupResult(state.x, final, inv_mass_tensor, sum(recent) / len(recent))
+    tuned = dataclasses.replace(sampler.params, step_size=final,
+                                **({"inv_mass": inv_mass_tensor} if inv_mass_tensor is not None else {}))
+    return WarmupResult(state.x, tuned, final, inv_mass_tensor, sum(recent) / len(recent))
 
 
 def _to_state(step_size: float | Tensor, x: Tensor) -> float | Tensor:

@@ -19,10 +19,11 @@ from torch import Tensor
 
 from ebmcore import EnergyFunctions, EnergyModel
 from ebmcore.errors import InputError
-from ebm_samplers.base import MCMCSampler
-from ebm_samplers.tunables import as_chain_scalar
+from ebm_samplers.algorithm import Algorithm, Step
+from ebm_samplers.params import checked, optional, positive, whole
+from ebm_samplers.sampler import AlgorithmSampler
 
-__all__ = ["AnnealedState", "AnnealedInfo", "AnnealedLangevinSampler", "geometric_sigmas"]
+__all__ = ["State", "Info", "Params", "init", "build_kernel", "geometric_sigmas", "ALGORITHM", "AnnealedLangevinSampler"]
 
 
 def geometric_sigmas(sigma_max: float = 1.0, sigma_min: float = 0.01, n_levels: int = 10) -> list[float]:
@@ -36,7 +37,7 @@ def geometric_sigmas(sigma_max: float = 1.0, sigma_min: float = 0.01, n_levels: 
 
 
 @dataclass(frozen=True)
-class AnnealedState:
+class State:
     """``x: (n, *event_shape)`` and the number of steps taken (which fixes the current level)."""
 
     x: Tensor
@@ -44,80 +45,102 @@ class AnnealedState:
 
 
 @dataclass(frozen=True)
-class AnnealedInfo:
+class Info:
     """The level and noise scale of the step just taken."""
 
     level: int
     sigma: float
 
 
-class AnnealedLangevinSampler(MCMCSampler):
-    """Annealed Langevin over ``sigmas`` (default: 10 geometric levels from 1 to 0.01), ``n_steps_each``
-    per level; ``sample(x0, n_steps)`` with ``n_steps = len(sigmas)·n_steps_each`` runs the whole
-    schedule (further steps stay at the last level). ``step_size`` (the last level's) defaults to
-    ``0.1·σ_L²``, so that every level's step is a tenth of its noise variance."""
+@dataclass(frozen=True)
+class Params:
+    """``step_size``: the last level's, one float for all chains (None: ``0.1·σ_L²``, so that every level's step is a
+    tenth of its noise variance)."""
 
-    name = "annealed_langevin"
-    has_acceptance = False
-    uses_noise_buffer = False
-    compile_refusal = "its step size and noise level change with the level"
+    step_size: float | None = None
 
-    def __init__(self, energy: EnergyModel, sigmas: Sequence[float] | None = None, *, n_steps_each: int = 100,
-                 step_size: float | None = None, **options: Any) -> None:
-        super().__init__(energy, **options)
-        levels = list(sigmas) if sigmas is not None else geometric_sigmas()
-        if not levels or any(not (s > 0) for s in levels) or any(b > a for a, b in zip(levels, levels[1:])):
-            raise InputError(f"sigmas must be positive and non-increasing, got {levels!r}.")
-        if not isinstance(n_steps_each, int) or n_steps_each < 1:
-            raise InputError(f"n_steps_each must be a positive integer, got {n_steps_each!r}.")
-        self.sigmas = [float(s) for s in levels]
-        self.n_steps_each = n_steps_each
-        self.step_size = step_size
-        self.conditional = bool(getattr(energy, "noise_conditional", False))
-
-    @property
-    def total_steps(self) -> int:
-        return len(self.sigmas) * self.n_steps_each
-
-    def tunables(self, x: Tensor, overrides: dict[str, Any]) -> dict[str, Any]:
-        """Accepts only ``step_size``, the last level's, one float for all chains (default ``0.1·σ_L²``)."""
-        unknown = set(overrides) - {"step_size"}
-        if unknown:
-            raise InputError(f"AnnealedLangevinSampler: unknown tunable(s) {sorted(unknown)}.")
-        step_size = overrides.get("step_size", self.step_size)
-        h = as_chain_scalar(0.1 * self.sigmas[-1] ** 2 if step_size is None else step_size, x, "step_size")
-        if isinstance(h, Tensor):
+    def __post_init__(self) -> None:
+        checked(self, step_size=optional(positive))
+        if isinstance(self.step_size, Tensor):
             raise InputError("AnnealedLangevinSampler takes one step_size for all chains.")
-        return {"step_size": h}
 
-    def init_state(self, x: Tensor, fns: EnergyFunctions) -> AnnealedState:
-        """The state at ``x: (n_chains, *event_shape)`` with no steps taken (the first level)."""
-        return AnnealedState(x, 0)
+    def resolve(self, x: Tensor) -> "Params":
+        """Nothing depends on the states (the default needs the schedule: the kernel fills it)."""
+        return self
 
-    def diagnostic_energy(self, state: AnnealedState, fns: EnergyFunctions) -> Tensor:
-        if not self.conditional:
-            return fns.energy(state.x)
-        level = min(max(state.n_taken - 1, 0) // self.n_steps_each, len(self.sigmas) - 1)
-        sigma = torch.full((state.x.shape[0],), self.sigmas[level], dtype=state.x.dtype, device=state.x.device)
-        return self.energy.compute_energy(state.x, sigma)
 
-    def _gradient(self, fns: EnergyFunctions, x: Tensor, sigma: float) -> Tensor:
-        if not self.conditional:
+def init(x: Tensor, fns: EnergyFunctions) -> State:
+    """The state at ``x: (n_chains, *event_shape)`` with no steps taken (the first level)."""
+    return State(x, 0)
+
+
+def options(energy: EnergyModel, sigmas: Sequence[float] | None = None, n_steps_each: int = 100) -> dict[str, Any]:
+    """``sigmas``: positive, non-increasing noise levels (default: 10 geometric levels from 1 to 0.01);
+    ``n_steps_each``: Langevin steps per level; a noise-conditional ``energy`` is called with each level's σ."""
+    levels = list(sigmas) if sigmas is not None else geometric_sigmas()
+    if not levels or any(not (s > 0) for s in levels) or any(b > a for a, b in zip(levels, levels[1:])):
+        raise InputError(f"sigmas must be positive and non-increasing, got {levels!r}.")
+    whole(1)(n_steps_each, "n_steps_each")
+    conditional = energy if getattr(energy, "noise_conditional", False) else None
+    return {"sigmas": tuple(float(s) for s in levels), "n_steps_each": n_steps_each, "conditional": conditional}
+
+
+def _level(n_taken: int, sigmas: Sequence[float], n_steps_each: int) -> int:
+    return min(n_taken // n_steps_each, len(sigmas) - 1)
+
+
+def _sigma_for(x: Tensor, sigma: float) -> Tensor:
+    return torch.full((x.shape[0],), sigma, dtype=x.dtype, device=x.device)
+
+
+def build_kernel(sigmas: Sequence[float], n_steps_each: int, conditional: EnergyModel | None = None) -> Step:
+    """``step(state, fns, generator, params)``: one Langevin step ``x' = x − h_i∇ₓE(x) + √(2h_i)·ξ`` of every chain
+    at the current level ``i`` (``h_i = step_size·(σ_i/σ_L)²``; the gradient at ``σ_i`` for a noise-conditional energy)."""
+
+    def gradient(fns: EnergyFunctions, x: Tensor, sigma: float) -> Tensor:
+        if conditional is None:
             return fns.gradient(x)
         with torch.enable_grad():
             xg = x.detach().requires_grad_(True)
-            s = torch.full((x.shape[0],), sigma, dtype=x.dtype, device=x.device)
-            (grad,) = torch.autograd.grad(self.energy.compute_energy(xg, s).sum(), xg)
+            (grad,) = torch.autograd.grad(conditional.compute_energy(xg, _sigma_for(x, sigma)).sum(), xg)
         return grad
 
-    def step_fn(self, state: AnnealedState, fns: EnergyFunctions, *, step_size: float,
-                generator: torch.Generator | None = None) -> tuple[AnnealedState, AnnealedInfo]:
-        """One Langevin step ``x' = x − h_i∇ₓE(x) + √(2h_i)·ξ`` of every chain at the current level ``i``
-        (``h_i = step_size·(σ_i/σ_L)²``; the gradient at ``σ_i`` for a noise-conditional energy)."""
-        level = min(state.n_taken // self.n_steps_each, len(self.sigmas) - 1)
-        sigma = self.sigmas[level]
-        h = step_size * (sigma / self.sigmas[-1]) ** 2
+    def step(state: State, fns: EnergyFunctions, generator: torch.Generator | None, params: Params) -> tuple[State, Info]:
+        level = _level(state.n_taken, sigmas, n_steps_each)
+        sigma = sigmas[level]
+        last = 0.1 * sigmas[-1] ** 2 if params.step_size is None else params.step_size
+        h = last * (sigma / sigmas[-1]) ** 2
         x = state.x
         noise = torch.randn(x.shape, generator=generator, dtype=x.dtype, device=x.device)
-        new = x.add(self._gradient(fns, x, sigma), alpha=-h).add_(noise, alpha=math.sqrt(2.0 * h))
-        return AnnealedState(new, state.n_taken + 1), AnnealedInfo(level, sigma)
+        new = x.add(gradient(fns, x, sigma), alpha=-h).add_(noise, alpha=math.sqrt(2.0 * h))
+        return State(new, state.n_taken + 1), Info(level, sigma)
+
+    return step
+
+
+def energy_of(state: State, fns: EnergyFunctions, sigmas: Sequence[float], n_steps_each: int,
+              conditional: EnergyModel | None) -> Tensor:
+    """``E`` at the state's positions, for diagnostics: at the level of the last step for a noise-conditional energy."""
+    if conditional is None:
+        return fns.energy(state.x)
+    sigma = sigmas[_level(max(state.n_taken - 1, 0), sigmas, n_steps_each)]
+    return conditional.compute_energy(state.x, _sigma_for(state.x, sigma))
+
+
+ALGORITHM = Algorithm("annealed_langevin", Params, init, build_kernel, has_acceptance=False, options=options,
+                      energy_of=energy_of, compile_refusal="its step size and noise level change with the level")
+
+
+class AnnealedLangevinSampler(AlgorithmSampler):
+    """Annealed Langevin: ``AnnealedLangevinSampler(energy, sigmas=None, *, n_steps_each=100, step_size=None)``.
+
+    ``sample(x0, n_steps)`` with ``n_steps = len(sigmas)·n_steps_each`` runs the whole schedule (further
+    steps stay at the last level). ``step_size`` (the last level's) defaults to ``0.1·σ_L²``."""
+
+    algorithm = ALGORITHM
+    positional = ("sigmas",)
+
+    @property
+    def total_steps(self) -> int:
+        """``len(sigmas)·n_steps_each``: the steps of the whole schedule."""
+        return len(self.options["sigmas"]) * self.options["n_steps_each"]

@@ -16,27 +16,29 @@ masked out. The waste this costs is reported: ``info.n_leapfrog_steps`` per chai
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from ebmcore import EnergyFunctions, EnergyModel
-from ebmcore.errors import InputError
-from ebm_samplers.state import GradientState, init_gradient_state
-from ebm_samplers.base import DIVERGENCE_THRESHOLD, MCMCSampler
-from ebm_samplers.tunables import ChainScalar, InverseMass, as_chain_scalar, as_inverse_mass, event_size, per_chain
+from ebmcore import EnergyFunctions
+from ebm_samplers.algorithm import Algorithm, Step
+from ebm_samplers.params import (ChainScalar, as_inverse_mass, checked, event_size, for_chains, in_range, optional,
+                                 per_chain, positive, whole)
+from ebm_samplers.sampler import AlgorithmSampler
+from ebm_samplers.state import DIVERGENCE_THRESHOLD, GradientState, init_gradient_state
 
-__all__ = ["NUTSState", "NUTSInfo", "init", "step", "NUTSSampler"]
+__all__ = ["State", "Info", "Params", "init", "build_kernel", "ALGORITHM", "NUTSSampler"]
 
-
-NUTSState = GradientState
+State = GradientState
 """``x: (n, *event_shape)``, ``energy = E(x): (n,)``, ``grad = ∇E(x)`` like ``x``."""
+
+init = init_gradient_state
 
 
 @dataclass(frozen=True)
-class NUTSInfo:
+class Info:
     """Per chain ``(n,)``: ``acceptance_prob`` (mean of ``min(1, e^{−ΔH})`` over the trajectory, the
     statistic step-size adaptation targets), ``divergent``, ``tree_depth``, ``n_leapfrog_steps``,
     ``hamiltonian`` (``H`` at the point drawn, for E-BFMI). Batch: ``n_leapfrog_computed`` (steps
@@ -57,7 +59,27 @@ class NUTSInfo:
         return self.acceptance_prob
 
 
-init = init_gradient_state
+@dataclass(frozen=True)
+class Params:
+    """``step_size`` (None: ``0.5·d^(−1/4)``; float or ``(n_chains,)``), ``max_tree_depth`` (in [1, 20]: at most
+    ``2^max_tree_depth − 1`` leapfrog steps), ``inv_mass`` (as HMC's), ``temperature`` (float or ``(n_chains,)``) and
+    ``jitter`` (in [0, 1): each chain's step drawn uniformly in ``[h(1 − jitter), h(1 + jitter)]`` per iteration, which
+    breaks the lockstep periodicity of the depth a batch needs)."""
+
+    step_size: ChainScalar | None = None
+    max_tree_depth: int = 10
+    inv_mass: Any = None
+    temperature: ChainScalar = 1.0
+    jitter: float = 0.0
+
+    def __post_init__(self) -> None:
+        checked(self, step_size=optional(positive), max_tree_depth=whole(1, 20), temperature=positive, jitter=in_range(0, 1))
+
+    def resolve(self, x: Tensor) -> "Params":
+        """These params for the states ``x``: the default step size filled, shapes checked, ``inv_mass`` prepared."""
+        h = 0.5 * event_size(x) ** (-0.25) if self.step_size is None else self.step_size
+        return replace(self, step_size=for_chains(h, x, "step_size"), inv_mass=as_inverse_mass(self.inv_mass, x),
+                       temperature=for_chains(self.temperature, x, "temperature"))
 
 
 def _dot(a: Tensor, b: Tensor) -> Tensor:
@@ -86,15 +108,13 @@ def _where(mask: Tensor, a: Tensor, b: Tensor) -> Tensor:
     return torch.where(mask.view(-1, *([1] * (a.dim() - 1))), a, b)
 
 
-def step(state: NUTSState, fns: EnergyFunctions, *, step_size: ChainScalar, max_tree_depth: int = 10,
-         inv_mass: InverseMass | Tensor | None = None, temperature: ChainScalar = 1.0, jitter: float = 0.0,
-         generator: torch.Generator | None = None) -> tuple[NUTSState, NUTSInfo]:
-    """One NUTS transition of every chain. ``step_size``, ``temperature``: floats or ``(n_chains,)``;
-    ``jitter`` draws each chain's step uniformly in ``[h(1 − jitter), h(1 + jitter)]`` this iteration."""
+def step(state: State, fns: EnergyFunctions, generator: torch.Generator | None, params: Params) -> tuple[State, Info]:
+    """One NUTS transition of every chain with resolved ``params``."""
     x0 = state.x
     n = x0.shape[0]
     dev, acc = x0.device, torch.promote_types(x0.dtype, torch.float32)
-    inv_mass = as_inverse_mass(inv_mass, x0)
+    inv_mass, temperature, step_size, jitter = params.inv_mass, params.temperature, params.step_size, params.jitter
+    max_tree_depth = params.max_tree_depth
     chain_shape = (n, *([1] * (x0.dim() - 1)))
     t = per_chain(temperature, x0)
     t_chain = t if isinstance(t, float) else t.reshape(-1).to(acc)
@@ -189,58 +209,28 @@ def step(state: NUTSState, fns: EnergyFunctions, *, step_size: ChainScalar, max_
         if bool(done.all()):
             break
 
-    new = NUTSState(prop_x, prop_e, prop_g)
-    info = NUTSInfo(sum_accept / n_steps.clamp_min(1), divergent, depth, n_steps.to(torch.int64), prop_h, computed,
+    new = State(prop_x, prop_e, prop_g)
+    info = Info(sum_accept / n_steps.clamp_min(1), divergent, depth, n_steps.to(torch.int64), prop_h, computed,
                     n_steps.mean(), n_steps.max())
     return new, info
 
 
-class NUTSSampler(MCMCSampler):
-    """NUTS over a batch of chains (multinomial, iterative, lockstep with per-chain masks).
+def build_kernel() -> Step:
+    """:func:`step`: NUTS draws a data-dependent number of random values, straight from ``generator``."""
+    return step
 
-    ``step_size`` defaults to ``0.5·d^(−1/4)``; ``max_tree_depth`` (default 10) caps a trajectory at
-    ``2^max_tree_depth − 1`` leapfrog steps. ``jitter`` (e.g. 0.1) randomises each chain's step per
+
+ALGORITHM = Algorithm("nuts", Params, init, build_kernel, has_acceptance=True,
+                      compile_refusal="its trajectories have a data-dependent length")
+
+
+class NUTSSampler(AlgorithmSampler):
+    """NUTS over a batch of chains (multinomial, iterative, lockstep with per-chain masks):
+    ``NUTSSampler(energy, step_size=None, *, max_tree_depth=10, inv_mass=None, temperature=1.0, jitter=0.0)``.
+
+    ``step_size`` defaults to ``0.5·d^(−1/4)``; ``max_tree_depth`` caps a trajectory at
+    ``2^max_tree_depth − 1`` leapfrog steps; ``jitter`` (e.g. 0.1) randomises each chain's step per
     iteration, which breaks the lockstep periodicity of the depth a batch needs.
     """
 
-    name = "nuts"
-    uses_noise_buffer = False
-    compile_refusal = "its trajectories have a data-dependent length"
-
-    def __init__(self, energy: EnergyModel, step_size: Any = None, *, max_tree_depth: int = 10, inv_mass: Any = None,
-                 temperature: Any = 1.0, jitter: float = 0.0, **options: Any) -> None:
-        super().__init__(energy, **options)
-        self.step_size = step_size
-        self.max_tree_depth = max_tree_depth
-        self.inv_mass = inv_mass
-        self.temperature = temperature
-        self.jitter = jitter
-
-    def default_step_size(self, x: Tensor) -> float:
-        """``0.5·d^(−1/4)`` for ``x: (n_chains, *event_shape)`` with ``d`` elements per chain."""
-        return 0.5 * event_size(x) ** (-0.25)
-
-    def tunables(self, x: Tensor, overrides: dict[str, Any]) -> dict[str, Any]:
-        """Accepts ``step_size`` (default :meth:`default_step_size`; float or ``(n_chains,)``), ``max_tree_depth``
-        (int in [1, 20], default 10), ``inv_mass`` (default None: identity), ``temperature`` (default 1; float or
-        ``(n_chains,)``) and ``jitter`` (in [0, 1), default 0)."""
-        unknown = set(overrides) - {"step_size", "max_tree_depth", "inv_mass", "temperature", "jitter"}
-        if unknown:
-            raise InputError(f"NUTSSampler: unknown tunable(s) {sorted(unknown)}.")
-        depth = overrides.get("max_tree_depth", self.max_tree_depth)
-        if not isinstance(depth, int) or isinstance(depth, bool) or not 1 <= depth <= 20:
-            raise InputError(f"max_tree_depth must be an integer in [1, 20], got {depth!r}.")
-        jitter = overrides.get("jitter", self.jitter)
-        if not (isinstance(jitter, (int, float)) and 0 <= jitter < 1):
-            raise InputError(f"jitter must be in [0, 1), got {jitter!r}.")
-        step_size = overrides.get("step_size", self.step_size)
-        return {
-            "step_size": as_chain_scalar(self.default_step_size(x) if step_size is None else step_size, x, "step_size"),
-            "max_tree_depth": depth,
-            "inv_mass": as_inverse_mass(overrides.get("inv_mass", self.inv_mass), x),
-            "temperature": as_chain_scalar(overrides.get("temperature", self.temperature), x, "temperature"),
-            "jitter": float(jitter),
-        }
-
-    init_fn = staticmethod(init)
-    step_fn = staticmethod(step)
+    algorithm = ALGORITHM

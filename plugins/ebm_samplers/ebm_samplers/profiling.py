@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import torch
 
-from ebmcore import registry
+from ebm_samplers.sampler import AlgorithmSampler
 
 __all__ = ["profile", "format_profile", "add_command"]
 
@@ -32,15 +32,24 @@ def _median_time(fn: Callable[[], Any], repeats: int) -> float:
 
 
 def profile(sampler: Any, x0: torch.Tensor, n_steps: int = 100, *, repeats: int = 5,
-            generator: torch.Generator | None = None, **tunables: Any) -> dict[str, float]:
-    """Seconds per step of the per-step loop: ``total``, ``energy_gradient``, ``rng``, ``update_acceptance``,
-    ``diagnostics``, and ``gradient_evaluations`` per step (measured by counting calls); and
-    ``fused_total``, seconds per step of the fused chain the sampler would run instead (None if none)."""
+            generator: torch.Generator | None = None, **tunables: Any) -> dict[str, Any]:
+    """Seconds per step of ``sampler`` (any ``ebmcore.Sampler``): ``total`` and
+    ``diagnostics`` (the extra cost of recording them). For an ``ebm_samplers`` sampler also the per-step loop's
+    ``energy_gradient``, ``rng``, ``update_acceptance`` and ``gradient_evaluations`` per step (counted), and
+    ``fused_total``, seconds per step of the fused chain it runs instead (None if none); for other samplers
+    those are None and ``breakdown`` says why."""
     x = sampler.check_initial_state(x0)
     generator = generator or torch.Generator(device=x.device).manual_seed(0)
+    if not isinstance(sampler, AlgorithmSampler):
+        total = _median_time(lambda: sampler.sample(x, n_steps, generator=generator, **tunables), repeats) / n_steps
+        with_diag = _median_time(lambda: sampler.sample(x, n_steps, generator=generator, return_diagnostics=True,
+                                                **tunables), repeats) / n_steps
+        return {"total": total, "diagnostics": max(with_diag - total, 0.0), "energy_gradient": None, "rng": None,
+                "update_acceptance": None, "gradient_evaluations": None, "fused_total": None,
+                "breakdown": f"{type(sampler).__name__} is not an ebm_samplers algorithm: timed as a whole, no breakdown"}
     fused_setting = sampler.fused
     fused_total = None
-    if fused_setting is not False and not isinstance(sampler.fused_runner(x, sampler.bind(x), sampler.tunables(x, tunables)), str):
+    if fused_setting is not False and sampler.prepare(x, generator, tunables).chain is not None:
         fused_total = _median_time(lambda: sampler.sample(x, n_steps, generator=generator, **tunables), repeats) / n_steps
     sampler.fused = False
     try:
@@ -49,10 +58,11 @@ def profile(sampler: Any, x0: torch.Tensor, n_steps: int = 100, *, repeats: int 
         sampler.fused = fused_setting
 
 
-def _per_step_profile(sampler: Any, x: torch.Tensor, n_steps: int, repeats: int, generator: torch.Generator,
+def _per_step_profile(sampler: AlgorithmSampler, x: torch.Tensor, n_steps: int, repeats: int, generator: torch.Generator,
                       tunables: dict[str, Any]) -> dict[str, float]:
     total = _median_time(lambda: sampler.sample(x, n_steps, generator=generator, **tunables), repeats) / n_steps
-    with_diag = _median_time(lambda: sampler.sample(x, n_steps, generator=generator, return_diagnostics=True, **tunables), repeats) / n_steps
+    with_diag = _median_time(lambda: sampler.sample(x, n_steps, generator=generator, return_diagnostics=True,
+                                            **tunables), repeats) / n_steps
     fns = sampler.bind(x)
     calls = {"n": 0}
     real = sampler.bind
@@ -68,7 +78,8 @@ def _per_step_profile(sampler: Any, x: torch.Tensor, n_steps: int, repeats: int,
     finally:
         del sampler.bind
     per_step_evals = calls["n"] / n_steps
-    evaluate = fns.energy_and_gradient if sampler.has_acceptance else fns.gradient
+    has_acceptance = sampler.algorithm.has_acceptance
+    evaluate = fns.energy_and_gradient if has_acceptance else fns.gradient
     n_evals = max(round(per_step_evals * n_steps), 1)
 
     def evaluations() -> None:
@@ -82,7 +93,7 @@ def _per_step_profile(sampler: Any, x: torch.Tensor, n_steps: int, repeats: int,
     def draws() -> None:
         for _ in range(n_steps):
             noise.normal_(generator=generator)
-            if sampler.has_acceptance:
+            if has_acceptance:
                 uniform.uniform_(generator=generator)
 
     rng = _median_time(draws, repeats) / n_steps
@@ -96,13 +107,17 @@ def _per_step_profile(sampler: Any, x: torch.Tensor, n_steps: int, repeats: int,
     }
 
 
-def format_profile(name: str, n_chains: int, result: dict[str, float]) -> str:
+def format_profile(name: str, n_chains: int, result: dict[str, Any]) -> str:
+    """The lines ``ebm profile`` prints for :func:`profile`'s ``result``."""
     total = result["total"]
-    lines = [f"{name}, {n_chains} chains: {total * 1e3:.3f} ms per step "
-             f"({n_chains / total:,.0f} chain-steps/s; {result['gradient_evaluations']:.1f} gradient evaluations per step)"]
+    evals = "" if result["gradient_evaluations"] is None else f"; {result['gradient_evaluations']:.1f} gradient evaluations per step"
+    lines = [f"{name}, {n_chains} chains: {total * 1e3:.3f} ms per step ({n_chains / total:,.0f} chain-steps/s{evals})"]
+    if result.get("breakdown"):
+        lines.append(f"  breakdown: {result['breakdown']}")
     for key, label in (("energy_gradient", "energy and gradient"), ("rng", "random numbers"),
                        ("update_acceptance", "update and acceptance"), ("diagnostics", "diagnostics (when recorded)")):
-        lines.append(f"  {label:<28} {result[key] * 1e3:9.3f} ms  {100 * result[key] / total:5.1f} %")
+        if result[key] is not None:
+            lines.append(f"  {label:<28} {result[key] * 1e3:9.3f} ms  {100 * result[key] / total:5.1f} %")
     if result.get("fused_total") is not None:
         fused = result["fused_total"]
         lines.append(f"fused chain (what sample() runs here): {fused * 1e3:.3f} ms per step, "
@@ -113,25 +128,24 @@ def format_profile(name: str, n_chains: int, result: dict[str, float]) -> str:
 def add_command(subparsers: Any) -> None:
     p = subparsers.add_parser("profile", help="time per step and its breakdown for a sampler configuration")
     p.add_argument("config", nargs="?", help="a sample configuration (default: the bundled one)")
-    p.add_argument("--sampler")
-    p.add_argument("--n-chains", type=int)
-    p.add_argument("--n-steps", type=int, default=50)
-    p.add_argument("--device")
+    p.add_argument("--sampler", help="a registered sampler name (default: [sampler] name)")
+    p.add_argument("--n-chains", type=int, help="number of chains (default: [sampler] n_chains)")
+    p.add_argument("--n-steps", type=int, default=50, help="steps per timed run (default: 50)")
+    p.add_argument("--device", help="torch device, e.g. cpu or cuda:0 (default: [run] device)")
     p.add_argument("--threads", type=int, help="torch.set_num_threads for the measurement")
     p.set_defaults(func=_main)
 
 
 def _main(args: argparse.Namespace) -> int:
-    from ebm_samplers.sample_job import build_energy, load_config
+    from ebm_samplers.sample_job import build, load_config
 
     if args.threads:
         torch.set_num_threads(args.threads)
     config = load_config(args.config, {"sampler": {"name": args.sampler, "n_chains": args.n_chains},
                                        "run": {"device": args.device}})
     device = torch.device(config["run"]["device"])
-    energy = build_energy(config["energy"], device)
+    energy, sampler = build(config, device)
     s = config["sampler"]
-    sampler = registry.get("sampler", s["name"])(energy, **s["params"])
     g = torch.Generator(device=device).manual_seed(config["run"]["seed"])
     x0 = s["init_scale"] * torch.randn((s["n_chains"], *(energy.event_shape or (2,))), generator=g, device=device)
     print(format_profile(s["name"], s["n_chains"], profile(sampler, x0, args.n_steps, generator=g)))

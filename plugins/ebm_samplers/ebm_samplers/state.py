@@ -1,4 +1,4 @@
-"""The state shared by the samplers that accept or reject (MALA, HMC, NUTS)."""
+"""The state shared by the samplers that accept or reject (MALA, HMC, NUTS), and their divergence threshold."""
 
 from __future__ import annotations
 
@@ -8,7 +8,10 @@ from torch import Tensor
 
 from ebmcore import EnergyFunctions
 
-__all__ = ["GradientState", "init_gradient_state"]
+__all__ = ["GradientState", "init_gradient_state", "DIVERGENCE_THRESHOLD"]
+
+DIVERGENCE_THRESHOLD = 1000.0
+"""A transition whose energy error (``−log`` of its acceptance ratio) exceeds this is divergent (as in Stan)."""
 
 
 @dataclass(frozen=True)

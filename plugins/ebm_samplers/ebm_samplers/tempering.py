@@ -1,24 +1,26 @@
 """Parallel tempering (replica exchange): replicas of every chain at temperatures ``1 = T₁ < … < T_K``
-move with any base sampler, and adjacent replicas swap states with probability
-``min(1, exp((E_k − E_{k+1})(1/T_k − 1/T_{k+1})))``. Samples are the ``T = 1`` replicas.
+move with any base algorithm that has a temperature, and adjacent replicas swap states with
+probability ``min(1, exp((E_k − E_{k+1})(1/T_k − 1/T_{k+1})))``. Samples are the ``T = 1`` replicas.
 
 Replicas are rows of one batch (replica-major, ``K·n`` rows) with a per-row temperature, so one
 base step moves all of them. Each step attempts every adjacent pair: even pairs, then odd pairs.
+:func:`algorithm` turns a base algorithm into the tempered one.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields, replace
+from typing import Any, Sequence
 
 import torch
 from torch import Tensor
 
-from ebmcore import EnergyFunctions, EnergyModel, registry
+from ebmcore import EnergyFunctions, EnergyModel, Sampler, registry
 from ebmcore.errors import InputError
-from ebm_samplers.base import MCMCSampler
+from ebm_samplers.algorithm import Algorithm, Step
+from ebm_samplers.sampler import AlgorithmSampler
 
-__all__ = ["TemperingState", "TemperingInfo", "ParallelTemperingSampler", "geometric_temperatures"]
+__all__ = ["State", "Info", "Params", "algorithm", "geometric_temperatures", "ParallelTemperingSampler"]
 
 
 def geometric_temperatures(n_replicas: int, max_temperature: float) -> list[float]:
@@ -29,8 +31,8 @@ def geometric_temperatures(n_replicas: int, max_temperature: float) -> list[floa
 
 
 @dataclass(frozen=True)
-class TemperingState:
-    """``replicas``: the base sampler's state over ``K·n`` rows (replica-major); ``x`` is the ``T = 1`` block."""
+class State:
+    """``replicas``: the base algorithm's state over ``K·n`` rows (replica-major); ``x`` is the ``T = 1`` block."""
 
     replicas: Any
     n_chains: int
@@ -45,8 +47,8 @@ class TemperingState:
 
 
 @dataclass(frozen=True)
-class TemperingInfo:
-    """``swap_accepted: (K−1, n)`` per adjacent pair and chain; ``base``: the base sampler's info for
+class Info:
+    """``swap_accepted: (K−1, n)`` per adjacent pair and chain; ``base``: the base algorithm's info for
     all replicas; ``accepted``/``divergent``: the base's, for the ``T = 1`` replicas."""
 
     swap_accepted: Tensor
@@ -55,9 +57,38 @@ class TemperingInfo:
     divergent: Tensor | None
 
 
+@dataclass(frozen=True)
+class Params:
+    """``base``: the base algorithm's params (its ``temperature`` is replaced by the replicas' per-row temperatures);
+    ``temperatures``: ascending, starting at 1, at least two."""
+
+    base: Any
+    temperatures: tuple[float, ...]
+    inv_temperature_gaps: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        t = self.temperatures
+        if len(t) < 2 or abs(t[0] - 1.0) > 1e-12 or any(b <= a for a, b in zip(t, t[1:])):
+            raise InputError(f"temperatures must be ascending, start at 1 and number at least 2, got {list(t)!r}.")
+        if "temperature" not in {f.name for f in fields(self.base)}:
+            raise InputError(f"parallel tempering needs a base algorithm with a temperature; {type(self.base).__qualname__} has none.")
+        object.__setattr__(self, "temperatures", tuple(float(v) for v in t))
+        inv = [1.0 / v for v in self.temperatures]  # Python floats: no sync in the loop
+        object.__setattr__(self, "inv_temperature_gaps", tuple(a - b for a, b in zip(inv, inv[1:])))
+
+    def resolve(self, x: Tensor) -> "Params":
+        """The base params resolved for the ``K·n`` replica rows, with their per-row temperatures."""
+        rows = torch.tensor(self.temperatures, dtype=x.dtype, device=x.device).repeat_interleave(x.shape[0])
+        return replace(self, base=replace(self.base, temperature=rows).resolve(_replicate(x, len(self.temperatures))))
+
+
+def _replicate(x: Tensor, k: int) -> Tensor:
+    return x.repeat(k, *([1] * (x.dim() - 1)))
+
+
 def _swap(state: Any, n: int, k: int, accept: Tensor) -> Any:
     """Exchange the rows of replica blocks ``k`` and ``k+1`` where ``accept`` (``(n,)``)."""
-    fields = {}
+    fields_ = {}
     for name, value in vars(state).items():
         if isinstance(value, Tensor) and value.dim() >= 1 and value.shape[0] >= (k + 2) * n:
             a, b = value[k * n:(k + 1) * n], value[(k + 1) * n:(k + 2) * n]
@@ -65,75 +96,75 @@ def _swap(state: Any, n: int, k: int, accept: Tensor) -> Any:
             new = value.clone()
             new[k * n:(k + 1) * n] = torch.where(mask, b, a)
             new[(k + 1) * n:(k + 2) * n] = torch.where(mask, a, b)
-            fields[name] = new
+            fields_[name] = new
         else:
-            fields[name] = value
-    return type(state)(**fields)
+            fields_[name] = value
+    return type(state)(**fields_)
 
 
-class ParallelTemperingSampler(MCMCSampler):
+def algorithm(base: Algorithm, n_replicas: int) -> Algorithm:
+    """The tempered version of ``base`` (whose state must carry ``energy``) with ``n_replicas`` temperatures."""
+    if not base.has_acceptance:
+        raise InputError(f"parallel tempering needs a base sampler with a temperature whose state carries the energy "
+                         f"(mala, hmc or nuts); {base.name} is not one.")
+
+    def init(x: Tensor, fns: EnergyFunctions) -> State:
+        """Every replica starts at ``x: (n_chains, *event_shape)``."""
+        return State(base.init(_replicate(x, n_replicas), fns), x.shape[0])
+
+    def options(energy: EnergyModel, base_options: dict[str, Any] | None = None) -> dict[str, Any]:
+        """``base_options``: the base algorithm's static options (checked by it)."""
+        return {"base_options": base.options(energy, **(base_options or {}))}
+
+    def build_kernel(base_options: dict[str, Any]) -> Step:
+        base_step = base.build_kernel(**base_options)
+
+        def step(state: State, fns: EnergyFunctions, generator: torch.Generator | None, params: Params) -> tuple[State, Info]:
+            """One base step of all ``K·n`` replicas, then a swap attempt for every adjacent pair (even, then odd pairs)."""
+            n = state.n_chains
+            replicas, base_info = base_step(state.replicas, fns, generator, params.base)
+            acc = torch.promote_types(replicas.x.dtype, torch.float32)
+            swaps = torch.zeros((n_replicas - 1, n), dtype=torch.bool, device=replicas.x.device)
+            for parity in (0, 1):
+                for pair in range(parity, n_replicas - 1, 2):
+                    e = replicas.energy.to(acc)
+                    e_lo, e_hi = e[pair * n:(pair + 1) * n], e[(pair + 1) * n:(pair + 2) * n]
+                    log_ratio = (e_lo - e_hi) * params.inv_temperature_gaps[pair]
+                    u = torch.rand(n, generator=generator, device=replicas.x.device, dtype=acc)
+                    accept = torch.isfinite(log_ratio) & (u.log() < log_ratio)
+                    replicas = _swap(replicas, n, pair, accept)
+                    swaps[pair] = accept
+            accepted = getattr(base_info, "accepted", None)
+            divergent = getattr(base_info, "divergent", None)
+            return State(replicas, n), Info(swaps, base_info, None if accepted is None else accepted[:n],
+                                            None if divergent is None else divergent[:n])
+
+        return step
+
+    return Algorithm("parallel_tempering", Params, init, build_kernel, has_acceptance=True, options=options,
+                     compile_refusal="compile its base sampler instead (base_options={'compile': True})")
+
+
+class ParallelTemperingSampler(AlgorithmSampler):
     """Replica exchange around a base sampler given by name (built on the same energy with
-    ``base_options``) or as a ready object-API sampler.
+    ``base_options``) or as a ready sampler: ``ParallelTemperingSampler(energy, base="mala", *,
+    temperatures=None, n_replicas=4, max_temperature=10.0, base_options=None)``.
 
     ``temperatures`` (ascending, starting at 1) default to ``n_replicas`` geometric steps up to
     ``max_temperature``. Returned samples, trajectory and diagnostics are those of ``T = 1``.
     """
 
-    name = "parallel_tempering"
-    uses_noise_buffer = False
-    compile_refusal = "compile its base sampler instead (base_options={'compile': True})"
-
-    def __init__(self, energy: EnergyModel, base: Any = "mala", *, temperatures: list[float] | None = None,
+    def __init__(self, energy: EnergyModel, base: Any = "mala", *, temperatures: Sequence[float] | None = None,
                  n_replicas: int = 4, max_temperature: float = 10.0, base_options: dict[str, Any] | None = None,
-                 **options: Any) -> None:
-        super().__init__(energy, **options)
-        temps = temperatures if temperatures is not None else geometric_temperatures(n_replicas, max_temperature)
-        if len(temps) < 2 or abs(temps[0] - 1.0) > 1e-12 or any(b <= a for a, b in zip(temps, temps[1:])):
-            raise InputError(f"temperatures must be ascending, start at 1 and number at least 2, got {temps!r}.")
-        self.temperatures = [float(t) for t in temps]
+                 autocast: torch.dtype | None = None, compile: bool = False, fused: bool | None = None) -> None:
+        Sampler.__init__(self, energy)
+        temps = list(temperatures) if temperatures is not None else geometric_temperatures(n_replicas, max_temperature)
         self.base = registry.get("sampler", base)(energy, **(base_options or {})) if isinstance(base, str) else base
-        if not isinstance(self.base, MCMCSampler) or self.base.energy is not energy:
-            raise InputError("base must be a registered sampler name or an object-API sampler on the same energy.")
-        if not (self.base.has_acceptance and self.base.uses_noise_buffer is not None and hasattr(self.base, "temperature")):
+        if not isinstance(self.base, AlgorithmSampler) or self.base.energy is not energy:
+            raise InputError("base must be a registered sampler name or an ebm_samplers sampler on the same energy.")
+        if "temperature" not in {f.name for f in fields(self.base.params)} or not self.base.algorithm.has_acceptance:
             raise InputError(f"parallel tempering needs a base sampler with a temperature whose state carries the energy "
                              f"(mala, hmc or nuts); {type(self.base).__name__} is not one.")
-        self.has_acceptance = self.base.has_acceptance
-
-    def _temperatures(self, n: int, like: Tensor) -> Tensor:
-        return torch.tensor(self.temperatures, dtype=like.dtype, device=like.device).repeat_interleave(n)
-
-    def tunables(self, x: Tensor, overrides: dict[str, Any]) -> dict[str, Any]:
-        """Accepts the base sampler's tunables, validated by its ``tunables`` for the ``K·n`` replica rows with the
-        replicas' per-row temperatures (a ``temperature`` override is replaced); adds ``inv_temperatures: (K,)``."""
-        n, k = x.shape[0], len(self.temperatures)
-        replicas = x.repeat(k, *([1] * (x.dim() - 1)))
-        params = self.base.tunables(replicas, dict(overrides, temperature=self._temperatures(n, x)))
-        return {"base_params": params, "inv_temperatures": 1.0 / torch.tensor(self.temperatures, dtype=torch.float64)}
-
-    def init_state(self, x: Tensor, fns: EnergyFunctions) -> TemperingState:
-        """Every replica starts at ``x: (n_chains, *event_shape)``: the base sampler's state over ``K·n_chains`` rows."""
-        replicas = x.repeat(len(self.temperatures), *([1] * (x.dim() - 1)))
-        return TemperingState(self.base.init_state(replicas, fns), x.shape[0])
-
-    def step_fn(self, state: TemperingState, fns: EnergyFunctions, *, base_params: dict[str, Any],
-                inv_temperatures: Tensor, generator: torch.Generator | None = None) -> tuple[TemperingState, TemperingInfo]:
-        """One base step of all ``K·n`` replicas, then a swap attempt for every adjacent pair of temperatures
-        (even pairs, then odd pairs)."""
-        n, k = state.n_chains, len(self.temperatures)
-        replicas, base_info = self.base.step_fn(state.replicas, fns, generator=generator, **base_params)
-        acc = torch.promote_types(replicas.x.dtype, torch.float32)
-        swaps = torch.zeros((k - 1, n), dtype=torch.bool, device=replicas.x.device)
-        gaps = (inv_temperatures[:-1] - inv_temperatures[1:]).tolist()  # Python floats: no sync in the loop
-        for parity in (0, 1):
-            for pair in range(parity, k - 1, 2):
-                e = replicas.energy.to(acc)
-                e_lo, e_hi = e[pair * n:(pair + 1) * n], e[(pair + 1) * n:(pair + 2) * n]
-                log_ratio = (e_lo - e_hi) * gaps[pair]
-                u = torch.rand(n, generator=generator, device=replicas.x.device, dtype=acc)
-                accept = torch.isfinite(log_ratio) & (u.log() < log_ratio)
-                replicas = _swap(replicas, n, pair, accept)
-                swaps[pair] = accept
-        accepted = getattr(base_info, "accepted", None)
-        divergent = getattr(base_info, "divergent", None)
-        return TemperingState(replicas, n), TemperingInfo(swaps, base_info, None if accepted is None else accepted[:n],
-                                                          None if divergent is None else divergent[:n])
+        self.algorithm = algorithm(self.base.algorithm, len(temps))
+        base_static = dict(self.base.options, **({"compile": True} if self.base.compile else {}))
+        self._setup({"base_options": base_static}, Params(self.base.params, tuple(temps)), autocast, compile, fused)

@@ -5,7 +5,8 @@ import sys
 import torch
 
 import ebmcore
-from ebm_samplers import LangevinSampler, MALASampler, distributed
+from ebmcore import distributed
+from ebm_samplers import LangevinSampler, MALASampler
 
 mode, out = sys.argv[1], sys.argv[2]
 run = distributed.init(timeout_s=20)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from ebmcore import diagnostics
-from ebm_samplers.distributed import shard
+from ebmcore.distributed import shard
 
 SCRIPT = Path(__file__).with_name("dist_sample_script.py")
 

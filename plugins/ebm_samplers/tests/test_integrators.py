@@ -8,7 +8,7 @@ import torch
 import ebmcore
 from ebm_samplers import DOPRI5, Heun, Leapfrog, McLachlan, Yoshida, hmc
 from ebm_samplers.integrators import EulerMaruyama, resolve_integrator
-from ebm_samplers.tunables import IDENTITY
+from ebm_samplers.params import IDENTITY
 from ebmcore.errors import InputError
 from sampler_problems import correlated_gaussian
 
@@ -74,7 +74,8 @@ def test_leapfrog_costs_l_plus_one_gradients_per_trajectory():
     x0, _ = _state(energy)
     state = hmc.init(x0, fns)
     assert calls == {"gradient": 0, "energy_and_gradient": 1}
-    state, info = hmc.step(state, fns, step_size=0.1, n_leapfrog_steps=7, generator=torch.Generator().manual_seed(0))
+    step = hmc.build_kernel()
+    state, info = step(state, fns, torch.Generator().manual_seed(0), hmc.Params(step_size=0.1, n_leapfrog_steps=7).resolve(x0))
     assert calls["gradient"] + calls["energy_and_gradient"] == 7 + 1
     assert info.n_gradient_evaluations == 7
 

@@ -71,10 +71,11 @@ def test_nuts_double_well_and_banana():
 def test_nuts_stops_at_the_depth_cap_and_counts_divergences():
     energy = ebmcore.energy("gaussian", dim=3)
     state = nuts.init(torch.randn(64, 3), energy.bind(torch.zeros(1, 3)))
-    _, info = nuts.step(state, energy.bind(torch.zeros(1, 3)), step_size=0.01, max_tree_depth=3,
-                        generator=torch.Generator().manual_seed(0))
+    step = nuts.build_kernel()
+    _, info = step(state, energy.bind(torch.zeros(1, 3)), torch.Generator().manual_seed(0),
+                   nuts.Params(step_size=0.01, max_tree_depth=3).resolve(state.x))
     assert int(info.n_leapfrog_steps.max()) == 7 and int(info.tree_depth.max()) == 3  # tiny steps never U-turn
-    _, info = nuts.step(state, energy.bind(torch.zeros(1, 3)), step_size=50.0, generator=torch.Generator().manual_seed(0))
+    _, info = step(state, energy.bind(torch.zeros(1, 3)), torch.Generator().manual_seed(0), nuts.Params(step_size=50.0).resolve(state.x))
     assert bool(info.divergent.all())
     x = NUTSSampler(energy, step_size=50.0).sample(torch.randn(64, 3), 5, return_diagnostics=True)
     assert torch.isfinite(x.samples).all() and int(x.diagnostics.divergences.sum()) == 5 * 64

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 import ebmcore
-from ebm_samplers import HMCSampler, LangevinSampler, MALASampler, NonFiniteChainsWarning, SampleResult, langevin
+from ebm_samplers import HMCSampler, LangevinSampler, MALASampler, NonFiniteChainsWarning, SampleResult, hmc, langevin, mala
 from ebm_samplers.integrators import EulerMaruyama
 from ebmcore.errors import InputError, NonFiniteError
 
@@ -36,13 +36,16 @@ def test_trajectory_holds_the_kept_states_after_burn_in(cls, kw):
     kept = []
     noise = torch.empty_like(x0)
     uniform = torch.empty(128)
+    module = {LangevinSampler: langevin, MALASampler: mala, HMCSampler: hmc}[cls]
+    bound = {LangevinSampler: lambda: (EulerMaruyama().bind(x0),), MALASampler: lambda: (EulerMaruyama().bind(x0),),
+             HMCSampler: lambda: (sampler.options["integrator"],)}[cls]()
     for i in range(17):
         noise.normal_(generator=g)
-        if sampler.has_acceptance:
+        if sampler.algorithm.has_acceptance:
             uniform.uniform_(generator=g)
-            state, _ = sampler.transition_fn(state, noise, uniform, sampler.bind(x0), **sampler.tunables(x0, {}))
+            state, _ = module.transition(state, noise, uniform, sampler.bind(x0), sampler.resolve(x0), *bound)
         else:
-            state, _ = sampler.transition_fn(state, noise, sampler.bind(x0), **sampler.tunables(x0, {}))
+            state, _ = module.transition(state, noise, sampler.bind(x0), sampler.resolve(x0), *bound)
         if i >= 5 and (i - 5 + 1) % 3 == 0:
             kept.append(state.x)
     torch.testing.assert_close(result.trajectory, torch.stack(kept))
@@ -148,10 +151,10 @@ def test_per_chain_step_sizes():
 def test_defaults_follow_the_dimension():
     energy = ebmcore.energy("gaussian", dim=64)
     x = torch.zeros(2, 64)
-    assert LangevinSampler(energy).tunables(x, {})["step_size"] == pytest.approx(0.1 / 4)
-    assert MALASampler(energy).tunables(x, {})["step_size"] == pytest.approx(0.5 / 4)
-    t = HMCSampler(energy).tunables(x, {})
-    assert t["step_size"] == pytest.approx(0.5 / 64**0.25) and t["n_leapfrog_steps"] == 8
+    assert LangevinSampler(energy).resolve(x).step_size == pytest.approx(0.1 / 4)
+    assert MALASampler(energy).resolve(x).step_size == pytest.approx(0.5 / 4)
+    t = HMCSampler(energy).resolve(x)
+    assert t.step_size == pytest.approx(0.5 / 64**0.25) and t.n_leapfrog_steps == 8
 
 
 def test_callback_and_progress(capsys):
@@ -179,9 +182,8 @@ def test_callback_and_progress(capsys):
     ],
 )
 def test_bad_parameters_are_clear_errors(build, call, message):
-    sampler = build(ebmcore.energy("gaussian", dim=2))
-    with pytest.raises(InputError, match=message):
-        sampler.sample(torch.zeros(8, 2), 3, **call)
+    with pytest.raises(InputError, match=message):  # when the sampler is built, or where x decides, when it runs
+        build(ebmcore.energy("gaussian", dim=2)).sample(torch.zeros(8, 2), 3, **call)
 
 
 def test_unknown_tunable_and_bad_initial_states():
@@ -224,8 +226,9 @@ def test_functional_api_is_plain_and_reproducible():
     energy = ebmcore.energy("gaussian", dim=2)
     fns = energy.bind(torch.zeros(1, 2))
     state = langevin.init(torch.zeros(4, 2), fns)
-    s1, _ = langevin.step(state, fns, step_size=0.1, generator=torch.Generator().manual_seed(0))
-    s2, _ = langevin.step(state, fns, step_size=0.1, generator=torch.Generator().manual_seed(0))
+    step, params = langevin.build_kernel(), langevin.Params(step_size=0.1).resolve(state.x)
+    s1, _ = step(state, fns, torch.Generator().manual_seed(0), params)
+    s2, _ = step(state, fns, torch.Generator().manual_seed(0), params)
     assert torch.equal(s1.x, s2.x) and torch.equal(state.x, torch.zeros(4, 2))  # the input state is untouched
 
 

@@ -14,7 +14,7 @@ from torch import Tensor
 
 from ebmcore import EnergyFunctions, Integrator
 from ebmcore.kernels.torch_backend import add_scaled_
-from ebm_samplers.tunables import ChainScalar, InverseMass
+from ebm_samplers.params import ChainScalar, InverseMass
 
 __all__ = ["SplittingIntegrator", "Leapfrog", "McLachlan", "Yoshida"]
 

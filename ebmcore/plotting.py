@@ -1,10 +1,11 @@
-"""What a run writes besides its samples: metrics as JSON, and plots as PNG (matplotlib, Agg)."""
+"""Plots of runs and trainings (PNG, matplotlib's Agg backend), shared by every plugin's jobs.
+
+matplotlib is optional (``pip install 'ebmcore[plot]'``): :func:`unavailable` says why plots cannot
+be drawn here, and the jobs then skip them with one line instead of failing.
+"""
 
 from __future__ import annotations
 
-import json
-import math
-import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -12,41 +13,25 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["write_json", "save_samples", "plot_landscape", "plot_traces", "plot_autocorrelation", "plot_curve", "plot_density"]
+__all__ = ["unavailable", "plot_landscape", "plot_traces", "plot_autocorrelation", "plot_curve", "plot_density"]
 
 
-def _pyplot():
+def unavailable() -> str | None:
+    """Why plots cannot be drawn here (matplotlib missing), or None."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return "matplotlib is not installed (pip install 'ebmcore[plot]')"
+    return None
+
+
+def _pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     return plt
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write ``data`` atomically as indented JSON (tensors become lists)."""
-    def default(value: Any) -> Any:
-        if isinstance(value, Tensor):
-            return value.tolist()
-        if isinstance(value, (np.ndarray, np.generic)):
-            return value.tolist()
-        return str(value)
-
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=default, allow_nan=True))
-    os.replace(tmp, path)
-
-
-def save_samples(directory: Path, name: str, samples: Tensor) -> None:
-    """``name.pt`` (torch) and ``name.npz`` (numpy, key ``samples``), each written atomically."""
-    cpu = samples.detach().cpu()
-    tmp = directory / f"{name}.pt.tmp"
-    torch.save(cpu, tmp)
-    os.replace(tmp, directory / f"{name}.pt")
-    tmp_npz = directory / f"{name}.tmp.npz"
-    np.savez(tmp_npz, samples=cpu.float().numpy() if cpu.dtype in (torch.bfloat16, torch.float16) else cpu.numpy())
-    os.replace(tmp_npz, directory / f"{name}.npz")
 
 
 def _grid(lim: tuple[float, float, float, float], n: int = 200) -> tuple[Tensor, Tensor, Tensor]:
@@ -147,7 +132,3 @@ def plot_density(path: Path, energy_fn: Callable[[Tensor], Tensor], data: Tensor
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-
-
-def finite_or_none(value: float) -> float | None:
-    return value if math.isfinite(value) else None

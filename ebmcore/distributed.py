@@ -1,5 +1,6 @@
-"""Sampling on torch.distributed (``torchrun``): chains sharded across processes, one reproducible RNG
-stream per rank, trajectories gathered on rank 0, diagnostics that describe all chains.
+"""torch.distributed (``torchrun``) for sampling and training: chains or batches sharded across
+processes, one reproducible RNG stream per rank, results gathered, diagnostics over all chains.
+Every plugin's jobs use these helpers (``ebm sample`` and ``ebm train`` under ``torchrun``).
 
 Under ``torchrun --nproc-per-node N`` every process calls :func:`init`, which joins the process group
 (NCCL when CUDA is available, gloo otherwise; ``EBM_DIST_BACKEND`` or ``backend=`` overrides) with a
@@ -20,6 +21,7 @@ from torch import Tensor
 
 from ebmcore import diagnostics
 from ebmcore.errors import InputError
+from ebmcore.recording import SampleResult
 
 __all__ = ["DistributedRun", "init", "shutdown", "shard", "rank_generator", "gather_chains", "all_mean", "sample", "DistributedSamples"]
 
@@ -128,7 +130,8 @@ class DistributedSamples:
 def sample(sampler: Any, n_chains: int, n_steps: int, run: DistributedRun, *, seed: int = 0, init_scale: float = 1.0,
            burn_in: int = 0, thin: int = 1, x0: Tensor | None = None, local_x0: Tensor | None = None,
            generator: torch.Generator | None = None, return_trajectory: bool = True, **tunables: Any) -> DistributedSamples:
-    """Sample ``n_chains`` chains sharded over the ranks (each rank runs its shard with its own stream).
+    """Sample ``n_chains`` chains with any sampler (:meth:`ebmcore.Sampler.sample`), sharded over the ranks (each
+    rank runs its shard with its own stream).
 
     Initial states: ``local_x0`` (this rank's shard, e.g. after a warm-up), else rows of a global
     ``x0``, else ``N(0, init_scale²I)`` from the rank's stream (``generator`` or one from ``seed``).
@@ -143,12 +146,11 @@ def sample(sampler: Any, n_chains: int, n_steps: int, run: DistributedRun, *, se
         local_x0 = init_scale * torch.randn((part.stop - part.start, *event), generator=g, device=run.device)
     else:
         local_x0 = x0[part].to(run.device)
-    want_diagnostics = return_trajectory or sampler.has_acceptance  # per-step records cost time; skip if unused
+    # per-step records cost time: skip them if nothing uses them (no trajectory, no acceptance to reduce)
+    want_diagnostics = return_trajectory or getattr(getattr(sampler, "algorithm", None), "has_acceptance", True)
     result = sampler.sample(local_x0, n_steps, burn_in=burn_in, thin=thin, return_trajectory=return_trajectory,
                             return_diagnostics=want_diagnostics, generator=g, **tunables)
     if not want_diagnostics:
-        from ebm_samplers.base import SampleResult
-
         result = SampleResult(result, None, None)
     trajectory = gather_chains(result.trajectory, run, dim=1) if return_trajectory else None
     samples = gather_chains(result.samples, run, dim=0)

@@ -1,24 +1,28 @@
-"""Tunables shared by the samplers: per-chain scalars, inverse mass matrices, defaults from the dimension.
+"""What the algorithms' ``Params`` are made of: per-chain scalars, inverse mass matrices, checks.
 
-The functional ``step`` functions trust their tunables (no checks, no sync);
-the object API validates them once per ``sample`` call with these helpers.
+A ``Params`` is a frozen dataclass whose constructor checks each field on its own (a positive
+number, an integer in range, ...); ``Params.resolve(x)`` then fills the defaults that depend on
+the states (``d``, the number of elements per chain), checks shapes against ``x`` and moves
+tensors to its device and dtype. A kernel's ``step`` trusts resolved params: no check, no sync.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any, Callable, Union
 
 import torch
 from torch import Tensor
 
 from ebmcore.errors import InputError
 
-__all__ = ["ChainScalar", "per_chain", "as_chain_scalar", "InverseMass", "as_inverse_mass", "event_size"]
+__all__ = ["ChainScalar", "event_size", "per_chain", "positive", "optional", "whole", "in_range", "for_chains",
+           "checked", "accepted_fields", "InverseMass", "IDENTITY", "as_inverse_mass"]
 
 ChainScalar = Union[float, Tensor]
-"""A tunable that is one number for all chains (``float``) or one per chain (``Tensor: (n_chains,)``)."""
+"""A parameter that is one number for all chains (``float``) or one per chain (``Tensor: (n_chains,)``)."""
 
 
 def event_size(x: Tensor) -> int:
@@ -33,8 +37,8 @@ def per_chain(value: ChainScalar, x: Tensor) -> ChainScalar:
     return value
 
 
-def as_chain_scalar(value: Any, x: Tensor, name: str) -> ChainScalar:
-    """Validate a positive tunable given as a number, a 0-d tensor or one value per chain ``(n_chains,)``."""
+def positive(value: Any, name: str) -> ChainScalar:
+    """A finite positive number (``float``), or a 1-d tensor of them (one per chain, shape checked by :func:`for_chains`)."""
     if isinstance(value, bool):
         raise InputError(f"{name} must be a positive number, got {value!r}.")
     if isinstance(value, (int, float)):
@@ -43,13 +47,57 @@ def as_chain_scalar(value: Any, x: Tensor, name: str) -> ChainScalar:
         return float(value)
     if isinstance(value, Tensor):
         if value.dim() == 0:
-            return as_chain_scalar(float(value), x, name)
-        if value.shape != (x.shape[0],):
-            raise InputError(f"{name} must be a number or a tensor of shape (n_chains,) = ({x.shape[0]},), got {tuple(value.shape)}.")
+            return positive(float(value), name)
+        if value.dim() != 1:
+            raise InputError(f"{name} must be a number or a tensor of shape (n_chains,), got shape {tuple(value.shape)}.")
         if not bool((torch.isfinite(value) & (value > 0)).all()):
             raise InputError(f"{name} must be finite and positive for every chain.")
-        return value.to(device=x.device, dtype=x.dtype)
+        return value
     raise InputError(f"{name} must be a positive number or a (n_chains,) tensor, got {type(value).__name__}.")
+
+
+def optional(check: Callable[[Any, str], Any]) -> Callable[[Any, str], Any]:
+    """``check``, letting None (the default for the states' dimension) through."""
+    return lambda value, name: None if value is None else check(value, name)
+
+
+def whole(low: int, high: int | None = None) -> Callable[[Any, str], int]:
+    """A check for an integer in ``[low, high]``."""
+    def check(value: Any, name: str) -> int:
+        if not isinstance(value, int) or isinstance(value, bool) or value < low or (high is not None and value > high):
+            what = f"a positive integer" if (low, high) == (1, None) else f"an integer in [{low}, {high}]" if high else f"an integer >= {low}"
+            raise InputError(f"{name} must be {what}, got {value!r}.")
+        return value
+    return check
+
+
+def in_range(low: float, high: float) -> Callable[[Any, str], float]:
+    """A check for a number in ``[low, high)``."""
+    def check(value: Any, name: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value < high:
+            raise InputError(f"{name} must be in [{low:g}, {high:g}), got {value!r}.")
+        return float(value)
+    return check
+
+
+def for_chains(value: ChainScalar, x: Tensor, name: str) -> ChainScalar:
+    """A checked :func:`positive` value for the states ``x``: a float, or ``(n_chains,)`` on ``x``'s device and dtype."""
+    if isinstance(value, Tensor):
+        if value.shape != (x.shape[0],):
+            raise InputError(f"{name} must be a number or a tensor of shape (n_chains,) = ({x.shape[0]},), got {tuple(value.shape)}.")
+        return value.to(device=x.device, dtype=x.dtype)
+    return value
+
+
+def checked(params: Any, **checks: Callable[[Any, str], Any]) -> None:
+    """Run each field's check in a frozen dataclass's ``__post_init__`` and store the normalised value."""
+    for name, check in checks.items():
+        object.__setattr__(params, name, check(getattr(params, name), name))
+
+
+def accepted_fields(cls: type) -> list[str]:
+    """The field names of a ``Params`` class (for messages about unknown keywords)."""
+    return [f.name for f in dataclasses.fields(cls)]
 
 
 @dataclass(frozen=True)
@@ -107,7 +155,7 @@ IDENTITY = InverseMass("identity")
 
 
 def as_inverse_mass(value: Any, x: Tensor) -> InverseMass:
-    """Validate ``inv_mass`` (None, diagonal ``event_shape`` / ``(n, *event_shape)``, or dense ``(d, d)``)."""
+    """Check ``inv_mass`` (None, diagonal ``event_shape`` / ``(n, *event_shape)``, or dense ``(d, d)``) for the states ``x``."""
     if value is None:
         return IDENTITY
     if isinstance(value, InverseMass):

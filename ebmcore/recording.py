@@ -1,0 +1,103 @@
+"""What a sampling run records besides its final states: the kept trajectory and per-step diagnostics.
+
+:class:`Recorder` preallocates everything before the loop (no allocation, no host sync inside it)
+and reads only what every sampler has (``state.x``) plus, when its ``info`` carries them, the
+acceptance and divergence of each transition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple
+
+import torch
+from torch import Tensor
+
+__all__ = ["Diagnostics", "SampleResult", "NonFiniteChainsWarning", "Recorder"]
+
+
+class NonFiniteChainsWarning(RuntimeWarning):
+    """Some chains ended non-finite (ULA at too large a step size); they are reported, never clamped."""
+
+
+@dataclass(frozen=True)
+class Diagnostics:
+    """Per-kept-step summaries over chains, and per-chain totals over the steps after burn-in.
+
+    ``mean``, ``variance``: ``(n_kept, *event_shape)``; ``energy``: ``(n_kept,)`` mean energy;
+    ``acceptance``: ``(n_kept,)`` fraction of chains that accepted at that step;
+    ``acceptance_rate``: ``(n_chains,)``; ``divergences``: ``(n_chains,)`` counts of non-finite or
+    diverging proposals; ``nonfinite_chains``: indices of chains non-finite at the end.
+    Samplers without accept/reject (ULA) have ``None`` for the acceptance fields and divergences.
+    """
+
+    mean: Tensor
+    variance: Tensor
+    energy: Tensor
+    acceptance: Tensor | None
+    acceptance_rate: Tensor | None
+    divergences: Tensor | None
+    nonfinite_chains: Tensor
+    wall_time: float
+
+
+class SampleResult(NamedTuple):
+    """What ``sample`` returns when a trajectory or diagnostics are asked for."""
+
+    samples: Tensor
+    trajectory: Tensor | None
+    diagnostics: Diagnostics | None
+
+
+class Recorder:
+    """The kept states ``(n_kept, *x.shape)`` (with ``trajectory``) and the diagnostics (with ``diagnostics``),
+    preallocated for a run from states like ``x``. Acceptance and divergences are counted when the sampler's
+    ``info`` carries ``accepted`` and ``divergent``."""
+
+    def __init__(self, x: Tensor, n_kept: int, *, trajectory: bool, diagnostics: bool,
+                 energy_of: Callable[[Any], Tensor]) -> None:
+        stat = torch.promote_types(x.dtype, torch.float32)
+        self.trajectory = x.new_empty((n_kept, *x.shape)) if trajectory else None
+        self.diagnostics, self.energy_of, self.counted = diagnostics, energy_of, False
+        if diagnostics:
+            self.mean = torch.empty((n_kept, *x.shape[1:]), dtype=stat, device=x.device)
+            self.variance = torch.empty_like(self.mean)
+            self.energy = torch.empty(n_kept, dtype=stat, device=x.device)
+            self.acceptance = torch.empty(n_kept, dtype=stat, device=x.device)
+            self.accepted = torch.zeros(x.shape[0], dtype=stat, device=x.device)
+            self.divergences = torch.zeros(x.shape[0], dtype=torch.int64, device=x.device)
+
+    def count(self, info: Any) -> None:
+        """Add a transition's (or a fused chunk's) accepted and divergent counts per chain, if it reports them."""
+        accepted = getattr(info, "accepted", None) if self.diagnostics else None
+        if accepted is not None:
+            self.accepted += accepted
+            self.divergences += info.divergent
+            self.counted = True
+
+    @torch.no_grad()
+    def keep(self, k: int, state: Any, info: Any, size: int) -> None:
+        """Record kept state ``k``: the states, their mean, variance and mean energy, and (for ``info`` of
+        ``size`` transitions) the fraction accepted."""
+        if self.trajectory is not None:
+            self.trajectory[k].copy_(state.x)
+        if not self.diagnostics:
+            return
+        x = state.x.to(self.mean.dtype)
+        var, mean = torch.var_mean(x, dim=0, correction=1 if x.shape[0] > 1 else 0)
+        self.mean[k] = mean
+        self.variance[k] = var
+        self.energy[k] = self.energy_of(state).to(self.energy.dtype).mean()
+        accepted = getattr(info, "accepted", None)
+        if accepted is not None:
+            accepted = accepted.to(self.acceptance.dtype)
+            self.acceptance[k] = (accepted if size == 1 else accepted / size).mean()
+
+    def finish(self, nonfinite: Tensor, n_steps: int, wall: float) -> Diagnostics | None:
+        """The diagnostics of a run of ``n_steps`` kept-phase transitions (None if not recorded)."""
+        if not self.diagnostics:
+            return None
+        if not self.counted:  # no accept/reject (ULA)
+            return Diagnostics(self.mean, self.variance, self.energy, None, None, None, nonfinite, wall)
+        return Diagnostics(self.mean, self.variance, self.energy, self.acceptance, self.accepted / max(n_steps, 1),
+                           self.divergences, nonfinite, wall)

@@ -1,0 +1,99 @@
+"""An MCMC algorithm as a plain record (BlackJAX's shape): its ``Params``, ``init`` and ``build_kernel``.
+
+Each algorithm module (``langevin``, ``mala``, ``hmc``, ``nuts``, ``annealed``, ``tempering``)
+exports ``State``, ``Info``, ``Params``, ``init(x, fns) -> State`` and
+``build_kernel(**static) -> step``, where ``step(state, fns, generator, params) -> (State, Info)``
+makes one transition of every chain with resolved params (``Params(...).resolve(x)``), and an
+``ALGORITHM`` record that the object API (:class:`ebm_samplers.AlgorithmSampler`) reads. A third
+party can write the same module shape and get every feature of the first-party samplers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, Callable, Optional, Protocol
+
+import torch
+from torch import Tensor
+
+from ebmcore import EnergyFunctions
+from ebmcore.sampler import Chain
+
+__all__ = ["Algorithm", "Step", "Chain", "ChainInfo", "draw_then", "compiled"]
+
+
+class Step(Protocol):
+    """``step(state, fns, generator, params) -> (state, info)``: one transition of every chain."""
+
+    def __call__(self, state: Any, fns: EnergyFunctions, generator: Optional[torch.Generator], params: Any) -> tuple[Any, Any]: ...
+
+
+@dataclass(frozen=True)
+class ChainInfo:
+    """What a fused run of ``n`` transitions reports per chain: ``accepted`` and ``divergent`` counts ``(n_chains,)``
+    (None for samplers without accept/reject)."""
+
+    accepted: Optional[Tensor]
+    divergent: Optional[Tensor]
+
+
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """What the object API needs to know about an algorithm.
+
+    ``options(energy, **static) -> dict``: checks the static options of ``build_kernel`` (fixed for
+    a sampler: integrator, schedule) and fills their defaults; ``has_acceptance``: its ``Info``
+    carries ``accepted``, ``acceptance_prob`` and ``divergent``; ``build_chain(energy, fns, x,
+    params, fused, **static) -> Chain | reason``: a fused multi-step chain where a kernel backend
+    provides one (None: the algorithm has none); ``energy_of(state, fns, **static)``: ``E`` at the
+    state's positions for diagnostics (None: ``state.energy`` if the state carries it, else
+    ``fns.energy(state.x)``); ``compile_refusal``: why ``compile=True`` cannot apply (None:
+    ``build_kernel`` takes ``compile``).
+    """
+
+    name: str
+    Params: type
+    init: Callable[[Tensor, EnergyFunctions], Any]
+    build_kernel: Callable[..., Step]
+    has_acceptance: bool
+    options: Callable[..., dict[str, Any]] = lambda energy: {}
+    build_chain: Optional[Callable[..., "Chain | str"]] = None
+    energy_of: Optional[Callable[..., Tensor]] = None
+    compile_refusal: Optional[str] = None
+
+
+@cache
+def compiled(transition: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch.compile(transition)``, one wrapper per function and process (so repeated runs reuse its graphs)."""
+    return torch.compile(transition, dynamic=False)
+
+
+def draw_then(transition: Callable[..., Any], *, uniform: bool, bind: Callable[[Tensor], tuple[Any, ...]] = lambda x: ()) -> Step:
+    """A ``step`` that draws ``ξ ~ N(0, I)`` like ``x`` (and, with ``uniform``, ``u ~ U[0, 1)`` per chain, in at
+    least float32) from ``generator`` into buffers it keeps, then calls the deterministic
+    ``transition(state, ξ, [u,] fns, params, *bind(x))``. The buffers (and ``bind``'s result, e.g. a resolved
+    kernel) are made for the first state's shape, dtype and device, and again whenever those change."""
+    held: list[Any] = [None, None, None, None]  # key, noise, uniform, bound
+
+    def buffers(x: Tensor) -> tuple[Tensor, Tensor, tuple[Any, ...]]:
+        key = (x.shape, x.dtype, x.device)
+        if held[0] != key:
+            u = torch.empty(x.shape[0], dtype=torch.promote_types(x.dtype, torch.float32), device=x.device) if uniform else None
+            held[:] = [key, torch.empty_like(x), u, bind(x)]
+        return held[1], held[2], held[3]
+
+    if uniform:
+        def step(state: Any, fns: EnergyFunctions, generator: Optional[torch.Generator], params: Any) -> tuple[Any, Any]:
+            noise, u, bound = buffers(state.x)
+            noise.normal_(generator=generator)
+            u.uniform_(generator=generator)
+            return transition(state, noise, u, fns, params, *bound)
+    else:
+        def step(state: Any, fns: EnergyFunctions, generator: Optional[torch.Generator], params: Any) -> tuple[Any, Any]:
+            noise, _, bound = buffers(state.x)
+            noise.normal_(generator=generator)
+            return transition(state, noise, fns, params, *bound)
+    return step

@@ -1,0 +1,135 @@
+"""Runs too long or too large for one ``sample`` call: checkpointed segments and streamed chunks.
+
+:func:`sample_in_segments` runs one chain set in segments of kept draws, checkpointing the chains
+and the generator after each, so that an interrupted run resumes exactly (the draws are those of
+one uninterrupted per-step run). :func:`stream_chunks` draws many independent chunks of chains,
+each seeded by ``(seed, chunk)``, and hands each chunk's samples to a writer, so memory stays
+bounded by one chunk and any chunk can be redrawn alone.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import Tensor
+
+from ebmcore import Sampler
+from ebmcore.recording import Diagnostics, SampleResult
+
+__all__ = ["sample_in_segments", "load_checkpoint", "stream_chunks", "chunk_generator"]
+
+
+def _save(obj: Any, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(directory: Path, device: torch.device) -> dict[str, Any] | None:
+    """The checkpoint :func:`sample_in_segments` left in ``directory`` (None if there is none): ``x``, ``tunables``,
+    ``generator`` (its state), and how far the run got."""
+    path = directory / "checkpoint.pt"
+    return torch.load(path, map_location=device, weights_only=True) if path.exists() else None
+
+
+def sample_in_segments(sampler: Sampler, x: Tensor, n_steps: int, every: int, directory: Path, *, burn_in: int = 0,
+                       thin: int = 1, generator: torch.Generator, saved: dict[str, Any] | None = None,
+                       progress: bool = False, on_segment: Callable[[int], None] = lambda index: None,
+                       metadata: dict[str, Any] | None = None, **tunables: Any) -> SampleResult:
+    """``sampler.sample`` with a trajectory and diagnostics, in segments of ``every`` kept draws.
+
+    After each segment its records go to ``directory/segments/segment-NNNNN.pt`` and the chains, the
+    generator's state, ``tunables`` and ``metadata`` (plain values) to ``directory/checkpoint.pt``; then
+    ``on_segment(index)`` runs.
+    With ``saved`` (:func:`load_checkpoint`) the run continues where it stopped: ``x``, ``tunables`` and the
+    generator's state come from it, and the burn-in is behind it.
+    """
+    parts_dir = directory / "segments"
+    parts_dir.mkdir(parents=True, exist_ok=True)
+    total = n_steps // thin
+    done = index = 0
+    if saved is not None:
+        x, done, index, tunables, burn_in = saved["x"], saved["kept"], saved["segments"], saved["tunables"], 0
+        metadata = saved["metadata"]
+        generator.set_state(saved["generator"])
+    while done < total:
+        k = min(every, total - done)
+        steps = k * thin if done + k < total else n_steps - done * thin  # the last segment takes the remainder
+        result = sampler.sample(x, steps, burn_in=burn_in, thin=thin, return_trajectory=True, return_diagnostics=True,
+                        generator=generator, progress=progress, **tunables)
+        d = result.diagnostics
+        _save({"trajectory": result.trajectory, "mean": d.mean, "variance": d.variance, "energy": d.energy,
+               "acceptance": d.acceptance, "accepted": None if d.acceptance_rate is None else d.acceptance_rate * steps,
+               "divergences": d.divergences, "wall_time": d.wall_time, "steps": steps}, parts_dir / f"segment-{index:05d}.pt")
+        x, done, index, burn_in = result.samples, done + k, index + 1, 0
+        _save({"x": x, "kept": done, "segments": index, "generator": generator.get_state(), "tunables": tunables,
+               "metadata": metadata or {}}, directory / "checkpoint.pt")
+        on_segment(index)
+    parts = [torch.load(parts_dir / f"segment-{i:05d}.pt", weights_only=True) for i in range(index)]
+    cat = lambda key: None if parts[0][key] is None else torch.cat([p[key] for p in parts])  # noqa: E731
+    steps = sum(p["steps"] for p in parts)
+    accepted = None if parts[0]["accepted"] is None else sum(p["accepted"] for p in parts) / max(steps, 1)
+    divergences = None if parts[0]["divergences"] is None else sum(p["divergences"] for p in parts)
+    nonfinite = (~torch.isfinite(x.flatten(1)).all(1)).nonzero().flatten()
+    diagnostics = Diagnostics(cat("mean"), cat("variance"), cat("energy"), cat("acceptance"), accepted, divergences,
+                              nonfinite, sum(p["wall_time"] for p in parts))
+    return SampleResult(x, cat("trajectory"), diagnostics)
+
+
+def chunk_generator(seed: int, chunk: int, device: torch.device) -> torch.Generator:
+    """The generator of chunk ``chunk`` of a streamed run with ``seed``: a function of the two only."""
+    return torch.Generator(device=device).manual_seed(seed * 1_000_003 + chunk + 1)
+
+
+def stream_chunks(sampler: Sampler, n_samples: int, chunk_size: int, n_steps: int, *,
+                  initial: Callable[[int, torch.Generator], Tensor], write: Callable[[int, Tensor], None],
+                  seed: int, device: torch.device, burn_in: int = 0, skip: Callable[[int], bool] = lambda chunk: False,
+                  progress: bool = False, **tunables: Any) -> dict[str, Any]:
+    """Draw ``n_samples`` samples as independent chunks of at most ``chunk_size`` chains.
+
+    Chunk ``k`` starts at ``initial(size, generator)`` with :func:`chunk_generator` ``(seed, k)``, runs ``burn_in +
+    n_steps`` steps and is handed to ``write(k, samples)``; chunks for which ``skip(k)`` is true (already written)
+    are not drawn. Returns counts, the sampling time and the mean acceptance (None without accept/reject)."""
+    n_chunks = math.ceil(n_samples / chunk_size)
+    written = skipped = written_samples = 0
+    acceptance: list[float] = []
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=n_chunks, desc="chunks", unit="chunk")
+    sampling = 0.0
+    for k in range(n_chunks):
+        size = min(chunk_size, n_samples - k * chunk_size)
+        if skip(k):
+            skipped += 1
+        else:
+            g = chunk_generator(seed, k, device)
+            x0 = initial(size, g)
+            start = time.perf_counter()
+            result = sampler.sample(x0, n_steps, burn_in=burn_in, return_diagnostics=True, generator=g, **tunables)
+            sampling += time.perf_counter() - start
+            write(k, result.samples)
+            if result.diagnostics.acceptance_rate is not None:
+                acceptance.append(float(result.diagnostics.acceptance_rate.mean()))
+            written += 1
+            written_samples += size
+            del result
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    return {
+        "n_samples": n_samples,
+        "n_chunks": n_chunks,
+        "chunks_written": written,
+        "chunks_resumed": skipped,
+        "sampling_time_s": sampling,
+        "throughput_samples_per_s": written_samples / sampling if sampling else None,
+        "acceptance": sum(acceptance) / len(acceptance) if acceptance else None,
+    }

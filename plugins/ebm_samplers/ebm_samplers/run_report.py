@@ -1,0 +1,82 @@
+"""What ``ebm sample`` reports: metrics from the kept draws (``ebmcore.diagnostics``), plots, and the summary it prints."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import ebmcore
+from ebmcore import plotting
+
+__all__ = ["metrics", "backends", "plots", "summary"]
+
+
+def metrics(samples: torch.Tensor, trajectory: torch.Tensor, s: dict[str, Any], wall: float, acceptance_rate: Any,
+             divergences: Any, summary: dict[str, torch.Tensor] | None = None) -> dict[str, Any]:
+    """Sizes, mean, the smallest bulk/tail ESS and largest R-hat over coordinates (``ebmcore.diagnostics.summary``
+    of ``trajectory: (n_kept, n_chains, *event)``, or the given ``summary``), throughput and acceptance."""
+    if summary is None and trajectory.shape[0] >= 4:
+        summary = ebmcore.diagnostics.summary(trajectory)
+    out: dict[str, Any] = {
+        "n_chains": trajectory.shape[1],
+        "n_kept": trajectory.shape[0],
+        "mean": samples.double().mean(0).flatten().tolist(),
+        "ess_bulk_min": float(summary["ess_bulk"].min()) if summary else None,
+        "ess_tail_min": float(summary["ess_tail"].min()) if summary else None,
+        "r_hat_max": float(summary["r_hat"].max()) if summary else None,
+        "throughput_chain_steps_per_s": trajectory.shape[1] * (s["n_steps"] + s["burn_in"]) / max(wall, 1e-9),
+        "sampling_time_s": wall,
+    }
+    if acceptance_rate is not None:
+        out["acceptance"] = float(acceptance_rate.mean())
+        out["divergences"] = int(divergences.sum())
+    return out
+
+
+def backends(energy: ebmcore.EnergyModel, like: torch.Tensor) -> dict[str, str]:
+    """The kernel backend each of the energy's ops resolved to (analytic energies)."""
+    if not isinstance(energy, ebmcore.AnalyticEnergy):
+        return {}
+    ops = (f"{energy.op}_energy", f"{energy.op}_gradient")
+    return {op: ebmcore.explain(op, like).chosen.backend for op in ops if ebmcore.explain(op, like).chosen}
+
+
+def plots(out: Path, energy: ebmcore.EnergyModel, trajectory: torch.Tensor, samples: torch.Tensor, quiet: bool) -> None:
+    """``landscape.png`` (2-d), ``trace.png`` and ``autocorrelation.png`` in ``out``; one line instead without matplotlib."""
+    why_not = plotting.unavailable()
+    if why_not is not None:
+        if not quiet:
+            print(f"plots skipped: {why_not}", file=sys.stderr)
+        return
+    if trajectory.dim() == 3 and trajectory.shape[2] == 2:
+        energy_fn = lambda g: energy.compute_energy(g.to(trajectory.dtype)).double()  # noqa: E731
+        plotting.plot_landscape(out / "landscape.png", energy_fn, samples, "energy landscape and samples")
+    plotting.plot_traces(out / "trace.png", trajectory)
+    if trajectory.shape[0] >= 4:
+        acf = ebmcore.diagnostics.autocorrelation(trajectory, max_lag=min(100, trajectory.shape[0] - 1))
+        plotting.plot_autocorrelation(out / "autocorrelation.png", acf)
+
+
+def summary(metrics: dict[str, Any], out: Path) -> str:
+    """The lines ``ebm sample`` prints at the end."""
+    where = metrics["device"] + (f" x {metrics['world_size']} processes" if metrics.get("world_size", 1) > 1 else "")
+    lines = [f"{metrics['sampler']} on {metrics['energy']} ({where}): {metrics['wall_time_s']:.1f} s"]
+    if metrics.get("step_size") is not None:
+        lines.append(f"  step size {metrics['step_size']:.4g}: {metrics['step_size_source']}")
+    if "n_chunks" in metrics:
+        lines.append(f"  {metrics['n_samples']} samples in {metrics['n_chunks']} chunks "
+                     f"({metrics['chunks_resumed']} resumed) -> {out / 'chunks'}")
+        if metrics.get("acceptance") is not None:
+            lines.append(f"  acceptance {metrics['acceptance']:.3f}")
+        lines.append(f"  metrics: {out / 'metrics.json'}")
+        return "\n".join(lines)
+    ess = "" if metrics["ess_bulk_min"] is None else (
+        f"; ESS bulk min {metrics['ess_bulk_min']:.0f}, tail min {metrics['ess_tail_min']:.0f}, R-hat max {metrics['r_hat_max']:.3f}")
+    lines.append(f"  {metrics['n_chains']} chains x {metrics['n_kept']} kept draws{ess}")
+    if metrics.get("acceptance") is not None:
+        lines.append(f"  acceptance {metrics['acceptance']:.3f}, divergences {metrics.get('divergences', 0)}")
+    lines.append(f"  metrics: {out / 'metrics.json'}; plots and samples in {out}")
+    return "\n".join(lines)

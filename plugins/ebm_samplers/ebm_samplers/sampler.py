@@ -1,0 +1,171 @@
+"""The object API over an algorithm record: ``MALASampler(energy, step_size=0.3).sample(x0, n_steps)``.
+
+An :class:`AlgorithmSampler` holds an energy, its algorithm's ``Params`` (checked when built), the
+algorithm's static options, and how to run it (``autocast``, ``compile``, ``fused``). It meets the
+core contract (``init``/``step``), and its :meth:`~AlgorithmSampler.prepare` does once per run what
+every step would repeat, for the loop every sampler shares (``ebmcore.Sampler.sample``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import replace
+from typing import Any, Callable, ClassVar, Optional
+
+import torch
+from torch import Tensor
+
+from ebmcore import EnergyFunctions, EnergyModel, Sampler
+from ebmcore.sampler import Chain, Run
+from ebmcore.errors import InputError
+from ebm_samplers.algorithm import Algorithm
+from ebm_samplers.params import accepted_fields
+
+__all__ = ["AlgorithmSampler", "bind_energy"]
+
+
+def bind_energy(energy: EnergyModel, like: Tensor, *, autocast: torch.dtype | None = None,
+                traceable: bool = False) -> EnergyFunctions:
+    """The energy's hot-loop callables for states like ``like`` (kernels resolved now): under ``torch.autocast``
+    (results in the state's dtype) with ``autocast``; with ``traceable``, an autograd gradient becomes
+    ``torch.func.grad_and_value``, which ``torch.compile`` traces (``torch.autograd.grad`` is a graph break)."""
+    fns = energy.bind(like)
+    analytic = type(energy).compute_gradient is not EnergyModel.compute_gradient or \
+        type(energy).compute_energy_and_gradient is not EnergyModel.compute_energy_and_gradient
+    if traceable and not analytic:
+        def total(x: Tensor) -> tuple[Tensor, Tensor]:
+            e = energy.compute_energy(x)
+            return e.sum(), e
+
+        grad_and_value = torch.func.grad_and_value(total, has_aux=True)
+
+        def traced(x: Tensor) -> tuple[Tensor, Tensor]:
+            grad, (_, e) = grad_and_value(x)
+            return e.detach(), grad.detach()
+
+        fns = EnergyFunctions(fns.energy, lambda x: traced(x)[1], traced)
+    if autocast is None:
+        return fns
+    device_type, inner = like.device.type, fns
+
+    def cast(f: Callable[[Tensor], Any]) -> Callable[[Tensor], Any]:
+        def run(x: Tensor) -> Any:
+            with torch.autocast(device_type, dtype=autocast):
+                out = f(x)
+            return tuple(t.to(x.dtype) for t in out) if isinstance(out, tuple) else out.to(x.dtype)
+        return run
+
+    return EnergyFunctions(cast(inner.energy), cast(inner.gradient), cast(inner.energy_and_gradient))
+
+
+class AlgorithmSampler(Sampler):
+    """A sampler built from an :class:`~ebm_samplers.algorithm.Algorithm` (``algorithm`` class attribute).
+
+    Keywords are the algorithm's ``Params`` fields (``positional`` names those that may be passed
+    by position) and its static options; and, for every algorithm: ``autocast`` (``torch.bfloat16``
+    or ``torch.float16``: evaluate a neural energy under ``torch.autocast``, the chain state keeping
+    its dtype), ``compile`` (the transition through ``torch.compile``, random draws outside) and
+    ``fused`` (None: run many steps per kernel launch when a backend provides a fused chain for this
+    algorithm, energy, device and dtype at a positive priority and nothing needs every step; True:
+    require it; False: never). A fused chain draws its noise from a Philox stream keyed from the
+    ``generator``, so its samples differ from the per-step path's (both are reproducible).
+    """
+
+    algorithm: ClassVar[Algorithm]
+    positional: ClassVar[tuple[str, ...]] = ("step_size",)
+
+    def __init__(self, energy: EnergyModel, *args: Any, autocast: torch.dtype | None = None, compile: bool = False,
+                 fused: bool | None = None, **keywords: Any) -> None:
+        name = type(self).__name__
+        if len(args) > len(self.positional):
+            raise InputError(f"{name} takes at most {len(self.positional)} positional parameter(s) after the energy "
+                             f"({', '.join(self.positional)}), got {len(args)}.")
+        keywords.update(zip(self.positional, args))
+        static_names = list(inspect.signature(self.algorithm.options).parameters)[1:]
+        params_names = accepted_fields(self.algorithm.Params)
+        unknown = sorted(set(keywords) - set(static_names) - set(params_names))
+        if unknown:
+            accepted = params_names + static_names + ["autocast", "compile", "fused"]
+            raise InputError(f"{name}: unknown parameter(s) {', '.join(unknown)}; it takes {', '.join(accepted)}.")
+        super().__init__(energy)
+        self._setup(self.algorithm.options(energy, **{k: v for k, v in keywords.items() if k in static_names}),
+                    self.algorithm.Params(**{k: v for k, v in keywords.items() if k in params_names}), autocast, compile, fused)
+
+    def _setup(self, options: dict[str, Any], params: Any, autocast: torch.dtype | None, compile: bool,
+               fused: bool | None) -> None:
+        name = type(self).__name__
+        self.options, self.params = options, params
+        if fused not in (None, True, False):
+            raise InputError(f"fused must be None (automatic), True or False, got {fused!r}.")
+        if autocast is not None and autocast not in (torch.bfloat16, torch.float16):
+            raise InputError(f"autocast must be torch.bfloat16 or torch.float16, got {autocast!r}.")
+        if compile and self.algorithm.compile_refusal:
+            raise InputError(f"{name} does not support compile=True: {self.algorithm.compile_refusal}.")
+        self.autocast, self.compile, self.fused = autocast, bool(compile), fused
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.params}, options={self.options})"
+
+    # -- the core contract ---------------------------------------------------------------------
+
+    def bind(self, x: Tensor) -> EnergyFunctions:
+        """The energy's hot-loop callables for states like ``x`` (kernels resolved now; see :func:`bind_energy`)."""
+        return bind_energy(self.energy, x, autocast=self.autocast, traceable=self.compile)
+
+    def init(self, x: Tensor) -> Any:
+        """The state at ``x: (n_chains, *event_shape)`` (unchecked; ``sample`` checks ``x0``)."""
+        return self.algorithm.init(x, self.bind(x))
+
+    def resolve(self, x: Tensor, overrides: dict[str, Any] | None = None) -> Any:
+        """The params a run from states like ``x`` uses: this sampler's, with ``overrides`` (``step_size=...``) replaced."""
+        if overrides:
+            unknown = sorted(set(overrides) - set(accepted_fields(self.algorithm.Params)))
+            if unknown:
+                raise InputError(f"{type(self).__name__}: unknown tunable(s) {unknown}; it takes "
+                                 f"{', '.join(accepted_fields(self.algorithm.Params))}.")
+        return (replace(self.params, **overrides) if overrides else self.params).resolve(x)
+
+    def step(self, state: Any, *, generator: torch.Generator | None = None, **overrides: Any) -> tuple[Any, Any]:
+        """One transition of every chain; ``overrides`` replace params for this step only. Convenient, not the hot
+        path: it checks the params and binds the energy on every call (``sample`` does that once per run)."""
+        kernel = self.algorithm.build_kernel(**self.options, **self._compile_option())
+        return kernel(state, self.bind(state.x), generator, self.resolve(state.x, overrides))
+
+    def _compile_option(self) -> dict[str, bool]:
+        return {"compile": True} if self.compile else {}
+
+    # -- a run for the loop ------------------------------------------------------------------
+
+    def prepare(self, x: Tensor, generator: torch.Generator | None, overrides: dict[str, Any],
+                every_step: bool = False) -> Run:
+        """Everything a run from checked states ``x`` needs, resolved once: params (with ``overrides``), the
+        energy's kernels, the initial state, the transition and, where one can run and ``every_step`` is
+        False, a fused chain."""
+        fns = self.bind(x)
+        params = self.resolve(x, overrides)
+        state = self.algorithm.init(x, fns)
+        kernel = self.algorithm.build_kernel(**self.options, **self._compile_option())
+        chain, path = self._chain(fns, x, params, every_step)
+        if self.algorithm.energy_of is not None:
+            energy_of = lambda s: self.algorithm.energy_of(s, fns, **self.options)  # noqa: E731
+        else:
+            energy_of = (lambda s: s.energy) if hasattr(state, "energy") else (lambda s: fns.energy(s.x))
+        return Run(state, lambda s: kernel(s, fns, generator, params), energy_of, chain, path, params)
+
+    def _chain(self, fns: EnergyFunctions, x: Tensor, params: Any, every_step: bool) -> tuple[Optional[Chain], str]:
+        if self.fused is False:
+            return None, "per-step loop (fused=False)"
+        if self.algorithm.build_chain is None:
+            reason: Any = f"{type(self).__name__} has no fused chain kernels"
+        elif every_step:
+            reason = "a callback needs every step"
+        elif self.compile or self.autocast is not None:
+            reason = "compile=True or autocast is set"
+        else:
+            reason = self.algorithm.build_chain(self.energy, fns, x, params, self.fused, **self.options)
+        if not isinstance(reason, str):
+            return reason, "fused chain"
+        if self.fused:
+            raise InputError(f"{type(self).__name__}(fused=True): no fused chain can run: {reason}. "
+                             "Use fused=None to fall back to the per-step loop.")
+        return None, f"per-step loop ({reason})"
