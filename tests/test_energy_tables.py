@@ -230,3 +230,35 @@ def test_a_class_added_to_a_module_of_ebmcore_energies_is_a_builtin(monkeypatch)
         monkeypatch.undo()
         builtin_analytic_energies.cache_clear()
     assert "added_quartic" not in builtin_analytic_energies()
+
+
+def test_an_energy_with_hand_written_kernel_args_still_works_through_its_own_backend(ebm_plugins):
+    """The pre-table way: kernel_args() written by hand and a backend for its ops; no torch kernels, no op spec."""
+
+    class Legacy(AnalyticEnergy):
+        op = "legacy_quartic"
+
+        def __init__(self, dim=2, scale=1.0):
+            super().__init__(dim)
+            self.scale = float(scale)
+
+        def kernel_args(self):
+            return (self.scale,)
+
+    class Plugin:
+        @ebmcore.hookimpl
+        def ebm_register_energies(self, registry):
+            registry.register_energy("legacy_quartic", Legacy)
+
+        @ebmcore.hookimpl
+        def ebm_register_kernels(self, registry):
+            registry.register_kernel_backend(ebmcore.KernelBackend("legacy_ref", [
+                ebmcore.Kernel("legacy_quartic_energy", lambda x, scale: 0.25 * scale * (x**4).sum(-1)),
+                ebmcore.Kernel("legacy_quartic_gradient", lambda x, scale: scale * x**3),
+            ]))
+
+    ebmcore.register_plugin(Plugin(), "legacy")
+    check_energy(Legacy(dim=3, scale=2.0), torch.randn(6, 3, dtype=torch.float64))
+    assert "legacy_quartic_energy" not in registry.get("kernel", "torch").component.kernels
+    with pytest.raises(KeyError, match="has no spec"):
+        ops.op_spec("legacy_quartic_energy")

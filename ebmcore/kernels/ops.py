@@ -85,13 +85,15 @@ selects the reference path."""
 
 
 def op_spec(op: str) -> OpSpec:
-    """The spec of ``op``: from ``OPS``, else from the analytic energies registered in the plugin session.
-    Raises ``KeyError`` naming the known ops."""
+    """The spec of ``op``: from ``OPS``, else from the parameter table of an analytic energy registered in the
+    plugin session. Raises ``KeyError`` naming the known ops."""
     if op in OPS:
         return OPS[op]
     from ebmcore.kernels.torch_backend import registered_analytic_energies
 
     for energy in registered_analytic_energies():
+        if energy.kernel_args is not AnalyticEnergy.kernel_args:
+            continue  # its arguments are written by hand, not declared in a table
         specs = energy_ops(energy)
         if op in specs:
             return specs[op]
