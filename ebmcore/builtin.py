@@ -1,25 +1,25 @@
-"""The core's builtin plugin: energies and the ``torch`` kernel backend, registered like any plugin."""
+"""The core's builtin plugin: energies and the ``torch`` kernel backend, registered like any plugin.
+
+The analytic energies are those :mod:`ebmcore.energies` declares (each under its ``op``, see
+:func:`~ebmcore.energies.builtin_analytic_energies`); the ``torch`` backend serves their reference
+kernels, and those of any analytic energy another plugin registers.
+"""
 
 from __future__ import annotations
 
 from ebmcore import energies
 from ebmcore.hookspecs import hookimpl
-from ebmcore.kernels.torch_backend import TorchBackend
+from ebmcore.kernels.torch_backend import TorchBackend, registered_analytic_energies
 from ebmcore.registry import Registrar
 
 
 @hookimpl
 def ebm_register_energies(registry: Registrar) -> None:
-    registry.register_energy("gaussian", energies.GaussianEnergy)
-    registry.register_energy("gaussian_mixture", energies.GaussianMixtureEnergy)
-    registry.register_energy("double_well", energies.DoubleWellEnergy)
-    registry.register_energy("rosenbrock", energies.RosenbrockEnergy)
-    registry.register_energy("harmonic", energies.HarmonicEnergy)
-    registry.register_energy("ackley", energies.AckleyEnergy)
-    registry.register_energy("rastrigin", energies.RastriginEnergy)
+    for op, energy in energies.builtin_analytic_energies().items():
+        registry.register_energy(op, energy)
     registry.register_energy("mlp", energies.MLPEnergy)
 
 
 @hookimpl
 def ebm_register_kernels(registry: Registrar) -> None:
-    registry.register_kernel_backend(TorchBackend())
+    registry.register_kernel_backend(TorchBackend(registered=registered_analytic_energies))

@@ -1,16 +1,29 @@
-"""Gaussian and Gaussian-mixture energies."""
+"""Gaussian and Gaussian-mixture energies, with their parameter tables and ``torch`` reference kernels."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from ebmcore.energies.analytic import AnalyticEnergy
+from ebmcore.energies.params import matrix, tensor, vector
 from ebmcore.errors import InputError
 
 __all__ = ["GaussianEnergy", "GaussianMixtureEnergy"]
+
+_LOG_2PI = math.log(2.0 * math.pi)
+_SAMPLE_COMPONENTS = 3  # K of the mixture's sample inputs
+
+
+def _mixture_log_components(x: Tensor, means: Tensor, stds: Tensor, log_weights: Tensor) -> tuple[Tensor, Tensor]:
+    """``log w_k N(x; m_k, diag(s_k²)): (n, K)`` and the standardised ``z: (n, K, d)``."""
+    z = (x.unsqueeze(1) - means) / stds  # (n, K, d)
+    d = x.shape[-1]
+    log_comp = log_weights - stds.log().sum(-1) - 0.5 * d * _LOG_2PI - 0.5 * (z * z).sum(-1)  # (n, K)
+    return log_comp, z
 
 
 def _as_tensor(value: Any, name: str, dtype: torch.dtype | None, device: Any) -> Tensor:
@@ -32,6 +45,7 @@ class GaussianEnergy(AnalyticEnergy):
     """
 
     op = "gaussian"
+    params = (vector("mean"), matrix("precision", doc="symmetric positive definite"))
 
     def __init__(
         self,
@@ -79,13 +93,19 @@ class GaussianEnergy(AnalyticEnergy):
         inverse = torch.cholesky_inverse(chol)
         inverse = 0.5 * (inverse + inverse.T)
         cov, prec = (matrix_t, inverse) if covariance is not None else (inverse, matrix_t)
-        self.register_buffer("mean", mean_t)
-        self.register_buffer("precision", prec)
+        self.set_parameters(mean=mean_t, precision=prec)
         self.register_buffer("covariance", cov)
 
-    def kernel_args(self) -> tuple[Any, ...]:
-        """``(mean: (d,), precision: (d, d))``, the arguments of the ``gaussian`` kernels after ``x``."""
-        return (self.mean, self.precision)
+    @staticmethod
+    def reference_energy(x: Tensor, mean: Tensor, precision: Tensor) -> Tensor:
+        """``0.5 (x-m)^T P (x-m)``; ``x: (n, d)``, ``mean: (d,)``, ``precision: (d, d)`` symmetric -> ``(n,)``."""
+        diff = x - mean
+        return 0.5 * ((diff @ precision) * diff).sum(-1)
+
+    @staticmethod
+    def reference_gradient(x: Tensor, mean: Tensor, precision: Tensor) -> Tensor:
+        """``P (x-m)`` (``P`` symmetric): ``(n, d)``."""
+        return (x - mean) @ precision
 
 
 class GaussianMixtureEnergy(AnalyticEnergy):
@@ -96,6 +116,14 @@ class GaussianMixtureEnergy(AnalyticEnergy):
     """
 
     op = "gaussian_mixture"
+    params = (
+        tensor("means", ("K", "d"), lambda d, g: 2 * torch.randn(_SAMPLE_COMPONENTS, d, generator=g, dtype=torch.float64)),
+        tensor("stds", ("K", "d"), lambda d, g: 0.5 + torch.rand(_SAMPLE_COMPONENTS, d, generator=g, dtype=torch.float64),
+               positive=True),
+        tensor("log_weights", ("K",), lambda d, g: torch.log_softmax(
+            torch.randn(_SAMPLE_COMPONENTS, generator=g, dtype=torch.float64), 0), doc="normalised log mixture weights"),
+    )
+    sample_scale = 2.0
 
     def __init__(
         self,
@@ -125,13 +153,19 @@ class GaussianMixtureEnergy(AnalyticEnergy):
         weights_t = torch.ones(k, dtype=means_t.dtype, device=device) if weights is None else _as_tensor(weights, "weights", means_t.dtype, device)
         if weights_t.shape != (k,) or not bool((weights_t > 0).all()):
             raise InputError(f"GaussianMixtureEnergy: weights must be {k} positive numbers, got {weights_t.tolist()}.")
-        self.register_buffer("means", means_t)
-        self.register_buffer("stds", stds_t.expand(k, d).contiguous())
-        self.register_buffer("log_weights", torch.log(weights_t / weights_t.sum()))
+        log_weights = torch.log(weights_t / weights_t.sum())
+        self.set_parameters(means=means_t, stds=stds_t.expand(k, d).contiguous(), log_weights=log_weights)
 
-    def kernel_args(self) -> tuple[Any, ...]:
-        """``(means: (K, d), stds: (K, d), log_weights: (K,))``, the ``gaussian_mixture`` kernels' arguments after ``x``.
+    @staticmethod
+    def reference_energy(x: Tensor, means: Tensor, stds: Tensor, log_weights: Tensor) -> Tensor:
+        """``-log sum_k w_k N(x; m_k, diag(s_k^2))``; ``x: (n, d)``, ``means, stds: (K, d)``, ``log_weights: (K,)``
+        normalised -> ``(n,)``."""
+        log_comp, _ = _mixture_log_components(x, means, stds, log_weights)
+        return -torch.logsumexp(log_comp, dim=1)
 
-        ``log_weights`` are the normalised log mixture weights.
-        """
-        return (self.means, self.stds, self.log_weights)
+    @staticmethod
+    def reference_gradient(x: Tensor, means: Tensor, stds: Tensor, log_weights: Tensor) -> Tensor:
+        """``sum_k r_k(x) (x - m_k) / s_k^2`` with responsibilities ``r_k``: ``(n, d)``."""
+        log_comp, z = _mixture_log_components(x, means, stds, log_weights)
+        resp = torch.softmax(log_comp, dim=1)
+        return torch.einsum("nk,nkd->nd", resp, z / stds)

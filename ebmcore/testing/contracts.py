@@ -18,8 +18,8 @@ from torch import Tensor
 
 from ebmcore.energies import EnergyModel, HarmonicEnergy, MLPEnergy
 from ebmcore.kernels.base import KernelBackend
-from ebmcore.kernels.ops import OPS, sample_inputs
-from ebmcore.kernels.torch_backend import TorchBackend
+from ebmcore.kernels.ops import sample_inputs
+from ebmcore.kernels.torch_backend import TorchBackend, registered_analytic_energies
 
 __all__ = ["check_energy", "check_sampler", "check_loss", "check_kernel"]
 
@@ -117,13 +117,17 @@ def check_loss(factory: Callable[[], Any], *, dim: int = 2, batch: int = 128) ->
 def check_kernel(backend: KernelBackend, ops: Iterable[str] | None = None, *, device: Any = "cpu",
                  dtypes: Iterable[torch.dtype] = (torch.float32, torch.float64), n: int = 64, d: int = 4) -> list[str]:
     """Every kernel of ``backend`` (or ``ops``) that can run on ``device`` agrees with the ``torch``
-    reference on the op's sample inputs. Returns the ``op[dtype]`` pairs checked (asserting at least one)."""
+    reference on the op's sample inputs (the builtin ops, and the ops of analytic energies registered in
+    the plugin session). Returns the ``op[dtype]`` pairs checked (asserting at least one)."""
     reference = TorchBackend().kernels
     dev = torch.device(device)
     checked = []
     for op in ops or sorted(backend.kernels):
-        if op not in OPS:
-            raise AssertionError(f"op {op!r} has no reference in ebmcore.kernels.ops; compare it yourself")
+        if op not in reference:  # an op of an analytic energy a plugin registers, if any
+            reference = TorchBackend(registered=registered_analytic_energies).kernels
+        if op not in reference:
+            raise AssertionError(f"op {op!r} has no torch reference (neither in ebmcore.kernels.ops nor declared by a registered "
+                                 "analytic energy); compare it yourself")
         kernel = backend.kernels[op]
         for dtype in dtypes:
             capability = tuple(torch.cuda.get_device_capability(dev)) if dev.type == "cuda" else None

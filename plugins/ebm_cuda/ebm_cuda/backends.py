@@ -1,7 +1,8 @@
 """The two kernel backends of ebm-cuda: ``cuda`` (the CUDA build) and ``cpu_fused`` (the host build).
 
-Both implement, for the analytic energies ``gaussian``, ``double_well``, ``rosenbrock`` and
-``harmonic``, the ops ``<energy>_energy`` and ``<energy>_gradient``, the fused chains
+Both implement, for the analytic energies of ``csrc/ebm/energies.h`` (:data:`ebm_cuda.energies.KINDS`:
+``gaussian``, ``double_well``, ``rosenbrock`` and ``harmonic``), the ops ``<energy>_energy`` and
+``<energy>_gradient``, the fused chains
 ``<energy>_langevin_chain`` and ``<energy>_hmc_chain`` (signatures in :mod:`ebmcore.kernels.ops`),
 and ``langevin_step`` and ``langevin_step_philox``.
 
@@ -25,7 +26,8 @@ from torch import Tensor
 from ebmcore.kernels import torch_backend
 from ebmcore.kernels.base import Kernel, KernelBackend
 from ebm_cuda import library
-from ebm_cuda.ops import KINDS, MAX_CUDA_CHAIN_DIM, call
+from ebm_cuda.energies import LAYOUTS
+from ebm_cuda.ops import MAX_CUDA_CHAIN_DIM, call
 
 __all__ = ["CudaBackend", "HostBackend", "CUDA_DTYPES", "HOST_DTYPES"]
 
@@ -33,13 +35,6 @@ CUDA_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 HOST_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 MIN_COMPUTE_CAPABILITY = (7, 5)
 """The oldest GPUs nvcc 12/13 still targets (Turing); the kernels are built for the device's own capability."""
-
-_UNPACK: dict[str, Callable[..., tuple[Any, Any, float, float]]] = {
-    "gaussian": lambda mean, precision: (mean, precision, 0.0, 0.0),
-    "double_well": lambda barrier: (None, None, float(barrier), 0.0),
-    "rosenbrock": lambda a, b: (None, None, float(a), float(b)),
-    "harmonic": lambda center, stiffness: (center, None, float(stiffness), 0.0),
-}
 
 
 def _scalar_or_vector(value: Any) -> tuple[float, Tensor | None]:
@@ -54,8 +49,9 @@ def _needs_graph(x: Tensor, params: tuple[Any, ...]) -> bool:
 
 
 def _energy_kernel(name: str, gradient: bool) -> Callable[..., Tensor]:
-    kind, unpack = KINDS[name], _UNPACK[name]
-    reference = getattr(torch_backend, f"{name}_{'gradient' if gradient else 'energy'}")
+    layout = LAYOUTS[name]
+    kind, unpack = layout.code, layout.unpack
+    reference = layout.energy.reference_gradient if gradient else layout.energy.reference_energy
 
     def run(x: Tensor, *params: Any) -> Tensor:
         if _needs_graph(x, params):
@@ -68,7 +64,7 @@ def _energy_kernel(name: str, gradient: bool) -> Callable[..., Tensor]:
 
 
 def _langevin_chain_kernel(name: str) -> Callable[..., Tensor]:
-    kind, unpack = KINDS[name], _UNPACK[name]
+    kind, unpack = LAYOUTS[name].code, LAYOUTS[name].unpack
 
     def run(x: Tensor, *params: Any, n_steps: int, step_size: Any, noise_scale: Any, seed: int, offset: int) -> Tensor:
         h, hv = _scalar_or_vector(step_size)
@@ -80,7 +76,7 @@ def _langevin_chain_kernel(name: str) -> Callable[..., Tensor]:
 
 
 def _hmc_chain_kernel(name: str) -> Callable[..., tuple[Tensor, Tensor, Tensor]]:
-    kind, unpack = KINDS[name], _UNPACK[name]
+    kind, unpack = LAYOUTS[name].code, LAYOUTS[name].unpack
 
     def run(x: Tensor, *params: Any, n_steps: int, step_size: Any, n_leapfrog_steps: int, inverse_temperature: float,
             seed: int, offset: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -120,7 +116,7 @@ def _kernels(device: str, dtypes: tuple[torch.dtype, ...], plain: int, fused: in
         return Kernel(op, fn, (device,), dtypes, capability, priority, max_event_size)
 
     kernels = [kernel("langevin_step", langevin_step, plain), kernel("langevin_step_philox", langevin_step_philox, plain)]
-    for name in KINDS:
+    for name in LAYOUTS:
         kernels += [
             kernel(f"{name}_energy", _energy_kernel(name, False), plain),
             kernel(f"{name}_gradient", _energy_kernel(name, True), plain),

@@ -2,8 +2,10 @@
 
 Each op runs the host build on CPU tensors and the CUDA build on CUDA tensors (on the current
 stream), and has a fake implementation, so ``torch.compile`` traces through it. Energies are
-``kind`` codes (:data:`KINDS`) with parameters ``v0`` (mean or center), ``v1`` (precision) and
-scalars ``a``, ``b``, in the state's math dtype (float64 for float64 states, else float32).
+``kind`` codes (:data:`KINDS`, read from ``csrc/ebm/energies.h``) with parameters ``v0`` (a ``(d,)``
+vector: mean or center), ``v1`` (a ``(d, d)`` matrix: precision) and scalars ``a``, ``b``, in the
+state's math dtype (float64 for float64 states, else float32); :mod:`ebm_cuda.energies` maps an
+energy's declared parameters onto them.
 Random draws come from the Philox stream of ``csrc/ebm/philox.h`` keyed by ``seed`` at steps
 ``offset, offset + 1, ...``; :mod:`ebm_cuda.reference` reproduces it in PyTorch.
 """
@@ -19,11 +21,12 @@ from torch import Tensor
 
 from ebmcore.errors import InputError
 from ebm_cuda import library
+from ebm_cuda.energies import KINDS, LAYOUTS
 from ebm_cuda.library import DTYPE_CODES, EnergySpec
 
 __all__ = ["KINDS", "MAX_CUDA_CHAIN_DIM", "call", "math_dtype", "normal", "philox4x32", "uniform"]
 
-KINDS = {"gaussian": 0, "double_well": 1, "rosenbrock": 2, "harmonic": 3}
+_LAYOUT_OF_CODE = {layout.code: layout for layout in LAYOUTS.values()}
 MAX_CUDA_CHAIN_DIM = 64
 """The CUDA chain kernels keep a chain in registers or local memory: at most 64 elements."""
 
@@ -81,19 +84,25 @@ def _ptr(t: Optional[Tensor]) -> Optional[int]:
 
 
 def _spec(x: Tensor, kind: int, v0: Optional[Tensor], v1: Optional[Tensor], a: float, b: float) -> tuple[EnergySpec, tuple]:
-    """The C description of the energy, and the parameter tensors it points into (keep them alive)."""
-    if kind not in KINDS.values():
+    """The C description of the energy, and the parameter tensors it points into (keep them alive).
+    ``v0``/``v1`` must be given exactly where the energy's declared parameters put a tensor."""
+    layout = _LAYOUT_OF_CODE.get(kind)
+    if layout is None:
         raise InputError(f"ebm_cuda: unknown energy kind {kind}; known: {KINDS}.")
-    needs = {KINDS["gaussian"]: (v0, v1), KINDS["harmonic"]: (v0,)}.get(kind, ())
-    if any(t is None for t in needs):
-        raise InputError(f"ebm_cuda: energy kind {kind} needs its parameter tensors (gaussian: mean and precision; harmonic: center).")
+    uses = layout.tensors()
+    missing = [f"{p.name} {p.shape_text} as {slot}" for slot, p in uses.items() if {"v0": v0, "v1": v1}[slot] is None]
+    if missing:
+        raise InputError(f"ebm_cuda: energy {layout.name} (kind {kind}) needs its parameter tensors: {', '.join(missing)}.")
     d = x.shape[1]
     md = math_dtype(x.dtype)
     keep = []
-    for t, shape in ((v0, (d,)), (v1, (d, d))):
+    for slot, t, shape in (("v0", v0, (d,)), ("v1", v1, (d, d))):
         if t is not None:
+            if slot not in uses:
+                raise InputError(f"ebm_cuda: energy {layout.name} (kind {kind}) takes no {slot}; pass None.")
             if t.shape != shape:
-                raise InputError(f"ebm_cuda: energy parameter of shape {tuple(t.shape)} does not fit dim {d} (expected {shape}).")
+                raise InputError(f"ebm_cuda: {layout.name}'s {uses[slot].name} ({slot}) of shape {tuple(t.shape)} does not fit "
+                                 f"dim {d}: expected {uses[slot].shape_text} = {shape}.")
             t = t.to(device=x.device, dtype=md).contiguous()
         keep.append(t)
     spec = EnergySpec(kind, d, _ptr(keep[0]), _ptr(keep[1]), float(a), float(b))

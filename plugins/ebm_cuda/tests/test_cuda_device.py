@@ -13,7 +13,7 @@ from ebm_samplers import HMCSampler, LangevinSampler
 REASON = library.cuda_unavailable_reason()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(REASON is not None, reason=f"CUDA kernels cannot run here: {REASON}")]
 
-ENERGIES = ["gaussian", "double_well", "rosenbrock", "harmonic"]
+ENERGIES = list(ops.KINDS)  # the energies of csrc/ebm/energies.h
 CUDA, HOST = (CudaBackend(), HostBackend()) if REASON is None else (None, None)
 
 

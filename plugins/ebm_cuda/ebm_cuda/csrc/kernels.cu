@@ -46,17 +46,17 @@ __global__ void energy_kernel(ebm::Params<float> p, const S* x, int64_t n, S* en
   if (energy) ebm::store<float>(energy + i, e);
 }
 
-// Shared memory: the parameters (Gaussian mean and precision, harmonic center), then the block's
-// chains, loaded and stored coalesced; each thread then holds its chain in registers.
-template <int KIND>
-__host__ __device__ int param_floats(int d) { return KIND == ebm::GAUSSIAN ? d + d * d : KIND == ebm::HARMONIC ? d : 0; }
+// Shared memory: the energy's parameter tensors (v0, then v1, those whose pointers are set: the
+// Gaussian's mean and precision, the harmonic center), then the block's chains, loaded and stored
+// coalesced; each thread then holds its chain in registers.
+__host__ __device__ int param_floats(const void* v0, const void* v1, int d) { return (v0 ? d : 0) + (v1 ? d * d : 0); }
 
-template <int KIND>
 __device__ ebm::Params<float> stage_params(ebm::Params<float> p, float* shared) {
-  const int d = p.d;
-  const int count = param_floats<KIND>(d);
-  for (int k = threadIdx.x; k < count; k += blockDim.x) shared[k] = k < d ? p.v0[k] : p.v1[k - d];
-  if (count > 0) { p.v0 = shared; p.v1 = shared + d; }
+  const int d = p.d, n0 = p.v0 ? d : 0;
+  const int count = param_floats(p.v0, p.v1, d);
+  for (int k = threadIdx.x; k < count; k += blockDim.x) shared[k] = k < n0 ? p.v0[k] : p.v1[k - n0];
+  if (p.v0) p.v0 = shared;
+  if (p.v1) p.v1 = shared + n0;
   return p;
 }
 
@@ -86,8 +86,8 @@ __global__ void langevin_chain_kernel(ebm::Params<float> p, const S* x, S* out, 
                                       const float* h_vec, const float* s_vec, uint64_t seed, uint64_t offset) {
   extern __shared__ float shared[];
   const int d = p.d;
-  float* tile = shared + param_floats<KIND>(d);
-  const ebm::Energy<KIND, float, MAXD> E{stage_params<KIND>(p, shared)};
+  float* tile = shared + param_floats(p.v0, p.v1, d);
+  const ebm::Energy<KIND, float, MAXD> E{stage_params(p, shared)};
   const int64_t base = (int64_t)blockIdx.x * blockDim.x, i = base + threadIdx.x;
   const int count = load_tile(tile, x, base, n, d);
   if (i < n) {
@@ -107,8 +107,8 @@ __global__ void hmc_chain_kernel(ebm::Params<float> p, const S* x, S* out, int64
                                  int32_t* divergent) {
   extern __shared__ float shared[];
   const int d = p.d;
-  float* tile = shared + param_floats<KIND>(d);
-  const ebm::Energy<KIND, float, MAXD> E{stage_params<KIND>(p, shared)};
+  float* tile = shared + param_floats(p.v0, p.v1, d);
+  const ebm::Energy<KIND, float, MAXD> E{stage_params(p, shared)};
   const int64_t base = (int64_t)blockIdx.x * blockDim.x, i = base + threadIdx.x;
   const int count = load_tile(tile, x, base, n, d);
   if (i < n) {
@@ -162,13 +162,13 @@ __global__ void normal_kernel(float* out, int64_t n, int d, uint64_t seed, uint6
 }
 
 // Threads per block and shared memory of the chain kernels: the parameters, then the block's chains.
-template <int KIND>
-void chain_launch_shape(int d, int* threads, size_t* shared_bytes) {
+void chain_launch_shape(const ebm_energy* spec, int* threads, size_t* shared_bytes) {
+  const int d = spec->d;
   *threads = d > 32 ? 64 : 128;
-  *shared_bytes = (size_t)(param_floats<KIND>(d) + *threads * tile_stride(d)) * sizeof(float);
+  *shared_bytes = (size_t)(param_floats(spec->v0, spec->v1, d) + *threads * tile_stride(d)) * sizeof(float);
 }
-// The largest case (a Gaussian at d = EBM_MAX_D, 64 threads) fits the 48 KB of shared memory a
-// launch gets without opting in.
+// The largest case (both v0 and v1, as the Gaussian's, at d = EBM_MAX_D, 64 threads) fits the 48 KB
+// of shared memory a launch gets without opting in.
 static_assert((EBM_MAX_D + EBM_MAX_D * EBM_MAX_D + 64 * (EBM_MAX_D | 1)) * sizeof(float) <= 48 * 1024,
               "EBM_MAX_D too large for the chain kernels' shared memory");
 
@@ -193,7 +193,7 @@ int ebm_cuda_langevin_chain(const ebm_energy* spec, int dtype, const void* x, vo
   if (n == 0 || n_steps == 0) return 0;
   int threads; size_t shared;
   EBM_CUDA_DTYPES(dtype, S, EBM_DISPATCH_KIND(spec->kind, KIND, EBM_DISPATCH_MAXD(spec->d, MAXD,
-      chain_launch_shape<KIND>(spec->d, &threads, &shared);
+      chain_launch_shape(spec, &threads, &shared);
       langevin_chain_kernel<KIND, S, MAXD><<<blocks_for(n, threads), threads, shared, (cudaStream_t)stream>>>(
           params_of<float>(spec), (const S*)x, (S*)out, n, n_steps, (float)h, (float)s, (const float*)h_vec, (const float*)s_vec,
           seed, offset))))
@@ -206,7 +206,7 @@ int ebm_cuda_hmc_chain(const ebm_energy* spec, int dtype, const void* x, void* o
   if (n == 0 || n_steps == 0) return 0;
   int threads; size_t shared;
   EBM_CUDA_DTYPES(dtype, S, EBM_DISPATCH_KIND(spec->kind, KIND, EBM_DISPATCH_MAXD(spec->d, MAXD,
-      chain_launch_shape<KIND>(spec->d, &threads, &shared);
+      chain_launch_shape(spec, &threads, &shared);
       hmc_chain_kernel<KIND, S, MAXD><<<blocks_for(n, threads), threads, shared, (cudaStream_t)stream>>>(
           params_of<float>(spec), (const S*)x, (S*)out, n, n_steps, (float)h, (const float*)h_vec, n_leapfrog, (float)beta, seed,
           offset, accepted, divergent))))

@@ -4,12 +4,11 @@
 
 // dtype codes of the C API (ebm_cuda/library.py): 0 float32, 1 float64, 2 bfloat16, 3 float16.
 #define EBM_CASE_DTYPE(code, T, S, ...) case code: { using S = T; __VA_ARGS__; } break;
+// One case per line of EBM_ENERGIES (energies.h): the runtime code as the constexpr KIND.
+#define EBM_KIND_CASE(ENUM, CODE, NAME, KIND, ...) case ebm::ENUM: { constexpr int KIND = ebm::ENUM; __VA_ARGS__; } break;
 #define EBM_DISPATCH_KIND(kind, KIND, ...)                                  \
   switch (kind) {                                                           \
-    case ebm::GAUSSIAN: { constexpr int KIND = ebm::GAUSSIAN; __VA_ARGS__; } break;       \
-    case ebm::DOUBLE_WELL: { constexpr int KIND = ebm::DOUBLE_WELL; __VA_ARGS__; } break; \
-    case ebm::ROSENBROCK: { constexpr int KIND = ebm::ROSENBROCK; __VA_ARGS__; } break;   \
-    case ebm::HARMONIC: { constexpr int KIND = ebm::HARMONIC; __VA_ARGS__; } break;       \
+    EBM_ENERGIES(EBM_KIND_CASE, KIND, __VA_ARGS__)                          \
     default: return fail("unknown energy kind");                            \
   }
 // A chain of d <= 16 elements lives in registers (loops unrolled to MAXD, the next power of two);

@@ -7,12 +7,27 @@
 #pragma once
 #include "common.h"
 
+// The energies the kernels implement, written once: X(ENUM, code, name, ...) gives the enumerator of
+// enum Kind, the integer code of the C API and the op of the energy's Python AnalyticEnergy (whose
+// declared parameters fill Params, below). The enum and the dispatch switch of dispatch.h are
+// generated from this list, and ebm_cuda/energies.py reads these lines at import. The trailing
+// arguments pass through to X. Adding an energy: one line here and its struct Energy<ENUM, A, MAXD>.
+#define EBM_ENERGIES(X, ...)                    \
+  X(GAUSSIAN, 0, gaussian, __VA_ARGS__)         \
+  X(DOUBLE_WELL, 1, double_well, __VA_ARGS__)   \
+  X(ROSENBROCK, 2, rosenbrock, __VA_ARGS__)     \
+  X(HARMONIC, 3, harmonic, __VA_ARGS__)
+
 namespace ebm {
 
-enum Kind : int { GAUSSIAN = 0, DOUBLE_WELL = 1, ROSENBROCK = 2, HARMONIC = 3 };
+#define EBM_KIND_ENUMERATOR(ENUM, CODE, NAME, ...) ENUM = CODE,
+enum Kind : int { EBM_ENERGIES(EBM_KIND_ENUMERATOR, ) };
+#undef EBM_KIND_ENUMERATOR
 
-// The parameters of any energy, in the math type A: vectors v0 (mean / center), v1 (precision,
-// d x d row-major), scalars a (barrier / a / stiffness) and b (Rosenbrock's b).
+// The parameters of any energy, in the math type A, filled from the energy's declared parameters in
+// order (ebm_cuda/energies.py): a (d,) vector goes to v0 (mean / center), a (d, d) matrix to v1
+// (precision, row-major), scalars to a, then b (barrier / a / stiffness; Rosenbrock's b). A pointer
+// the energy does not use is null.
 template <typename A> struct Params {
   const A* v0; const A* v1; A a; A b; int d;
 };
