@@ -292,7 +292,7 @@ def cpu_matmul_reason(n: int, d: int, dtype: Any) -> str | None:
 
 def fused_seed(device: Any) -> int:
     """The Philox key ``LangevinSampler(fused=True)`` draws from ``torch.Generator(device).manual_seed(SEED_NOISE)``
-    (``ebm_samplers.base._fused_seed``), so that (d) runs (c)'s stream one step per call."""
+    (``ebmcore.sampler.stream_seed``), so that (d) runs (c)'s stream one step per call."""
     import torch
 
     g = torch.Generator(device=device).manual_seed(common.SEED_NOISE)

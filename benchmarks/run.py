@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import gc
-import inspect
 import json
 import os
 import platform
@@ -283,12 +282,10 @@ def ebm_path(sampler: Any, x: Any) -> str:
     """Which path ``sampler.sample(x, ...)`` takes: the fused chain kernel (op and backend) or the per-step loop (why)."""
     import ebmcore
 
-    if sampler.fused is False:
-        return "per-step loop (fused=False)"
-    runner = sampler.fused_runner(x, sampler.bind(x), sampler.tunables(x, {}))
-    if isinstance(runner, str):
-        return f"per-step loop ({runner})"
-    op = f"{sampler.energy.op}_{'langevin' if sampler.name == 'langevin' else 'hmc'}_chain"
+    run = sampler.prepare(x, None, {})
+    if run.chain is None:
+        return run.path
+    op = f"{sampler.energy.op}_{'langevin' if sampler.algorithm.name == 'langevin' else 'hmc'}_chain"
     chosen = ebmcore.explain(op, x, backend=sampler.energy.backend).chosen
     return f"fused chain {op} ({chosen.backend if chosen else '?'})"
 
@@ -320,28 +317,24 @@ def ebm_sampling(p: Problem, fused: bool | None = None) -> Case:
 
 
 def ebm_single_step(p: Problem) -> Case:
-    """S1, S2: the functional API, ``langevin.step`` / ``hmc.step`` with ``fns = energy.bind(x0)``;
-    one timed run is ``inner`` successive steps from the same initial state."""
+    """S1, S2: the functional API, ``step = langevin.build_kernel()`` / ``hmc.build_kernel()`` with
+    ``fns = energy.bind(x0)`` and resolved params; one timed run is ``inner`` successive steps from the same state."""
     import torch
     from ebm_samplers import hmc, langevin
 
     w, energy = p.w, ebm_energy(p)
     fns = energy.bind(p.x0)
     if w.kind == "langevin_step":
-        mod, kw = langevin, {"step_size": w.step_size}
-        if "update" in inspect.signature(langevin.step).parameters:  # resolve the SDE update once, as a hot loop would
-            from ebm_samplers.integrators import EulerMaruyama
-
-            kw["update"] = EulerMaruyama().bind(p.x0)
+        mod, params = langevin, langevin.Params(step_size=w.step_size)
     else:
-        mod, kw = hmc, {"step_size": w.step_size, "n_leapfrog_steps": w.n_leapfrog}
-    state0 = mod.init(p.x0, fns)
+        mod, params = hmc, hmc.Params(step_size=w.step_size, n_leapfrog_steps=w.n_leapfrog)
+    state0, step, params = mod.init(p.x0, fns), mod.build_kernel(), params.resolve(p.x0)
 
     def steps(n: int) -> tuple[Any, list]:
         g = torch.Generator().manual_seed(SEED_NOISE)
         state, infos = state0, []
         for _ in range(n):
-            state, info = mod.step(state, fns, generator=g, **kw)
+            state, info = step(state, fns, g, params)
             infos.append(info)
         return state, infos
 

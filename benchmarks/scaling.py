@@ -24,7 +24,8 @@ import json, statistics, sys, time
 import torch
 import torch.distributed as dist
 import ebmcore
-from ebm_samplers import LangevinSampler, distributed
+from ebmcore import distributed
+from ebm_samplers import LangevinSampler
 torch.set_num_threads(1)
 run = distributed.init(timeout_s=300)
 energy = ebmcore.DoubleWellEnergy(dim=2)

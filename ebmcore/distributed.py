@@ -21,7 +21,6 @@ from torch import Tensor
 
 from ebmcore import diagnostics
 from ebmcore.errors import InputError
-from ebmcore.recording import SampleResult
 
 __all__ = ["DistributedRun", "init", "shutdown", "shard", "rank_generator", "gather_chains", "all_mean", "sample", "DistributedSamples"]
 
@@ -129,7 +128,8 @@ class DistributedSamples:
 
 def sample(sampler: Any, n_chains: int, n_steps: int, run: DistributedRun, *, seed: int = 0, init_scale: float = 1.0,
            burn_in: int = 0, thin: int = 1, x0: Tensor | None = None, local_x0: Tensor | None = None,
-           generator: torch.Generator | None = None, return_trajectory: bool = True, **tunables: Any) -> DistributedSamples:
+           generator: torch.Generator | None = None, return_trajectory: bool = True, progress: bool = False,
+           **tunables: Any) -> DistributedSamples:
     """Sample ``n_chains`` chains with any sampler (:meth:`ebmcore.Sampler.sample`), sharded over the ranks (each
     rank runs its shard with its own stream).
 
@@ -146,12 +146,8 @@ def sample(sampler: Any, n_chains: int, n_steps: int, run: DistributedRun, *, se
         local_x0 = init_scale * torch.randn((part.stop - part.start, *event), generator=g, device=run.device)
     else:
         local_x0 = x0[part].to(run.device)
-    # per-step records cost time: skip them if nothing uses them (no trajectory, no acceptance to reduce)
-    want_diagnostics = return_trajectory or getattr(getattr(sampler, "algorithm", None), "has_acceptance", True)
     result = sampler.sample(local_x0, n_steps, burn_in=burn_in, thin=thin, return_trajectory=return_trajectory,
-                            return_diagnostics=want_diagnostics, generator=g, **tunables)
-    if not want_diagnostics:
-        result = SampleResult(result, None, None)
+                            return_diagnostics=True, generator=g, progress=progress, **tunables)
     trajectory = gather_chains(result.trajectory, run, dim=1) if return_trajectory else None
     samples = gather_chains(result.samples, run, dim=0)
     d = result.diagnostics

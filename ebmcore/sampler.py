@@ -58,7 +58,8 @@ def check_run_arguments(x0: Any, n_steps: int, burn_in: int = 0, thin: int = 1, 
     """Clear errors for bad step counts and a generator that is not one, or not on ``x0``'s device."""
     for name, value, low in (("n_steps", n_steps, 0), ("burn_in", burn_in, 0), ("thin", thin, 1)):
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
-            raise InputError(f"{name} must be an integer >= {low}, got {value!r}.")
+            kind = "non-negative" if low == 0 else "positive"
+            raise InputError(f"{name} must be an integer >= {low} (a {kind} integer), got {value!r}.")
     if generator is not None and not isinstance(generator, torch.Generator):
         raise InputError(f"generator must be a torch.Generator, got {type(generator).__name__}.")
     if generator is not None and isinstance(x0, Tensor) and generator.device.type != x0.device.type:

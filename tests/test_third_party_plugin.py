@@ -1,5 +1,7 @@
 """A real third-party distribution, built and installed by pip, plugs in without touching the core."""
 
+import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -58,3 +60,54 @@ def test_the_third_party_components_pass_the_contract_checks(example):
     check_energy(registry.get("energy", "quartic")(dim=3), torch.randn(16, 3, dtype=torch.float64))
     checked = check_kernel(registry.get("kernel", "example").component)
     assert "double_well_gradient[float32]" in checked and "double_well_energy[float64]" in checked
+
+
+def _quartic_x2() -> float:
+    """E[x²] under p(x) ∝ exp(−x⁴/4), per coordinate, by quadrature."""
+    xs = torch.linspace(-6, 6, 100_001, dtype=torch.float64)
+    w = torch.exp(-(xs**4) / 4)
+    return float(torch.trapezoid(xs**2 * w, xs) / torch.trapezoid(w, xs))
+
+
+def test_the_third_party_sampler_runs_the_whole_loop_in_python(example):
+    sampler = registry.get("sampler", "example_ula")(registry.get("energy", "quartic")(dim=2), step_size=0.05)
+    result = sampler.sample(torch.randn(400, 2), 200, burn_in=100, thin=4, return_trajectory=True, return_diagnostics=True,
+                            generator=torch.Generator().manual_seed(0))
+    assert result.trajectory.shape == (50, 400, 2) and result.diagnostics.mean.shape == (50, 2)
+    assert result.diagnostics.acceptance is None  # its info carries no acceptance: reported as absent, not made up
+    se = 1.0 / math.sqrt(800)  # sd of x² is below 1 here; 800 values
+    assert abs(float((result.samples**2).mean()) - _quartic_x2()) < 5 * se + 0.05  # + ULA's O(h) bias at h = 0.05
+
+
+def test_the_third_party_sampler_runs_in_ebm_sample_profile_and_train(example, tmp_path, capsys):
+    from ebmcore.cli import main
+
+    config = tmp_path / "tp.toml"
+    config.write_text('[energy]\nname = "quartic"\nparams = { dim = 2 }\n'
+                      '[sampler]\nname = "example_ula"\nparams = { step_size = 0.05 }\n'
+                      "n_chains = 400\nn_steps = 1000\nburn_in = 300\nwarmup = 100\n[output]\nplots = false\n")
+    assert main(["sample", str(config), "--out", str(tmp_path / "sample")]) == 0
+    captured = capsys.readouterr()
+    assert "warm-up skipped: ExampleULA has no acceptance statistic" in captured.err
+    metrics = json.loads((tmp_path / "sample" / "metrics.json").read_text())
+    assert metrics["step_size"] == 0.05 and metrics["step_size_source"] == "given" and metrics["n_kept"] == 1000
+    assert metrics["ess_bulk_min"] > 100 and metrics["r_hat_max"] < 1.05 and "acceptance" not in metrics
+    samples = torch.load(tmp_path / "sample" / "samples.pt", weights_only=True)
+    assert abs(float((samples**2).mean()) - _quartic_x2()) < 5 / math.sqrt(800) + 0.05
+
+    assert main(["profile", str(config), "--n-chains", "50", "--n-steps", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "ms per step" in out and "ExampleULA is not an ebm_samplers algorithm: timed as a whole" in out
+
+    train = tmp_path / "train.toml"
+    train.write_text('[data]\nn_train = 512\nn_test = 256\n[model]\nenergy = "mlp"\nparams = { dim = 2, hidden = [16, 16] }\n'
+                     '[loss]\nname = "contrastive_divergence"\n'
+                     'params = { sampler = "example_ula", n_steps = 5, sampler_options = { step_size = 0.01 } }\n'
+                     '[train]\nsteps = 20\nbatch_size = 64\neval_every = 10\ncheckpoint_every = 10\n'
+                     '[output]\nplots = false\nn_model_samples = 100\nsampler = "example_ula"\n'
+                     'sampler_params = { step_size = 0.01 }\n')
+    assert main(["train", str(train), "--out", str(tmp_path / "train")]) == 0
+    assert "model samples without warm-up: ExampleULA" in capsys.readouterr().err
+    model_samples = torch.load(tmp_path / "train" / "samples.pt", weights_only=True)
+    assert model_samples.shape == (100, 2) and torch.isfinite(model_samples).all()
+    assert math.isfinite(json.loads((tmp_path / "train" / "metrics.json").read_text())["final_loss"])

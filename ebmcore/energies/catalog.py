@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import importlib
 import pkgutil
+from pathlib import Path
 
 from ebmcore.energies.analytic import AnalyticEnergy
 
@@ -26,11 +27,9 @@ def declares_op(cls: object) -> bool:
 def builtin_analytic_energies() -> dict[str, type[AnalyticEnergy]]:
     """``op -> class`` for the analytic energies of :mod:`ebmcore.energies`, by module name, then in
     order of definition."""
-    import ebmcore.energies as package
-
     found: dict[str, type[AnalyticEnergy]] = {}
-    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"{package.__name__}.{info.name}")
+    for info in sorted(pkgutil.iter_modules([str(Path(__file__).parent)]), key=lambda m: m.name):
+        module = importlib.import_module(f"{__package__}.{info.name}")
         for obj in vars(module).values():
             if declares_op(obj) and obj.__module__ == module.__name__:
                 if obj.op in found:

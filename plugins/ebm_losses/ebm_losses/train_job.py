@@ -49,7 +49,8 @@ SCHEMA: dict[str, Any] = {
         "device": ((str,), "cpu"),
         "backend": ((str,), ""),
     },
-    "output": {"dir": ((str,), "runs/train"), "plots": ((bool,), True), "n_model_samples": ((int, _non_negative), 4000)},
+    "output": {"dir": ((str,), "runs/train"), "plots": ((bool,), True), "n_model_samples": ((int, _non_negative), 4000),
+               "sampler": ((str,), "mala"), "sampler_params": ((dict,), {})},
 }
 
 
@@ -66,6 +67,7 @@ def load_config(path: str | Path | None, overrides: dict[str, dict[str, Any]] | 
     dataset = config["data"]["dataset"]
     if dataset not in datasets.DATASETS and not Path(dataset).is_file():
         raise ConfigError(f"{path} [data] dataset: no such file {dataset!r}.")
+    registry.get("sampler", config["output"]["sampler"])
     for table, kind, key in (("model", "energy", "energy"), ("loss", "loss", "name")):
         factory = registry.get(kind, config[table][key])
         try:
@@ -164,24 +166,45 @@ def _run(config: dict[str, Any], out: Path, resume: bool, quiet: bool, main: boo
     torch.save({"energy": config["model"]["energy"], "params": config["model"]["params"],
                 "state_dict": final.state_dict()}, out / "model.pt")
     history = trainer.history
-    if config["output"]["plots"]:
+    why_not = plotting.unavailable() if config["output"]["plots"] else None
+    plots = config["output"]["plots"] and why_not is None
+    if why_not is not None and not quiet:
+        print(f"plots skipped: {why_not}", file=sys.stderr)
+    if plots:
         plotting.plot_curve(out / "loss.png", history.steps, history.losses, "training loss", config["loss"]["name"])
         if lim:
             plotting.plot_density(out / "density.png", lambda g: final.compute_energy(g.to(train.dtype)), train.cpu(), "learned density exp(−E)")
     if config["output"]["n_model_samples"] and lim:
-        from ebm_samplers import MALASampler, warmup
-
-        sampler = MALASampler(final)
-        g = torch.Generator(device=device).manual_seed(t["seed"])
-        x0 = train[torch.randint(0, train.shape[0], (config["output"]["n_model_samples"],), generator=g, device=device)]
-        tuned = warmup(sampler, x0, 200, target_accept=0.6, generator=g)
-        samples = sampler.sample(tuned.x, 200, step_size=tuned.step_size, generator=g)
+        samples = _model_samples(config, final, train, device, quiet)
         runfiles.save_samples(out, "samples", samples)
-        if config["output"]["plots"]:
+        if plots:
             plotting.plot_landscape(out / "landscape.png", lambda pts: final.compute_energy(pts.to(train.dtype)).double(),
-                                  samples, "learned energy and MALA samples from it")
+                                    samples, f"learned energy and {config['output']['sampler']} samples from it")
     runfiles.write_json(out / "metrics.json", metrics)
     return metrics
+
+
+def _model_samples(config: dict[str, Any], energy: ebmcore.EnergyModel, train: torch.Tensor, device: torch.device,
+                   quiet: bool) -> torch.Tensor:
+    """``[output] n_model_samples`` draws from the trained energy with ``[output] sampler``, started at data points,
+    after 200 warm-up steps where the sampler can be warmed up, then 200 steps."""
+    from ebm_samplers.adaptation import cannot_warm_up, warmup
+
+    o = config["output"]
+    try:
+        sampler = registry.get("sampler", o["sampler"])(energy, **o["sampler_params"])
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{config['source']} [output] sampler_params: {exc}") from None
+    g = torch.Generator(device=device).manual_seed(config["train"]["seed"])
+    x0 = train[torch.randint(0, train.shape[0], (o["n_model_samples"],), generator=g, device=device)]
+    tunables: dict[str, Any] = {}
+    why_not = cannot_warm_up(sampler)
+    if why_not is None:
+        tuned = warmup(sampler, x0, 200, target_accept=0.6, generator=g)
+        x0, tunables = tuned.x, {"step_size": tuned.step_size, **({"inv_mass": tuned.inv_mass} if tuned.inv_mass is not None else {})}
+    elif not quiet:
+        print(f"model samples without warm-up: {why_not}", file=sys.stderr)
+    return sampler.sample(x0, 200, generator=g, **tunables)
 
 
 def summary(metrics: dict[str, Any], out: Path) -> str:

@@ -10,7 +10,7 @@ whose ``.sample(...)`` is the loop every ``ebmcore.Sampler`` shares.
 
 from ebm_samplers import adaptation, annealed, hmc, langevin, mala, nuts, tempering
 from ebm_samplers.adaptation import DualAveraging, WarmupResult, WelfordVariance, stan_windows, warmup
-from ebm_samplers.algorithm import Algorithm
+from ebm_samplers.algorithm import DIVERGENCE_THRESHOLD, Algorithm
 from ebm_samplers.annealed import AnnealedLangevinSampler, geometric_sigmas
 from ebm_samplers.hmc import HMCSampler
 from ebm_samplers.integrators import DOPRI5, EulerMaruyama, Heun, Leapfrog, McLachlan, SplittingIntegrator, Yoshida
@@ -20,7 +20,6 @@ from ebm_samplers.nuts import NUTSSampler
 from ebm_samplers.params import InverseMass, as_inverse_mass
 from ebmcore.recording import Diagnostics, NonFiniteChainsWarning, SampleResult
 from ebm_samplers.sampler import AlgorithmSampler
-from ebm_samplers.state import DIVERGENCE_THRESHOLD
 from ebm_samplers.tempering import ParallelTemperingSampler, geometric_temperatures
 
 __version__ = "0.1.0"

@@ -1,4 +1,5 @@
-"""An MCMC algorithm as a plain record (BlackJAX's shape): its ``Params``, ``init`` and ``build_kernel``.
+"""What every algorithm module is built from: the :class:`Algorithm` record, the shared state of the
+samplers that accept or reject, drawing a step's random numbers, and resolving a fused chain kernel.
 
 Each algorithm module (``langevin``, ``mala``, ``hmc``, ``nuts``, ``annealed``, ``tempering``)
 exports ``State``, ``Info``, ``Params``, ``init(x, fns) -> State`` and
@@ -17,10 +18,17 @@ from typing import Any, Callable, Optional, Protocol
 import torch
 from torch import Tensor
 
-from ebmcore import EnergyFunctions
+from ebmcore import EnergyFunctions, EnergyModel
+from ebmcore.energies.analytic import AnalyticEnergy
+from ebmcore.errors import BackendUnavailableError, UnknownComponentError
+from ebmcore.kernels import Kernel, resolve_kernel
 from ebmcore.sampler import Chain
 
-__all__ = ["Algorithm", "Step", "Chain", "ChainInfo", "draw_then", "compiled"]
+__all__ = ["Algorithm", "Step", "Chain", "ChainInfo", "GradientState", "init_gradient_state", "DIVERGENCE_THRESHOLD",
+           "draw_then", "compiled", "chain_kernel"]
+
+DIVERGENCE_THRESHOLD = 1000.0
+"""A transition whose energy error (``−log`` of its acceptance ratio) exceeds this is divergent (as in Stan)."""
 
 
 class Step(Protocol):
@@ -97,3 +105,39 @@ def draw_then(transition: Callable[..., Any], *, uniform: bool, bind: Callable[[
             noise.normal_(generator=generator)
             return transition(state, noise, fns, params, *bound)
     return step
+
+
+@dataclass(frozen=True)
+class GradientState:
+    """``x: (n, *event_shape)``, ``energy = E(x): (n,)``, ``grad = ∇E(x)`` like ``x``: what the next
+    step needs, so that an accepted proposal costs no recomputation."""
+
+    x: Tensor
+    energy: Tensor
+    grad: Tensor
+
+
+def init_gradient_state(x: Tensor, fns: EnergyFunctions) -> GradientState:
+    """The state at ``x`` (one energy-and-gradient evaluation)."""
+    energy, grad = fns.energy_and_gradient(x)
+    return GradientState(x, energy, grad)
+
+
+def chain_kernel(op: str, energy: EnergyModel, x: Tensor, fused: bool | None) -> Kernel | str:
+    """The kernel of the fused ``op`` (:data:`ebmcore.kernels.ops.FUSED_OPS`, provided by a backend such as
+    ``ebm-cuda``) for states ``x``, or why none can run here; the per-step loop is what it competes with. ``"<energy>_..."`` ops
+    need an analytic energy (``<energy>`` is its ``op``). With ``fused=None`` (automatic) a kernel
+    is used only if it ranks above the per-step loop (priority > 0); ``fused=True`` takes any that can run."""
+    if op.startswith("<energy>"):
+        if not isinstance(energy, AnalyticEnergy):
+            return f"{type(energy).__name__} is not an analytic energy"
+        op = op.replace("<energy>", energy.op)
+    try:
+        kernel = resolve_kernel(op, x.device, x.dtype, getattr(energy, "backend", None))
+    except (BackendUnavailableError, UnknownComponentError) as exc:
+        return f"no kernel for {op}: {str(exc).splitlines()[0]}"
+    if kernel.max_event_size is not None and x[0].numel() > kernel.max_event_size:
+        return f"the {op} kernel takes at most {kernel.max_event_size} elements per chain, got {x[0].numel()}"
+    if kernel.priority < 0 and fused is None:
+        return f"the {op} kernel ranks below the per-step loop here (priority {kernel.priority}); fused=True forces it"
+    return kernel

@@ -65,8 +65,7 @@ class Params:
             raise InputError("AnnealedLangevinSampler takes one step_size for all chains.")
 
     def resolve(self, x: Tensor) -> "Params":
-        """Nothing depends on the states (the default needs the schedule: the kernel fills it)."""
-        return self
+        return self  # nothing depends on the states; the default needs the schedule, so the kernel fills it
 
 
 def init(x: Tensor, fns: EnergyFunctions) -> State:

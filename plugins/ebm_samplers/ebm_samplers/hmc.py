@@ -16,13 +16,12 @@ import torch
 from torch import Tensor
 
 from ebmcore import EnergyFunctions, EnergyModel
-from ebm_samplers import fused
-from ebm_samplers.algorithm import Algorithm, Chain, ChainInfo, Step, compiled, draw_then
+from ebm_samplers.algorithm import (DIVERGENCE_THRESHOLD, Algorithm, Chain, ChainInfo, GradientState, Step, chain_kernel,
+                                    compiled, draw_then, init_gradient_state)
 from ebm_samplers.integrators import Leapfrog, SplittingIntegrator, resolve_integrator
 from ebm_samplers.params import (IDENTITY, ChainScalar, InverseMass, as_inverse_mass, checked, event_size, for_chains,
                                  optional, per_chain, positive, whole)
 from ebm_samplers.sampler import AlgorithmSampler
-from ebm_samplers.state import DIVERGENCE_THRESHOLD, GradientState, init_gradient_state
 
 __all__ = ["State", "Info", "Params", "init", "transition", "build_kernel", "ALGORITHM", "HMCSampler"]
 
@@ -118,7 +117,7 @@ def build_chain(energy: EnergyModel, fns: EnergyFunctions, x: Tensor, params: Pa
         return "a mass matrix is set, the fused chain uses the identity"
     if not isinstance(params.temperature, float):
         return "per-chain temperatures are set"
-    kernel = fused.chain_kernel("<energy>_hmc_chain", energy, x, fused_setting)
+    kernel = chain_kernel("<energy>_hmc_chain", energy, x, fused_setting)
     if isinstance(kernel, str):
         return kernel
     chain, args = kernel.fn, energy.kernel_args()
@@ -137,13 +136,9 @@ ALGORITHM = Algorithm("hmc", Params, init, build_kernel, has_acceptance=True, op
 
 
 class HMCSampler(AlgorithmSampler):
-    """HMC over a batch of chains: ``HMCSampler(energy, step_size=None, n_leapfrog_steps=None, *, inv_mass=None,
-    temperature=1.0, integrator="leapfrog", autocast=None, compile=False, fused=None)``.
-
-    Defaults for ``d`` elements per chain on unit-scale targets: ``step_size = 0.5·d^(−1/4)`` (the
-    optimal HMC step shrinks like ``d^(−1/4)``) and ``n_leapfrog_steps = ⌈√d⌉``. ``integrator``: any
-    registered symplectic ``hamiltonian`` integrator (``leapfrog``, ``mclachlan``, ``yoshida``).
-    """
+    """HMC: ``HMCSampler(energy, step_size=None, n_leapfrog_steps=None, *, inv_mass=None, temperature=1.0,
+    integrator=None, autocast=None, compile=False, fused=None)``; defaults for unit-scale targets (:class:`Params`).
+    ``integrator``: a registered symplectic ``hamiltonian`` integrator (``leapfrog``, ``mclachlan``, ``yoshida``)."""
 
     algorithm = ALGORITHM
     positional = ("step_size", "n_leapfrog_steps")

@@ -14,8 +14,7 @@ import torch
 from torch import Tensor
 
 from ebmcore import EnergyFunctions, EnergyModel, Integrator
-from ebm_samplers import fused
-from ebm_samplers.algorithm import Algorithm, Chain, ChainInfo, Step, compiled, draw_then
+from ebm_samplers.algorithm import Algorithm, Chain, ChainInfo, Step, chain_kernel, compiled, draw_then
 from ebm_samplers.integrators import EulerMaruyama, resolve_integrator
 from ebm_samplers.integrators.euler_maruyama import SDEUpdate
 from ebm_samplers.params import ChainScalar, checked, event_size, for_chains, optional, per_chain, positive
@@ -101,12 +100,12 @@ def build_chain(energy: EnergyModel, fns: EnergyFunctions, x: Tensor, params: Pa
         return f"the integrator is {integrator.name}, the fused chain is Euler–Maruyama"
     h = params.step_size
     s = noise_scale(h, params.temperature)
-    chain = fused.chain_kernel("<energy>_langevin_chain", energy, x, fused_setting)
+    chain = chain_kernel("<energy>_langevin_chain", energy, x, fused_setting)
     if not isinstance(chain, str):
         chain_fn, args = chain.fn, energy.kernel_args()
         return lambda state, n, seed, offset: (
             State(chain_fn(state.x, *args, n_steps=n, step_size=h, noise_scale=s, seed=seed, offset=offset)), ChainInfo(None, None))
-    step = fused.chain_kernel("langevin_step_philox", energy, x, fused_setting)
+    step = chain_kernel("langevin_step_philox", energy, x, fused_setting)
     if isinstance(step, str):
         return f"{chain}; {step}"
     step_fn, gradient = step.fn, fns.gradient
@@ -124,12 +123,8 @@ ALGORITHM = Algorithm("langevin", Params, init, build_kernel, has_acceptance=Fal
 
 
 class LangevinSampler(AlgorithmSampler):
-    """ULA over a batch of chains: ``LangevinSampler(energy, step_size=None, *, temperature=1.0,
-    integrator="euler_maruyama", autocast=None, compile=False, fused=None)``.
-
-    ``step_size`` defaults to ``0.1·d^(−1/3)`` for ``d`` elements per chain (unit-scale targets: the
-    stationary variance of a unit Gaussian is ``1/(1 − h/2)``, 2 % too wide at ``d = 10``). ULA is
-    biased by O(h); use MALA to remove the bias. ``integrator``: any registered ``sde`` integrator.
-    """
+    """ULA: ``LangevinSampler(energy, step_size=None, *, temperature=1.0, integrator=None, autocast=None, compile=False,
+    fused=None)``. The default step ``0.1·d^(−1/3)`` makes a unit Gaussian's stationary variance ``1/(1 − h/2)``, 2 %
+    too wide at ``d = 10``: ULA is biased by O(h), MALA removes the bias. ``integrator``: any ``sde`` integrator."""
 
     algorithm = ALGORITHM

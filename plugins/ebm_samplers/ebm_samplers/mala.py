@@ -16,12 +16,12 @@ from torch import Tensor
 from ebmcore import EnergyFunctions
 from ebmcore.kernels.torch_backend import add_scaled_
 from ebm_samplers import langevin
-from ebm_samplers.algorithm import Algorithm, Step, compiled, draw_then
+from ebm_samplers.algorithm import (DIVERGENCE_THRESHOLD, Algorithm, GradientState, Step, compiled, draw_then,
+                                    init_gradient_state)
 from ebm_samplers.integrators import EulerMaruyama
 from ebm_samplers.integrators.euler_maruyama import SDEUpdate
 from ebm_samplers.params import per_chain
 from ebm_samplers.sampler import AlgorithmSampler
-from ebm_samplers.state import DIVERGENCE_THRESHOLD, GradientState, init_gradient_state
 
 __all__ = ["State", "Info", "Params", "init", "transition", "build_kernel", "ALGORITHM", "MALASampler"]
 

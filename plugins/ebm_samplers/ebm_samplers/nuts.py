@@ -23,11 +23,10 @@ import torch
 from torch import Tensor
 
 from ebmcore import EnergyFunctions
-from ebm_samplers.algorithm import Algorithm, Step
+from ebm_samplers.algorithm import DIVERGENCE_THRESHOLD, Algorithm, GradientState, Step, init_gradient_state
 from ebm_samplers.params import (ChainScalar, as_inverse_mass, checked, event_size, for_chains, in_range, optional,
                                  per_chain, positive, whole)
 from ebm_samplers.sampler import AlgorithmSampler
-from ebm_samplers.state import DIVERGENCE_THRESHOLD, GradientState, init_gradient_state
 
 __all__ = ["State", "Info", "Params", "init", "build_kernel", "ALGORITHM", "NUTSSampler"]
 
@@ -225,12 +224,7 @@ ALGORITHM = Algorithm("nuts", Params, init, build_kernel, has_acceptance=True,
 
 
 class NUTSSampler(AlgorithmSampler):
-    """NUTS over a batch of chains (multinomial, iterative, lockstep with per-chain masks):
-    ``NUTSSampler(energy, step_size=None, *, max_tree_depth=10, inv_mass=None, temperature=1.0, jitter=0.0)``.
-
-    ``step_size`` defaults to ``0.5·d^(−1/4)``; ``max_tree_depth`` caps a trajectory at
-    ``2^max_tree_depth − 1`` leapfrog steps; ``jitter`` (e.g. 0.1) randomises each chain's step per
-    iteration, which breaks the lockstep periodicity of the depth a batch needs.
-    """
+    """NUTS (multinomial, iterative, lockstep with per-chain masks): ``NUTSSampler(energy, step_size=None, *,
+    max_tree_depth=10, inv_mass=None, temperature=1.0, jitter=0.0, autocast=None)``; the params are :class:`Params`'."""
 
     algorithm = ALGORITHM

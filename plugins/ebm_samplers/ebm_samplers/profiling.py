@@ -40,29 +40,27 @@ def profile(sampler: Any, x0: torch.Tensor, n_steps: int = 100, *, repeats: int 
     those are None and ``breakdown`` says why."""
     x = sampler.check_initial_state(x0)
     generator = generator or torch.Generator(device=x.device).manual_seed(0)
+    per_run = lambda **kw: _median_time(lambda: sampler.sample(x, n_steps, generator=generator, **kw, **tunables),  # noqa: E731
+                                        repeats) / n_steps
     if not isinstance(sampler, AlgorithmSampler):
-        total = _median_time(lambda: sampler.sample(x, n_steps, generator=generator, **tunables), repeats) / n_steps
-        with_diag = _median_time(lambda: sampler.sample(x, n_steps, generator=generator, return_diagnostics=True,
-                                                **tunables), repeats) / n_steps
-        return {"total": total, "diagnostics": max(with_diag - total, 0.0), "energy_gradient": None, "rng": None,
-                "update_acceptance": None, "gradient_evaluations": None, "fused_total": None,
+        total = per_run()
+        return {"total": total, "diagnostics": max(per_run(return_diagnostics=True) - total, 0.0), "energy_gradient": None,
+                "rng": None, "update_acceptance": None, "gradient_evaluations": None, "fused_total": None,
                 "breakdown": f"{type(sampler).__name__} is not an ebm_samplers algorithm: timed as a whole, no breakdown"}
     fused_setting = sampler.fused
-    fused_total = None
-    if fused_setting is not False and sampler.prepare(x, generator, tunables).chain is not None:
-        fused_total = _median_time(lambda: sampler.sample(x, n_steps, generator=generator, **tunables), repeats) / n_steps
+    fused_total = per_run() if fused_setting is not False and sampler.prepare(x, generator, tunables).chain else None
     sampler.fused = False
     try:
-        return _per_step_profile(sampler, x, n_steps, repeats, generator, tunables) | {"fused_total": fused_total}
+        total = per_run()
+        result = {"total": total, "diagnostics": max(per_run(return_diagnostics=True) - total, 0.0), "fused_total": fused_total}
+        return result | _breakdown(sampler, x, n_steps, repeats, generator, tunables, total)
     finally:
         sampler.fused = fused_setting
 
 
-def _per_step_profile(sampler: AlgorithmSampler, x: torch.Tensor, n_steps: int, repeats: int, generator: torch.Generator,
-                      tunables: dict[str, Any]) -> dict[str, float]:
-    total = _median_time(lambda: sampler.sample(x, n_steps, generator=generator, **tunables), repeats) / n_steps
-    with_diag = _median_time(lambda: sampler.sample(x, n_steps, generator=generator, return_diagnostics=True,
-                                            **tunables), repeats) / n_steps
+def _breakdown(sampler: AlgorithmSampler, x: torch.Tensor, n_steps: int, repeats: int, generator: torch.Generator,
+               tunables: dict[str, Any], total: float) -> dict[str, float]:
+    """The per-step loop's energy/gradient time (with its calls counted), random draws, and the rest."""
     fns = sampler.bind(x)
     calls = {"n": 0}
     real = sampler.bind
@@ -97,14 +95,8 @@ def _per_step_profile(sampler: AlgorithmSampler, x: torch.Tensor, n_steps: int, 
                 uniform.uniform_(generator=generator)
 
     rng = _median_time(draws, repeats) / n_steps
-    return {
-        "total": total,
-        "energy_gradient": energy_gradient,
-        "rng": rng,
-        "update_acceptance": max(total - energy_gradient - rng, 0.0),
-        "diagnostics": max(with_diag - total, 0.0),
-        "gradient_evaluations": per_step_evals,
-    }
+    return {"energy_gradient": energy_gradient, "rng": rng, "update_acceptance": max(total - energy_gradient - rng, 0.0),
+            "gradient_evaluations": per_step_evals}
 
 
 def format_profile(name: str, n_chains: int, result: dict[str, Any]) -> str:

@@ -14,8 +14,8 @@ from ebmcore import plotting
 __all__ = ["metrics", "backends", "plots", "summary"]
 
 
-def metrics(samples: torch.Tensor, trajectory: torch.Tensor, s: dict[str, Any], wall: float, acceptance_rate: Any,
-             divergences: Any, summary: dict[str, torch.Tensor] | None = None) -> dict[str, Any]:
+def metrics(samples: torch.Tensor, trajectory: torch.Tensor, s: dict[str, Any], wall: float, acceptance: float | None,
+            divergences: int | None, summary: dict[str, torch.Tensor] | None = None) -> dict[str, Any]:
     """Sizes, mean, the smallest bulk/tail ESS and largest R-hat over coordinates (``ebmcore.diagnostics.summary``
     of ``trajectory: (n_kept, n_chains, *event)``, or the given ``summary``), throughput and acceptance."""
     if summary is None and trajectory.shape[0] >= 4:
@@ -30,9 +30,8 @@ def metrics(samples: torch.Tensor, trajectory: torch.Tensor, s: dict[str, Any], 
         "throughput_chain_steps_per_s": trajectory.shape[1] * (s["n_steps"] + s["burn_in"]) / max(wall, 1e-9),
         "sampling_time_s": wall,
     }
-    if acceptance_rate is not None:
-        out["acceptance"] = float(acceptance_rate.mean())
-        out["divergences"] = int(divergences.sum())
+    if acceptance is not None:
+        out["acceptance"], out["divergences"] = acceptance, divergences
     return out
 
 

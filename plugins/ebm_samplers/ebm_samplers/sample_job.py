@@ -21,14 +21,13 @@ from typing import Any
 import torch
 
 import ebmcore
-from ebmcore import distributed, registry, runfiles
+from ebmcore import chunks, distributed, registry, runfiles
 from ebmcore.config import load_job_config, parse_device
 from ebmcore.errors import ConfigError
 
-from ebm_samplers import chunks, run_report
+from ebm_samplers import run_report
 from ebm_samplers.adaptation import cannot_warm_up, warmup
 from ebm_samplers.params import event_size
-from ebm_samplers.sampler import AlgorithmSampler
 
 __all__ = ["SCHEMA", "load_config", "build_energy", "build", "run", "add_command"]
 
@@ -112,28 +111,21 @@ def tune(config: dict[str, Any], sampler: ebmcore.Sampler, x0: torch.Tensor, gen
     and where it came from)``. A given ``step_size`` runs as given unless ``warmup > 0``."""
     s = config["sampler"]
     given = s["params"].get("step_size")
-    start = f"the given {given}" if given is not None else "the default"
+    source = "given" if given is not None else f"the default of {s['name']} for d = {event_size(x0)}"
     why_not = cannot_warm_up(sampler) if s["warmup"] else None
+    tunables: dict[str, Any] = {}
     if s["warmup"] and why_not is None:
         tuned = warmup(sampler, x0, s["warmup"], target_accept=s["target_accept"], generator=generator)
-        tunables = {"step_size": tuned.step_size, **({"inv_mass": tuned.inv_mass} if tuned.inv_mass is not None else {})}
-        source = f"adapted by {s['warmup']} warm-up steps (target acceptance {s['target_accept']}) from {start}"
+        x0, tunables = tuned.x, {"step_size": tuned.step_size, **({"inv_mass": tuned.inv_mass} if tuned.inv_mass is not None else {})}
+        source = f"adapted by {s['warmup']} warm-up steps (target acceptance {s['target_accept']}) from {given or 'the default'}"
         if not quiet:
-            print(f"warm-up: {s['warmup']} steps, step size {float(torch.as_tensor(tuned.step_size).mean()):.4g}, "
-                  f"acceptance {tuned.acceptance:.3f}", file=sys.stderr)
-        return tuned.x, tunables, _step_size(sampler, x0, tunables, source)
-    if why_not is not None and not quiet:
+            print(f"warm-up: {s['warmup']} steps, acceptance {tuned.acceptance:.3f}", file=sys.stderr)
+    elif why_not is not None and not quiet:
         print(f"warm-up skipped: {why_not}", file=sys.stderr)
-    source = "given" if given is not None else f"the default of {s['name']} for d = {event_size(x0)}"
-    return x0, {}, _step_size(sampler, x0, {}, source)
-
-
-def _step_size(sampler: ebmcore.Sampler, x: torch.Tensor, tunables: dict[str, Any], source: str) -> dict[str, Any]:
-    value = tunables.get("step_size", getattr(getattr(sampler, "params", None), "step_size", None))
-    if isinstance(sampler, AlgorithmSampler) and hasattr(sampler.params, "step_size"):
-        value = sampler.resolve(x, tunables).step_size
+    algorithm = hasattr(sampler, "resolve") and hasattr(getattr(sampler, "params", None), "step_size")
+    value = sampler.resolve(x0, tunables).step_size if algorithm else given
     value = None if value is None else float(torch.as_tensor(value, dtype=torch.float64).mean())
-    return {"step_size": value, "step_size_source": source if value is not None else f"{source} (not reported by the sampler)"}
+    return x0, tunables, {"step_size": value, "step_size_source": source if value is not None else "not reported by the sampler"}
 
 
 def _initial(config: dict[str, Any], energy: ebmcore.EnergyModel, size: int, generator: torch.Generator,
@@ -147,61 +139,69 @@ def run(config: dict[str, Any], out: Path, *, resume: bool = False, quiet: bool 
     Under ``torchrun`` (``WORLD_SIZE > 1``) the chains are sharded across the processes and rank 0
     writes the gathered samples, metrics and plots."""
     r = config["run"]
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and (r["n_samples"] or r["checkpoint_every"]):
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size > 1 and (r["n_samples"] or r["checkpoint_every"]):
         raise ConfigError("streaming (n_samples) and checkpoint_every are single-process features; run them without torchrun.")
     if r["n_samples"] and not resume and any((out / "chunks").glob("chunk-*.npz")):
         raise ConfigError(f"{out / 'chunks'} holds chunks already: pass --resume to continue that run, or choose another --out.")
     if not r["n_samples"] and r["checkpoint_every"] and not resume and (out / "checkpoint.pt").exists():
         raise ConfigError(f"{out / 'checkpoint.pt'} exists: pass --resume to continue that run, or choose another --out.")
     selection = tuple(b.strip() for b in r["backend"].split(",") if b.strip())
-    with ebmcore.use_backend(*selection) if selection else contextlib.nullcontext():
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            return _run_distributed(config, out, quiet)
-        return _run(config, out, torch.device(r["device"]), resume, quiet)
+    use_cuda = r["device"].startswith("cuda")
+    world = distributed.init("nccl" if use_cuda else "gloo", device=None if use_cuda and world_size > 1 else r["device"])
+    try:
+        with ebmcore.use_backend(*selection) if selection else contextlib.nullcontext():
+            return _run(config, out, world, resume, quiet or not world.is_main)
+    finally:
+        distributed.shutdown(world)
 
 
-def _run(config: dict[str, Any], out: Path, device: torch.device, resume: bool, quiet: bool) -> dict[str, Any]:
-    s, r = config["sampler"], config["run"]
+def _run(config: dict[str, Any], out: Path, world: distributed.DistributedRun, resume: bool, quiet: bool) -> dict[str, Any]:
+    s, r, device = config["sampler"], config["run"], world.device
     energy, sampler = build(config, device)
-    out.mkdir(parents=True, exist_ok=True)
-    runfiles.write_json(out / "config.json", config)
-    generator = torch.Generator(device=device).manual_seed(r["seed"])
+    if world.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+        runfiles.write_json(out / "config.json", config)
+    generator = (distributed.rank_generator(r["seed"], world.rank, device) if world.active
+                 else torch.Generator(device=device).manual_seed(r["seed"]))
     progress = sys.stderr.isatty() and not quiet
     start = time.perf_counter()
     saved = chunks.load_checkpoint(out, device) if resume and not r["n_samples"] else None
     if saved is not None:  # the warm-up is behind the checkpoint
         x0, tunables, step = saved["x"], saved["tunables"], saved["metadata"]
     else:
-        x0, tunables, step = tune(config, sampler, _initial(config, energy, s["n_chains"], generator, device), generator, quiet)
+        part = distributed.shard(s["n_chains"], world.rank, world.world_size)
+        x0, tunables, step = tune(config, sampler, _initial(config, energy, part.stop - part.start, generator, device),
+                                  generator, quiet)
     if r["n_samples"]:
-        directory = out / "chunks"
-        directory.mkdir(exist_ok=True)
-
-        def write(k: int, samples: torch.Tensor) -> None:
-            runfiles.save_samples(directory, f"chunk-{k:05d}", samples)
-            (directory / f"chunk-{k:05d}.pt").unlink()  # streaming keeps the numpy copy only
-
-        metrics = chunks.stream_chunks(sampler, r["n_samples"], r["chunk_size"], s["n_steps"], burn_in=s["burn_in"],
-                                       initial=lambda size, g: _initial(config, energy, size, g, device), write=write,
-                                       seed=r["seed"], device=device, progress=progress,
-                                       skip=lambda k: resume and (directory / f"chunk-{k:05d}.npz").exists(), **tunables)
+        metrics = _stream(config, out, sampler, energy, device, resume, progress, tunables)
     else:
+        sampling = time.perf_counter()
         if r["checkpoint_every"]:
             result = chunks.sample_in_segments(sampler, x0, s["n_steps"], r["checkpoint_every"], out, burn_in=s["burn_in"],
                                                thin=s["thin"], generator=generator, saved=saved, progress=progress,
                                                on_segment=lambda index: _after_segment(index), metadata=step, **tunables)
+            samples, trajectory, d, local = result.samples, result.trajectory, result.diagnostics, slice(None)
+            acceptance = None if d.acceptance_rate is None else float(d.acceptance_rate.mean())
+            divergences, summary = None if d.divergences is None else int(d.divergences.sum()), None
         else:
-            result = sampler.sample(x0, s["n_steps"], burn_in=s["burn_in"], thin=s["thin"], return_trajectory=True,
-                            return_diagnostics=True, generator=generator, progress=progress, **tunables)
-        runfiles.save_samples(out, "samples", result.samples)
-        d = result.diagnostics
-        metrics = run_report.metrics(result.samples, result.trajectory, s, d.wall_time, d.acceptance_rate, d.divergences)
-        metrics["nonfinite_chains"] = int(d.nonfinite_chains.numel())
-        if config["output"]["plots"]:
-            run_report.plots(out, energy, result.trajectory, result.samples, quiet)
+            res = distributed.sample(sampler, s["n_chains"], s["n_steps"], world, burn_in=s["burn_in"], thin=s["thin"],
+                                     local_x0=x0, generator=generator, progress=progress, **tunables)
+            samples, trajectory, local = res.samples, res.trajectory, res.local
+            acceptance, divergences, summary = res.acceptance, res.divergences, res.summary
+        metrics = run_report.metrics(samples, trajectory, s, time.perf_counter() - sampling, acceptance, divergences, summary)
+        metrics["nonfinite_chains"] = int((~torch.isfinite(samples.flatten(1)).all(1)).sum())
+        if config["output"]["per_rank_samples"]:  # each rank writes its own shard: samples-rank<r>.{pt,npz}
+            runfiles.save_samples(out, f"samples-rank{world.rank}", samples[local])
+        elif world.is_main:
+            runfiles.save_samples(out, "samples", samples)
+        if config["output"]["plots"] and world.is_main:
+            run_report.plots(out, energy, trajectory, samples, quiet)
     metrics.update(step, sampler=s["name"], energy=config["energy"]["name"] or config["energy"]["model"],
-                   wall_time_s=time.perf_counter() - start, device=str(device), kernel_backends=run_report.backends(energy, x0))
-    runfiles.write_json(out / "metrics.json", metrics)
+                   wall_time_s=time.perf_counter() - start, device=str(device), kernel_backends=run_report.backends(energy, x0),
+                   **({"world_size": world.world_size} if world.active else {}))
+    if world.is_main:
+        runfiles.write_json(out / "metrics.json", metrics)
     return metrics
 
 
@@ -209,37 +209,20 @@ def _after_segment(index: int) -> None:
     """Called after each checkpointed segment (a seam for tests that simulate an interruption)."""
 
 
-def _run_distributed(config: dict[str, Any], out: Path, quiet: bool) -> dict[str, Any]:
+def _stream(config: dict[str, Any], out: Path, sampler: ebmcore.Sampler, energy: ebmcore.EnergyModel, device: torch.device,
+            resume: bool, progress: bool, tunables: dict[str, Any]) -> dict[str, Any]:
     s, r = config["sampler"], config["run"]
-    use_cuda = r["device"].startswith("cuda")
-    dist_run = distributed.init("nccl" if use_cuda else "gloo", device=None if use_cuda else "cpu")
-    try:
-        energy, sampler = build(config, dist_run.device)
-        g = distributed.rank_generator(r["seed"], dist_run.rank, dist_run.device)
-        part = distributed.shard(s["n_chains"], dist_run.rank, dist_run.world_size)
-        start = time.perf_counter()
-        x0 = _initial(config, energy, part.stop - part.start, g, dist_run.device)
-        x0, tunables, step = tune(config, sampler, x0, g, quiet or not dist_run.is_main)
-        res = distributed.sample(sampler, s["n_chains"], s["n_steps"], dist_run, burn_in=s["burn_in"], thin=s["thin"],
-                                 local_x0=x0, generator=g, **tunables)
-        wall = time.perf_counter() - start
-        metrics = run_report.metrics(res.samples, res.trajectory, s, wall, None, None, summary=res.summary)
-        metrics.update(step, acceptance=res.acceptance, divergences=res.divergences, world_size=dist_run.world_size,
-                       sampler=s["name"], energy=config["energy"]["name"] or config["energy"]["model"], wall_time_s=wall,
-                       device=str(dist_run.device), kernel_backends=run_report.backends(energy, x0))
-        out.mkdir(parents=True, exist_ok=True)
-        if config["output"]["per_rank_samples"]:  # each rank writes its own shard: samples-rank<r>.{pt,npz}
-            runfiles.save_samples(out, f"samples-rank{dist_run.rank}", res.samples[res.local])
-        if dist_run.is_main:
-            runfiles.write_json(out / "config.json", config)
-            if not config["output"]["per_rank_samples"]:
-                runfiles.save_samples(out, "samples", res.samples)
-            runfiles.write_json(out / "metrics.json", metrics)
-            if config["output"]["plots"]:
-                run_report.plots(out, energy, res.trajectory, res.samples, quiet)
-        return metrics
-    finally:
-        distributed.shutdown(dist_run)
+    directory = out / "chunks"
+    directory.mkdir(exist_ok=True)
+
+    def write(k: int, samples: torch.Tensor) -> None:
+        runfiles.save_samples(directory, f"chunk-{k:05d}", samples)
+        (directory / f"chunk-{k:05d}.pt").unlink()  # streaming keeps the numpy copy only
+
+    return chunks.stream_chunks(sampler, r["n_samples"], r["chunk_size"], s["n_steps"], burn_in=s["burn_in"],
+                                initial=lambda size, g: _initial(config, energy, size, g, device), write=write,
+                                seed=r["seed"], device=device, progress=progress,
+                                skip=lambda k: resume and (directory / f"chunk-{k:05d}.npz").exists(), **tunables)
 
 
 def add_command(subparsers: Any) -> None:

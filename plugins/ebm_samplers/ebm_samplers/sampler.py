@@ -16,46 +16,13 @@ import torch
 from torch import Tensor
 
 from ebmcore import EnergyFunctions, EnergyModel, Sampler
+from ebmcore.energies.binding import bind_energy
 from ebmcore.sampler import Chain, Run
 from ebmcore.errors import InputError
 from ebm_samplers.algorithm import Algorithm
 from ebm_samplers.params import accepted_fields
 
-__all__ = ["AlgorithmSampler", "bind_energy"]
-
-
-def bind_energy(energy: EnergyModel, like: Tensor, *, autocast: torch.dtype | None = None,
-                traceable: bool = False) -> EnergyFunctions:
-    """The energy's hot-loop callables for states like ``like`` (kernels resolved now): under ``torch.autocast``
-    (results in the state's dtype) with ``autocast``; with ``traceable``, an autograd gradient becomes
-    ``torch.func.grad_and_value``, which ``torch.compile`` traces (``torch.autograd.grad`` is a graph break)."""
-    fns = energy.bind(like)
-    analytic = type(energy).compute_gradient is not EnergyModel.compute_gradient or \
-        type(energy).compute_energy_and_gradient is not EnergyModel.compute_energy_and_gradient
-    if traceable and not analytic:
-        def total(x: Tensor) -> tuple[Tensor, Tensor]:
-            e = energy.compute_energy(x)
-            return e.sum(), e
-
-        grad_and_value = torch.func.grad_and_value(total, has_aux=True)
-
-        def traced(x: Tensor) -> tuple[Tensor, Tensor]:
-            grad, (_, e) = grad_and_value(x)
-            return e.detach(), grad.detach()
-
-        fns = EnergyFunctions(fns.energy, lambda x: traced(x)[1], traced)
-    if autocast is None:
-        return fns
-    device_type, inner = like.device.type, fns
-
-    def cast(f: Callable[[Tensor], Any]) -> Callable[[Tensor], Any]:
-        def run(x: Tensor) -> Any:
-            with torch.autocast(device_type, dtype=autocast):
-                out = f(x)
-            return tuple(t.to(x.dtype) for t in out) if isinstance(out, tuple) else out.to(x.dtype)
-        return run
-
-    return EnergyFunctions(cast(inner.energy), cast(inner.gradient), cast(inner.energy_and_gradient))
+__all__ = ["AlgorithmSampler"]
 
 
 class AlgorithmSampler(Sampler):

@@ -71,7 +71,7 @@ class Params:
         if len(t) < 2 or abs(t[0] - 1.0) > 1e-12 or any(b <= a for a, b in zip(t, t[1:])):
             raise InputError(f"temperatures must be ascending, start at 1 and number at least 2, got {list(t)!r}.")
         if "temperature" not in {f.name for f in fields(self.base)}:
-            raise InputError(f"parallel tempering needs a base algorithm with a temperature; {type(self.base).__qualname__} has none.")
+            raise InputError(f"parallel tempering needs a base sampler with a temperature; {type(self.base).__qualname__} has none.")
         object.__setattr__(self, "temperatures", tuple(float(v) for v in t))
         inv = [1.0 / v for v in self.temperatures]  # Python floats: no sync in the loop
         object.__setattr__(self, "inv_temperature_gaps", tuple(a - b for a, b in zip(inv, inv[1:])))
@@ -112,11 +112,8 @@ def algorithm(base: Algorithm, n_replicas: int) -> Algorithm:
         """Every replica starts at ``x: (n_chains, *event_shape)``."""
         return State(base.init(_replicate(x, n_replicas), fns), x.shape[0])
 
-    def options(energy: EnergyModel, base_options: dict[str, Any] | None = None) -> dict[str, Any]:
-        """``base_options``: the base algorithm's static options (checked by it)."""
-        return {"base_options": base.options(energy, **(base_options or {}))}
-
     def build_kernel(base_options: dict[str, Any]) -> Step:
+        """The tempered step over ``base.build_kernel(**base_options)``."""
         base_step = base.build_kernel(**base_options)
 
         def step(state: State, fns: EnergyFunctions, generator: torch.Generator | None, params: Params) -> tuple[State, Info]:
@@ -141,7 +138,7 @@ def algorithm(base: Algorithm, n_replicas: int) -> Algorithm:
 
         return step
 
-    return Algorithm("parallel_tempering", Params, init, build_kernel, has_acceptance=True, options=options,
+    return Algorithm("parallel_tempering", Params, init, build_kernel, has_acceptance=True,
                      compile_refusal="compile its base sampler instead (base_options={'compile': True})")
 
 
@@ -162,9 +159,6 @@ class ParallelTemperingSampler(AlgorithmSampler):
         self.base = registry.get("sampler", base)(energy, **(base_options or {})) if isinstance(base, str) else base
         if not isinstance(self.base, AlgorithmSampler) or self.base.energy is not energy:
             raise InputError("base must be a registered sampler name or an ebm_samplers sampler on the same energy.")
-        if "temperature" not in {f.name for f in fields(self.base.params)} or not self.base.algorithm.has_acceptance:
-            raise InputError(f"parallel tempering needs a base sampler with a temperature whose state carries the energy "
-                             f"(mala, hmc or nuts); {type(self.base).__name__} is not one.")
         self.algorithm = algorithm(self.base.algorithm, len(temps))
         base_static = dict(self.base.options, **({"compile": True} if self.base.compile else {}))
         self._setup({"base_options": base_static}, Params(self.base.params, tuple(temps)), autocast, compile, fused)

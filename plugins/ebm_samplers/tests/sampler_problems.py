@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 import ebmcore
@@ -42,3 +44,18 @@ def ula_stationary_covariance(energy: ebmcore.GaussianEnergy, h: float) -> torch
     """The exact law of ULA with step h on a Gaussian: N(m, (P − hP²/2)⁻¹)."""
     p = energy.precision
     return torch.linalg.inv(p - 0.5 * h * p @ p)
+
+
+def x0_of(n, d, seed=0, dtype=torch.float64, scale=1.0):
+    """``scale·N(0, I)`` starts ``(n, d)`` from a seeded generator."""
+    return scale * torch.randn(n, d, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+def assert_moments(x, mean, cov, what):
+    """Mean and covariance of ``x: (n, d)`` within 5 standard errors of the exact ones."""
+    n = x.shape[0]
+    err = ((x.mean(0) - mean).abs() / (cov.diagonal().sqrt() / math.sqrt(n))).max()
+    assert err < 5, f"{what}: mean off by {err:.1f} standard errors"
+    se = ((cov.diagonal()[:, None] * cov.diagonal()[None, :] + cov**2) / n).sqrt()
+    err = ((torch.cov(x.T) - cov).abs() / se).max()
+    assert err < 5, f"{what}: covariance off by {err:.1f} standard errors"

@@ -185,3 +185,41 @@ def test_an_interrupted_sampling_run_resumes_exactly(tmp_path, monkeypatch):
     unsegmented = _config(tmp_path, "mala", warmup=30, plots="false")
     assert main(["sample", str(unsegmented), "--out", str(tmp_path / "one"), "--quiet"]) == 0
     assert torch.equal(torch.load(tmp_path / "one" / "samples.pt"), torch.load(tmp_path / "straight" / "samples.pt"))
+
+
+def test_the_schema_defaults_are_the_bundled_configuration():
+    from ebmcore.config import read_toml
+    from ebm_samplers import sample_job
+
+    bundled = read_toml(sample_job.default_config_path())
+    for table, rules in sample_job.SCHEMA.items():
+        for key, (_, default) in rules.items():
+            if table != "energy" and key in bundled.get(table, {}):
+                assert bundled[table][key] == default, f"[{table}] {key}: bundled {bundled[table][key]!r}, schema {default!r}"
+
+
+def test_a_given_step_size_runs_as_given_and_the_report_says_where_it_came_from(tmp_path, capsys):
+    cfg = _config(tmp_path, "mala", warmup=60, plots="false")
+    given = lambda *flags: main(["sample", str(cfg), "--out", str(tmp_path / "-".join(flags or ("x",))), "--quiet", *flags])  # noqa: E731
+    read = lambda *flags: json.loads((tmp_path / "-".join(flags or ("x",)) / "metrics.json").read_text())  # noqa: E731
+    assert given("--step-size", "0.3") == 0
+    m = read("--step-size", "0.3")
+    assert m["step_size"] == 0.3 and m["step_size_source"] == "given"
+    assert "step size 0.3: given" in capsys.readouterr().out
+    assert given("--step-size", "0.3", "--warmup", "40") == 0  # warm-up asked for: adapted from the given step
+    m = read("--step-size", "0.3", "--warmup", "40")
+    assert m["step_size"] != 0.3 and m["step_size_source"].startswith("adapted by 40 warm-up steps") and "0.3" in m["step_size_source"]
+    assert given() == 0  # the configuration's warm-up from the default step
+    assert read()["step_size_source"].startswith("adapted by 60 warm-up steps (target acceptance 0.7) from the default")
+    assert main(["sample", str(_config(tmp_path, "mala", warmup=0, plots="false")), "--out", str(tmp_path / "d"), "--quiet"]) == 0
+    m = json.loads((tmp_path / "d" / "metrics.json").read_text())
+    assert m["step_size_source"] == "the default of mala for d = 2" and m["step_size"] == pytest.approx(0.5 * 2 ** (-1 / 3))
+
+
+def test_without_matplotlib_the_plots_are_skipped_with_one_line(tmp_path, capsys, monkeypatch):
+    from ebmcore import plotting
+
+    monkeypatch.setattr(plotting, "unavailable", lambda: "matplotlib is not installed (pip install 'ebmcore[plot]')")
+    assert main(["sample", str(_config(tmp_path, "mala", warmup=0)), "--out", str(tmp_path / "o")]) == 0
+    assert "plots skipped: matplotlib is not installed" in capsys.readouterr().err
+    assert (tmp_path / "o" / "metrics.json").exists() and not list((tmp_path / "o").glob("*.png"))

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 import ebmcore
-from ebm_samplers import HMCSampler, LangevinSampler, MALASampler, NonFiniteChainsWarning, SampleResult, hmc, langevin, mala
+from ebm_samplers import HMCSampler, LangevinSampler, MALASampler, NUTSSampler, NonFiniteChainsWarning, SampleResult, hmc, langevin, mala
 from ebm_samplers.integrators import EulerMaruyama
 from ebmcore.errors import InputError, NonFiniteError
 
@@ -294,3 +294,10 @@ def test_parallel_tempering_refuses_bases_without_energy_or_temperature():
         ParallelTemperingSampler(energy, base="langevin")
     with pytest.raises(InputError, match="no step size to adapt"):
         warmup(ParallelTemperingSampler(energy, "mala"), torch.zeros(4, 2), 10)
+
+
+@pytest.mark.parametrize("cls, kw", ALL + [(NUTSSampler, {"step_size": 0.3})], ids=IDS + ["nuts"])
+def test_no_graph_is_built_through_the_chain_from_an_x0_that_requires_grad(cls, kw):
+    x0 = torch.randn(64, 3, requires_grad=True)
+    x = cls(ebmcore.energy("gaussian", dim=3), fused=False, **kw).sample(x0, 5)
+    assert x.grad_fn is None and not x.requires_grad

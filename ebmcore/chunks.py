@@ -18,7 +18,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-from ebmcore import Sampler
+from ebmcore.sampler import Sampler
 from ebmcore.recording import Diagnostics, SampleResult
 
 __all__ = ["sample_in_segments", "load_checkpoint", "stream_chunks", "chunk_generator"]

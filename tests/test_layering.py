@@ -1,0 +1,49 @@
+"""The core has no import circle: every import of one ebmcore module by another (at module level or inside a
+function) goes one way, so no module needs another that is still half initialised."""
+
+import ast
+from pathlib import Path
+
+import ebmcore
+
+ROOT = Path(ebmcore.__file__).parent
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path, name: str, modules: set[str]) -> set[str]:
+    """The ebmcore modules ``path`` imports by name (``from ebmcore import x`` counts as ``ebmcore.x`` if it is one)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names}
+    return {m for m in found if m in modules and m != name}
+
+
+def test_no_import_cycle_in_the_core():
+    paths = {_module_name(p): p for p in ROOT.rglob("*.py")}
+    graph = {name: _imports(path, name, set(paths)) for name, path in paths.items()}
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            assert state.get(nxt) != 1, "import circle: " + " -> ".join(trail[trail.index(nxt):] + [node, nxt]) \
+                if nxt in trail else f"import circle through {node} -> {nxt}"
+            if nxt not in state:
+                visit(nxt, trail + [node])
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [])
+    assert len(graph) > 20  # the walk saw the core
