@@ -82,10 +82,7 @@ def test_the_third_party_sampler_runs_the_whole_loop_in_python(example):
 def test_the_third_party_sampler_runs_in_ebm_sample_profile_and_train(example, tmp_path, capsys):
     from ebmcore.cli import main
 
-    config = tmp_path / "tp.toml"
-    config.write_text('[energy]\nname = "quartic"\nparams = { dim = 2 }\n'
-                      '[sampler]\nname = "example_ula"\nparams = { step_size = 0.05 }\n'
-                      "n_chains = 400\nn_steps = 1000\nburn_in = 300\nwarmup = 100\n[output]\nplots = false\n")
+    config = FIXTURE / "configs" / "sample.toml"  # the files docs/plugins.md shows
     assert main(["sample", str(config), "--out", str(tmp_path / "sample")]) == 0
     captured = capsys.readouterr()
     assert "warm-up skipped: ExampleULA has no acceptance statistic" in captured.err
@@ -99,13 +96,7 @@ def test_the_third_party_sampler_runs_in_ebm_sample_profile_and_train(example, t
     out = capsys.readouterr().out
     assert "ms per step" in out and "ExampleULA is not an ebm_samplers algorithm: timed as a whole" in out
 
-    train = tmp_path / "train.toml"
-    train.write_text('[data]\nn_train = 512\nn_test = 256\n[model]\nenergy = "mlp"\nparams = { dim = 2, hidden = [16, 16] }\n'
-                     '[loss]\nname = "contrastive_divergence"\n'
-                     'params = { sampler = "example_ula", n_steps = 5, sampler_options = { step_size = 0.01 } }\n'
-                     '[train]\nsteps = 20\nbatch_size = 64\neval_every = 10\ncheckpoint_every = 10\n'
-                     '[output]\nplots = false\nn_model_samples = 100\nsampler = "example_ula"\n'
-                     'sampler_params = { step_size = 0.01 }\n')
+    train = FIXTURE / "configs" / "train.toml"
     assert main(["train", str(train), "--out", str(tmp_path / "train")]) == 0
     assert "model samples without warm-up: ExampleULA" in capsys.readouterr().err
     model_samples = torch.load(tmp_path / "train" / "samples.pt", weights_only=True)
