@@ -81,7 +81,7 @@ def _schedule(burn_in: int, n_steps: int, thin: int, per_step: bool, records: bo
     if per_step:
         for i in range(burn_in + n_steps):
             kept = i - burn_in + 1
-            yield 1, kept > 0, (kept // thin - 1 if kept > 0 and kept % thin == 0 else None)
+            yield 1, kept > 0, (kept // thin - 1 if records and kept > 0 and kept % thin == 0 else None)
         return
     if burn_in:
         yield burn_in, False, None
@@ -181,7 +181,7 @@ class Sampler(ABC):
         for size, counted, kept in _schedule(burn_in, n_steps, thin, run.chain is None, recording):
             state, info = advance(state, size, done)
             done += size
-            if counted:
+            if counted and return_diagnostics:
                 recorder.count(info)
             if kept is not None:
                 recorder.keep(kept, state, info, size)

@@ -8,6 +8,7 @@ every step would repeat, for the loop every sampler shares (``ebmcore.Sampler.sa
 
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import replace
 from typing import Any, Callable, ClassVar, Optional
@@ -23,6 +24,12 @@ from ebm_samplers.algorithm import Algorithm
 from ebm_samplers.params import accepted_fields
 
 __all__ = ["AlgorithmSampler"]
+
+
+@functools.cache
+def _static_names(options: Callable[..., Any]) -> list[str]:
+    """The static options an algorithm's ``options(energy, **static)`` takes."""
+    return list(inspect.signature(options).parameters)[1:]
 
 
 class AlgorithmSampler(Sampler):
@@ -48,7 +55,7 @@ class AlgorithmSampler(Sampler):
             raise InputError(f"{name} takes at most {len(self.positional)} positional parameter(s) after the energy "
                              f"({', '.join(self.positional)}), got {len(args)}.")
         keywords.update(zip(self.positional, args))
-        static_names = list(inspect.signature(self.algorithm.options).parameters)[1:]
+        static_names = _static_names(self.algorithm.options)
         params_names = accepted_fields(self.algorithm.Params)
         unknown = sorted(set(keywords) - set(static_names) - set(params_names))
         if unknown:
