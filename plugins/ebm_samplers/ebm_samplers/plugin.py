@@ -16,11 +16,8 @@ from ebm_samplers.tempering import ParallelTemperingSampler
 
 @hookimpl
 def ebm_register_samplers(registry: Registrar) -> None:
-    registry.register_sampler("langevin", LangevinSampler)
-    registry.register_sampler("mala", MALASampler)
-    registry.register_sampler("hmc", HMCSampler)
-    registry.register_sampler("nuts", NUTSSampler)
-    registry.register_sampler("annealed_langevin", AnnealedLangevinSampler)
+    for sampler in (LangevinSampler, MALASampler, HMCSampler, NUTSSampler, AnnealedLangevinSampler):
+        registry.register_sampler(sampler.algorithm.name, sampler)
     registry.register_sampler("parallel_tempering", ParallelTemperingSampler)
 
 
