@@ -2,7 +2,7 @@
 
 :func:`sample_in_segments` runs one chain set in segments of kept draws, checkpointing the chains
 and the generator after each, so that an interrupted run resumes exactly (the draws are those of
-one uninterrupted per-step run). :func:`stream_chunks` draws many independent chunks of chains,
+one uninterrupted run, per-step or fused). :func:`stream_chunks` draws many independent chunks of chains,
 each seeded by ``(seed, chunk)``, and hands each chunk's samples to a writer, so memory stays
 bounded by one chunk and any chunk can be redrawn alone.
 """
@@ -18,7 +18,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-from ebmcore.sampler import Sampler
+from ebmcore.sampler import NoiseStream, Sampler
 from ebmcore.recording import Diagnostics, SampleResult
 
 __all__ = ["sample_in_segments", "load_checkpoint", "stream_chunks", "chunk_generator"]
@@ -53,22 +53,23 @@ def sample_in_segments(sampler: Sampler, x: Tensor, n_steps: int, every: int, di
     parts_dir.mkdir(parents=True, exist_ok=True)
     total = n_steps // thin
     done = index = 0
+    stream = NoiseStream()  # one fused noise stream across the segments, as in one call
     if saved is not None:
         x, done, index, tunables, burn_in = saved["x"], saved["kept"], saved["segments"], saved["tunables"], 0
-        metadata = saved["metadata"]
+        metadata, (stream.seed, stream.offset) = saved["metadata"], saved["stream"]
         generator.set_state(saved["generator"])
     while done < total:
         k = min(every, total - done)
         steps = k * thin if done + k < total else n_steps - done * thin  # the last segment takes the remainder
         result = sampler.sample(x, steps, burn_in=burn_in, thin=thin, return_trajectory=True, return_diagnostics=True,
-                        generator=generator, progress=progress, **tunables)
+                        generator=generator, progress=progress, stream=stream, **tunables)
         d = result.diagnostics
         _save({"trajectory": result.trajectory, "mean": d.mean, "variance": d.variance, "energy": d.energy,
                "acceptance": d.acceptance, "accepted": None if d.acceptance_rate is None else d.acceptance_rate * steps,
                "divergences": d.divergences, "wall_time": d.wall_time, "steps": steps}, parts_dir / f"segment-{index:05d}.pt")
         x, done, index, burn_in = result.samples, done + k, index + 1, 0
         _save({"x": x, "kept": done, "segments": index, "generator": generator.get_state(), "tunables": tunables,
-               "metadata": metadata or {}}, directory / "checkpoint.pt")
+               "metadata": metadata or {}, "stream": (stream.seed, stream.offset)}, directory / "checkpoint.pt")
         on_segment(index)
     parts = [torch.load(parts_dir / f"segment-{i:05d}.pt", weights_only=True) for i in range(index)]
     cat = lambda key: None if parts[0][key] is None else torch.cat([p[key] for p in parts])  # noqa: E731

@@ -24,7 +24,7 @@ from ebmcore.errors import InputError
 from ebmcore.recording import NonFiniteChainsWarning, Recorder, SampleResult
 from ebmcore.validation import check_finite
 
-__all__ = ["Sampler", "SamplerState", "Run", "Chain", "check_run_arguments", "stream_seed"]
+__all__ = ["Sampler", "SamplerState", "Run", "Chain", "NoiseStream", "check_run_arguments", "stream_seed"]
 
 
 class SamplerState(Protocol):
@@ -65,6 +65,15 @@ def check_run_arguments(x0: Any, n_steps: int, burn_in: int = 0, thin: int = 1, 
     if generator is not None and isinstance(x0, Tensor) and generator.device.type != x0.device.type:
         raise InputError(f"generator is on {generator.device} but x0 is on {x0.device}; "
                          f"use torch.Generator(device={str(x0.device)!r}).manual_seed(...).")
+
+
+@dataclass
+class NoiseStream:
+    """Where a fused run is in its counter-based noise stream: the key (None: not drawn yet) and the next step.
+    Pass the same one to successive ``sample`` calls and they draw the noise of one uninterrupted run."""
+
+    seed: Optional[int] = None
+    offset: int = 0
 
 
 def stream_seed(generator: torch.Generator | None, device: torch.device) -> int:
@@ -150,13 +159,15 @@ class Sampler(ABC):
 
     def sample(self, x0: Tensor, n_steps: int, *, burn_in: int = 0, thin: int = 1, return_trajectory: bool = False,
                return_diagnostics: bool = False, generator: torch.Generator | None = None, progress: bool = False,
-               callback: Callable[[int, Any, Any], None] | None = None, **tunables: Any) -> Tensor | SampleResult:
+               callback: Callable[[int, Any, Any], None] | None = None, stream: NoiseStream | None = None,
+               **tunables: Any) -> Tensor | SampleResult:
         """Run ``burn_in`` steps, then ``n_steps`` steps keeping every ``thin``-th state, for every chain of ``x0``.
 
         Returns the final states ``(n_chains, *event_shape)``; with ``return_trajectory`` or
         ``return_diagnostics`` a :class:`SampleResult` whose ``trajectory`` is
         ``(n_steps // thin, n_chains, *event_shape)`` (kept states after steps, not ``x0``).
-        ``callback(step_index, state, info)`` runs after every step (burn-in included).
+        ``callback(step_index, state, info)`` runs after every step (burn-in included). ``stream``: where a fused
+        chain's noise stream stands (it is advanced); by default a key is drawn from ``generator`` for this run.
         ``tunables`` (``step_size=...``, ...) go to :meth:`prepare` (by default, to every ``step``).
         """
         check_run_arguments(x0, n_steps, burn_in, thin, generator)
@@ -173,8 +184,11 @@ class Sampler(ABC):
             step = run.step
             advance = lambda state, size, offset: step(state)  # noqa: E731
         else:
-            chain, key = run.chain, stream_seed(generator, x.device)
-            advance = lambda state, size, offset: chain(state, size, key, offset)  # noqa: E731
+            stream = stream if stream is not None else NoiseStream()
+            if stream.seed is None:
+                stream.seed = stream_seed(generator, x.device)
+            chain, key, start_at = run.chain, stream.seed, stream.offset
+            advance = lambda state, size, offset: chain(state, size, key, start_at + offset)  # noqa: E731
         bar = _progress_bar(progress, burn_in + n_steps, type(self).__name__)
         state, done = run.state, 0
         start = time.perf_counter()
@@ -192,6 +206,8 @@ class Sampler(ABC):
         if bar is not None:
             bar.close()
         wall = time.perf_counter() - start
+        if run.chain is not None:
+            stream.offset += done
         nonfinite = (~torch.isfinite(state.x.flatten(1)).all(1)).nonzero().flatten()
         if nonfinite.numel():
             warnings.warn(

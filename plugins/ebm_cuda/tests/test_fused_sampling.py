@@ -159,3 +159,27 @@ def test_per_step_sampling_of_image_shaped_states_with_the_step_kernels():
     with ebmcore.use_backend("torch"):
         expected = LangevinSampler(Quadratic(), step_size=0.1, fused=False).sample(x0, 4, generator=torch.Generator().manual_seed(0))
     torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize("make", [lambda e: LangevinSampler(e, step_size=0.01), lambda e: HMCSampler(e, step_size=0.2, n_leapfrog_steps=5)],
+                         ids=["langevin", "hmc"])
+def test_checkpointed_segments_of_a_fused_run_equal_one_run(tmp_path, make):
+    from ebmcore.chunks import load_checkpoint, sample_in_segments
+
+    energy = ebmcore.energy("double_well", dim=2)
+    x0 = torch.randn(200, 2, generator=torch.Generator().manual_seed(0))
+    one = make(energy).sample(x0, 300, burn_in=50, thin=2, return_trajectory=True, generator=torch.Generator().manual_seed(7))
+    cut = sample_in_segments(make(energy), x0, 300, 40, tmp_path / "a", burn_in=50, thin=2,
+                             generator=torch.Generator().manual_seed(7), on_segment=lambda i: None)
+    assert torch.equal(cut.samples, one.samples) and torch.equal(cut.trajectory, one.trajectory)
+
+    def stop_after_two(index):
+        if index == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        sample_in_segments(make(energy), x0, 300, 40, tmp_path / "b", burn_in=50, thin=2,
+                           generator=torch.Generator().manual_seed(7), on_segment=stop_after_two)
+    resumed = sample_in_segments(make(energy), x0, 300, 40, tmp_path / "b", burn_in=50, thin=2, generator=torch.Generator(),
+                                 saved=load_checkpoint(tmp_path / "b", torch.device("cpu")))
+    assert torch.equal(resumed.samples, one.samples) and torch.equal(resumed.trajectory, one.trajectory)
