@@ -62,13 +62,17 @@ def test_docs_example_runs(page, code):
 
 
 def test_the_plugin_walkthrough(tmp_path):
-    """docs/plugins.md shows the fixture's own files, and its tests and usage example pass installed."""
+    """docs/plugins.md shows the fixture's own files (pyproject.toml, plugin.py, configs/*.toml), and its tests and
+    usage example pass installed."""
     page = (DOCS / "plugins.md").read_text()
     blocks = [(m.group(1), m.group(2)) for m in _FENCE.finditer(page)]
     assert ("toml", (FIXTURE / "pyproject.toml").read_text()) in blocks, \
         "docs/plugins.md: the pyproject.toml of the walk-through differs from tests/fixtures/ebm_example_plugin's"
     assert ("python", (FIXTURE / "ebm_example_plugin" / "plugin.py").read_text()) in blocks, \
         "docs/plugins.md: plugin.py of the walk-through differs from tests/fixtures/ebm_example_plugin's"
+    for name in ("sample.toml", "train.toml"):  # the configurations tests/test_third_party_plugin.py runs
+        assert ("toml", (FIXTURE / "configs" / name).read_text()) in blocks, \
+            f"docs/plugins.md: configs/{name} of the walk-through differs from tests/fixtures/ebm_example_plugin's"
 
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
