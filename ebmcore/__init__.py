@@ -7,7 +7,7 @@ losses and kernel backends registered by plugins through the hooks in
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from ebmcore.version import __version__
 
 from ebmcore import diagnostics, registry
 from ebmcore.config import Config, get_config, reload_config

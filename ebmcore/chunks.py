@@ -19,7 +19,9 @@ import torch
 from torch import Tensor
 
 from ebmcore.sampler import NoiseStream, Sampler
+from ebmcore.errors import InputError
 from ebmcore.recording import Diagnostics, SampleResult
+from ebmcore.runfiles import save_samples
 
 __all__ = ["sample_in_segments", "load_checkpoint", "stream_chunks", "chunk_generator"]
 
@@ -49,15 +51,22 @@ def sample_in_segments(sampler: Sampler, x: Tensor, n_steps: int, every: int, di
     With ``saved`` (:func:`load_checkpoint`) the run continues where it stopped: ``x``, ``tunables`` and the
     generator's state come from it, and the burn-in is behind it.
     """
+    total = n_steps // thin
+    if total < 1:
+        raise InputError(f"checkpointed runs keep draws in segments: n_steps ({n_steps}) must be at least thin ({thin}).")
+    first = sampler.init(x[:1])
+    state_fields = set(getattr(first, "_fields", None) or vars(first))
+    if not state_fields <= {"x", "energy", "grad"}:
+        raise InputError(f"{type(sampler).__name__} keeps more than its positions in its state ({', '.join(sorted(state_fields))}), "
+                         "which a restart from the positions would lose: run it without checkpoint_every.")
     parts_dir = directory / "segments"
     parts_dir.mkdir(parents=True, exist_ok=True)
-    total = n_steps // thin
     done = index = 0
     stream = NoiseStream()  # one fused noise stream across the segments, as in one call
     if saved is not None:
         x, done, index, tunables, burn_in = saved["x"], saved["kept"], saved["segments"], saved["tunables"], 0
         metadata, (stream.seed, stream.offset) = saved["metadata"], saved["stream"]
-        generator.set_state(saved["generator"])
+        generator.set_state(saved["generator"].cpu())  # a generator's state is a CPU tensor, whatever its device
     while done < total:
         k = min(every, total - done)
         steps = k * thin if done + k < total else n_steps - done * thin  # the last segment takes the remainder
@@ -87,15 +96,16 @@ def chunk_generator(seed: int, chunk: int, device: torch.device) -> torch.Genera
     return torch.Generator(device=device).manual_seed(seed * 1_000_003 + chunk + 1)
 
 
-def stream_chunks(sampler: Sampler, n_samples: int, chunk_size: int, n_steps: int, *,
-                  initial: Callable[[int, torch.Generator], Tensor], write: Callable[[int, Tensor], None],
-                  seed: int, device: torch.device, burn_in: int = 0, skip: Callable[[int], bool] = lambda chunk: False,
-                  progress: bool = False, **tunables: Any) -> dict[str, Any]:
-    """Draw ``n_samples`` samples as independent chunks of at most ``chunk_size`` chains.
+def stream_chunks(sampler: Sampler, n_samples: int, chunk_size: int, n_steps: int, directory: Path, *,
+                  initial: Callable[[int, torch.Generator], Tensor], seed: int, device: torch.device, burn_in: int = 0,
+                  resume: bool = False, progress: bool = False, **tunables: Any) -> dict[str, Any]:
+    """Draw ``n_samples`` samples as independent chunks of at most ``chunk_size`` chains into ``directory``.
 
     Chunk ``k`` starts at ``initial(size, generator)`` with :func:`chunk_generator` ``(seed, k)``, runs ``burn_in +
-    n_steps`` steps and is handed to ``write(k, samples)``; chunks for which ``skip(k)`` is true (already written)
-    are not drawn. Returns counts, the sampling time and the mean acceptance (None without accept/reject)."""
+    n_steps`` steps and is written as ``chunk-NNNNN.npz`` (key ``samples``); with ``resume`` the chunks already
+    written are not drawn again. Returns counts, the sampling time and the mean acceptance (None without
+    accept/reject)."""
+    directory.mkdir(parents=True, exist_ok=True)
     n_chunks = math.ceil(n_samples / chunk_size)
     written = skipped = written_samples = 0
     acceptance: list[float] = []
@@ -107,7 +117,8 @@ def stream_chunks(sampler: Sampler, n_samples: int, chunk_size: int, n_steps: in
     sampling = 0.0
     for k in range(n_chunks):
         size = min(chunk_size, n_samples - k * chunk_size)
-        if skip(k):
+        name = f"chunk-{k:05d}"
+        if resume and (directory / f"{name}.npz").exists():
             skipped += 1
         else:
             g = chunk_generator(seed, k, device)
@@ -115,7 +126,8 @@ def stream_chunks(sampler: Sampler, n_samples: int, chunk_size: int, n_steps: in
             start = time.perf_counter()
             result = sampler.sample(x0, n_steps, burn_in=burn_in, return_diagnostics=True, generator=g, **tunables)
             sampling += time.perf_counter() - start
-            write(k, result.samples)
+            save_samples(directory, name, result.samples)
+            (directory / f"{name}.pt").unlink()  # a stream keeps the numpy copy only
             if result.diagnostics.acceptance_rate is not None:
                 acceptance.append(float(result.diagnostics.acceptance_rate.mean()))
             written += 1

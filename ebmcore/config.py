@@ -32,7 +32,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["Config", "get_config", "load_config", "reload_config", "generation", "parse_backend_list", "env_flag", "validate_table", "read_toml", "load_job_config", "parse_device", "REQUIRED"]
+__all__ = ["Config", "get_config", "load_config", "reload_config", "generation", "parse_backend_list", "env_flag", "validate_table", "read_toml", "load_job_config", "parse_device", "REQUIRED",
+           "positive", "non_negative"]
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -169,6 +170,16 @@ def parse_device(value: str, where: str) -> Any:
         if device.index is not None and device.index >= torch.cuda.device_count():
             raise ConfigError(f"{where}: device {value!r} does not exist; this machine has {torch.cuda.device_count()} CUDA device(s).")
     return device
+
+
+def positive(value: Any) -> str | None:
+    """A :func:`validate_table` check: the value must be > 0."""
+    return None if value > 0 else "must be > 0"
+
+
+def non_negative(value: Any) -> str | None:
+    """A :func:`validate_table` check: the value must be >= 0."""
+    return None if value >= 0 else "must be >= 0"
 
 
 class _Required:

@@ -10,6 +10,7 @@ hook raises is recorded as failed and the others are unaffected.
 
 from __future__ import annotations
 
+import importlib
 import threading
 import traceback
 from dataclasses import dataclass, field
@@ -19,12 +20,14 @@ import importlib_metadata
 import pluggy
 
 from ebmcore import config, hookspecs
+from ebmcore.version import __version__
 from ebmcore.components import HOOK_OF_KIND, KINDS, ComponentTable, Provider, Registrar
 
 __all__ = ["PluginRecord", "PluginSession", "session", "reset", "register_plugin", "ENTRY_POINT_GROUP"]
 
 ENTRY_POINT_GROUP = "ebmcore"
 CORE_DISTRIBUTION = "ebmcore"
+BUILTIN_MODULE = "ebmcore.builtin"
 
 
 @dataclass
@@ -67,6 +70,8 @@ class PluginSession:
         core = [ep for ep in found if ep.dist is not None and ep.dist.name == CORE_DISTRIBUTION]
         for ep in core:
             self._load_entry_point(ep)
+        if not core:  # metadata from before the entry point (an old editable install): load it by its name
+            self.register(importlib.import_module(BUILTIN_MODULE), "builtin", Provider("builtin", CORE_DISTRIBUTION, __version__))
         if not self.config.disable_plugin_autoload:
             for ep in found:
                 if ep not in core:

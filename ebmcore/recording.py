@@ -72,7 +72,9 @@ class Recorder:
         accepted = getattr(info, "accepted", None) if self.diagnostics else None
         if accepted is not None:
             self.accepted += accepted
-            self.divergences += info.divergent
+            divergent = getattr(info, "divergent", None)
+            if divergent is not None:
+                self.divergences += divergent
             self.counted = True
 
     @torch.no_grad()
@@ -90,7 +92,7 @@ class Recorder:
         self.energy[k] = self.energy_of(state).to(self.energy.dtype).mean()
         accepted = getattr(info, "accepted", None)
         if accepted is not None:
-            accepted = accepted.to(self.acceptance.dtype)
+            accepted = torch.as_tensor(accepted, dtype=self.acceptance.dtype)
             self.acceptance[k] = (accepted if size == 1 else accepted / size).mean()
 
     def finish(self, nonfinite: Tensor, n_steps: int, wall: float) -> Diagnostics | None:

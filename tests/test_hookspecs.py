@@ -24,7 +24,7 @@ def test_every_hook_is_a_documented_function():
         assert doc and len(doc) > 40, f"{name} needs a docstring saying when it is called and what it gets"
 
 
-def test_no_hook_carries_ordering_or_history_markers():
+def test_no_hook_spec_is_historic_or_firstresult():
     # pluggy calls each plugin's hooks for that plugin alone: tryfirst/trylast/historic would mean nothing
     pm = pluggy.PluginManager("ebmcore")
     pm.add_hookspecs(hookspecs)

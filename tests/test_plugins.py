@@ -157,3 +157,11 @@ def test_version_with_a_bad_config_is_a_clean_error(tmp_path, monkeypatch, capsy
     (tmp_path / "ebm.toml").write_text("nonsense = 1\n")
     assert main(["--version"]) == 2
     assert "unknown key(s) nonsense" in capsys.readouterr().err
+
+
+def test_without_the_core_entry_point_the_builtins_still_load(monkeypatch):
+    real = importlib_metadata.entry_points
+    monkeypatch.setattr(importlib_metadata, "entry_points",
+                        lambda **kw: [ep for ep in real(**kw) if not (ep.dist and ep.dist.name == "ebmcore")])
+    plugins.reset()
+    assert registry.get("energy", "gaussian").plugin == "builtin" and plugins.session().records["builtin"].status == "loaded"

@@ -104,3 +104,20 @@ def test_integrator_capabilities_give_exact_errors():
     Heun().require(kind="ode")
     with pytest.raises(InputError, match="integrator 'heun' integrates ode dynamics but HMC needs a hamiltonian"):
         Heun().require(kind="hamiltonian", user="HMC")
+
+
+def test_the_loop_counts_what_an_info_reports_and_nothing_else():
+    from types import SimpleNamespace
+
+    class Lazy(ebmcore.Sampler):  # accepts every other step; reports acceptance as a float, and no divergences
+        def init(self, x):
+            return SimpleNamespace(x=x)
+
+        def step(self, state, *, generator=None, **tunables):
+            self.calls = getattr(self, "calls", 0) + 1
+            return SimpleNamespace(x=state.x + 1), SimpleNamespace(accepted=float(self.calls % 2))
+
+    res = Lazy(ebmcore.HarmonicEnergy(dim=2)).sample(torch.zeros(4, 2), 4, return_diagnostics=True)
+    assert res.diagnostics.acceptance.tolist() == [1.0, 0.0, 1.0, 0.0]
+    assert res.diagnostics.acceptance_rate.tolist() == [0.5] * 4 and res.diagnostics.divergences.tolist() == [0] * 4
+    assert torch.equal(res.samples, torch.full((4, 2), 4.0))

@@ -17,7 +17,7 @@ import torch
 
 import ebmcore
 from ebmcore import registry
-from ebmcore.config import load_job_config, parse_device
+from ebmcore.config import load_job_config, non_negative, parse_device, positive
 from ebmcore.errors import ConfigError
 
 from ebm_losses import datasets
@@ -25,31 +25,29 @@ from ebm_losses.training import Trainer
 
 __all__ = ["SCHEMA", "load_config", "run", "add_command", "grid_nll"]
 
-_positive = lambda v: None if v > 0 else "must be > 0"  # noqa: E731
-_non_negative = lambda v: None if v >= 0 else "must be >= 0"  # noqa: E731
 
 SCHEMA: dict[str, Any] = {
     "data": {
         "dataset": ((str, lambda v: None if v in datasets.DATASETS or v.endswith((".pt", ".npz")) else
                      f"must be one of {', '.join(datasets.DATASETS)} or a .pt/.npz file"), "eight_gaussians"),
-        "n_train": ((int, _positive), 8000),
-        "n_test": ((int, _positive), 2000),
+        "n_train": ((int, positive), 8000),
+        "n_test": ((int, positive), 2000),
         "seed": ((int,), 0),
     },
     "model": {"energy": ((str,), "mlp"), "params": ((dict,), {})},
     "loss": {"name": ((str,), "persistent_contrastive_divergence"), "params": ((dict,), {})},
     "train": {
-        "steps": ((int, _positive), 2000),
-        "batch_size": ((int, _positive), 256),
-        "lr": ((float, _positive), 2e-3),
+        "steps": ((int, positive), 2000),
+        "batch_size": ((int, positive), 256),
+        "lr": ((float, positive), 2e-3),
         "ema_decay": ((float, int, lambda v: None if 0 <= v < 1 else "must be in [0, 1)"), 0.0),
-        "eval_every": ((int, _positive), 250),
-        "checkpoint_every": ((int, _positive), 250),
+        "eval_every": ((int, positive), 250),
+        "checkpoint_every": ((int, positive), 250),
         "seed": ((int,), 0),
         "device": ((str,), "cpu"),
         "backend": ((str,), ""),
     },
-    "output": {"dir": ((str,), "runs/train"), "plots": ((bool,), True), "n_model_samples": ((int, _non_negative), 4000),
+    "output": {"dir": ((str,), "runs/train"), "plots": ((bool,), True), "n_model_samples": ((int, non_negative), 4000),
                "sampler": ((str,), "mala"), "sampler_params": ((dict,), {})},
 }
 
@@ -67,13 +65,17 @@ def load_config(path: str | Path | None, overrides: dict[str, dict[str, Any]] | 
     dataset = config["data"]["dataset"]
     if dataset not in datasets.DATASETS and not Path(dataset).is_file():
         raise ConfigError(f"{path} [data] dataset: no such file {dataset!r}.")
-    registry.get("sampler", config["output"]["sampler"])
+    built = {}
     for table, kind, key in (("model", "energy", "energy"), ("loss", "loss", "name")):
         factory = registry.get(kind, config[table][key])
         try:
-            factory(**config[table]["params"])
+            built[table] = factory(**config[table]["params"])
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{path} [{table}] params: {exc}") from None
+    try:  # the report's sampler, on the model: checked now rather than after the training
+        registry.get("sampler", config["output"]["sampler"])(built["model"], **config["output"]["sampler_params"])
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{path} [output] sampler_params: {exc}") from None
     return config
 
 
@@ -201,7 +203,7 @@ def _model_samples(config: dict[str, Any], energy: ebmcore.EnergyModel, train: t
     why_not = cannot_warm_up(sampler)
     if why_not is None:
         tuned = warmup(sampler, x0, 200, target_accept=0.6, generator=g)
-        x0, tunables = tuned.x, {"step_size": tuned.step_size, **({"inv_mass": tuned.inv_mass} if tuned.inv_mass is not None else {})}
+        x0, tunables = tuned.x, tuned.tunables
     elif not quiet:
         print(f"model samples without warm-up: {why_not}", file=sys.stderr)
     return sampler.sample(x0, 200, generator=g, **tunables)

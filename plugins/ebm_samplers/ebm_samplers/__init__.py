@@ -9,7 +9,7 @@ whose ``.sample(...)`` is the loop every ``ebmcore.Sampler`` shares.
 """
 
 from ebm_samplers import adaptation, annealed, hmc, langevin, mala, nuts, tempering
-from ebm_samplers.adaptation import DualAveraging, WarmupResult, WelfordVariance, stan_windows, warmup
+from ebm_samplers.adaptation import DualAveraging, WarmupResult, WelfordVariance, cannot_warm_up, stan_windows, warmup
 from ebm_samplers.algorithm import DIVERGENCE_THRESHOLD, Algorithm
 from ebm_samplers.annealed import AnnealedLangevinSampler, geometric_sigmas
 from ebm_samplers.hmc import HMCSampler
@@ -29,7 +29,7 @@ __all__ = [
     "langevin", "mala", "hmc", "nuts", "annealed", "tempering",
     "LangevinSampler", "MALASampler", "HMCSampler", "NUTSSampler", "AnnealedLangevinSampler", "ParallelTemperingSampler",
     "geometric_sigmas", "geometric_temperatures",
-    "adaptation", "warmup", "WarmupResult", "DualAveraging", "WelfordVariance", "stan_windows",
+    "adaptation", "warmup", "cannot_warm_up", "WarmupResult", "DualAveraging", "WelfordVariance", "stan_windows",
     "SampleResult", "Diagnostics", "NonFiniteChainsWarning", "DIVERGENCE_THRESHOLD",
     "EulerMaruyama", "SplittingIntegrator", "Leapfrog", "McLachlan", "Yoshida", "Heun", "DOPRI5",
     "InverseMass", "as_inverse_mass",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +19,8 @@ from torch import Tensor
 
 from ebmcore.errors import InputError
 from ebmcore.validation import check_finite
-from ebm_samplers.params import as_inverse_mass
+from ebmcore.sampler import check_run_arguments
+from ebm_samplers.params import as_inverse_mass, with_fields
 
 __all__ = ["DualAveraging", "WelfordVariance", "stan_windows", "WarmupResult", "warmup", "cannot_warm_up"]
 
@@ -152,6 +154,11 @@ class WarmupResult:
     inv_mass: Tensor | None
     acceptance: float
 
+    @property
+    def tunables(self) -> dict[str, Any]:
+        """The tuned values as ``sample`` keywords: ``step_size`` and, where adapted, ``inv_mass``."""
+        return {"step_size": self.step_size, **({"inv_mass": self.inv_mass} if self.inv_mass is not None else {})}
+
 
 def cannot_warm_up(sampler: Any) -> str | None:
     """Why :func:`warmup` cannot adapt ``sampler`` (None if it can): it needs an ``ebm_samplers`` sampler whose
@@ -186,7 +193,8 @@ def warmup(sampler: Any, x0: Tensor, n_warmup: int = 500, *, target_accept: floa
         raise InputError(f"n_warmup must be a positive integer, got {n_warmup!r}.")
     if adapt_mass and "inv_mass" not in fields:
         raise InputError(f"{name} has no mass matrix to adapt; pass adapt_mass=False.")
-    x = sampler.check_initial_state(x0)
+    check_run_arguments(x0, n_warmup, generator=generator)
+    x = sampler.check_initial_state(x0).detach()  # no graph through the warm-up, whatever x0 requires
     params = sampler.resolve(x)
     h0 = params.step_size
     if not pooled and not isinstance(h0, Tensor):
@@ -200,23 +208,23 @@ def warmup(sampler: Any, x0: Tensor, n_warmup: int = 500, *, target_accept: floa
     fns = sampler.bind(x)
     state = sampler.algorithm.init(x, fns)
     check_finite(state.energy, what="energy at the initial state x0", x=x)
-    step = sampler.algorithm.build_kernel(**sampler.options, **({"compile": True} if sampler.compile else {}))
+    step = sampler.kernel()
     step_size: float | Tensor = h0
-    recent: list[float] = []
+    recent: deque[float] = deque(maxlen=50)
     for i in range(n_warmup):
-        params = dataclasses.replace(params, step_size=_to_state(step_size, x))
+        params = with_fields(params, step_size=_to_state(step_size, x))
         state, info = step(state, fns, generator, params)
         stat = info.acceptance_prob
         if adapt_step_size:
             step_size = averager.update(stat if not pooled else stat.mean())
-        recent = (recent + [float(stat.mean())])[-50:]
+        recent.append(float(stat.mean()))
         if i in starts:
             welford.reset()
         if windows and any(s <= i < e for s, e in windows):
             welford.update(state.x)
         if i + 1 in ends:
             inv_mass_tensor = welford.variance().to(dtype=x.dtype, device=x.device)
-            params = dataclasses.replace(params, inv_mass=as_inverse_mass(inv_mass_tensor, x))  # prepared once per window
+            params = with_fields(params, inv_mass=as_inverse_mass(inv_mass_tensor, x))  # prepared once per window
             if adapt_step_size:
                 averager.restart(averager.current())
     final = averager.final() if adapt_step_size else step_size

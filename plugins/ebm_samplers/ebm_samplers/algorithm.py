@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, Optional
 
 import torch
 from torch import Tensor
@@ -31,10 +31,8 @@ DIVERGENCE_THRESHOLD = 1000.0
 """A transition whose energy error (``−log`` of its acceptance ratio) exceeds this is divergent (as in Stan)."""
 
 
-class Step(Protocol):
-    """``step(state, fns, generator, params) -> (state, info)``: one transition of every chain."""
-
-    def __call__(self, state: Any, fns: EnergyFunctions, generator: Optional[torch.Generator], params: Any) -> tuple[Any, Any]: ...
+Step = Callable[[Any, EnergyFunctions, Optional[torch.Generator], Any], tuple[Any, Any]]
+"""``step(state, fns, generator, params) -> (state, info)``: one transition of every chain."""
 
 
 @dataclass(frozen=True)
@@ -127,7 +125,7 @@ def chain_kernel(op: str, energy: EnergyModel, x: Tensor, fused: bool | None) ->
     """The kernel of the fused ``op`` (:data:`ebmcore.kernels.ops.FUSED_OPS`, provided by a backend such as
     ``ebm-cuda``) for states ``x``, or why none can run here; the per-step loop is what it competes with. ``"<energy>_..."`` ops
     need an analytic energy (``<energy>`` is its ``op``). With ``fused=None`` (automatic) a kernel
-    is used only if it ranks above the per-step loop (priority > 0); ``fused=True`` takes any that can run."""
+    is used only if it does not rank below the per-step loop (priority >= 0); ``fused=True`` takes any that can run."""
     if op.startswith("<energy>"):
         if not isinstance(energy, AnalyticEnergy):
             return f"{type(energy).__name__} is not an analytic energy"

@@ -96,7 +96,7 @@ def build_kernel(sigmas: Sequence[float], n_steps_each: int, conditional: Energy
     """``step(state, fns, generator, params)``: one Langevin step ``x' = x − h_i∇ₓE(x) + √(2h_i)·ξ`` of every chain
     at the current level ``i`` (``h_i = step_size·(σ_i/σ_L)²``; the gradient at ``σ_i`` for a noise-conditional energy)."""
 
-    def gradient(fns: EnergyFunctions, x: Tensor, sigma: float) -> Tensor:
+    def gradient(fns: EnergyFunctions, x: Tensor, sigma: float) -> Tensor:  # at σ for a noise-conditional energy
         if conditional is None:
             return fns.gradient(x)
         with torch.enable_grad():
@@ -131,10 +131,8 @@ ALGORITHM = Algorithm("annealed_langevin", Params, init, build_kernel, has_accep
 
 
 class AnnealedLangevinSampler(AlgorithmSampler):
-    """Annealed Langevin: ``AnnealedLangevinSampler(energy, sigmas=None, *, n_steps_each=100, step_size=None)``.
-
-    ``sample(x0, n_steps)`` with ``n_steps = len(sigmas)·n_steps_each`` runs the whole schedule (further
-    steps stay at the last level). ``step_size`` (the last level's) defaults to ``0.1·σ_L²``."""
+    """Annealed Langevin: ``AnnealedLangevinSampler(energy, sigmas=None, *, n_steps_each=100, step_size=None)``;
+    ``sample(x0, total_steps)`` runs the whole schedule (further steps stay at the last level)."""
 
     algorithm = ALGORITHM
     positional = ("sigmas",)

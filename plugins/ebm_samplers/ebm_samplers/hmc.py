@@ -9,7 +9,7 @@ gradient evaluations (``L + 1`` counting the one carried in). A proposal with no
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -19,8 +19,8 @@ from ebmcore import EnergyFunctions, EnergyModel
 from ebm_samplers.algorithm import (DIVERGENCE_THRESHOLD, Algorithm, Chain, ChainInfo, GradientState, Step, chain_kernel,
                                     compiled, draw_then, init_gradient_state)
 from ebm_samplers.integrators import Leapfrog, SplittingIntegrator, resolve_integrator
-from ebm_samplers.params import (IDENTITY, ChainScalar, InverseMass, as_inverse_mass, checked, event_size, for_chains,
-                                 optional, per_chain, positive, whole)
+from ebm_samplers.params import (ChainScalar, IDENTITY, InverseMass, as_inverse_mass, checked, event_size, for_chains,
+                                 optional, per_chain, positive, whole, with_fields)
 from ebm_samplers.sampler import AlgorithmSampler
 
 __all__ = ["State", "Info", "Params", "init", "transition", "build_kernel", "ALGORITHM", "HMCSampler"]
@@ -61,7 +61,7 @@ class Params:
     def resolve(self, x: Tensor) -> "Params":
         """These params for the states ``x``: defaults for ``d = event_size(x)`` filled, shapes checked, ``inv_mass`` prepared."""
         d = event_size(x)
-        return replace(self, step_size=for_chains(0.5 * d ** (-0.25) if self.step_size is None else self.step_size, x, "step_size"),
+        return with_fields(self, step_size=for_chains(0.5 * d ** (-0.25) if self.step_size is None else self.step_size, x, "step_size"),
                        n_leapfrog_steps=max(1, math.ceil(math.sqrt(d))) if self.n_leapfrog_steps is None else self.n_leapfrog_steps,
                        inv_mass=as_inverse_mass(self.inv_mass, x), temperature=for_chains(self.temperature, x, "temperature"))
 

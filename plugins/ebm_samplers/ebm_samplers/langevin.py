@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -17,7 +17,7 @@ from ebmcore import EnergyFunctions, EnergyModel, Integrator
 from ebm_samplers.algorithm import Algorithm, Chain, ChainInfo, Step, chain_kernel, compiled, draw_then
 from ebm_samplers.integrators import EulerMaruyama, resolve_integrator
 from ebm_samplers.integrators.euler_maruyama import SDEUpdate
-from ebm_samplers.params import ChainScalar, checked, event_size, for_chains, optional, per_chain, positive
+from ebm_samplers.params import ChainScalar, checked, event_size, for_chains, optional, per_chain, positive, with_fields
 from ebm_samplers.sampler import AlgorithmSampler
 
 __all__ = ["State", "Info", "Params", "init", "transition", "build_kernel", "noise_scale", "ALGORITHM", "LangevinSampler"]
@@ -57,7 +57,7 @@ class Params:
     def resolve(self, x: Tensor) -> "Params":
         """These params for the states ``x``: the default step size filled, per-chain values checked and moved."""
         h = self.default_step_size(x) if self.step_size is None else self.step_size
-        return replace(self, step_size=for_chains(h, x, "step_size"), temperature=for_chains(self.temperature, x, "temperature"))
+        return with_fields(self, step_size=for_chains(h, x, "step_size"), temperature=for_chains(self.temperature, x, "temperature"))
 
 
 def init(x: Tensor, fns: EnergyFunctions) -> State:

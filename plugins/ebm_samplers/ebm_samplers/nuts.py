@@ -16,7 +16,7 @@ masked out. The waste this costs is reported: ``info.n_leapfrog_steps`` per chai
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -25,7 +25,7 @@ from torch import Tensor
 from ebmcore import EnergyFunctions
 from ebm_samplers.algorithm import DIVERGENCE_THRESHOLD, Algorithm, GradientState, Step, init_gradient_state
 from ebm_samplers.params import (ChainScalar, as_inverse_mass, checked, event_size, for_chains, in_range, optional,
-                                 per_chain, positive, whole)
+                                 per_chain, positive, whole, with_fields)
 from ebm_samplers.sampler import AlgorithmSampler
 
 __all__ = ["State", "Info", "Params", "init", "build_kernel", "ALGORITHM", "NUTSSampler"]
@@ -77,7 +77,7 @@ class Params:
     def resolve(self, x: Tensor) -> "Params":
         """These params for the states ``x``: the default step size filled, shapes checked, ``inv_mass`` prepared."""
         h = 0.5 * event_size(x) ** (-0.25) if self.step_size is None else self.step_size
-        return replace(self, step_size=for_chains(h, x, "step_size"), inv_mass=as_inverse_mass(self.inv_mass, x),
+        return with_fields(self, step_size=for_chains(h, x, "step_size"), inv_mass=as_inverse_mass(self.inv_mass, x),
                        temperature=for_chains(self.temperature, x, "temperature"))
 
 

@@ -8,6 +8,7 @@ tensors to its device and dtype. A kernel's ``step`` trusts resolved params: no 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from torch import Tensor
 from ebmcore.errors import InputError
 
 __all__ = ["ChainScalar", "event_size", "per_chain", "positive", "optional", "whole", "in_range", "for_chains",
-           "checked", "accepted_fields", "InverseMass", "IDENTITY", "as_inverse_mass"]
+           "checked", "with_fields", "accepted_fields", "InverseMass", "IDENTITY", "as_inverse_mass"]
 
 ChainScalar = Union[float, Tensor]
 """A parameter that is one number for all chains (``float``) or one per chain (``Tensor: (n_chains,)``)."""
@@ -62,10 +63,11 @@ def optional(check: Callable[[Any, str], Any]) -> Callable[[Any, str], Any]:
 
 
 def whole(low: int, high: int | None = None) -> Callable[[Any, str], int]:
-    """A check for an integer in ``[low, high]``."""
+    """A check for an integer in ``[low, high]`` (no upper bound without ``high``)."""
+    what = f"an integer in [{low}, {high}]" if high else "a positive integer" if low == 1 else f"an integer >= {low}"
+
     def check(value: Any, name: str) -> int:
-        if not isinstance(value, int) or isinstance(value, bool) or value < low or (high is not None and value > high):
-            what = f"a positive integer" if (low, high) == (1, None) else f"an integer in [{low}, {high}]" if high else f"an integer >= {low}"
+        if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= (high or value):
             raise InputError(f"{name} must be {what}, got {value!r}.")
         return value
     return check
@@ -87,6 +89,13 @@ def for_chains(value: ChainScalar, x: Tensor, name: str) -> ChainScalar:
             raise InputError(f"{name} must be a number or a tensor of shape (n_chains,) = ({x.shape[0]},), got {tuple(value.shape)}.")
         return value.to(device=x.device, dtype=x.dtype)
     return value
+
+
+def with_fields(params: Any, **values: Any) -> Any:
+    """A copy of frozen ``params`` with ``values`` put in unchecked: for values already checked (resolution, warm-up)."""
+    new = copy.copy(params)
+    new.__dict__.update(values)  # frozen: not through __setattr__
+    return new
 
 
 def checked(params: Any, **checks: Callable[[Any, str], Any]) -> None:

@@ -113,7 +113,7 @@ def format_profile(name: str, n_chains: int, result: dict[str, Any]) -> str:
     if result.get("fused_total") is not None:
         fused = result["fused_total"]
         lines.append(f"fused chain (what sample() runs here): {fused * 1e3:.3f} ms per step, "
-                     f"{total / fused:.1f}x the per-step loop")
+                     f"{total / fused:.1f}x as fast as the per-step loop")
     return "\n".join(lines)
 
 

@@ -40,7 +40,7 @@ def backends(energy: ebmcore.EnergyModel, like: torch.Tensor) -> dict[str, str]:
     if not isinstance(energy, ebmcore.AnalyticEnergy):
         return {}
     ops = (f"{energy.op}_energy", f"{energy.op}_gradient")
-    return {op: ebmcore.explain(op, like).chosen.backend for op in ops if ebmcore.explain(op, like).chosen}
+    return {op: chosen.backend for op in ops if (chosen := ebmcore.explain(op, like).chosen)}
 
 
 def plots(out: Path, energy: ebmcore.EnergyModel, trajectory: torch.Tensor, samples: torch.Tensor, quiet: bool) -> None:

@@ -22,38 +22,36 @@ import torch
 
 import ebmcore
 from ebmcore import chunks, distributed, registry, runfiles
-from ebmcore.config import load_job_config, parse_device
+from ebmcore.config import load_job_config, non_negative, parse_device, positive
 from ebmcore.errors import ConfigError
 
 from ebm_samplers import run_report
 from ebm_samplers.adaptation import cannot_warm_up, warmup
 from ebm_samplers.params import event_size
+from ebm_samplers.sampler import AlgorithmSampler
 
 __all__ = ["SCHEMA", "load_config", "build_energy", "build", "run", "add_command"]
-
-_positive = lambda v: None if v > 0 else "must be > 0"  # noqa: E731
-_non_negative = lambda v: None if v >= 0 else "must be >= 0"  # noqa: E731
 
 SCHEMA: dict[str, Any] = {  # the defaults are the bundled configuration's (a test keeps them equal)
     "energy": {"name": ((str,), ""), "params": ((dict,), {}), "model": ((str,), "")},
     "sampler": {
         "name": ((str,), "mala"),
         "params": ((dict,), {}),
-        "n_chains": ((int, _positive), 1000),
-        "n_steps": ((int, _positive), 500),
-        "burn_in": ((int, _non_negative), 500),
-        "thin": ((int, _positive), 1),
-        "warmup": ((int, _non_negative), 300),
+        "n_chains": ((int, positive), 1000),
+        "n_steps": ((int, positive), 500),
+        "burn_in": ((int, non_negative), 500),
+        "thin": ((int, positive), 1),
+        "warmup": ((int, non_negative), 300),
         "target_accept": ((float, lambda v: None if 0 < v < 1 else "must be in (0, 1)"), 0.6),
-        "init_scale": ((float, int, _positive), 1.0),
+        "init_scale": ((float, int, positive), 1.0),
     },
     "run": {
         "seed": ((int,), 0),
         "device": ((str,), "cpu"),
         "backend": ((str,), ""),
-        "n_samples": ((int, _non_negative), 0),
-        "chunk_size": ((int, _positive), 100_000),
-        "checkpoint_every": ((int, _non_negative), 0),
+        "n_samples": ((int, non_negative), 0),
+        "chunk_size": ((int, positive), 100_000),
+        "checkpoint_every": ((int, non_negative), 0),
     },
     "output": {"dir": ((str,), "runs/sample"), "plots": ((bool,), True), "per_rank_samples": ((bool,), False)},
 }
@@ -116,13 +114,13 @@ def tune(config: dict[str, Any], sampler: ebmcore.Sampler, x0: torch.Tensor, gen
     tunables: dict[str, Any] = {}
     if s["warmup"] and why_not is None:
         tuned = warmup(sampler, x0, s["warmup"], target_accept=s["target_accept"], generator=generator)
-        x0, tunables = tuned.x, {"step_size": tuned.step_size, **({"inv_mass": tuned.inv_mass} if tuned.inv_mass is not None else {})}
+        x0, tunables = tuned.x, tuned.tunables
         source = f"adapted by {s['warmup']} warm-up steps (target acceptance {s['target_accept']}) from {given or 'the default'}"
         if not quiet:
             print(f"warm-up: {s['warmup']} steps, acceptance {tuned.acceptance:.3f}", file=sys.stderr)
     elif why_not is not None and not quiet:
         print(f"warm-up skipped: {why_not}", file=sys.stderr)
-    algorithm = hasattr(sampler, "resolve") and hasattr(getattr(sampler, "params", None), "step_size")
+    algorithm = isinstance(sampler, AlgorithmSampler) and hasattr(sampler.params, "step_size")
     value = sampler.resolve(x0, tunables).step_size if algorithm else given
     value = None if value is None else float(torch.as_tensor(value, dtype=torch.float64).mean())
     return x0, tunables, {"step_size": value, "step_size_source": source if value is not None else "not reported by the sampler"}
@@ -159,8 +157,8 @@ def run(config: dict[str, Any], out: Path, *, resume: bool = False, quiet: bool 
 def _run(config: dict[str, Any], out: Path, world: distributed.DistributedRun, resume: bool, quiet: bool) -> dict[str, Any]:
     s, r, device = config["sampler"], config["run"], world.device
     energy, sampler = build(config, device)
+    out.mkdir(parents=True, exist_ok=True)  # every rank: each may write its own shard
     if world.is_main:
-        out.mkdir(parents=True, exist_ok=True)
         runfiles.write_json(out / "config.json", config)
     generator = (distributed.rank_generator(r["seed"], world.rank, device) if world.active
                  else torch.Generator(device=device).manual_seed(r["seed"]))
@@ -174,7 +172,9 @@ def _run(config: dict[str, Any], out: Path, world: distributed.DistributedRun, r
         x0, tunables, step = tune(config, sampler, _initial(config, energy, part.stop - part.start, generator, device),
                                   generator, quiet)
     if r["n_samples"]:
-        metrics = _stream(config, out, sampler, energy, device, resume, progress, tunables)
+        metrics = chunks.stream_chunks(sampler, r["n_samples"], r["chunk_size"], s["n_steps"], out / "chunks",
+                                       initial=lambda size, g: _initial(config, energy, size, g, device), seed=r["seed"],
+                                       device=device, burn_in=s["burn_in"], resume=resume, progress=progress, **tunables)
     else:
         sampling = time.perf_counter()
         if r["checkpoint_every"]:
@@ -207,22 +207,6 @@ def _run(config: dict[str, Any], out: Path, world: distributed.DistributedRun, r
 
 def _after_segment(index: int) -> None:
     """Called after each checkpointed segment (a seam for tests that simulate an interruption)."""
-
-
-def _stream(config: dict[str, Any], out: Path, sampler: ebmcore.Sampler, energy: ebmcore.EnergyModel, device: torch.device,
-            resume: bool, progress: bool, tunables: dict[str, Any]) -> dict[str, Any]:
-    s, r = config["sampler"], config["run"]
-    directory = out / "chunks"
-    directory.mkdir(exist_ok=True)
-
-    def write(k: int, samples: torch.Tensor) -> None:
-        runfiles.save_samples(directory, f"chunk-{k:05d}", samples)
-        (directory / f"chunk-{k:05d}.pt").unlink()  # streaming keeps the numpy copy only
-
-    return chunks.stream_chunks(sampler, r["n_samples"], r["chunk_size"], s["n_steps"], burn_in=s["burn_in"],
-                                initial=lambda size, g: _initial(config, energy, size, g, device), write=write,
-                                seed=r["seed"], device=device, progress=progress,
-                                skip=lambda k: resume and (directory / f"chunk-{k:05d}.npz").exists(), **tunables)
 
 
 def add_command(subparsers: Any) -> None:

@@ -40,7 +40,7 @@ class AlgorithmSampler(Sampler):
     or ``torch.float16``: evaluate a neural energy under ``torch.autocast``, the chain state keeping
     its dtype), ``compile`` (the transition through ``torch.compile``, random draws outside) and
     ``fused`` (None: run many steps per kernel launch when a backend provides a fused chain for this
-    algorithm, energy, device and dtype at a positive priority and nothing needs every step; True:
+    algorithm, energy, device and dtype at priority >= 0 and nothing needs every step; True:
     require it; False: never). A fused chain draws its noise from a Philox stream keyed from the
     ``generator``, so its samples differ from the per-step path's (both are reproducible).
     """
@@ -80,8 +80,6 @@ class AlgorithmSampler(Sampler):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.params}, options={self.options})"
 
-    # -- the core contract ---------------------------------------------------------------------
-
     def bind(self, x: Tensor) -> EnergyFunctions:
         """The energy's hot-loop callables for states like ``x`` (kernels resolved now; see :func:`bind_energy`)."""
         return bind_energy(self.energy, x, autocast=self.autocast, traceable=self.compile)
@@ -102,13 +100,11 @@ class AlgorithmSampler(Sampler):
     def step(self, state: Any, *, generator: torch.Generator | None = None, **overrides: Any) -> tuple[Any, Any]:
         """One transition of every chain; ``overrides`` replace params for this step only. Convenient, not the hot
         path: it checks the params and binds the energy on every call (``sample`` does that once per run)."""
-        kernel = self.algorithm.build_kernel(**self.options, **self._compile_option())
-        return kernel(state, self.bind(state.x), generator, self.resolve(state.x, overrides))
+        return self.kernel()(state, self.bind(state.x), generator, self.resolve(state.x, overrides))
 
-    def _compile_option(self) -> dict[str, bool]:
-        return {"compile": True} if self.compile else {}
-
-    # -- a run for the loop ------------------------------------------------------------------
+    def kernel(self) -> Any:
+        """The algorithm's ``step(state, fns, generator, params)`` with this sampler's static options (and ``compile``)."""
+        return self.algorithm.build_kernel(**self.options, **({"compile": True} if self.compile else {}))
 
     def prepare(self, x: Tensor, generator: torch.Generator | None, overrides: dict[str, Any],
                 every_step: bool = False) -> Run:
@@ -118,7 +114,7 @@ class AlgorithmSampler(Sampler):
         fns = self.bind(x)
         params = self.resolve(x, overrides)
         state = self.algorithm.init(x, fns)
-        kernel = self.algorithm.build_kernel(**self.options, **self._compile_option())
+        kernel = self.kernel()
         chain, path = self._chain(fns, x, params, every_step)
         if self.algorithm.energy_of is not None:
             energy_of = lambda s: self.algorithm.energy_of(s, fns, **self.options)  # noqa: E731

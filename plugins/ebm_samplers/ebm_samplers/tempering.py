@@ -9,7 +9,7 @@ base step moves all of them. Each step attempts every adjacent pair: even pairs,
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Sequence
 
 import torch
@@ -17,6 +17,7 @@ from torch import Tensor
 
 from ebmcore import EnergyFunctions, EnergyModel, Sampler, registry
 from ebmcore.errors import InputError
+from ebmcore.energies.binding import bind_energy
 from ebm_samplers.algorithm import Algorithm, Step
 from ebm_samplers.sampler import AlgorithmSampler
 
@@ -64,7 +65,7 @@ class Params:
 
     base: Any
     temperatures: tuple[float, ...]
-    inv_temperature_gaps: tuple[float, ...] = ()
+    inv_temperature_gaps: tuple[float, ...] = field(init=False, default=())
 
     def __post_init__(self) -> None:
         t = self.temperatures
@@ -161,4 +162,9 @@ class ParallelTemperingSampler(AlgorithmSampler):
             raise InputError("base must be a registered sampler name or an ebm_samplers sampler on the same energy.")
         self.algorithm = algorithm(self.base.algorithm, len(temps))
         base_static = dict(self.base.options, **({"compile": True} if self.base.compile else {}))
+        autocast = autocast if autocast is not None else self.base.autocast  # the base's settings hold unless overridden
         self._setup({"base_options": base_static}, Params(self.base.params, tuple(temps)), autocast, compile, fused)
+
+    def bind(self, x: Tensor) -> EnergyFunctions:
+        """The energy bound as the base sampler needs it (traceable for a compiled base)."""
+        return bind_energy(self.energy, x, autocast=self.autocast, traceable=self.base.compile)

@@ -66,3 +66,12 @@ def test_per_chain_adaptation_and_bad_warmups():
         warmup(LangevinSampler(energy), torch.randn(8, 2), 10)
     with pytest.raises(InputError, match="has no mass matrix to adapt"):
         warmup(MALASampler(energy), torch.randn(8, 2), 10, adapt_mass=True)
+
+
+def test_warmup_builds_no_graph_and_checks_its_arguments():
+    energy = ebmcore.energy("gaussian", dim=2)
+    tuned = warmup(MALASampler(energy), torch.randn(64, 2, requires_grad=True), 30)
+    assert not tuned.x.requires_grad and tuned.x.grad_fn is None
+    assert set(tuned.tunables) == {"step_size"} and tuned.params.step_size == tuned.step_size
+    with pytest.raises(InputError, match="generator must be a torch.Generator"):
+        warmup(MALASampler(energy), torch.randn(8, 2), 10, generator=3)

@@ -223,3 +223,16 @@ def test_without_matplotlib_the_plots_are_skipped_with_one_line(tmp_path, capsys
     assert main(["sample", str(_config(tmp_path, "mala", warmup=0)), "--out", str(tmp_path / "o")]) == 0
     assert "plots skipped: matplotlib is not installed" in capsys.readouterr().err
     assert (tmp_path / "o" / "metrics.json").exists() and not list((tmp_path / "o").glob("*.png"))
+
+
+def test_checkpointing_refuses_what_it_cannot_resume_exactly(tmp_path):
+    import ebmcore
+    from ebm_samplers import AnnealedLangevinSampler, MALASampler
+    from ebmcore.chunks import sample_in_segments
+    from ebmcore.errors import InputError
+
+    energy, x0, g = ebmcore.energy("gaussian", dim=2), torch.randn(8, 2), torch.Generator().manual_seed(0)
+    with pytest.raises(InputError, match=r"keeps more than its positions in its state \(n_taken, x\)"):
+        sample_in_segments(AnnealedLangevinSampler(energy, [1.0, 0.1], n_steps_each=5), x0, 10, 2, tmp_path, generator=g)
+    with pytest.raises(InputError, match=r"n_steps \(3\) must be at least thin \(4\)"):
+        sample_in_segments(MALASampler(energy), x0, 3, 2, tmp_path, thin=4, generator=g)
