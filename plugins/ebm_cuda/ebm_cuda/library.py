@@ -83,6 +83,8 @@ def _load(name: str, make) -> Library | str:
 
 
 def _build_host() -> Library | str:
+    if "host" in _loaded:  # built (or failed) already: no compiler search on every launch
+        return _loaded["host"]
     if build.find_cxx() is None:
         return "no C++ compiler to build the host kernels (install g++ or clang++, or set CXX)"
     return _load("host", lambda: Library(str(build.build_host()), "host"))
