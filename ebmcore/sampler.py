@@ -44,14 +44,13 @@ class Run:
     """One run prepared by :meth:`Sampler.prepare`: the initial ``state``; ``step(state) -> (state, info)``, one
     transition with everything bound; ``chain``, a fused multi-step chain (None: one step at a time) and
     ``path``, the words for which of the two runs and why; ``energy_of(state)``: ``E`` at the state's positions,
-    for diagnostics; ``params``: what the run uses."""
+    for diagnostics."""
 
     state: Any
     step: Callable[[Any], tuple[Any, Any]]
     energy_of: Callable[[Any], Tensor]
     chain: Optional[Chain] = None
     path: str = "per-step loop"
-    params: Any = None
 
 
 def check_run_arguments(x0: Any, n_steps: int, burn_in: int = 0, thin: int = 1, generator: Any = None) -> None:
@@ -155,7 +154,7 @@ class Sampler(ABC):
             return s.energy if hasattr(s, "energy") else energy.compute_energy(s.x)
 
         return Run(state, lambda s: self.step(s, generator=generator, **tunables), energy_of,
-                   path=f"per-step loop ({type(self).__name__}.step)", params=tunables)
+                   path=f"per-step loop ({type(self).__name__}.step)")
 
     def sample(self, x0: Tensor, n_steps: int, *, burn_in: int = 0, thin: int = 1, return_trajectory: bool = False,
                return_diagnostics: bool = False, generator: torch.Generator | None = None, progress: bool = False,

@@ -120,7 +120,7 @@ class AlgorithmSampler(Sampler):
             energy_of = lambda s: self.algorithm.energy_of(s, fns, **self.options)  # noqa: E731
         else:
             energy_of = (lambda s: s.energy) if hasattr(state, "energy") else (lambda s: fns.energy(s.x))
-        return Run(state, lambda s: kernel(s, fns, generator, params), energy_of, chain, path, params)
+        return Run(state, lambda s: kernel(s, fns, generator, params), energy_of, chain, path)
 
     def _chain(self, fns: EnergyFunctions, x: Tensor, params: Any, every_step: bool) -> tuple[Optional[Chain], str]:
         if self.fused is False:
