@@ -42,7 +42,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-LIBS = ("ebm", "ebm-step", "torchebm", "blackjax")
+LIBS = ("ebm", "ebm-step", "ebm-bf16", "torchebm", "blackjax")
+BF16_KINDS = ("langevin", "cd", "ssm", "dsm")  # ebm-bf16: the MLP workloads (W4-W7) under autocast=torch.bfloat16
 EBM_VARIANTS = ("ebm", "ebm-step")  # fused=None (the default) and fused=False
 Z_TOL = 5.0  # a moment z-score beyond this (in absolute value) fails the correctness check
 SEED_X0 = 0  # initial states
@@ -290,15 +291,16 @@ def ebm_path(sampler: Any, x: Any) -> str:
     return f"fused chain {op} ({chosen.backend if chosen else '?'})"
 
 
-def ebm_sampling(p: Problem, fused: bool | None = None) -> Case:
+def ebm_sampling(p: Problem, fused: bool | None = None, autocast: Any = None) -> Case:
     """W1-W4, S4, S7, S8: the object API, ``Sampler(..., fused=fused).sample(x0, n_steps, generator=g)``
-    (``fused=None``: the library's default, a fused chain where one is available; ``False``: the per-step loop)."""
+    (``fused=None``: the library's default, a fused chain where one is available; ``False``: the per-step loop;
+    ``autocast``: the energy evaluated under ``torch.autocast`` in that dtype, ``ebm-bf16``)."""
     import torch
     from ebm_samplers import HMCSampler, LangevinSampler
 
     w, energy = p.w, ebm_energy(p)
     if w.kind == "langevin":
-        sampler = LangevinSampler(energy, step_size=w.step_size, fused=fused)
+        sampler = LangevinSampler(energy, step_size=w.step_size, fused=fused, autocast=autocast)
     else:
         sampler = HMCSampler(energy, step_size=w.step_size, n_leapfrog_steps=w.n_leapfrog, fused=fused)
     path = ebm_path(sampler, p.x0)
@@ -537,22 +539,30 @@ def loss_case(p: Problem, loss_fn: Callable[[Any, Any], tuple[Any, Any]]) -> Cas
     return Case(run, check, reset)
 
 
-def ebm_loss(p: Problem) -> Case:
+def ebm_loss(p: Problem, autocast: Any = None) -> Case:
     """W5: ``ebm_losses.ContrastiveDivergence("langevin", n_steps, sampler_options={"step_size": h})``;
     W6: ``SlicedScoreMatching(n_projections, projection=...)``; W7: ``DenoisingScoreMatching(sigma)``;
-    all called as ``loss(energy, data, generator=g)`` on W4's ``EnergyModel`` wrapper of the MLP."""
+    all called as ``loss(energy, data, generator=g)`` on W4's ``EnergyModel`` wrapper of the MLP. With
+    ``autocast`` (``ebm-bf16``): the loss under ``torch.autocast("cpu", autocast)`` and CD's sampler with
+    ``autocast=autocast``."""
+    import contextlib
+
+    import torch
+
     import ebm_losses
 
     w, energy = p.w, ebm_energy(p)
     if w.kind == "cd":
-        loss = ebm_losses.ContrastiveDivergence("langevin", w.n_steps, sampler_options={"step_size": w.step_size})
+        options = {"step_size": w.step_size} | ({"autocast": autocast} if autocast is not None else {})
+        loss = ebm_losses.ContrastiveDivergence("langevin", w.n_steps, sampler_options=options)
     elif w.kind == "ssm":
         loss = ebm_losses.SlicedScoreMatching(n_projections=w.n_projections, projection=w.projection)
     else:
         loss = ebm_losses.DenoisingScoreMatching(w.sigma)
 
     def loss_fn(data: Any, g: Any) -> tuple[Any, Any]:
-        value = loss(energy, data, generator=g)
+        with torch.autocast("cpu", dtype=autocast) if autocast is not None else contextlib.nullcontext():
+            value = loss(energy, data, generator=g).float()
         return value, getattr(loss, "last_negatives", None)
 
     return loss_case(p, loss_fn)
@@ -754,6 +764,12 @@ def blackjax_nuts(p: Problem) -> Case:
 
 def build_case(lib: str, p: Problem) -> Case | None:
     step = p.w.kind.endswith("_step")
+    if lib == "ebm-bf16":  # W4-W7 only: the MLP energy under autocast, a separate row (never instead of float32)
+        import torch
+
+        if p.w.target != "mlp" or p.w.kind not in BF16_KINDS:
+            return None
+        return ebm_loss(p, torch.bfloat16) if p.w.kind in LOSS_KINDS else ebm_sampling(p, autocast=torch.bfloat16)
     if p.w.kind in LOSS_KINDS:  # no BlackJAX losses; no ebm-step (CD's MLP sampler has no fused chain)
         return {"ebm": ebm_loss, "torchebm": torchebm_loss}.get(lib, lambda _: None)(p)
     if p.w.kind == "nuts":  # NUTS has no fused chain: no ebm-step
@@ -1019,7 +1035,7 @@ def run_workload(w: Workload, libs: list[str], repeats: int) -> dict:
         warm = time_once(case.run)  # the whole first run (S1, S2, W5-W7: all `inner` calls of it)
         case.reset()
         out = case.check()
-        compare = lib == "torchebm" and ref is not None  # same torch.Generator stream as ebm-step
+        compare = lib in ("torchebm", "ebm-bf16") and ref is not None  # same torch.Generator stream as ebm-step
         if w.kind in LOSS_KINDS:
             fig = loss_figures(p, out, ref if compare else None, reference)
         elif w.kind == "nuts":
@@ -1159,7 +1175,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated ids (default: all)")
     ap.add_argument("--libs", default=",".join(LIBS),
-                    help="comma-separated: ebm (default: fused chains where available), ebm-step (fused=False), torchebm, blackjax")
+                    help="comma-separated: ebm (default: fused chains where available), ebm-step (fused=False), "
+                         "ebm-bf16 (W4-W7 under autocast=torch.bfloat16), torchebm, blackjax")
     ap.add_argument("--repeats", type=int, default=5, help="timed runs per (workload, library); median reported")
     ap.add_argument("--threads", type=int, default=1, help="intra-op threads for torch and XLA (default 1)")
     ap.add_argument("--json", metavar="PATH", help="write raw timings and figures here")
