@@ -175,3 +175,18 @@ def test_contrastive_divergence_one_pass_equals_two():
         grads.append(torch.cat([p.grad.flatten() for p in net.parameters()]))
     torch.testing.assert_close(losses[0], losses[1], rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-10, atol=1e-12)
+
+
+def test_a_bound_model_still_pickles_and_copies():
+    import copy
+    import io
+
+    mlp = ebmcore.MLPEnergy(2, (8,), seed=0)
+    x = torch.randn(6, 2)
+    assert mlp.bind(x).path.startswith("closed-form")
+    buffer = io.BytesIO()
+    torch.save(mlp, buffer)  # the traced plan is not part of the model
+    twin = copy.deepcopy(mlp)
+    with torch.no_grad():
+        twin.net[0].weight.add_(1.0)  # the copy's plan must use the copy's weights
+    torch.testing.assert_close(twin.bind(x).energy_and_gradient(x)[1], twin.compute_energy_and_gradient(x)[1])

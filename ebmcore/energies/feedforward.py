@@ -12,6 +12,7 @@ model's energy; anything else keeps autograd.
 from __future__ import annotations
 
 import operator
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -282,6 +283,10 @@ def _is_squeeze(node: torch.fx.Node) -> bool:
     return False
 
 
+# model -> (fingerprint, plan or None, why): a cache only (weak keys; pickling or copying a model never sees it)
+_TRACED: "weakref.WeakKeyDictionary[nn.Module, tuple]" = weakref.WeakKeyDictionary()
+
+
 def _fingerprint(energy: nn.Module) -> tuple:
     return (type(energy), tuple(id(m) for m in energy.modules()))
 
@@ -291,10 +296,10 @@ def plan(energy: nn.Module, like: Tensor) -> tuple[Optional[FeedForward], str]:
     at a few rows of ``like: (n, d)``; otherwise ``(None, why)``. Traces once per model (cached on it)."""
     if like.dim() != 2 or like.shape[0] == 0 or not like.is_floating_point():
         return None, "inputs are not a floating (n, d) batch"
-    cached = energy.__dict__.get("_ebm_feedforward")
+    cached = _TRACED.get(energy)
     if cached is None or cached[0] != _fingerprint(energy):
         cached = (_fingerprint(energy), *_trace(energy))
-        energy.__dict__["_ebm_feedforward"] = cached
+        _TRACED[energy] = cached
     ff, why = cached[1], cached[2]
     if ff is None:
         return None, why
