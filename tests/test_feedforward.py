@@ -190,3 +190,55 @@ def test_a_bound_model_still_pickles_and_copies():
     with torch.no_grad():
         twin.net[0].weight.add_(1.0)  # the copy's plan must use the copy's weights
     torch.testing.assert_close(twin.bind(x).energy_and_gradient(x)[1], twin.compute_energy_and_gradient(x)[1])
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS, ids=repr)
+def test_score_terms_equal_nested_autograd(activation):
+    """∇ₓE and vᵀ∇²E v by the chain rule, and the parameter gradient of a loss of them, against autograd."""
+    torch.manual_seed(1)
+    net = nn.Sequential(nn.Linear(3, 16), activation, nn.Linear(16, 8), activation, nn.Linear(8, 1)).double()
+    energy = Wrapped(net, negate=True)
+    x, v = 2 * torch.randn(64, 3, dtype=torch.float64), torch.randn(64, 3, dtype=torch.float64)
+    plan, _ = feedforward.plan(energy, x)
+
+    def loss_of(grad, vhv):
+        return (0.5 * (grad * v).sum(-1) ** 2 - vhv).mean()
+
+    grad, vhv = plan.score_terms(x, v)
+    params = list(net.parameters())
+    fast = torch.autograd.grad(loss_of(grad, vhv), params, allow_unused=True, materialize_grads=True)
+    xg = x.clone().requires_grad_(True)
+    grad_ref = energy.compute_gradient(xg, create_graph=True)
+    (hv,) = torch.autograd.grad((grad_ref * v).sum(), xg, create_graph=True)
+    vhv_ref = (hv * v).sum(-1)
+    torch.testing.assert_close(grad, grad_ref, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(vhv, vhv_ref, rtol=1e-9, atol=1e-10)
+    slow = torch.autograd.grad(loss_of(grad_ref, vhv_ref), params, allow_unused=True, materialize_grads=True)
+    for a, b in zip(fast, slow):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("make_loss", [lambda L: L.SlicedScoreMatching(2, projection="gaussian"),
+                                       lambda L: L.SlicedScoreMatching(1, variance_reduction=True),
+                                       lambda L: L.DenoisingScoreMatching(0.1),
+                                       lambda L: L.DenoisingScoreMatching(sigmas=[0.05, 0.5])],
+                         ids=["ssm", "ssm-vr", "dsm", "dsm-levels"])
+def test_score_matching_losses_take_the_closed_form_with_the_same_result(make_loss):
+    import ebm_losses
+
+    class Opaque(Wrapped):  # not a plain chain: the losses use nested autograd
+        def compute_energy(self, x):
+            return self.net(x).squeeze(-1) + 0.0 * x[:, 0]
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(2, 16), nn.SiLU(), nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 1)).double()
+    data = torch.randn(256, 2, dtype=torch.float64)
+    loss = make_loss(ebm_losses)
+    results = []
+    for energy in (Wrapped(net), Opaque(net)):
+        value = loss(energy, data, generator=torch.Generator().manual_seed(3))
+        grads = torch.autograd.grad(value, list(net.parameters()), allow_unused=True, materialize_grads=True)
+        results.append((value.detach(), torch.cat([g.flatten() for g in grads])))
+    assert feedforward.plan(Wrapped(net), data)[0] is not None and feedforward.plan(Opaque(net), data)[0] is None
+    torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(results[0][1], results[1][1], rtol=1e-9, atol=1e-11)

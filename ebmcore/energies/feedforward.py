@@ -11,6 +11,7 @@ model's energy; anything else keeps autograd.
 
 from __future__ import annotations
 
+import math
 import operator
 import weakref
 from dataclasses import dataclass
@@ -24,63 +25,108 @@ __all__ = ["FeedForward", "plan", "why_not"]
 
 aten = torch.ops.aten
 
-# An activation as (forward into ``out``, backward ``grad * f'(z)`` into ``out`` given ``z`` and ``f(z)``): the
-# ATen ops autograd records for it, so the result is autograd's exactly.
+# An activation, twice: as the ATen ops autograd records for it, run into buffers with no graph (``forward``,
+# ``backward``: so the sampler's gradient is autograd's exactly), and as differentiable expressions of ``z`` and
+# ``f(z)`` for its first and second derivatives (``d1``, ``d2``: for losses that differentiate the gradient).
 Forward = Callable[[Tensor, Tensor], Any]
 Backward = Callable[[Tensor, Tensor, Tensor, Tensor], Any]
+Derivative = Callable[[Tensor, Tensor], Tensor]
 
 
 @dataclass(frozen=True)
 class Activation:
     name: str
-    forward: Forward  # (z, out) -> out = f(z)
-    backward: Backward  # (grad, z, fz, out) -> out = grad * f'(z)
-    needs_output: bool  # backward reads f(z): keep it
+    forward: Forward  # (z, out) -> out = f(z), no graph
+    backward: Backward  # (grad, z, fz, out) -> out = grad * f'(z), no graph
+    apply: Callable[[Tensor], Tensor]  # f(z), differentiable
+    d1: Derivative  # (z, fz) -> f'(z), differentiable
+    d2: Derivative  # (z, fz) -> f''(z), differentiable
 
 
 def _silu() -> Activation:
+    def d1(z: Tensor, fz: Tensor) -> Tensor:  # s + f(z)(1 − s), with f(z) = z·s
+        s = torch.sigmoid(z)
+        return s + fz * (1 - s)
+
+    def d2(z: Tensor, fz: Tensor) -> Tensor:  # s(1 − s)(2 + z − 2f(z))
+        s = torch.sigmoid(z)
+        return (s - s * s) * (2 + z - 2 * fz)
+
     return Activation("silu", lambda z, out: aten.silu.out(z, out=out),
-                      lambda g, z, fz, out: aten.silu_backward.grad_input(g, z, grad_input=out), False)
+                      lambda g, z, fz, out: aten.silu_backward.grad_input(g, z, grad_input=out), F.silu, d1, d2)
 
 
 def _tanh() -> Activation:
     return Activation("tanh", lambda z, out: torch.tanh(z, out=out),
-                      lambda g, z, fz, out: aten.tanh_backward.grad_input(g, fz, grad_input=out), True)
+                      lambda g, z, fz, out: aten.tanh_backward.grad_input(g, fz, grad_input=out), torch.tanh,
+                      lambda z, t: 1 - t * t, lambda z, t: -2 * t * (1 - t * t))
 
 
 def _sigmoid() -> Activation:
     return Activation("sigmoid", lambda z, out: torch.sigmoid(z, out=out),
-                      lambda g, z, fz, out: aten.sigmoid_backward.grad_input(g, fz, grad_input=out), True)
+                      lambda g, z, fz, out: aten.sigmoid_backward.grad_input(g, fz, grad_input=out), torch.sigmoid,
+                      lambda z, s: s * (1 - s), lambda z, s: s * (1 - s) * (1 - 2 * s))
 
 
 def _relu() -> Activation:
     return Activation("relu", lambda z, out: torch.clamp_min(z, 0, out=out),
-                      lambda g, z, fz, out: out.copy_(aten.threshold_backward(g, z, 0)), False)
+                      lambda g, z, fz, out: out.copy_(aten.threshold_backward(g, z, 0)), torch.relu,
+                      lambda z, fz: (z > 0).to(z.dtype), lambda z, fz: torch.zeros_like(z))
 
 
 def _softplus(beta: float, threshold: float) -> Activation:
+    def d1(z: Tensor, fz: Tensor) -> Tensor:  # linear above the threshold, as torch computes it
+        return torch.where(z * beta > threshold, torch.ones_like(z), torch.sigmoid(z * beta))
+
+    def d2(z: Tensor, fz: Tensor) -> Tensor:
+        s = torch.sigmoid(z * beta)
+        return torch.where(z * beta > threshold, torch.zeros_like(z), beta * s * (1 - s))
+
     return Activation(f"softplus(beta={beta}, threshold={threshold})",
                       lambda z, out: aten.softplus.out(z, beta, threshold, out=out),
                       lambda g, z, fz, out: aten.softplus_backward.grad_input(g, z, beta, threshold, grad_input=out),
-                      False)
+                      lambda z: F.softplus(z, beta, threshold), d1, d2)
 
 
 def _gelu(approximate: str) -> Activation:
+    def d1(z: Tensor, fz: Tensor) -> Tensor:
+        if approximate == "tanh":
+            k = math.sqrt(2 / math.pi)
+            u = k * (z + 0.044715 * z ** 3)
+            t = torch.tanh(u)
+            return 0.5 * (1 + t) + 0.5 * z * (1 - t * t) * k * (1 + 3 * 0.044715 * z * z)
+        return 0.5 * (1 + torch.erf(z / math.sqrt(2))) + z * torch.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
+
+    def d2(z: Tensor, fz: Tensor) -> Tensor:
+        if approximate == "tanh":
+            k, c = math.sqrt(2 / math.pi), 0.044715
+            t = torch.tanh(k * (z + c * z ** 3))
+            du = k * (1 + 3 * c * z * z)
+            sech2 = 1 - t * t
+            return sech2 * du + 0.5 * z * (-2 * t * sech2 * du * du + sech2 * k * 6 * c * z)
+        return torch.exp(-0.5 * z * z) / math.sqrt(2 * math.pi) * (2 - z * z)
+
     return Activation(f"gelu({approximate})", lambda z, out: aten.gelu.out(z, approximate=approximate, out=out),
                       lambda g, z, fz, out: aten.gelu_backward.grad_input(g, z, approximate=approximate,
-                                                                          grad_input=out), False)
+                                                                          grad_input=out),
+                      lambda z: F.gelu(z, approximate=approximate), d1, d2)
 
 
 def _elu(alpha: float) -> Activation:
     return Activation(f"elu(alpha={alpha})", lambda z, out: aten.elu.out(z, alpha, 1.0, 1.0, out=out),
                       lambda g, z, fz, out: aten.elu_backward.grad_input(g, alpha, 1.0, 1.0, False, z,
-                                                                         grad_input=out), False)
+                                                                         grad_input=out),
+                      lambda z: F.elu(z, alpha),
+                      lambda z, fz: torch.where(z > 0, torch.ones_like(z), fz + alpha),
+                      lambda z, fz: torch.where(z > 0, torch.zeros_like(z), fz + alpha))
 
 
 def _leaky_relu(slope: float) -> Activation:
     return Activation(f"leaky_relu({slope})", lambda z, out: aten.leaky_relu.out(z, slope, out=out),
                       lambda g, z, fz, out: aten.leaky_relu_backward.grad_input(g, z, slope, False, grad_input=out),
-                      False)
+                      lambda z: F.leaky_relu(z, slope),
+                      lambda z, fz: torch.where(z > 0, torch.ones_like(z), torch.full_like(z, slope)),
+                      lambda z, fz: torch.zeros_like(z))
 
 
 def _module_activation(m: nn.Module) -> Optional[Activation]:
@@ -146,6 +192,39 @@ class FeedForward:
                     layer.activation.forward(h, out)
                     h = out
             return h.squeeze(-1) * self.sign
+
+    def score_terms(self, x: Tensor, v: Optional[Tensor] = None) -> tuple[Tensor, Optional[Tensor]]:
+        """``(∇ₓE(x): (n, d), vᵀ∇²ₓE(x) v: (n,) or None)`` as differentiable expressions of the parameters (and
+        of ``x``): the chain rule forwards for the tangent ``v`` and backwards for the gradient, so a loss of
+        these needs one backward pass, not autograd nested in autograd (score matching)."""
+        zs, fzs, tangents = [], [], []
+        h, t = x, v
+        for layer in self.layers[:-1]:
+            z = F.linear(h, layer.linear.weight, layer.linear.bias)
+            fz = layer.activation.apply(z)
+            zs.append(z), fzs.append(fz)
+            if v is not None:
+                tz = F.linear(t, layer.linear.weight)
+                tangents.append(tz)
+                t = layer.activation.d1(z, fz) * tz
+            h = fz
+        g = self.layers[-1].linear.weight[0] * self.sign  # ∂E/∂h of the last hidden layer, (width,)
+        g_dot: Optional[Tensor] = None  # its derivative along v
+        for i in range(len(self.layers) - 2, -1, -1):
+            act, weight = self.layers[i].activation, self.layers[i].linear.weight
+            d1 = act.d1(zs[i], fzs[i])
+            e = g * d1
+            if v is not None:
+                e_dot = g * act.d2(zs[i], fzs[i]) * tangents[i]
+                if g_dot is not None:
+                    e_dot = e_dot + g_dot * d1
+                g_dot = e_dot @ weight
+            g = e @ weight
+        if g.dim() == 1:  # no hidden layer: E is linear
+            g = g.expand_as(x)
+        if v is None:
+            return g, None
+        return g, (g_dot * v).sum(-1) if g_dot is not None else x.new_zeros(x.shape[0])
 
     def bind(self, like: Tensor) -> Callable[[Tensor], tuple[Tensor, Tensor]]:
         """``energy_and_gradient(x) -> (E: (n,), ∇ₓE: (n, d))`` for batches like ``like``; the intermediate
