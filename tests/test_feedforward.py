@@ -57,6 +57,9 @@ def test_mlp_energy_and_single_layer_and_float32():
     e_ref, g_ref = mlp.compute_energy_and_gradient(x)
     torch.testing.assert_close(e, e_ref)
     torch.testing.assert_close(g, g_ref)
+    unbiased = Wrapped(nn.Sequential(nn.Linear(2, 8, bias=False), nn.Tanh(), nn.Linear(8, 1, bias=False)))
+    e, g = unbiased.bind(x).energy_and_gradient(x)
+    torch.testing.assert_close(g, unbiased.compute_energy_and_gradient(x)[1])
     linear = ebmcore.MLPEnergy(4, (), seed=1)  # no hidden layer: E = w·x + b, ∇E = w
     x4 = torch.randn(5, 4)
     e, g = linear.bind(x4).energy_and_gradient(x4)

@@ -255,7 +255,10 @@ class FeedForward:
                 h = x
                 for i, layer in enumerate(hidden):
                     z, a = ws[2 * i], ws[2 * i + 1]
-                    torch.addmm(layer.linear.bias, h, layer.linear.weight.t(), out=z)
+                    if layer.linear.bias is None:
+                        torch.mm(h, layer.linear.weight.t(), out=z)
+                    else:
+                        torch.addmm(layer.linear.bias, h, layer.linear.weight.t(), out=z)
                     layer.activation.forward(z, a)
                     h = a
                 energy = F.linear(h, out_layer.weight, out_layer.bias).squeeze(-1)
