@@ -42,6 +42,8 @@ class PluginRecord:
     error: str = ""
     traceback: str = ""
     provides: dict[str, list[str]] = field(default_factory=dict)
+    commands: list[str] = field(default_factory=list)
+    """The ``ebm`` subcommands it added (filled when ``ebm`` builds its parser)."""
 
     def fail(self, stage: str, exc: BaseException) -> None:
         self.status = "failed"
@@ -197,8 +199,7 @@ class _Subcommands:
         parser = self._subparsers.add_parser(name, **kwargs)
         for n in names:
             self._owners[n] = who
-        provided = self._record.provides.setdefault("command", [])
-        provided += [n for n in names if n not in provided]  # the parser is built again by every main() call
+        self._record.commands += [n for n in names if n not in self._record.commands]  # main() builds it at every call
         return parser
 
     def __getattr__(self, attribute: str) -> Any:

@@ -15,7 +15,7 @@ import io
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -144,15 +144,18 @@ def start_run(out: Path, config: dict[str, Any]) -> None:
     write_json(out / "config.json", config)
 
 
-def finished_run(out: Path, config: dict[str, Any]) -> dict[str, Any] | None:
+def finished_run(out: Path, config: dict[str, Any], expected: Callable[[dict[str, Any]], list[str]] = lambda m: []
+                 ) -> dict[str, Any] | None:
     """The metrics of the run in ``out`` if it finished with this same ``config`` (its ``config.json`` equal, its
-    ``metrics.json`` written), else None."""
+    ``metrics.json`` written, and the files ``expected(metrics)`` names, relative to ``out``, all there), else None."""
     try:
         saved = json.loads((out / "config.json").read_text())
         metrics = json.loads((out / "metrics.json").read_text())
     except (OSError, ValueError):
         return None
-    return metrics if saved == json.loads(json.dumps(config, default=_plain)) else None
+    if saved != json.loads(json.dumps(config, default=_plain)):
+        return None
+    return metrics if all((out / name).is_file() for name in expected(metrics)) else None
 
 
 _RESUMABLE = ("metrics.json", "checkpoint.pt", "segments/segment-*.pt", "chunks/chunk-*.npz")

@@ -1,10 +1,15 @@
-"""The ebm command: plugins, backends, demo, version."""
+"""The ebm command: plugins, backends, demo, version; help for every flag; commands of missing plugins."""
 
+import argparse
 import shutil
 import subprocess
 import sys
 
+import importlib_metadata
+import pytest
+
 import ebmcore
+from ebmcore import plugins
 from ebmcore.cli import _double_well_mean_abs, main
 from ebmcore.testing import isolated_plugins
 
@@ -46,3 +51,44 @@ def test_console_script_is_installed():
     exe = shutil.which("ebm") or str(__import__("pathlib").Path(sys.executable).with_name("ebm"))
     result = subprocess.run([exe, "--version"], capture_output=True, text=True, check=True)
     assert result.stdout.startswith("ebm ")
+
+
+def _parsers(parser, path="ebm"):
+    """Every (command path, parser) of ebm, subcommands of subcommands included."""
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _parsers(sub, f"{path} {name}")
+
+
+def test_every_flag_and_argument_of_every_command_has_help():
+    from ebmcore import cli
+
+    seen, missing = set(), []
+    for path, parser in _parsers(cli._parser()):
+        seen.add(path)
+        missing += [f"{path} {a.option_strings or a.dest}" for a in parser._actions
+                    if not isinstance(a, argparse._SubParsersAction) and not (a.help or "").strip()]
+    assert {"ebm sample", "ebm train", "ebm profile", "ebm cuda info", "ebm demo"} <= seen
+    assert missing == []
+
+
+@pytest.mark.parametrize("command, dist", [("train", "ebm-losses"), ("sample", "ebm-samplers"), ("profile", "ebm-samplers")])
+def test_a_command_of_a_missing_plugin_says_what_to_install(monkeypatch, capsys, command, dist):
+    real = importlib_metadata.entry_points
+    monkeypatch.setattr(importlib_metadata, "entry_points",  # as if the plugin were not installed
+                        lambda **kw: [ep for ep in real(**kw) if not (ep.dist and ep.dist.name == dist)])
+    plugins.reset()
+    assert main([command, "--out", "x", "--steps", "3"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: `ebm {command}` is provided by the plugin {dist}, which is not installed" in err
+    assert f"pip install {dist}" in err and f"pip install -e plugins/{dist.replace('-', '_')}" in err
+    assert not (__import__("pathlib").Path("x")).exists()
+
+
+def test_a_command_of_a_blocked_plugin_says_so(monkeypatch, capsys):
+    monkeypatch.setenv("EBM_DISABLE_PLUGINS", "losses")
+    ebmcore.reload_config()
+    assert main(["train", "--help"]) == 2
+    assert "ebm-losses, which is installed but blocked: its plugin 'losses' is named by EBM_DISABLE_PLUGINS" in capsys.readouterr().err

@@ -4,7 +4,7 @@ import pytest
 
 import ebmcore
 from ebmcore import registry
-from ebmcore.errors import DuplicateComponentError, UnknownComponentError
+from ebmcore.errors import DuplicateComponentError, InputError, UnknownComponentError
 from ebmcore.testing import isolated_plugins
 
 
@@ -57,7 +57,7 @@ def test_the_install_hints_match_what_the_first_party_plugins_register():
     from ebmcore.components import FIRST_PARTY
     from ebmcore import cli, plugins
 
-    cli._parser()  # the plugins add their commands (recorded as provided) when ebm builds its parser
+    cli._parser()  # the plugins add their commands (recorded) when ebm builds its parser
     session = plugins.session()
     for dist, hinted in FIRST_PARTY.items():
         records = [r for r in session.records.values() if r.distribution == dist]
@@ -66,6 +66,8 @@ def test_the_install_hints_match_what_the_first_party_plugins_register():
         (record,) = records
         assert record.status == "loaded", record.error
         provided = {kind: tuple(names) for kind, names in record.provides.items()}
+        if record.commands:
+            provided["command"] = tuple(record.commands)
         assert {k: sorted(v) for k, v in provided.items()} == {k: sorted(v) for k, v in hinted.items()}, dist
     assert any(r.distribution == "ebm-samplers" for r in session.records.values())  # the suite installs them
 
@@ -116,3 +118,13 @@ def test_bad_names_and_non_callables_are_rejected():
     with isolated_plugins(("bad", Bad()), ("nc", NotCallable())) as s:
         assert "lower-case" in s.records["bad"].error
         assert "not callable" in s.records["nc"].error
+
+
+def test_a_wrong_keyword_names_the_parameters_the_component_takes():
+    with pytest.raises(InputError) as err:
+        ebmcore.energy("gaussian", dim=2, foo=1)
+    msg = str(err.value)
+    assert "energy 'gaussian' (GaussianEnergy): got an unexpected keyword argument 'foo'" in msg
+    assert "it takes mean, covariance, precision, dim" in msg
+    with pytest.raises(InputError, match=r"energy 'double_well' .*it takes dim, barrier"):
+        registry.get("energy", "double_well")(dims=2)

@@ -148,7 +148,7 @@ def run(config: dict[str, Any], out: Path, *, resume: bool = False, overwrite: b
     if resume and overwrite:
         raise ConfigError("--resume continues the training in the directory and --overwrite starts it afresh: give one.")
     runfiles.check_run_dir(out)
-    finished = None if overwrite else runfiles.finished_run(out, config)
+    finished = None if overwrite else runfiles.finished_run(out, config, lambda metrics: ["model.pt", "checkpoint.pt"])
     if finished is not None:
         print(f"{out} holds a finished training of this configuration: nothing to do (pass --overwrite to train "
               "again, --steps N --resume to train longer, or choose another --out).", file=sys.stderr)

@@ -177,7 +177,7 @@ def run(config: dict[str, Any], out: Path, *, resume: bool = False, overwrite: b
     if world_size > 1 and (r["n_samples"] or r["checkpoint_every"]):
         raise ConfigError("streaming (n_samples) and checkpoint_every are single-process features; run them without torchrun.")
     runfiles.check_run_dir(out)
-    finished = None if overwrite else runfiles.finished_run(out, config)
+    finished = None if overwrite else runfiles.finished_run(out, config, lambda metrics: _outputs(config, metrics))
     if finished is not None:
         print(f"{out} holds a finished run of this configuration: nothing to do (pass --overwrite to run it again, "
               "or choose another --out).", file=sys.stderr)
@@ -197,6 +197,15 @@ def run(config: dict[str, Any], out: Path, *, resume: bool = False, overwrite: b
             return _run(config, out, world, resume, quiet or not world.is_main)
     finally:
         distributed.shutdown(world)
+
+
+def _outputs(config: dict[str, Any], metrics: dict[str, Any]) -> list[str]:
+    """The files a finished run left (one deleted since makes the run unfinished again)."""
+    if "n_chunks" in metrics:
+        return [f"chunks/chunk-{k:05d}.npz" for k in range(metrics["n_chunks"])]
+    if config["output"]["per_rank_samples"]:
+        return [f"samples-rank{r}.npz" for r in range(metrics.get("world_size", 1))]
+    return ["samples.npz"]
 
 
 def _run(config: dict[str, Any], out: Path, world: distributed.DistributedRun, resume: bool, quiet: bool) -> dict[str, Any]:
