@@ -8,7 +8,8 @@ import functools
 import math
 import sys
 import time
-from typing import Sequence
+import warnings
+from typing import Any, Sequence
 
 import torch
 
@@ -144,17 +145,22 @@ def _missing_command(command: str, dist: str, args: argparse.Namespace) -> int:
     """``ebm <command>`` of a first-party plugin that is not installed, blocked or broken: say which and the fix."""
     s = plugins.session()
     record = next((r for r in s.records.values() if r.distribution == dist), None)
+    where = "" if s.config.source == "defaults" else f" ({s.config.source})"
     if record is not None and record.status == "blocked":
         why = (f"is installed but blocked: its plugin '{record.name}' is named by EBM_DISABLE_PLUGINS or the "
-               f"configuration's disable_plugins ({s.config.source}); remove it from there")
+               f"configuration's disable_plugins{where}; remove it from there")
     elif record is not None and record.status == "failed":
         why = f"failed to load ({record.error}); fix or reinstall it (`ebm plugins -v` shows the traceback)"
     elif record is None and s.config.disable_plugin_autoload:
         why = (f"is not loaded: plugin autoload is off (EBM_DISABLE_PLUGIN_AUTOLOAD or the configuration's "
-               f"disable_plugin_autoload, {s.config.source}); turn it on")
+               f"disable_plugin_autoload{where}); turn it on")
     else:
         why = f"is not installed: {install_hint(dist)}"
     raise UnknownComponentError(f"`ebm {command}` is provided by the plugin {dist}, which {why}.")
+
+
+def _show_warning(message: Any, category: type, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+    print(f"warning: {message}", file=file or sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -168,7 +174,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return _cmd_version(args) if args.version else args.func(args)
+        with warnings.catch_warnings():  # a warning is one line, as the errors are
+            warnings.showwarning = _show_warning
+            return _cmd_version(args) if args.version else args.func(args)
     except EBMError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

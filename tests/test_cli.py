@@ -92,3 +92,33 @@ def test_a_command_of_a_blocked_plugin_says_so(monkeypatch, capsys):
     ebmcore.reload_config()
     assert main(["train", "--help"]) == 2
     assert "ebm-losses, which is installed but blocked: its plugin 'losses' is named by EBM_DISABLE_PLUGINS" in capsys.readouterr().err
+
+
+def test_the_validation_examples_of_cli_md_print_what_ebm_prints(tmp_path, monkeypatch, capsys):
+    import re
+    import shlex
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+    monkeypatch.chdir(tmp_path)
+    for name, text in re.findall(r"```toml\n# (\S+\.toml)\n(.*?)```", page, re.S):
+        (tmp_path / name).write_text(text)
+    sample, train = (tmp_path / "sample.toml").read_text(), (tmp_path / "train.toml").read_text()
+    bad = {  # what the comments in the block say each file changes
+        "bad1.toml": sample.replace("n_chains = 200", "n_chain = 10"),
+        "bad2.toml": sample.replace("target_accept = 0.6", "target_accept = 1"),
+        "bad4.toml": sample.replace("[energy]\n", '[energy]\nmodel = "m.pt"\n'),
+        "bad8.toml": sample + "\n[extra]\na = 1\n",
+        "bad9.toml": sample.replace("[sampler]\n", "[sampler]\nparams = { stepsize = 0.1 }\n"),
+        "train-bad1.toml": train.replace('dataset = "eight_gaussians"', 'dataset = "moons"'),
+        "train-bad2.toml": train.replace("ema_decay = 0.9", "ema_decay = 1"),
+    }
+    for name, text in bad.items():
+        (tmp_path / name).write_text(text)
+    block = page.split("## Validation and errors")[1].split("```\n")[1]
+    examples = re.findall(r"^\$ (ebm [^\n#]*?)\s*(?:#[^\n]*)?\n(error: [^\n]*)$", block, re.M)
+    assert len(examples) >= 12
+    for command, printed in examples:
+        capsys.readouterr()
+        assert main(shlex.split(command)[1:]) == 2, command
+        assert capsys.readouterr().err.strip() == printed, command

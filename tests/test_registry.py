@@ -128,3 +128,35 @@ def test_a_wrong_keyword_names_the_parameters_the_component_takes():
     assert "it takes mean, covariance, precision, dim" in msg
     with pytest.raises(InputError, match=r"energy 'double_well' .*it takes dim, barrier"):
         registry.get("energy", "double_well")(dims=2)
+
+
+def test_the_first_party_readmes_name_every_component_and_command():
+    from pathlib import Path
+
+    from ebmcore.components import FIRST_PARTY
+
+    root = Path(__file__).resolve().parents[1] / "plugins"
+    for dist, provided in FIRST_PARTY.items():
+        readme = (root / dist.replace("-", "_") / "README.md").read_text()
+        missing = [f"{kind} {name}" for kind, names in provided.items() if kind != "kernel" for name in names
+                   if f"`{name}`" not in readme and f"`ebm {name}`" not in readme]
+        assert missing == [], f"plugins/{dist.replace('-', '_')}/README.md does not name {missing}"
+
+
+def test_getting_started_lists_every_dependency_of_every_package():
+    import re
+    import sys
+    from pathlib import Path
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    page = (root / "docs" / "getting-started.md").read_text()
+    for pyproject in [root / "pyproject.toml", *sorted((root / "plugins").glob("*/pyproject.toml"))]:
+        project = tomllib.loads(pyproject.read_text())["project"]
+        row = next(line for line in page.splitlines() if line.startswith(f"| `{project['name']}` "))
+        for requirement in project["dependencies"]:
+            assert f"`{re.sub(r';.*', '', requirement).strip()}`" in row, f"{project['name']}: {requirement}"
