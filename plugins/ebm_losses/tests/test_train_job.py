@@ -69,8 +69,8 @@ def test_resume_equals_the_uninterrupted_run(tmp_path):
     assert main(["train", str(cfg), "--out", str(tmp_path / "b"), "--steps", "17", "--quiet"]) == 0
     assert main(["train", str(cfg), "--out", str(tmp_path / "b"), "--quiet"]) == 2  # exists: needs --resume
     assert main(["train", str(cfg), "--out", str(tmp_path / "b"), "--resume", "--quiet"]) == 0
-    a = torch.load(tmp_path / "a" / "model.pt", weights_only=False)["state_dict"]
-    b = torch.load(tmp_path / "b" / "model.pt", weights_only=False)["state_dict"]
+    a = torch.load(tmp_path / "a" / "model.pt", weights_only=True)["state_dict"]
+    b = torch.load(tmp_path / "b" / "model.pt", weights_only=True)["state_dict"]
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 

@@ -313,6 +313,11 @@ def test_a_finished_run_is_not_run_again_unless_overwritten(tmp_path, capsys):
     assert main(["sample", str(cfg), "--out", str(out), "--quiet", "--overwrite", "--resume"]) == 2
 
 
+class PickledCode:
+    def __reduce__(self):
+        return (print, ("pickled code ran",))
+
+
 def _interrupted(tmp_path, monkeypatch):
     """A checkpointed run stopped after its first segment."""
     from ebm_samplers import sample_job
@@ -339,6 +344,7 @@ def _truncate(path):
     ("too many kept draws", "n_steps = 100000000000 // thin = 1 kept draws of n_chains = 200 chains of shape (2,) need about"),
     ("truncated model", "model.pt cannot be read as a model from ebm train"),
     ("not a model", "model.pt is not a model from ebm train"),
+    ("pickled code in the model", "model.pt cannot be read as a model from ebm train (UnpicklingError: Weights only load failed"),
     ("wrong keyword", "[energy]: energy 'gaussian_mixture' (GaussianMixtureEnergy): got an unexpected keyword argument 'sd'; it takes means, stds"),
     ("missing segment", "segment-00000.pt: no such file (expected segment 0 of the checkpointed run); start the run again with --overwrite"),
     ("truncated checkpoint", "checkpoint.pt cannot be read as a sampling checkpoint"),
@@ -360,6 +366,9 @@ def test_bad_inputs_and_files_are_errors_not_tracebacks(tmp_path, monkeypatch, c
         extra = ["--seed", str(2**64)]
     elif case == "too many kept draws":
         extra = ["--n-steps", str(10**11)]
+    elif case == "pickled code in the model":  # loaded with weights_only=True: the pickled object is refused, not run
+        torch.save({"energy": "mlp", "params": {}, "state_dict": {}, "code": PickledCode()}, tmp_path / "model.pt")
+        cfg.write_text(f'[energy]\nmodel = "{tmp_path / "model.pt"}"\n')
     elif case in ("truncated model", "not a model"):
         torch.save({"energy": "mlp", "params": {}, "state_dict": {"w": torch.zeros(1000)}} if case == "truncated model"
                    else torch.zeros(3), tmp_path / "model.pt")
