@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -69,11 +70,11 @@ def sample_in_segments(sampler: Sampler, x: Tensor, n_steps: int, every: int, di
                         generator=generator, progress=progress, stream=stream, **tunables)
         d = result.diagnostics
         save_torch({"trajectory": result.trajectory, "mean": d.mean, "variance": d.variance, "energy": d.energy,
-               "acceptance": d.acceptance, "accepted": None if d.acceptance_rate is None else d.acceptance_rate * steps,
-               "divergences": d.divergences, "wall_time": d.wall_time, "steps": steps}, parts_dir / f"segment-{index:05d}.pt")
+                    "acceptance": d.acceptance, "accepted": None if d.acceptance_rate is None else d.acceptance_rate * steps,
+                    "divergences": d.divergences, "wall_time": d.wall_time, "steps": steps}, parts_dir / f"segment-{index:05d}.pt")
         x, done, index, burn_in = result.samples, done + k, index + 1, 0
         save_torch({"x": x, "kept": done, "segments": index, "generator": generator.get_state(), "tunables": tunables,
-               "metadata": metadata or {}, "stream": (stream.seed, stream.offset)}, directory / "checkpoint.pt")
+                    "metadata": metadata or {}, "stream": (stream.seed, stream.offset)}, directory / "checkpoint.pt")
         on_segment(index)
     parts = [load_torch(parts_dir / f"segment-{i:05d}.pt", what=f"segment {i} of the checkpointed run", fix=_RESTART)
              for i in range(index)]
@@ -102,8 +103,6 @@ def stream_chunks(sampler: Sampler, n_samples: int, chunk_size: int, n_steps: in
     written are not drawn again. Returns counts, the sampling time, the mean acceptance (None without
     accept/reject), and the chains that ended non-finite: ``nonfinite_chains`` (how many) and
     ``nonfinite_chain_indices`` (their indices in the whole stream, chunk ``k`` holding ``k·chunk_size ...``)."""
-    import numpy as np
-
     make_dir(directory)
     n_chunks = math.ceil(n_samples / chunk_size)
     written = skipped = written_samples = 0

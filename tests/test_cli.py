@@ -1,9 +1,12 @@
 """The ebm command: plugins, backends, demo, version; help for every flag; commands of missing plugins."""
 
 import argparse
+import re
+import shlex
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import importlib_metadata
 import pytest
@@ -84,7 +87,7 @@ def test_a_command_of_a_missing_plugin_says_what_to_install(monkeypatch, capsys,
     err = capsys.readouterr().err
     assert f"error: `ebm {command}` is provided by the plugin {dist}, which is not installed" in err
     assert f"pip install {dist}" in err and f"pip install -e plugins/{dist.replace('-', '_')}" in err
-    assert not (__import__("pathlib").Path("x")).exists()
+    assert not Path("x").exists()
 
 
 def test_a_command_of_a_blocked_plugin_says_so(monkeypatch, capsys):
@@ -95,10 +98,6 @@ def test_a_command_of_a_blocked_plugin_says_so(monkeypatch, capsys):
 
 
 def test_the_validation_examples_of_cli_md_print_what_ebm_prints(tmp_path, monkeypatch, capsys):
-    import re
-    import shlex
-    from pathlib import Path
-
     page = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
     monkeypatch.chdir(tmp_path)
     for name, text in re.findall(r"```toml\n# (\S+\.toml)\n(.*?)```", page, re.S):

@@ -1,4 +1,9 @@
-"""Registry lookups: names, provenance, clear errors for unknown and clashing names."""
+"""Registry lookups: names, provenance, clear errors for unknown and clashing names; the first-party plugins' install
+hints, READMEs and dependency table match what they ship."""
+
+import re
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -6,6 +11,11 @@ import ebmcore
 from ebmcore import registry
 from ebmcore.errors import DuplicateComponentError, InputError, UnknownComponentError
 from ebmcore.testing import isolated_plugins
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 
 class _Sampler(ebmcore.Sampler):
@@ -131,8 +141,6 @@ def test_a_wrong_keyword_names_the_parameters_the_component_takes():
 
 
 def test_the_first_party_readmes_name_every_component_and_command():
-    from pathlib import Path
-
     from ebmcore.components import FIRST_PARTY
 
     root = Path(__file__).resolve().parents[1] / "plugins"
@@ -144,15 +152,6 @@ def test_the_first_party_readmes_name_every_component_and_command():
 
 
 def test_getting_started_lists_every_dependency_of_every_package():
-    import re
-    import sys
-    from pathlib import Path
-
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover
-        import tomli as tomllib
-
     root = Path(__file__).resolve().parents[1]
     page = (root / "docs" / "getting-started.md").read_text()
     for pyproject in [root / "pyproject.toml", *sorted((root / "plugins").glob("*/pyproject.toml"))]:

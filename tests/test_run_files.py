@@ -1,10 +1,12 @@
 """What a run writes: JSON, samples, checkpoints and plots written whole (temporary name, fsync, rename) or not at all,
 with an error naming the path on a full disk or a read-only directory; files read back with errors naming the fix."""
 
+import ast
 import errno
 import json
 import os
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -107,3 +109,27 @@ def test_plots_are_written_atomically(tmp_path, monkeypatch):
     with pytest.raises(RunFileError, match=r"loss\.png"):
         plotting.plot_curve(tmp_path / "loss.png", steps, values, "t", "y")
     assert (tmp_path / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and _no_temporaries(tmp_path)
+
+
+def test_every_run_file_is_written_through_runfiles():
+    """torch.save, numpy's savez, savefig, write_text/write_bytes and open(..., "w") of a path are called only in
+    runfiles.py (and in the test helpers and the CUDA plugin's kernel cache, which are no run files); writing to an
+    in-memory ``buffer`` is fine."""
+    root = Path(__file__).resolve().parents[1]
+    allowed = {"ebmcore/runfiles.py", "ebmcore/testing/plugins.py", "plugins/ebm_cuda/ebm_cuda/build.py"}
+    writers = {"save", "savez", "savez_compressed", "savefig", "write_text", "write_bytes"}
+
+    def writes(call):
+        name = getattr(call.func, "attr", getattr(call.func, "id", ""))
+        to_buffer = bool(call.args) and isinstance(call.args[0], ast.Name) and call.args[0].id == "buffer"
+        if name == "open":
+            mode = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "mode"), None)
+            return isinstance(mode, ast.Constant) and any(c in str(mode.value) for c in "wax")
+        if name in ("save", "savez", "savez_compressed"):
+            return not to_buffer and getattr(getattr(call.func, "value", None), "id", "") in ("torch", "np", "numpy")
+        return name in writers and isinstance(call.func, ast.Attribute) and not to_buffer  # Path.write_text, fig.savefig
+
+    sources = [*root.glob("ebmcore/**/*.py"), *root.glob("plugins/*/ebm_*/**/*.py")]
+    found = [f"{p.relative_to(root)}:{node.lineno}" for p in sources if p.relative_to(root).as_posix() not in allowed
+             for node in ast.walk(ast.parse(p.read_text())) if isinstance(node, ast.Call) and writes(node)]
+    assert len(sources) > 40 and found == []
