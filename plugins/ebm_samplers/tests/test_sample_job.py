@@ -349,6 +349,7 @@ def _truncate(path):
     ("missing segment", "segment-00000.pt: no such file (expected segment 0 of the checkpointed run); start the run again with --overwrite"),
     ("truncated checkpoint", "checkpoint.pt cannot be read as a sampling checkpoint"),
     ("full disk", "cannot write {tmp}/o/samples.pt: No space left on device (errno 28); free some space"),
+    ("read-only directory", "cannot write {tmp}/o/config.json: Permission denied (errno 13); make {tmp}/o writable"),
 ])
 def test_bad_inputs_and_files_are_errors_not_tracebacks(tmp_path, monkeypatch, capsys, case, message):
     import errno
@@ -392,11 +393,18 @@ def test_bad_inputs_and_files_are_errors_not_tracebacks(tmp_path, monkeypatch, c
             real(tmp, data)
 
         monkeypatch.setattr(runfiles, "_write", full)
+    elif case == "read-only directory":  # as chmod 555 does for a user other than root
+        def refused(tmp, data):
+            raise PermissionError(errno.EACCES, "Permission denied")
+
+        monkeypatch.setattr(runfiles, "_write", refused)
     capsys.readouterr()
     assert main(["sample", str(cfg), "--out", str(out), "--quiet", *extra]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "Traceback" not in err
     assert message.replace("{tmp}", str(tmp_path)) in err
+    if case == "read-only directory":
+        assert list(out.iterdir()) == []
     if case == "full disk":  # what was written before is whole, and no temporary is left behind
         assert json.loads((out / "config.json").read_text())["sampler"]["n_chains"] == 200
         assert sorted(p.name for p in out.iterdir()) == ["config.json"]
