@@ -32,6 +32,7 @@ from ebmcore.errors import (
     InputError,
     NonFiniteError,
     PluginError,
+    RunFileError,
     UnknownComponentError,
 )
 from ebmcore.hookspecs import hookimpl
@@ -85,4 +86,5 @@ __all__ = [
     "PluginError",
     "BackendUnavailableError",
     "ConfigError",
+    "RunFileError",
 ]

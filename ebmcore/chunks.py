@@ -10,33 +10,29 @@ bounded by one chunk and any chunk can be redrawn alone.
 from __future__ import annotations
 
 import math
-import os
 import time
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from ebmcore.sampler import NoiseStream, Sampler
 from ebmcore.errors import InputError
-from ebmcore.recording import Diagnostics, SampleResult
-from ebmcore.runfiles import save_samples
+from ebmcore.recording import Diagnostics, SampleResult, nonfinite_chains
+from ebmcore.runfiles import load_torch, make_dir, save_samples, save_torch
 
 __all__ = ["sample_in_segments", "load_checkpoint", "stream_chunks", "chunk_generator"]
 
-
-def _save(obj: Any, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+_RESTART = "start the run again with --overwrite (or choose another --out)"
 
 
 def load_checkpoint(directory: Path, device: torch.device) -> dict[str, Any] | None:
     """The checkpoint :func:`sample_in_segments` left in ``directory`` (None if there is none): ``x``, ``tunables``,
     ``generator`` (its state), and how far the run got."""
     path = directory / "checkpoint.pt"
-    return torch.load(path, map_location=device, weights_only=True) if path.exists() else None
+    return load_torch(path, map_location=device, what="a sampling checkpoint", fix=_RESTART) if path.exists() else None
 
 
 def sample_in_segments(sampler: Sampler, x: Tensor, n_steps: int, every: int, directory: Path, *, burn_in: int = 0,
@@ -60,7 +56,7 @@ def sample_in_segments(sampler: Sampler, x: Tensor, n_steps: int, every: int, di
         raise InputError(f"{type(sampler).__name__} keeps more than its positions in its state ({', '.join(sorted(state_fields))}), "
                          "which a restart from the positions would lose: run it without checkpoint_every.")
     parts_dir = directory / "segments"
-    parts_dir.mkdir(parents=True, exist_ok=True)
+    make_dir(parts_dir)
     done = index = 0
     stream = NoiseStream()  # one fused noise stream across the segments, as in one call
     if saved is not None:
@@ -73,19 +69,20 @@ def sample_in_segments(sampler: Sampler, x: Tensor, n_steps: int, every: int, di
         result = sampler.sample(x, steps, burn_in=burn_in, thin=thin, return_trajectory=True, return_diagnostics=True,
                         generator=generator, progress=progress, stream=stream, **tunables)
         d = result.diagnostics
-        _save({"trajectory": result.trajectory, "mean": d.mean, "variance": d.variance, "energy": d.energy,
-               "acceptance": d.acceptance, "accepted": None if d.acceptance_rate is None else d.acceptance_rate * steps,
-               "divergences": d.divergences, "wall_time": d.wall_time, "steps": steps}, parts_dir / f"segment-{index:05d}.pt")
+        save_torch({"trajectory": result.trajectory, "mean": d.mean, "variance": d.variance, "energy": d.energy,
+                    "acceptance": d.acceptance, "accepted": None if d.acceptance_rate is None else d.acceptance_rate * steps,
+                    "divergences": d.divergences, "wall_time": d.wall_time, "steps": steps}, parts_dir / f"segment-{index:05d}.pt")
         x, done, index, burn_in = result.samples, done + k, index + 1, 0
-        _save({"x": x, "kept": done, "segments": index, "generator": generator.get_state(), "tunables": tunables,
-               "metadata": metadata or {}, "stream": (stream.seed, stream.offset)}, directory / "checkpoint.pt")
+        save_torch({"x": x, "kept": done, "segments": index, "generator": generator.get_state(), "tunables": tunables,
+                    "metadata": metadata or {}, "stream": (stream.seed, stream.offset)}, directory / "checkpoint.pt")
         on_segment(index)
-    parts = [torch.load(parts_dir / f"segment-{i:05d}.pt", weights_only=True) for i in range(index)]
+    parts = [load_torch(parts_dir / f"segment-{i:05d}.pt", what=f"segment {i} of the checkpointed run", fix=_RESTART)
+             for i in range(index)]
     cat = lambda key: None if parts[0][key] is None else torch.cat([p[key] for p in parts])  # noqa: E731
     steps = sum(p["steps"] for p in parts)
     accepted = None if parts[0]["accepted"] is None else sum(p["accepted"] for p in parts) / max(steps, 1)
     divergences = None if parts[0]["divergences"] is None else sum(p["divergences"] for p in parts)
-    nonfinite = (~torch.isfinite(x.flatten(1)).all(1)).nonzero().flatten()
+    nonfinite = nonfinite_chains(x)
     diagnostics = Diagnostics(cat("mean"), cat("variance"), cat("energy"), cat("acceptance"), accepted, divergences,
                               nonfinite, sum(p["wall_time"] for p in parts))
     return SampleResult(x, cat("trajectory"), diagnostics)
@@ -93,7 +90,7 @@ def sample_in_segments(sampler: Sampler, x: Tensor, n_steps: int, every: int, di
 
 def chunk_generator(seed: int, chunk: int, device: torch.device) -> torch.Generator:
     """The generator of chunk ``chunk`` of a streamed run with ``seed``: a function of the two only."""
-    return torch.Generator(device=device).manual_seed(seed * 1_000_003 + chunk + 1)
+    return torch.Generator(device=device).manual_seed((seed * 1_000_003 + chunk + 1) % 2**64)
 
 
 def stream_chunks(sampler: Sampler, n_samples: int, chunk_size: int, n_steps: int, directory: Path, *,
@@ -103,12 +100,14 @@ def stream_chunks(sampler: Sampler, n_samples: int, chunk_size: int, n_steps: in
 
     Chunk ``k`` starts at ``initial(size, generator)`` with :func:`chunk_generator` ``(seed, k)``, runs ``burn_in +
     n_steps`` steps and is written as ``chunk-NNNNN.npz`` (key ``samples``); with ``resume`` the chunks already
-    written are not drawn again. Returns counts, the sampling time and the mean acceptance (None without
-    accept/reject)."""
-    directory.mkdir(parents=True, exist_ok=True)
+    written are not drawn again. Returns counts, the sampling time, the mean acceptance (None without
+    accept/reject), and the chains that ended non-finite: ``nonfinite_chains`` (how many) and
+    ``nonfinite_chain_indices`` (their indices in the whole stream, chunk ``k`` holding ``k·chunk_size ...``)."""
+    make_dir(directory)
     n_chunks = math.ceil(n_samples / chunk_size)
     written = skipped = written_samples = 0
     acceptance: list[float] = []
+    nonfinite: list[int] = []
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -119,6 +118,8 @@ def stream_chunks(sampler: Sampler, n_samples: int, chunk_size: int, n_steps: in
         size = min(chunk_size, n_samples - k * chunk_size)
         name = f"chunk-{k:05d}"
         if resume and (directory / f"{name}.npz").exists():
+            with np.load(directory / f"{name}.npz") as saved:  # its non-finite chains still count
+                bad = nonfinite_chains(torch.from_numpy(saved["samples"]))
             skipped += 1
         else:
             g = chunk_generator(seed, k, device)
@@ -126,13 +127,14 @@ def stream_chunks(sampler: Sampler, n_samples: int, chunk_size: int, n_steps: in
             start = time.perf_counter()
             result = sampler.sample(x0, n_steps, burn_in=burn_in, return_diagnostics=True, generator=g, **tunables)
             sampling += time.perf_counter() - start
-            save_samples(directory, name, result.samples)
-            (directory / f"{name}.pt").unlink()  # a stream keeps the numpy copy only
+            save_samples(directory, name, result.samples, torch_copy=False)  # a stream keeps the numpy copy only
+            bad = result.diagnostics.nonfinite_chains.cpu()
             if result.diagnostics.acceptance_rate is not None:
                 acceptance.append(float(result.diagnostics.acceptance_rate.mean()))
             written += 1
             written_samples += size
             del result
+        nonfinite += (bad + k * chunk_size).tolist()
         if bar is not None:
             bar.update(1)
     if bar is not None:
@@ -145,4 +147,6 @@ def stream_chunks(sampler: Sampler, n_samples: int, chunk_size: int, n_steps: in
         "sampling_time_s": sampling,
         "throughput_samples_per_s": written_samples / sampling if sampling else None,
         "acceptance": sum(acceptance) / len(acceptance) if acceptance else None,
+        "nonfinite_chains": len(nonfinite),
+        "nonfinite_chain_indices": nonfinite,
     }

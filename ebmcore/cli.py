@@ -4,17 +4,20 @@ subcommands plugins add through ``ebm_add_commands`` (``ebm train``, ``ebm sampl
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 import time
-from typing import Sequence
+import warnings
+from typing import Any, Sequence
 
 import torch
 
 import ebmcore
 from ebmcore import plugins, registry
+from ebmcore.components import FIRST_PARTY, install_hint
 from ebmcore.config import parse_device
-from ebmcore.errors import EBMError
+from ebmcore.errors import EBMError, UnknownComponentError
 
 __all__ = ["main"]
 
@@ -34,6 +37,12 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
             print(record.traceback)
     for kind, name, found in s.table.conflicts():
         print(f"CONFLICT {kind} '{name}': " + "; ".join(f"{e.plugin} ({e.distribution} {e.version})" for e in found))
+    for kind, name, winner, losers in s.table.shadowed():
+        why = "override=True" if winner.override else "first-party"
+        print(f"SHADOWED {kind} '{name}': {winner.plugin} ({winner.distribution}, {why}) is used; not "
+              + ", ".join(f"{e.plugin} ({e.distribution})" for e in losers))
+    for command, winner, loser in s.command_clashes:
+        print(f"SHADOWED command '{command}': {winner} is used; not {loser}")
     return 1 if s.failures() or s.table.conflicts() else 0
 
 
@@ -117,17 +126,45 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_plugins)
     p = sub.add_parser("backends", help="show which kernel backend each op resolves to on this machine, and why")
     p.add_argument("--device", help="a device such as cpu or cuda:0 (default: every device here)")
-    p.add_argument("--dtype", default="float32", choices=sorted(_DTYPES))
-    p.add_argument("--op", help="only this op")
+    p.add_argument("--dtype", default="float32", choices=sorted(_DTYPES), help="dtype of the inputs (default: float32)")
+    p.add_argument("--op", help="only this op (default: every op of the registered backends)")
     p.set_defaults(func=_cmd_backends)
     p = sub.add_parser("demo", help="a short Langevin run on a double well with the core's pieces")
-    p.add_argument("--n-chains", type=int, default=10_000)
-    p.add_argument("--n-steps", type=int, default=500)
-    p.add_argument("--step-size", type=float, default=0.01)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--n-chains", type=int, default=10_000, help="number of chains (default: 10000)")
+    p.add_argument("--n-steps", type=int, default=500, help="Langevin steps (default: 500)")
+    p.add_argument("--step-size", type=float, default=0.01, help="Langevin step size h (default: 0.01)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the generator (default: 0)")
     p.set_defaults(func=_cmd_demo)
     plugins.session().add_commands(sub)
+    for dist, provided in FIRST_PARTY.items():  # a first-party command whose plugin is missing says what to install
+        for command in provided.get("command", ()):
+            if command not in sub.choices:
+                p = sub.add_parser(command, help=f"(not available: needs the plugin {dist})", add_help=False, prefix_chars="\0")
+                p.add_argument("args", nargs="*", help="ignored")
+                p.set_defaults(func=functools.partial(_missing_command, command, dist))
     return parser
+
+
+def _missing_command(command: str, dist: str, args: argparse.Namespace) -> int:
+    """``ebm <command>`` of a first-party plugin that is not installed, blocked or broken: say which and the fix."""
+    s = plugins.session()
+    record = next((r for r in s.records.values() if r.distribution == dist), None)
+    where = "" if s.config.source == "defaults" else f" ({s.config.source})"
+    if record is not None and record.status == "blocked":
+        why = (f"is installed but blocked: its plugin '{record.name}' is named by EBM_DISABLE_PLUGINS or the "
+               f"configuration's disable_plugins{where}; remove it from there")
+    elif record is not None and record.status == "failed":
+        why = f"failed to load ({record.error}); fix or reinstall it (`ebm plugins -v` shows the traceback)"
+    elif record is None and s.config.disable_plugin_autoload:
+        why = (f"is not loaded: plugin autoload is off (EBM_DISABLE_PLUGIN_AUTOLOAD or the configuration's "
+               f"disable_plugin_autoload{where}); turn it on")
+    else:
+        why = f"is not installed: {install_hint(dist)}"
+    raise UnknownComponentError(f"`ebm {command}` is provided by the plugin {dist}, which {why}.")
+
+
+def _show_warning(message: Any, category: type, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+    print(f"warning: {message}", file=file or sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -141,10 +178,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return _cmd_version(args) if args.version else args.func(args)
+        with warnings.catch_warnings():  # a warning is one line, as the errors are
+            warnings.showwarning = _show_warning
+            return _cmd_version(args) if args.version else args.func(args)
     except EBMError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted: files already written are complete; a checkpointed or streamed run continues with "
+              "--resume.", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

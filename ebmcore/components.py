@@ -10,25 +10,28 @@ functions users call (``ebmcore.registry.get`` ...) are in :mod:`ebmcore.registr
 from __future__ import annotations
 
 import difflib
+import inspect
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, get_args
 
-from ebmcore.errors import DuplicateComponentError, PluginError, UnknownComponentError
+from ebmcore.errors import DuplicateComponentError, InputError, PluginError, UnknownComponentError
 
-__all__ = ["Kind", "KINDS", "Entry", "Provider", "Registrar", "ComponentTable", "FIRST_PARTY", "HOOK_OF_KIND"]
+__all__ = ["Kind", "KINDS", "Entry", "Provider", "Registrar", "ComponentTable", "FIRST_PARTY", "FIRST_PARTY_DISTRIBUTIONS",
+           "HOOK_OF_KIND", "install_hint", "first_party_provider"]
 
 Kind = Literal["energy", "sampler", "integrator", "loss", "kernel"]
 KINDS: tuple[str, ...] = get_args(Kind)
 
 _NAME = re.compile(r"^[a-z][a-z0-9_.\-]*$")
 
-# Names the first-party plugins provide, so that a lookup can say what to install (data, checked against the
-# plugins' real registrations by tests/test_registry.py).
+# Names the first-party plugins provide (components, and ``ebm`` subcommands under "command"), so that a lookup
+# can say what to install (data, checked against the plugins' real registrations by tests/test_registry.py).
 FIRST_PARTY: dict[str, dict[str, tuple[str, ...]]] = {
     "ebm-samplers": {
         "sampler": ("langevin", "mala", "hmc", "nuts", "annealed_langevin", "parallel_tempering"),
         "integrator": ("euler_maruyama", "leapfrog", "heun", "dopri5", "mclachlan", "yoshida"),
+        "command": ("sample", "profile"),
     },
     "ebm-losses": {
         "loss": (
@@ -39,10 +42,13 @@ FIRST_PARTY: dict[str, dict[str, tuple[str, ...]]] = {
             "denoising_score_matching",
             "nce",
         ),
+        "command": ("train",),
     },
-    "ebm-cuda": {"kernel": ("cuda", "cpu_fused")},
+    "ebm-cuda": {"kernel": ("cuda", "cpu_fused"), "command": ("cuda",)},
 }
 _PLUGIN_DIRS = {"ebm-samplers": "ebm_samplers", "ebm-losses": "ebm_losses", "ebm-cuda": "ebm_cuda"}
+FIRST_PARTY_DISTRIBUTIONS = frozenset({"ebmcore", *FIRST_PARTY})
+"""The distributions of this project: their components and commands win name clashes with other plugins'."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,18 @@ class Entry:
     override: bool = False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Build the component; arguments its signature does not take are an :class:`InputError` naming those it takes."""
+        try:
+            signature = inspect.signature(self.component)
+        except (TypeError, ValueError):  # no signature to check against (a builtin): let the call decide
+            signature = None
+        if signature is not None:
+            try:
+                signature.bind(*args, **kwargs)
+            except TypeError as exc:
+                takes = [p.name for p in signature.parameters.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+                raise InputError(f"{self.kind} '{self.name}' ({getattr(self.component, '__name__', self.component)}): {exc}; "
+                                 f"it takes {', '.join(takes) or 'no arguments'}.") from None
         return self.component(*args, **kwargs)
 
     def describe(self) -> str:
@@ -163,13 +181,24 @@ class ComponentTable:
         for entry in entries:
             self._by_name.setdefault((entry.kind, entry.name), []).append(entry)
 
+    @staticmethod
+    def _settle(found: list[Entry]) -> Entry | None:
+        """The entry that wins a clash: the one that declared ``override=True``, else the first-party one; None if
+        neither settles it."""
+        overriding = [e for e in found if e.override]
+        if len(overriding) == 1:
+            return overriding[0]
+        first_party = [e for e in found if e.distribution in FIRST_PARTY_DISTRIBUTIONS]
+        return first_party[0] if not overriding and len(first_party) == 1 else None
+
     def _winner(self, kind: str, name: str) -> Entry:
         found = self._by_name[(kind, name)]
         if len(found) == 1:
             return found[0]
+        winner = self._settle(found)
+        if winner is not None:
+            return winner
         overriding = [e for e in found if e.override]
-        if len(overriding) == 1:
-            return overriding[0]
         providers = "; ".join(e.describe() for e in found)
         fix = (
             "uninstall one of them, block one with EBM_DISABLE_PLUGINS=<plugin>, "
@@ -180,11 +209,17 @@ class ComponentTable:
         raise DuplicateComponentError(f"{kind} '{name}' is registered by more than one plugin: {providers}. Fix: {fix}.")
 
     def conflicts(self) -> list[tuple[str, str, list[Entry]]]:
-        """Names that several plugins registered and that no single override settles."""
+        """Names that several plugins registered and that neither one override nor one first-party entry settles."""
+        return [(kind, name, found) for (kind, name), found in self._by_name.items()
+                if len(found) > 1 and self._settle(found) is None]
+
+    def shadowed(self) -> list[tuple[str, str, Entry, list[Entry]]]:
+        """Settled clashes: ``(kind, name, winner, losers)`` for every name several plugins registered."""
         out = []
         for (kind, name), found in self._by_name.items():
-            if len(found) > 1 and sum(e.override for e in found) != 1:
-                out.append((kind, name, found))
+            winner = self._settle(found) if len(found) > 1 else None
+            if winner is not None:
+                out.append((kind, name, winner, [e for e in found if e is not winner]))
         return out
 
     def names(self, kind: str) -> list[str]:
@@ -227,6 +262,11 @@ def first_party_provider(kind: str, name: str) -> str | None:
     return None
 
 
+def install_hint(dist: str) -> str:
+    """How to install the first-party distribution ``dist``."""
+    return f"install it with `pip install {dist}` (from a source checkout: `pip install -e plugins/{_PLUGIN_DIRS[dist]}`)"
+
+
 def _unknown_message(kind: str, name: str, available: list[str], failures: str) -> str:
     lines = [f"no {kind} named {name!r}. Available {kind} names: {', '.join(available) or '(none)'}."]
     close = difflib.get_close_matches(name, available, n=1)
@@ -234,10 +274,7 @@ def _unknown_message(kind: str, name: str, available: list[str], failures: str) 
         lines.append(f"Did you mean {close[0]!r}?")
     dist = first_party_provider(kind, name)
     if dist:
-        lines.append(
-            f"{kind} {name!r} is provided by the plugin {dist}: install it with `pip install {dist}` "
-            f"(from a source checkout: `pip install -e plugins/{_PLUGIN_DIRS[dist]}`)."
-        )
+        lines.append(f"{kind} {name!r} is provided by the plugin {dist}: {install_hint(dist)}.")
     if failures:
         lines.append("These plugins failed to load and may have provided it:\n" + failures)
     return "\n".join(lines)

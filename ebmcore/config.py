@@ -33,7 +33,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 __all__ = ["Config", "get_config", "load_config", "reload_config", "generation", "parse_backend_list", "env_flag", "validate_table", "read_toml", "load_job_config", "parse_device", "REQUIRED",
-           "positive", "non_negative"]
+           "positive", "non_negative", "seed_range"]
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -105,40 +105,44 @@ def read_toml(path: str | os.PathLike) -> dict[str, Any]:
     return _read_toml(path)
 
 
-def validate_table(table: Any, schema: dict[str, Any], where: str) -> dict[str, Any]:
+def validate_table(table: Any, schema: dict[str, Any], where: str, _tables: tuple[str, ...] = ()) -> dict[str, Any]:
     r"""Check ``table`` against ``schema`` and return it with defaults filled in.
 
     ``schema`` maps each key to ``(types, default)`` -- ``default`` is ``REQUIRED`` for a required
     key -- or to a nested schema (a dict) for a sub-table. ``types`` may include a callable check
-    ``lambda value: error_or_None``. Unknown keys and wrong types are :class:`ConfigError`\ s that
-    name the key and ``where`` (the file and table).
+    ``lambda value: error_or_None``. An int is accepted (as a float) where ``float`` is. Unknown keys
+    and wrong types are :class:`ConfigError`\ s that name ``where`` (the file) and the table and key,
+    as ``file [table]: key 'k' ...``.
     """
+    here = f"{where} [{'.'.join(_tables)}]" if _tables else where
     if not isinstance(table, dict):
-        raise ConfigError(f"{where}: expected a table, got {table!r}.")
+        raise ConfigError(f"{here}: expected a table, got {table!r}.")
     unknown = sorted(set(table) - set(schema))
     if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; the known keys are {', '.join(sorted(schema))}.")
+        raise ConfigError(f"{here}: unknown key(s) {', '.join(unknown)}; the known keys are {', '.join(sorted(schema))}.")
     out: dict[str, Any] = {}
     for key, rule in schema.items():
         if isinstance(rule, dict):
-            out[key] = validate_table(table.get(key, {}), rule, f"{where}.{key}")
+            out[key] = validate_table(table.get(key, {}), rule, where, (*_tables, key))
             continue
         types, default = rule
         if key not in table:
             if default is REQUIRED:
-                raise ConfigError(f"{where}: key '{key}' is required.")
+                raise ConfigError(f"{here}: key '{key}' is required.")
             out[key] = default
             continue
-        value = table[key]
+        given = value = table[key]
         checks = [t for t in types if not isinstance(t, type)]
         kinds = tuple(t for t in types if isinstance(t, type))
+        if float in kinds and int not in kinds and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)  # lr = 1 means 1.0
         if kinds and (not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds)):
             names = " or ".join(k.__name__ for k in kinds)
-            raise ConfigError(f"{where}: key '{key}' must be {names}, got {value!r}.")
+            raise ConfigError(f"{here}: key '{key}' must be {names}, got {given!r}.")
         for check in checks:
             problem = check(value)
             if problem:
-                raise ConfigError(f"{where}: key '{key}' {problem}, got {value!r}.")
+                raise ConfigError(f"{here}: key '{key}' {problem}, got {given!r}.")
         out[key] = value
     return out
 
@@ -164,6 +168,9 @@ def parse_device(value: str, where: str) -> Any:
         device = torch.device(value)
     except (RuntimeError, TypeError) as exc:
         raise ConfigError(f"{where}: {value!r} is not a device ({exc}); use e.g. 'cpu' or 'cuda:0'.") from None
+    if device.type == "meta":
+        raise ConfigError(f"{where}: 'meta' tensors hold shapes but no values, so a run cannot sample or train on them; "
+                          "use 'cpu' or 'cuda'.")
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise ConfigError(f"{where}: device {value!r} is not available (no CUDA device, or a CPU-only torch); use 'cpu'.")
@@ -182,6 +189,11 @@ def non_negative(value: Any) -> str | None:
     return None if value >= 0 else "must be >= 0"
 
 
+def seed_range(value: Any) -> str | None:
+    """A :func:`validate_table` check: a seed of a ``torch.Generator``, in ``[0, 2**64)``."""
+    return None if 0 <= value < 2**64 else "must be in [0, 2**64) (a torch.Generator seed)"
+
+
 class _Required:
     def __repr__(self) -> str:
         return "REQUIRED"
@@ -196,6 +208,9 @@ def _read_toml(path: Path) -> dict[str, Any]:
             return tomllib.load(f)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: malformed TOML ({exc}); fix the syntax or remove the file.") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.object[exc.start:exc.start + 1]!r} at offset {exc.start}); "
+                          "TOML files are UTF-8: save it in that encoding.") from None
 
 
 _KEYS = {"backend", "disable_plugin_autoload", "disable_plugins"}

@@ -19,8 +19,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from ebmcore import diagnostics
 from ebmcore.errors import InputError
+from ebmcore.recording import finite_summary
 
 __all__ = ["DistributedRun", "init", "shutdown", "shard", "rank_generator", "gather_chains", "all_mean", "sample", "DistributedSamples"]
 
@@ -112,10 +112,10 @@ def all_mean(local_sum: Tensor, local_count: int | Tensor, run: DistributedRun) 
 
 @dataclass(frozen=True)
 class DistributedSamples:
-    """All chains (gathered, in rank order) and diagnostics over all of them; the same on every rank.
+    """All chains (gathered, in rank order) and diagnostics over all of those that stayed finite; the same on every rank.
 
     ``samples: (n_chains, *event)``, ``trajectory: (n_kept, n_chains, *event)``; ``summary`` holds
-    mean, sd, ess_bulk, ess_tail, r_hat (``ebmcore.diagnostics.summary`` of the gathered trajectory);
+    mean, sd, ess_bulk, ess_tail, r_hat (:func:`ebmcore.recording.finite_summary` of the gathered trajectory: its finite chains);
     ``acceptance`` and ``divergences`` are reduced across ranks."""
 
     samples: Tensor
@@ -158,5 +158,5 @@ def sample(sampler: Any, n_chains: int, n_steps: int, run: DistributedRun, *, se
         if run.active:
             dist.all_reduce(div)
         divergences = int(div)
-    summary = diagnostics.summary(trajectory) if trajectory is not None and trajectory.shape[0] >= 4 else {}
+    summary = finite_summary(trajectory) if trajectory is not None else {}
     return DistributedSamples(samples, trajectory, summary, acceptance, divergences, part)

@@ -11,6 +11,7 @@ __all__ = [
     "PluginError",
     "BackendUnavailableError",
     "ConfigError",
+    "RunFileError",
 ]
 
 
@@ -44,3 +45,7 @@ class BackendUnavailableError(EBMError, RuntimeError):
 
 class ConfigError(EBMError, ValueError):
     """A configuration file or environment variable holds an unknown key or a bad value."""
+
+
+class RunFileError(EBMError, OSError):
+    """A run file could not be written (read-only or full disk) or read back (missing, truncated, not ebm's)."""

@@ -6,6 +6,7 @@ be drawn here, and the jobs then skip them with one line instead of failing.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any, Callable
 
@@ -32,6 +33,18 @@ def _pyplot() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def _save(fig: Any, path: Path) -> None:
+    """Write ``fig`` as a PNG to ``path`` atomically (:func:`ebmcore.runfiles.write_bytes`), and close it."""
+    from ebmcore.runfiles import write_bytes
+
+    buffer = io.BytesIO()
+    try:
+        fig.savefig(buffer, dpi=110, format="png")
+    finally:
+        _pyplot().close(fig)
+    write_bytes(path, buffer.getbuffer())
 
 
 def _grid(lim: tuple[float, float, float, float], n: int = 200) -> tuple[Tensor, Tensor, Tensor]:
@@ -63,8 +76,7 @@ def plot_landscape(path: Path, energy_fn: Callable[[Tensor], Tensor], samples: T
     ax.scatter(shown[:, 0].numpy(), shown[:, 1].numpy(), s=2, c="white", alpha=0.5, linewidths=0)
     ax.set(title=title, xlabel="x₁", ylabel="x₂", xlim=lim[:2], ylim=lim[2:])
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def plot_traces(path: Path, trajectory: Tensor, n_chains: int = 4, n_coords: int = 2) -> None:
@@ -80,8 +92,7 @@ def plot_traces(path: Path, trajectory: Tensor, n_chains: int = 4, n_coords: int
     axes[-1, 0].set_xlabel("kept step")
     fig.suptitle("traces (first chains)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def plot_autocorrelation(path: Path, autocorrelation: Tensor, n_coords: int = 2) -> None:
@@ -95,8 +106,7 @@ def plot_autocorrelation(path: Path, autocorrelation: Tensor, n_coords: int = 2)
     ax.set(xlabel="lag", ylabel="autocorrelation", title="autocorrelation (mean over chains)")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def plot_curve(path: Path, steps: list[int], values: list[float], title: str, ylabel: str) -> None:
@@ -111,8 +121,7 @@ def plot_curve(path: Path, steps: list[int], values: list[float], title: str, yl
     ax.set(xlabel="step", ylabel=ylabel, title=title)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def plot_density(path: Path, energy_fn: Callable[[Tensor], Tensor], data: Tensor, title: str) -> None:
@@ -130,5 +139,4 @@ def plot_density(path: Path, energy_fn: Callable[[Tensor], Tensor], data: Tensor
     axes[1].imshow(density.numpy(), origin="lower", extent=lim, cmap="magma", aspect="auto")
     axes[1].set(title=title, xlabel="x₁")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)

@@ -10,6 +10,7 @@ hook raises is recorded as failed and the others are unaffected.
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import threading
 import traceback
@@ -21,7 +22,7 @@ import pluggy
 
 from ebmcore import config, hookspecs
 from ebmcore.version import __version__
-from ebmcore.components import HOOK_OF_KIND, KINDS, ComponentTable, Provider, Registrar
+from ebmcore.components import FIRST_PARTY_DISTRIBUTIONS, HOOK_OF_KIND, KINDS, ComponentTable, Provider, Registrar
 
 __all__ = ["PluginRecord", "PluginSession", "session", "reset", "register_plugin", "ENTRY_POINT_GROUP"]
 
@@ -41,6 +42,8 @@ class PluginRecord:
     error: str = ""
     traceback: str = ""
     provides: dict[str, list[str]] = field(default_factory=dict)
+    commands: list[str] = field(default_factory=list)
+    """The ``ebm`` subcommands it added (filled when ``ebm`` builds its parser)."""
 
     def fail(self, stage: str, exc: BaseException) -> None:
         self.status = "failed"
@@ -59,6 +62,8 @@ class PluginSession:
         self.manager.add_hookspecs(hookspecs)
         self.records: dict[str, PluginRecord] = {}
         self.table = ComponentTable()
+        self.command_clashes: list[tuple[str, str, str]] = []
+        """``(command, winner, loser)`` for every ``ebm`` subcommand name a later plugin tried to take (see :meth:`add_commands`)."""
         self.kernel_cache: dict[tuple[Any, ...], Any] = {}
         """Kernel choices of :func:`ebmcore.resolve_kernel` with these plugins (a new session starts empty)."""
 
@@ -102,9 +107,9 @@ class PluginSession:
             return
         try:
             plugin = ep.load()
-        except BaseException as exc:  # noqa: BLE001 - a broken plugin must not break the core
-            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-                raise
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - a broken plugin (even one calling sys.exit) must not break the core
             record.fail("import", exc)
             self.records[ep.name] = record
             return
@@ -145,17 +150,27 @@ class PluginSession:
         others = [p for p in self.manager.get_plugins() if p is not plugin]
         try:
             self.manager.subset_hook_caller(hook, remove_plugins=others)(**kwargs)
-        except Exception as exc:  # noqa: BLE001 - recorded, quoted by lookups
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - recorded, quoted by lookups (sys.exit in a hook included)
             record.fail(hook, exc)
             return False
         return True
 
     def add_commands(self, subparsers: Any) -> None:
-        """Let every loaded plugin add ``ebm`` subcommands (failures are recorded, not raised)."""
-        for name, record in list(self.records.items()):
+        """Let every loaded plugin add ``ebm`` subcommands (failures are recorded, not raised).
+
+        The first-party plugins add theirs first, and a command name that is taken (by the core or an earlier
+        plugin) is not replaced: the later plugin's parser for it is left unused and the clash is recorded in
+        :attr:`command_clashes` as ``(command, winner, loser)``."""
+        owners = {name: "ebmcore" for name in subparsers.choices}
+        self.command_clashes = []
+        first_party = sorted(self.records.items(), key=lambda item: item[1].distribution not in FIRST_PARTY_DISTRIBUTIONS)
+        for name, record in first_party:
             plugin = self.manager.get_plugin(name)
             if record.status == "loaded" and plugin is not None:
-                self._call(plugin, record, "ebm_add_commands", subparsers=subparsers)
+                guarded = _Subcommands(subparsers, record, owners, self.command_clashes)
+                self._call(plugin, record, "ebm_add_commands", subparsers=guarded)
 
     # -- reporting -----------------------------------------------------------------------------
 
@@ -164,6 +179,31 @@ class PluginSession:
 
     def failure_summary(self) -> str:
         return "\n".join(f"  - {r.name} ({r.distribution} {r.version}): {r.error}" for r in self.failures())
+
+
+class _Subcommands:
+    """``ebm``'s sub-parsers as one plugin's ``ebm_add_commands`` sees them: a taken name is not replaced."""
+
+    def __init__(self, subparsers: Any, record: PluginRecord, owners: dict[str, str],
+                 clashes: list[tuple[str, str, str]]) -> None:
+        self._subparsers, self._record, self._owners, self._clashes = subparsers, record, owners, clashes
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        names = [name, *kwargs.get("aliases", ())]
+        taken = [n for n in names if n in self._owners]
+        who = f"{self._record.name} ({self._record.distribution})"
+        if taken:
+            for n in taken:
+                self._clashes.append((n, self._owners[n], who))
+            return argparse.ArgumentParser(prog=f"ebm {name} (unused: taken by {self._owners[taken[0]]})", add_help=False)
+        parser = self._subparsers.add_parser(name, **kwargs)
+        for n in names:
+            self._owners[n] = who
+        self._record.commands += [n for n in names if n not in self._record.commands]  # main() builds it at every call
+        return parser
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self._subparsers, attribute)
 
 
 _lock = threading.RLock()

@@ -13,11 +13,34 @@ from typing import Any, Callable, NamedTuple
 import torch
 from torch import Tensor
 
-__all__ = ["Diagnostics", "SampleResult", "NonFiniteChainsWarning", "Recorder"]
+from ebmcore import diagnostics
+
+__all__ = ["Diagnostics", "SampleResult", "NonFiniteChainsWarning", "Recorder", "nonfinite_chains", "finite_summary"]
 
 
 class NonFiniteChainsWarning(RuntimeWarning):
     """Some chains ended non-finite (ULA at too large a step size); they are reported, never clamped."""
+
+
+def nonfinite_chains(x: Tensor, dim: int = 0) -> Tensor:
+    """Indices of the chains (along ``dim``: 0 for states ``(n_chains, *event)``, 1 for a trajectory
+    ``(n_kept, n_chains, *event)``) holding any NaN or infinite value."""
+    return (~torch.isfinite(x.movedim(dim, 0).flatten(1)).all(1)).nonzero().flatten()
+
+
+def finite_summary(trajectory: Tensor) -> dict[str, Tensor]:
+    """``ebmcore.diagnostics.summary`` of the chains of ``trajectory: (n_kept, n_chains, *event)`` that stayed finite
+    (``{}`` with fewer than 4 kept draws or no finite chain): diverged chains are counted by the caller, not diagnosed."""
+    if trajectory.shape[0] < 4:
+        return {}
+    bad = nonfinite_chains(trajectory, dim=1)
+    if bad.numel() == trajectory.shape[1]:
+        return {}
+    if bad.numel():
+        keep = torch.ones(trajectory.shape[1], dtype=torch.bool, device=trajectory.device)
+        keep[bad] = False
+        trajectory = trajectory[:, keep]
+    return diagnostics.summary(trajectory)
 
 
 @dataclass(frozen=True)

@@ -1,43 +1,172 @@
-"""Files a run writes besides its plots: metrics and configurations as JSON, samples as ``.pt`` and ``.npz``.
+"""Files a run writes and reads back: metrics and configurations as JSON, samples as ``.pt`` and ``.npz``,
+checkpoints, models and plots; and what a run directory already holds.
 
-Every file is written under a temporary name and renamed into place, so an interrupted run never
-leaves a half-written file behind.
+Every file is written under a temporary name (``name.tmp.suffix``), flushed to the disk (fsync), and
+renamed into place, so an interrupted run never leaves a half-written file behind. A write that fails
+(read-only directory, full disk) removes its temporary file and raises :class:`RunFileError` naming the
+path; the files written before it are untouched. Files are read back with :func:`load_torch`, which
+names a missing or truncated file and the fix.
 """
 
 from __future__ import annotations
 
+import errno
+import io
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["write_json", "save_samples"]
+from ebmcore.errors import RunFileError
+
+__all__ = ["write_bytes", "write_json", "save_torch", "save_samples", "load_torch", "check_run_dir", "make_dir",
+           "start_run", "finished_run", "clear_run"]
+
+
+def _write(tmp: Path, data: bytes | memoryview) -> None:
+    """The one place where a run file's bytes reach the disk: create ``tmp``, write, fsync."""
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _sync_dir(directory: Path) -> None:
+    """Make a rename in ``directory`` durable (best effort: some file systems refuse to fsync a directory)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _cannot(action: str, path: Path, exc: OSError) -> RunFileError:
+    reason = exc.strerror or str(exc)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = "free some space on that disk, or choose another run directory (--out)"
+    elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        fix = f"make {path.parent} writable, or choose another run directory (--out)"
+    else:
+        fix = "check the path, or choose another run directory (--out)"
+    return RunFileError(f"cannot {action} {path}: {reason} (errno {exc.errno}); {fix}. Files written before it are intact.")
+
+
+def write_bytes(path: Path, data: bytes | memoryview) -> None:
+    """Write ``data`` to ``path`` atomically: a temporary file, fsync, rename; :class:`RunFileError` if it fails."""
+    path = Path(path)
+    tmp = path.with_name(f"{path.stem}.tmp{path.suffix}")
+    try:
+        _write(tmp, data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise _cannot("write", path, exc) from None
+    finally:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+    _sync_dir(path.parent)
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
     """Write ``data`` atomically as indented JSON (tensors become lists)."""
-    def default(value: Any) -> Any:
-        if isinstance(value, Tensor):
-            return value.tolist()
-        if isinstance(value, (np.ndarray, np.generic)):
-            return value.tolist()
-        return str(value)
-
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=default, allow_nan=True))
-    os.replace(tmp, path)
+    write_bytes(path, json.dumps(data, indent=2, default=_plain, allow_nan=True).encode())
 
 
-def save_samples(directory: Path, name: str, samples: Tensor) -> None:
-    """``name.pt`` (torch) and ``name.npz`` (numpy, key ``samples``), each written atomically."""
+def _plain(value: Any) -> Any:
+    if isinstance(value, (Tensor, np.ndarray, np.generic)):
+        return value.tolist()
+    return str(value)
+
+
+def save_torch(obj: Any, path: Path) -> None:
+    """``torch.save(obj)`` to ``path`` atomically (checkpoints, segments, models)."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    write_bytes(path, buffer.getbuffer())
+
+
+def save_samples(directory: Path, name: str, samples: Tensor, *, torch_copy: bool = True) -> None:
+    """``name.pt`` (torch; not with ``torch_copy=False``) and ``name.npz`` (numpy, key ``samples``), each atomically."""
     cpu = samples.detach().cpu()
-    tmp = directory / f"{name}.pt.tmp"
-    torch.save(cpu, tmp)
-    os.replace(tmp, directory / f"{name}.pt")
-    tmp_npz = directory / f"{name}.tmp.npz"
-    np.savez(tmp_npz, samples=cpu.float().numpy() if cpu.dtype in (torch.bfloat16, torch.float16) else cpu.numpy())
-    os.replace(tmp_npz, directory / f"{name}.npz")
+    if torch_copy:
+        save_torch(cpu, directory / f"{name}.pt")
+    buffer = io.BytesIO()
+    np.savez(buffer, samples=cpu.float().numpy() if cpu.dtype in (torch.bfloat16, torch.float16) else cpu.numpy())
+    write_bytes(directory / f"{name}.npz", buffer.getbuffer())
+
+
+def load_torch(path: Path, *, map_location: Any = None, what: str, fix: str) -> Any:
+    """``torch.load(path, weights_only=True)``; a missing, truncated or foreign file is a :class:`RunFileError`
+    naming ``what`` it should hold and the ``fix``."""
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except FileNotFoundError:
+        raise RunFileError(f"{path}: no such file (expected {what}); {fix}.") from None
+    except Exception as exc:  # noqa: BLE001 - torch reports a bad file with RuntimeError, EOFError, UnpicklingError, ...
+        reason = str(exc).strip().splitlines()[0].split(". ")[0] if str(exc).strip() else type(exc).__name__
+        raise RunFileError(f"{path} cannot be read as {what} ({type(exc).__name__}: {reason}): it is truncated or was "
+                           f"not written by ebm; {fix}.") from None
+
+
+def check_run_dir(out: Path) -> None:
+    """Refuse a run directory that is an existing file (checked before any work)."""
+    if out.exists() and not out.is_dir():
+        raise RunFileError(f"the run directory {out} is an existing file; choose a directory (--out), which is "
+                           "created if missing.")
+
+
+def make_dir(path: Path) -> None:
+    """``mkdir -p path``, or a :class:`RunFileError` naming it."""
+    check_run_dir(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _cannot("create the directory", path, exc) from None
+
+
+def start_run(out: Path, config: dict[str, Any]) -> None:
+    """Begin a run in ``out``: the previous run's ``metrics.json`` goes (so that only a finished run has one, see
+    :func:`finished_run`), and ``config.json`` records this one."""
+    try:
+        (out / "metrics.json").unlink(missing_ok=True)
+    except OSError as exc:
+        raise _cannot("remove", out / "metrics.json", exc) from None
+    write_json(out / "config.json", config)
+
+
+def finished_run(out: Path, config: dict[str, Any], expected: Callable[[dict[str, Any]], list[str]] = lambda m: []
+                 ) -> dict[str, Any] | None:
+    """The metrics of the run in ``out`` if it finished with this same ``config`` (its ``config.json`` equal, its
+    ``metrics.json`` written, and the files ``expected(metrics)`` names, relative to ``out``, all there), else None."""
+    try:
+        saved = json.loads((out / "config.json").read_text())
+        metrics = json.loads((out / "metrics.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if saved != json.loads(json.dumps(config, default=_plain)):
+        return None
+    return metrics if all((out / name).is_file() for name in expected(metrics)) else None
+
+
+_RESUMABLE = ("metrics.json", "checkpoint.pt", "segments/segment-*.pt", "chunks/chunk-*.npz")
+
+
+def clear_run(out: Path) -> None:
+    """Remove what a later run would take for its own (``--overwrite``): the metrics, the checkpoint, the
+    checkpointed segments and the streamed chunks. The other files are replaced as the new run writes them."""
+    for pattern in _RESUMABLE:
+        for path in out.glob(pattern):
+            try:
+                path.unlink()
+            except OSError as exc:
+                raise _cannot("remove", path, exc) from None

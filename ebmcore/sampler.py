@@ -54,7 +54,8 @@ class Run:
 
 
 def check_run_arguments(x0: Any, n_steps: int, burn_in: int = 0, thin: int = 1, generator: Any = None) -> None:
-    """Clear errors for bad step counts and a generator that is not one, or not on ``x0``'s device."""
+    """Clear errors for bad step counts, states on the ``meta`` device, and a generator that is not one, or not on
+    ``x0``'s device."""
     for name, value, low in (("n_steps", n_steps, 0), ("burn_in", burn_in, 0), ("thin", thin, 1)):
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
             kind = "non-negative" if low == 0 else "positive"
@@ -64,6 +65,9 @@ def check_run_arguments(x0: Any, n_steps: int, burn_in: int = 0, thin: int = 1, 
     if generator is not None and isinstance(x0, Tensor) and generator.device.type != x0.device.type:
         raise InputError(f"generator is on {generator.device} but x0 is on {x0.device}; "
                          f"use torch.Generator(device={str(x0.device)!r}).manual_seed(...).")
+    if isinstance(x0, Tensor) and x0.device.type == "meta":
+        raise InputError("x0 is on the meta device, which holds shapes but no values: a chain cannot run there. "
+                         "Sample on 'cpu' or 'cuda' (energy.to(device), x0.to(device)); energies evaluate on meta for shapes.")
 
 
 @dataclass

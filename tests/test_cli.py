@@ -1,10 +1,18 @@
-"""The ebm command: plugins, backends, demo, version."""
+"""The ebm command: plugins, backends, demo, version; help for every flag; commands of missing plugins."""
 
+import argparse
+import re
+import shlex
 import shutil
 import subprocess
 import sys
+from pathlib import Path
+
+import importlib_metadata
+import pytest
 
 import ebmcore
+from ebmcore import plugins
 from ebmcore.cli import _double_well_mean_abs, main
 from ebmcore.testing import isolated_plugins
 
@@ -46,3 +54,70 @@ def test_console_script_is_installed():
     exe = shutil.which("ebm") or str(__import__("pathlib").Path(sys.executable).with_name("ebm"))
     result = subprocess.run([exe, "--version"], capture_output=True, text=True, check=True)
     assert result.stdout.startswith("ebm ")
+
+
+def _parsers(parser, path="ebm"):
+    """Every (command path, parser) of ebm, subcommands of subcommands included."""
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _parsers(sub, f"{path} {name}")
+
+
+def test_every_flag_and_argument_of_every_command_has_help():
+    from ebmcore import cli
+
+    seen, missing = set(), []
+    for path, parser in _parsers(cli._parser()):
+        seen.add(path)
+        missing += [f"{path} {a.option_strings or a.dest}" for a in parser._actions
+                    if not isinstance(a, argparse._SubParsersAction) and not (a.help or "").strip()]
+    assert {"ebm sample", "ebm train", "ebm profile", "ebm cuda info", "ebm demo"} <= seen
+    assert missing == []
+
+
+@pytest.mark.parametrize("command, dist", [("train", "ebm-losses"), ("sample", "ebm-samplers"), ("profile", "ebm-samplers")])
+def test_a_command_of_a_missing_plugin_says_what_to_install(monkeypatch, capsys, command, dist):
+    real = importlib_metadata.entry_points
+    monkeypatch.setattr(importlib_metadata, "entry_points",  # as if the plugin were not installed
+                        lambda **kw: [ep for ep in real(**kw) if not (ep.dist and ep.dist.name == dist)])
+    plugins.reset()
+    assert main([command, "--out", "x", "--steps", "3"]) == 2
+    err = capsys.readouterr().err
+    assert f"error: `ebm {command}` is provided by the plugin {dist}, which is not installed" in err
+    assert f"pip install {dist}" in err and f"pip install -e plugins/{dist.replace('-', '_')}" in err
+    assert not Path("x").exists()
+
+
+def test_a_command_of_a_blocked_plugin_says_so(monkeypatch, capsys):
+    monkeypatch.setenv("EBM_DISABLE_PLUGINS", "losses")
+    ebmcore.reload_config()
+    assert main(["train", "--help"]) == 2
+    assert "ebm-losses, which is installed but blocked: its plugin 'losses' is named by EBM_DISABLE_PLUGINS" in capsys.readouterr().err
+
+
+def test_the_validation_examples_of_cli_md_print_what_ebm_prints(tmp_path, monkeypatch, capsys):
+    page = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+    monkeypatch.chdir(tmp_path)
+    for name, text in re.findall(r"```toml\n# (\S+\.toml)\n(.*?)```", page, re.S):
+        (tmp_path / name).write_text(text)
+    sample, train = (tmp_path / "sample.toml").read_text(), (tmp_path / "train.toml").read_text()
+    bad = {  # what the comments in the block say each file changes
+        "bad1.toml": sample.replace("n_chains = 200", "n_chain = 10"),
+        "bad2.toml": sample.replace("target_accept = 0.6", "target_accept = 1"),
+        "bad4.toml": sample.replace("[energy]\n", '[energy]\nmodel = "m.pt"\n'),
+        "bad8.toml": sample + "\n[extra]\na = 1\n",
+        "bad9.toml": sample.replace("[sampler]\n", "[sampler]\nparams = { stepsize = 0.1 }\n"),
+        "train-bad1.toml": train.replace('dataset = "eight_gaussians"', 'dataset = "moons"'),
+        "train-bad2.toml": train.replace("ema_decay = 0.9", "ema_decay = 1"),
+    }
+    for name, text in bad.items():
+        (tmp_path / name).write_text(text)
+    block = page.split("## Validation and errors")[1].split("```\n")[1]
+    examples = re.findall(r"^\$ (ebm [^\n#]*?)\s*(?:#[^\n]*)?\n(error: [^\n]*)$", block, re.M)
+    assert len(examples) >= 12
+    for command, printed in examples:
+        capsys.readouterr()
+        assert main(shlex.split(command)[1:]) == 2, command
+        assert capsys.readouterr().err.strip() == printed, command

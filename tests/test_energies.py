@@ -217,3 +217,14 @@ def test_public_gradient_is_detached_unless_create_graph():
     x = torch.randn(4, 2)
     assert not energy.gradient(x).requires_grad
     assert energy.gradient(x, create_graph=True).requires_grad
+
+
+@pytest.mark.parametrize("name", ["gaussian", "double_well", "harmonic", "rosenbrock", "ackley", "rastrigin", "mlp"])
+def test_energies_evaluate_on_the_meta_device_for_shapes_and_sampling_there_is_refused(name):
+    energy = ebmcore.energy(name, dim=3).to("meta")
+    x = torch.empty(5, 3, device="meta")
+    e, g = energy.energy_and_gradient(x)
+    assert (e.shape, e.device.type) == ((5,), "meta") and energy.gradient(x).shape == (5, 3)
+    sampler = ebmcore.registry.get("sampler", "langevin")(energy, step_size=0.1)
+    with pytest.raises(InputError, match="x0 is on the meta device.*Sample on 'cpu' or 'cuda'"):
+        sampler.sample(x, 3)

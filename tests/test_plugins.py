@@ -1,5 +1,7 @@
 """Plugin loading: lazy and once, isolated failures, environment switches."""
 
+import argparse
+
 import importlib_metadata
 import pytest
 
@@ -165,3 +167,62 @@ def test_without_the_core_entry_point_the_builtins_still_load(monkeypatch):
                         lambda **kw: [ep for ep in real(**kw) if not (ep.dist and ep.dist.name == "ebmcore")])
     plugins.reset()
     assert registry.get("energy", "gaussian").plugin == "builtin" and plugins.session().records["builtin"].status == "loaded"
+
+
+EXITS_ON_IMPORT = """
+import sys
+sys.exit(3)
+"""
+
+TAKES_SAMPLE = """
+import ebmcore
+
+class _Mala(ebmcore.Sampler):
+    def init(self, x):
+        return x
+
+    def step(self, state, **kw):
+        return state, {}
+
+@ebmcore.hookimpl
+def ebm_register_samplers(registry):
+    registry.register_sampler("mala", _Mala)  # a first-party name, without override=True
+
+@ebmcore.hookimpl
+def ebm_add_commands(subparsers):
+    p = subparsers.add_parser("sample", help="not the real one")
+    p.set_defaults(func=lambda args: 42)
+    q = subparsers.add_parser("hello", help="a command of its own")
+    q.set_defaults(func=lambda args: 0)
+"""
+
+
+def test_a_plugin_that_exits_on_import_is_recorded_and_nothing_else_breaks(tmp_path, capsys):
+    with installed_distribution(tmp_path / "x", "exit-plugin", "1.0", {"exiter": "exiter"}, {"exiter.py": EXITS_ON_IMPORT}):
+        plugins.reset()
+        assert ebmcore.energy("gaussian", dim=2).event_shape == (2,)
+        assert main(["plugins"]) == 1
+        out = capsys.readouterr().out
+        assert "exit-plugin 1.0" in out and "failed" in out and "import: SystemExit: 3" in out
+        assert plugins.session().records["samplers"].status == "loaded"
+
+
+def test_first_party_commands_and_components_win_clashes_whatever_the_install_order(tmp_path, capsys):
+    # the clashing distribution comes first on sys.path, so its entry point is loaded before ebm-samplers'
+    with installed_distribution(tmp_path / "c", "ebm-bad_command", "0.1", {"bad_command": "bad_command"},
+                                {"bad_command.py": TAKES_SAMPLE}):
+        plugins.reset()
+        from ebmcore import cli
+
+        parser = cli._parser()
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+        assert "--n-chains" in commands["sample"].format_help()  # ebm-samplers' sample
+        assert main(["hello"]) == 0  # the loser's other commands still work
+        assert registry.get("sampler", "mala").distribution == "ebm-samplers"
+        s = plugins.session()
+        assert s.records["samplers"].status == "loaded" and s.records["bad_command"].status == "loaded"
+        assert main(["plugins"]) == 0
+        out = capsys.readouterr().out
+        assert "SHADOWED command 'sample': samplers (ebm-samplers) is used; not bad_command (ebm-bad_command)" in out
+        assert "SHADOWED sampler 'mala': samplers (ebm-samplers, first-party) is used; not bad_command (ebm-bad_command)" in out
+        assert "CONFLICT" not in out

@@ -1,11 +1,21 @@
-"""Registry lookups: names, provenance, clear errors for unknown and clashing names."""
+"""Registry lookups: names, provenance, clear errors for unknown and clashing names; the first-party plugins' install
+hints, READMEs and dependency table match what they ship."""
+
+import re
+import sys
+from pathlib import Path
 
 import pytest
 
 import ebmcore
 from ebmcore import registry
-from ebmcore.errors import DuplicateComponentError, UnknownComponentError
+from ebmcore.errors import DuplicateComponentError, InputError, UnknownComponentError
 from ebmcore.testing import isolated_plugins
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 
 class _Sampler(ebmcore.Sampler):
@@ -55,8 +65,9 @@ def test_unknown_first_party_name_says_what_to_install():
 
 def test_the_install_hints_match_what_the_first_party_plugins_register():
     from ebmcore.components import FIRST_PARTY
-    from ebmcore import plugins
+    from ebmcore import cli, plugins
 
+    cli._parser()  # the plugins add their commands (recorded) when ebm builds its parser
     session = plugins.session()
     for dist, hinted in FIRST_PARTY.items():
         records = [r for r in session.records.values() if r.distribution == dist]
@@ -65,6 +76,8 @@ def test_the_install_hints_match_what_the_first_party_plugins_register():
         (record,) = records
         assert record.status == "loaded", record.error
         provided = {kind: tuple(names) for kind, names in record.provides.items()}
+        if record.commands:
+            provided["command"] = tuple(record.commands)
         assert {k: sorted(v) for k, v in provided.items()} == {k: sorted(v) for k, v in hinted.items()}, dist
     assert any(r.distribution == "ebm-samplers" for r in session.records.values())  # the suite installs them
 
@@ -115,3 +128,34 @@ def test_bad_names_and_non_callables_are_rejected():
     with isolated_plugins(("bad", Bad()), ("nc", NotCallable())) as s:
         assert "lower-case" in s.records["bad"].error
         assert "not callable" in s.records["nc"].error
+
+
+def test_a_wrong_keyword_names_the_parameters_the_component_takes():
+    with pytest.raises(InputError) as err:
+        ebmcore.energy("gaussian", dim=2, foo=1)
+    msg = str(err.value)
+    assert "energy 'gaussian' (GaussianEnergy): got an unexpected keyword argument 'foo'" in msg
+    assert "it takes mean, covariance, precision, dim" in msg
+    with pytest.raises(InputError, match=r"energy 'double_well' .*it takes dim, barrier"):
+        registry.get("energy", "double_well")(dims=2)
+
+
+def test_the_first_party_readmes_name_every_component_and_command():
+    from ebmcore.components import FIRST_PARTY
+
+    root = Path(__file__).resolve().parents[1] / "plugins"
+    for dist, provided in FIRST_PARTY.items():
+        readme = (root / dist.replace("-", "_") / "README.md").read_text()
+        missing = [f"{kind} {name}" for kind, names in provided.items() if kind != "kernel" for name in names
+                   if f"`{name}`" not in readme and f"`ebm {name}`" not in readme]
+        assert missing == [], f"plugins/{dist.replace('-', '_')}/README.md does not name {missing}"
+
+
+def test_getting_started_lists_every_dependency_of_every_package():
+    root = Path(__file__).resolve().parents[1]
+    page = (root / "docs" / "getting-started.md").read_text()
+    for pyproject in [root / "pyproject.toml", *sorted((root / "plugins").glob("*/pyproject.toml"))]:
+        project = tomllib.loads(pyproject.read_text())["project"]
+        row = next(line for line in page.splitlines() if line.startswith(f"| `{project['name']}` "))
+        for requirement in project["dependencies"]:
+            assert f"`{re.sub(r';.*', '', requirement).strip()}`" in row, f"{project['name']}: {requirement}"

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 
 import ebmcore
-from ebmcore import registry
-from ebmcore.config import load_job_config, non_negative, parse_device, positive
+from ebmcore import registry, runfiles
+from ebmcore.config import load_job_config, non_negative, parse_device, positive, seed_range
 from ebmcore.errors import ConfigError
 
 from ebm_losses import datasets
@@ -32,7 +32,7 @@ SCHEMA: dict[str, Any] = {
                      f"must be one of {', '.join(datasets.DATASETS)} or a .pt/.npz file"), "eight_gaussians"),
         "n_train": ((int, positive), 8000),
         "n_test": ((int, positive), 2000),
-        "seed": ((int,), 0),
+        "seed": ((int, seed_range), 0),
     },
     "model": {"energy": ((str,), "mlp"), "params": ((dict,), {})},
     "loss": {"name": ((str,), "persistent_contrastive_divergence"), "params": ((dict,), {})},
@@ -43,7 +43,7 @@ SCHEMA: dict[str, Any] = {
         "ema_decay": ((float, int, lambda v: None if 0 <= v < 1 else "must be in [0, 1)"), 0.0),
         "eval_every": ((int, positive), 250),
         "checkpoint_every": ((int, positive), 250),
-        "seed": ((int,), 0),
+        "seed": ((int, seed_range), 0),
         "device": ((str,), "cpu"),
         "backend": ((str,), ""),
     },
@@ -79,18 +79,52 @@ def load_config(path: str | Path | None, overrides: dict[str, dict[str, Any]] | 
     return config
 
 
-def _data(spec: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+def _data(spec: dict[str, Any], source: str = "") -> tuple[torch.Tensor, torch.Tensor]:
     name = spec["dataset"]
     if name in datasets.DATASETS:
         g = torch.Generator().manual_seed(spec["seed"])
         return datasets.make(name, spec["n_train"], generator=g), datasets.make(name, spec["n_test"], generator=g)
-    path = Path(name)
-    if not path.is_file():
-        raise ConfigError(f"[data] dataset: no such file {path}.")
-    values = torch.load(path, weights_only=True) if path.suffix == ".pt" else torch.from_numpy(__import__("numpy").load(path)["samples"])
-    values = values.float()
+    values = _load_points(Path(name), f"{source} [data] dataset".lstrip())
     n_test = min(spec["n_test"], values.shape[0] // 5)
     return values[n_test:], values[:n_test]
+
+
+def _load_points(path: Path, where: str) -> torch.Tensor:
+    """The points of a ``[data] dataset`` file: a tensor ``(N, *event_shape)`` in a ``.pt``, or the array ``samples``
+    of an ``.npz``; anything else is a :class:`ConfigError` saying how to write the file."""
+    import numpy as np
+
+    where = f"{where} {str(path)!r}"
+    if not path.is_file():
+        raise ConfigError(f"{where}: no such file.")
+    if path.suffix == ".pt":
+        values = runfiles.load_torch(path, what="a tensor of points", fix="write it with torch.save(points, path)")
+        if not isinstance(values, torch.Tensor):
+            held = f"a dict with keys {', '.join(map(str, values))}" if isinstance(values, dict) else f"a {type(values).__name__}"
+            raise ConfigError(f"{where} holds {held}, not a tensor; save the points alone: torch.save(points, path), "
+                              "points of shape (N, *event_shape).")
+    else:
+        try:
+            with np.load(path, allow_pickle=False) as archive:
+                names = archive.files
+                array = archive["samples"] if "samples" in names else None
+        except ValueError as exc:  # an object (pickled) array
+            raise ConfigError(f"{where}: {exc}; write numeric points with numpy.savez(path, samples=points.astype('float32')).") from None
+        except (OSError, EOFError) as exc:  # not an npz, or truncated
+            raise ConfigError(f"{where} is not a readable .npz ({exc}); write it with numpy.savez(path, samples=points).") from None
+        if array is None:
+            raise ConfigError(f"{where} has no array 'samples' (it holds {', '.join(names) or 'none'}); "
+                              "write it with numpy.savez(path, samples=points).")
+        if array.dtype.kind not in "fiu":
+            raise ConfigError(f"{where}: 'samples' has dtype {array.dtype}; the points must be numbers, e.g. "
+                              "numpy.savez(path, samples=points.astype('float32')).")
+        values = torch.from_numpy(array)
+    if values.is_complex() or values.dtype == torch.bool:
+        raise ConfigError(f"{where} holds a {values.dtype} tensor; the points must be real numbers.")
+    if values.dim() < 2 or values.shape[0] < 2:
+        raise ConfigError(f"{where} holds points of shape {tuple(values.shape)}; give at least 2 points of shape "
+                          "(N, *event_shape), e.g. (N, 2) for 2-d points.")
+    return values.float()
 
 
 def grid_nll(energy: ebmcore.EnergyModel, test: torch.Tensor, lim: float, n: int = 200) -> float:
@@ -103,11 +137,24 @@ def grid_nll(energy: ebmcore.EnergyModel, test: torch.Tensor, lim: float, n: int
         return float((energy.compute_energy(test) + log_z).mean())
 
 
-def run(config: dict[str, Any], out: Path, *, resume: bool = False, quiet: bool = False) -> dict[str, Any]:
-    """Train into ``out``. Under ``torchrun`` every process trains its shard of each global batch
-    (data parallel, gradients averaged) and rank 0 writes the run directory."""
+def run(config: dict[str, Any], out: Path, *, resume: bool = False, overwrite: bool = False,
+        quiet: bool = False) -> dict[str, Any]:
+    """Train into ``out``. A training of this same configuration that finished in ``out`` is not run again (its
+    metrics are returned, after one line) unless ``overwrite``, which starts afresh. Under ``torchrun`` every
+    process trains its shard of each global batch (data parallel, gradients averaged) and rank 0 writes the run
+    directory."""
     from ebmcore import distributed
 
+    if resume and overwrite:
+        raise ConfigError("--resume continues the training in the directory and --overwrite starts it afresh: give one.")
+    runfiles.check_run_dir(out)
+    finished = None if overwrite else runfiles.finished_run(out, config, lambda metrics: ["model.pt", "checkpoint.pt"])
+    if finished is not None:
+        print(f"{out} holds a finished training of this configuration: nothing to do (pass --overwrite to train "
+              "again, --steps N --resume to train longer, or choose another --out).", file=sys.stderr)
+        return finished
+    if overwrite:
+        runfiles.clear_run(out)
     dist_run = None
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         use_cuda = config["train"]["device"].startswith("cuda")
@@ -122,19 +169,20 @@ def run(config: dict[str, Any], out: Path, *, resume: bool = False, quiet: bool 
 
 
 def _run(config: dict[str, Any], out: Path, resume: bool, quiet: bool, main: bool) -> dict[str, Any]:
-    from ebmcore import plotting, runfiles
+    from ebmcore import plotting
 
     selection = tuple(b.strip() for b in config["train"]["backend"].split(",") if b.strip())
     device = torch.device(config["train"]["device"])
     checkpoint = out / "checkpoint.pt"
     if checkpoint.exists() and not resume:
-        raise ConfigError(f"{checkpoint} exists: pass --resume to continue that run, or choose another --out.")
+        raise ConfigError(f"{checkpoint} exists: pass --resume to continue that run, --overwrite to start it afresh, "
+                          "or choose another --out.")
     if resume and not checkpoint.exists():
         raise ConfigError(f"--resume: no checkpoint at {checkpoint}.")
-    out.mkdir(parents=True, exist_ok=True)
+    train, test = (t.to(device) for t in _data(config["data"], config["source"]))
+    runfiles.make_dir(out)
     if main:
-        runfiles.write_json(out / "config.json", config)
-    train, test = (t.to(device) for t in _data(config["data"]))
+        runfiles.start_run(out, config)
     energy = registry.get("energy", config["model"]["energy"])(**config["model"]["params"]).to(device)
     loss = registry.get("loss", config["loss"]["name"])(**config["loss"]["params"])
     t = config["train"]
@@ -165,8 +213,8 @@ def _run(config: dict[str, Any], out: Path, resume: bool, quiet: bool, main: boo
     }
     if not main:
         return metrics
-    torch.save({"energy": config["model"]["energy"], "params": config["model"]["params"],
-                "state_dict": final.state_dict()}, out / "model.pt")
+    runfiles.save_torch({"energy": config["model"]["energy"], "params": config["model"]["params"],
+                         "state_dict": final.state_dict()}, out / "model.pt")
     history = trainer.history
     why_not = plotting.unavailable() if config["output"]["plots"] else None
     plots = config["output"]["plots"] and why_not is None
@@ -224,12 +272,13 @@ def add_command(subparsers: Any) -> None:
     p = subparsers.add_parser("train", help="train an energy model (bundled default: sliced score matching on eight Gaussians)")
     p.add_argument("config", nargs="?", help="a TOML configuration (default: the bundled train_default.toml)")
     p.add_argument("--out", help="run directory (default: [output] dir)")
-    p.add_argument("--device")
+    p.add_argument("--device", help="torch device, e.g. cpu or cuda:0 (default: [train] device)")
     p.add_argument("--backend", help='kernel backend selection, e.g. "torch"')
-    p.add_argument("--seed", type=int)
-    p.add_argument("--steps", type=int)
+    p.add_argument("--seed", type=int, help="seed of the trainer's generator (default: [train] seed)")
+    p.add_argument("--steps", type=int, help="total optimisation steps (default: [train] steps)")
     p.add_argument("--resume", action="store_true", help="continue from the run directory's checkpoint, exactly")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--overwrite", action="store_true", help="start afresh in a run directory that holds a training")
+    p.add_argument("--quiet", action="store_true", help="no progress bar, no lines about what was skipped")
     p.set_defaults(func=_main)
 
 
@@ -237,7 +286,7 @@ def _main(args: argparse.Namespace) -> int:
     config = load_config(args.config, {"train": {"device": args.device, "backend": args.backend, "seed": args.seed,
                                                  "steps": args.steps}})
     out = Path(args.out or config["output"]["dir"])
-    metrics = run(config, out, resume=args.resume, quiet=args.quiet)
+    metrics = run(config, out, resume=args.resume, overwrite=args.overwrite, quiet=args.quiet)
     if int(os.environ.get("RANK", "0")) == 0:
         print(summary(metrics, out))
     return 0

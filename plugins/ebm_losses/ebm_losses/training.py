@@ -21,7 +21,7 @@ from torch import Tensor
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from torch.utils.data import DataLoader, Dataset
 
-from ebmcore import EnergyModel, Loss
+from ebmcore import EnergyModel, Loss, runfiles
 from ebmcore.errors import InputError, NonFiniteError
 
 __all__ = ["Trainer", "TrainHistory"]
@@ -269,15 +269,14 @@ class Trainer:
         self.history = TrainHistory(**state["history"])
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write a checkpoint atomically (a temporary file renamed over ``path``); rank 0 only."""
+        """Write a checkpoint atomically (a temporary file, fsync, renamed over ``path``); rank 0 only."""
         if self.rank != 0:
             return
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        torch.save(self.state_dict(), tmp)
-        os.replace(tmp, path)
+        runfiles.make_dir(path.parent)
+        runfiles.save_torch(self.state_dict(), path)
 
     def load(self, path: str | os.PathLike) -> None:
         """Resume from a checkpoint written by :meth:`save` (same energy, loss and data set-up)."""
-        self.load_state_dict(torch.load(path, weights_only=True))
+        self.load_state_dict(runfiles.load_torch(Path(path), what="a training checkpoint",
+                                                 fix="start the training again with --overwrite (or another --out)"))

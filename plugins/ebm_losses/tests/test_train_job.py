@@ -69,8 +69,8 @@ def test_resume_equals_the_uninterrupted_run(tmp_path):
     assert main(["train", str(cfg), "--out", str(tmp_path / "b"), "--steps", "17", "--quiet"]) == 0
     assert main(["train", str(cfg), "--out", str(tmp_path / "b"), "--quiet"]) == 2  # exists: needs --resume
     assert main(["train", str(cfg), "--out", str(tmp_path / "b"), "--resume", "--quiet"]) == 0
-    a = torch.load(tmp_path / "a" / "model.pt", weights_only=False)["state_dict"]
-    b = torch.load(tmp_path / "b" / "model.pt", weights_only=False)["state_dict"]
+    a = torch.load(tmp_path / "a" / "model.pt", weights_only=True)["state_dict"]
+    b = torch.load(tmp_path / "b" / "model.pt", weights_only=True)["state_dict"]
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
@@ -83,3 +83,63 @@ def test_resume_equals_the_uninterrupted_run(tmp_path):
 def test_train_config_errors(tmp_path, capsys, text, message):
     assert main(["train", str(_config(tmp_path, text)), "--out", str(tmp_path / "o"), "--quiet"]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_finished_training_is_not_run_again_unless_overwritten(tmp_path, capsys):
+    cfg = _config(tmp_path, SMALL.replace("n_model_samples = 300", "n_model_samples = 0\nplots = false"))
+    out = tmp_path / "run"
+    assert main(["train", str(cfg), "--out", str(out), "--quiet"]) == 0
+    written = (out / "model.pt").stat().st_mtime_ns
+    assert main(["train", str(cfg), "--out", str(out), "--quiet"]) == 0  # as `make demo` run twice does
+    assert "holds a finished training of this configuration: nothing to do" in capsys.readouterr().err
+    assert (out / "model.pt").stat().st_mtime_ns == written
+    assert main(["train", str(cfg), "--out", str(out), "--quiet", "--overwrite"]) == 0
+    a = torch.load(out / "model.pt", weights_only=True)["state_dict"]
+    assert (out / "model.pt").stat().st_mtime_ns != written
+    assert main(["train", str(cfg), "--out", str(out), "--quiet", "--steps", "50", "--resume"]) == 0  # train longer
+    assert json.loads((out / "metrics.json").read_text())["steps"] == 50
+    assert not all(torch.equal(a[k], v) for k, v in torch.load(out / "model.pt", weights_only=True)["state_dict"].items())
+
+
+def test_an_int_learning_rate_is_a_float(tmp_path):
+    cfg = _config(tmp_path, SMALL.replace("batch_size = 64", "batch_size = 64\nlr = 1").replace("steps = 40", "steps = 2")
+                  .replace("n_model_samples = 300", "n_model_samples = 0\nplots = false"))
+    assert main(["train", str(cfg), "--out", str(tmp_path / "o"), "--quiet"]) == 0
+    assert json.loads((tmp_path / "o" / "config.json").read_text())["train"]["lr"] == 1.0
+
+
+@pytest.mark.parametrize("case, message", [
+    ("dict in .pt", "[data] dataset '{tmp}/d.pt' holds a dict with keys points, not a tensor; save the points alone: torch.save(points, path)"),
+    ("npz without samples", "[data] dataset '{tmp}/d.npz' has no array 'samples' (it holds x); write it with numpy.savez(path, samples=points)"),
+    ("object array", "[data] dataset '{tmp}/d.npz': Object arrays cannot be loaded when allow_pickle=False; write numeric points"),
+    ("one-dimensional", "[data] dataset '{tmp}/d.pt' holds points of shape (100,); give at least 2 points of shape (N, *event_shape)"),
+    ("truncated checkpoint", "checkpoint.pt cannot be read as a training checkpoint"),
+    ("out is a file", "the run directory {tmp}/o is an existing file"),
+])
+def test_bad_data_and_files_are_errors_not_tracebacks(tmp_path, capsys, case, message):
+    import numpy as np
+
+    text, extra = SMALL.replace("n_model_samples = 300", "n_model_samples = 0\nplots = false"), []
+    data = {"dict in .pt": "d.pt", "one-dimensional": "d.pt", "npz without samples": "d.npz", "object array": "d.npz"}.get(case)
+    if case == "dict in .pt":
+        torch.save({"points": torch.randn(100, 2)}, tmp_path / data)
+    elif case == "one-dimensional":
+        torch.save(torch.randn(100), tmp_path / data)
+    elif case == "npz without samples":
+        np.savez(tmp_path / data, x=np.zeros((100, 2)))
+    elif case == "object array":
+        np.savez(tmp_path / data, samples=np.array([[1.0, "a"], [None, 2]], dtype=object))
+    elif case == "truncated checkpoint":
+        assert main(["train", str(_config(tmp_path, text)), "--out", str(tmp_path / "o"), "--quiet", "--steps", "10"]) == 0
+        (tmp_path / "o" / "checkpoint.pt").write_bytes((tmp_path / "o" / "checkpoint.pt").read_bytes()[:300])
+        extra = ["--resume"]
+    elif case == "out is a file":
+        (tmp_path / "o").write_text("")
+    if data:
+        text = text.replace('dataset = "two_moons"', f'dataset = "{tmp_path / data}"')
+    capsys.readouterr()
+    assert main(["train", str(_config(tmp_path, text)), "--out", str(tmp_path / "o"), "--quiet", *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "Traceback" not in err and message.replace("{tmp}", str(tmp_path)) in err
+    if data:
+        assert not (tmp_path / "o").exists()  # checked before the run directory is made

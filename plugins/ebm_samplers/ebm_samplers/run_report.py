@@ -10,29 +10,44 @@ import torch
 
 import ebmcore
 from ebmcore import plotting
+from ebmcore.recording import finite_summary, nonfinite_chains
 
-__all__ = ["metrics", "backends", "plots", "summary"]
+__all__ = ["metrics", "diverged", "backends", "plots", "summary", "nonfinite_line"]
 
 
 def metrics(samples: torch.Tensor, trajectory: torch.Tensor, s: dict[str, Any], wall: float, acceptance: float | None,
             divergences: int | None, summary: dict[str, torch.Tensor] | None = None) -> dict[str, Any]:
-    """Sizes, mean, the smallest bulk/tail ESS and largest R-hat over coordinates (``ebmcore.diagnostics.summary``
-    of ``trajectory: (n_kept, n_chains, *event)``, or the given ``summary``), throughput and acceptance."""
-    if summary is None and trajectory.shape[0] >= 4:
-        summary = ebmcore.diagnostics.summary(trajectory)
+    """Sizes, mean, the smallest bulk/tail ESS and largest R-hat over coordinates (``ebmcore.recording.finite_summary``
+    of ``trajectory: (n_kept, n_chains, *event)``, or the given ``summary``), throughput and acceptance.
+
+    Chains that went non-finite are counted and named (``nonfinite_chains``, ``nonfinite_chain_indices``) and left out
+    of the mean and the diagnostics."""
+    bad = diverged(samples, trajectory)
+    if summary is None:
+        summary = finite_summary(trajectory)
+    keep = torch.ones(samples.shape[0], dtype=torch.bool)
+    keep[bad] = False
     out: dict[str, Any] = {
         "n_chains": trajectory.shape[1],
         "n_kept": trajectory.shape[0],
-        "mean": samples.double().mean(0).flatten().tolist(),
+        "mean": samples[keep.to(samples.device)].double().mean(0).flatten().tolist() if keep.any() else None,
         "ess_bulk_min": float(summary["ess_bulk"].min()) if summary else None,
         "ess_tail_min": float(summary["ess_tail"].min()) if summary else None,
         "r_hat_max": float(summary["r_hat"].max()) if summary else None,
         "throughput_chain_steps_per_s": trajectory.shape[1] * (s["n_steps"] + s["burn_in"]) / max(wall, 1e-9),
         "sampling_time_s": wall,
+        "nonfinite_chains": len(bad),
+        "nonfinite_chain_indices": bad,
     }
     if acceptance is not None:
         out["acceptance"], out["divergences"] = acceptance, divergences
     return out
+
+
+def diverged(samples: torch.Tensor, trajectory: torch.Tensor) -> list[int]:
+    """The chains non-finite anywhere in ``trajectory`` or at the end (``samples``), sorted."""
+    both = torch.cat([nonfinite_chains(samples).cpu(), nonfinite_chains(trajectory, dim=1).cpu()])
+    return sorted(set(both.tolist()))
 
 
 def backends(energy: ebmcore.EnergyModel, like: torch.Tensor) -> dict[str, str]:
@@ -44,12 +59,20 @@ def backends(energy: ebmcore.EnergyModel, like: torch.Tensor) -> dict[str, str]:
 
 
 def plots(out: Path, energy: ebmcore.EnergyModel, trajectory: torch.Tensor, samples: torch.Tensor, quiet: bool) -> None:
-    """``landscape.png`` (2-d), ``trace.png`` and ``autocorrelation.png`` in ``out``; one line instead without matplotlib."""
+    """``landscape.png`` (2-d), ``trace.png`` and ``autocorrelation.png`` in ``out``, of the chains that stayed finite;
+    one line instead without matplotlib or without a finite chain."""
     why_not = plotting.unavailable()
+    bad = diverged(samples, trajectory)
+    if why_not is None and len(bad) == samples.shape[0]:
+        why_not = "every chain went non-finite"
     if why_not is not None:
         if not quiet:
             print(f"plots skipped: {why_not}", file=sys.stderr)
         return
+    if bad:
+        keep = torch.ones(samples.shape[0], dtype=torch.bool)
+        keep[bad] = False
+        trajectory, samples = trajectory[:, keep.to(trajectory.device)], samples[keep.to(samples.device)]
     if trajectory.dim() == 3 and trajectory.shape[2] == 2:
         energy_fn = lambda g: energy.compute_energy(g.to(trajectory.dtype)).double()  # noqa: E731
         plotting.plot_landscape(out / "landscape.png", energy_fn, samples, "energy landscape and samples")
@@ -70,6 +93,8 @@ def summary(metrics: dict[str, Any], out: Path) -> str:
                      f"({metrics['chunks_resumed']} resumed) -> {out / 'chunks'}")
         if metrics.get("acceptance") is not None:
             lines.append(f"  acceptance {metrics['acceptance']:.3f}")
+        if metrics.get("nonfinite_chains"):
+            lines.append(f"  {nonfinite_line(metrics)}")
         lines.append(f"  metrics: {out / 'metrics.json'}")
         return "\n".join(lines)
     ess = "" if metrics["ess_bulk_min"] is None else (
@@ -77,5 +102,15 @@ def summary(metrics: dict[str, Any], out: Path) -> str:
     lines.append(f"  {metrics['n_chains']} chains x {metrics['n_kept']} kept draws{ess}")
     if metrics.get("acceptance") is not None:
         lines.append(f"  acceptance {metrics['acceptance']:.3f}, divergences {metrics.get('divergences', 0)}")
+    if metrics.get("nonfinite_chains"):
+        lines.append(f"  {nonfinite_line(metrics)}; the mean, ESS and R-hat are over the others")
     lines.append(f"  metrics: {out / 'metrics.json'}; plots and samples in {out}")
     return "\n".join(lines)
+
+
+def nonfinite_line(metrics: dict[str, Any]) -> str:
+    """``k of n chains went non-finite (chains [...])`` from a run's metrics."""
+    shown = metrics["nonfinite_chain_indices"]
+    total = metrics.get("n_samples", metrics.get("n_chains"))
+    more = f" and {len(shown) - 10} more" if len(shown) > 10 else ""
+    return f"{metrics['nonfinite_chains']} of {total} chains went non-finite (chains {shown[:10]}{more})"

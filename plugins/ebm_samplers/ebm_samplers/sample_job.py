@@ -22,8 +22,8 @@ import torch
 
 import ebmcore
 from ebmcore import chunks, distributed, registry, runfiles
-from ebmcore.config import load_job_config, non_negative, parse_device, positive
-from ebmcore.errors import ConfigError
+from ebmcore.config import load_job_config, non_negative, parse_device, positive, seed_range
+from ebmcore.errors import ConfigError, RunFileError
 
 from ebm_samplers import run_report
 from ebm_samplers.adaptation import cannot_warm_up, warmup
@@ -46,7 +46,7 @@ SCHEMA: dict[str, Any] = {  # the defaults are the bundled configuration's (a te
         "init_scale": ((float, int, positive), 1.0),
     },
     "run": {
-        "seed": ((int,), 0),
+        "seed": ((int, seed_range), 0),
         "device": ((str,), "cpu"),
         "backend": ((str,), ""),
         "n_samples": ((int, non_negative), 0),
@@ -83,7 +83,11 @@ def load_config(path: str | Path | None, overrides: dict[str, dict[str, Any]] | 
 def build_energy(spec: dict[str, Any], device: torch.device) -> ebmcore.EnergyModel:
     """The energy of an ``[energy]`` table, on ``device``."""
     if spec["model"]:
-        saved = torch.load(spec["model"], map_location=device, weights_only=True)
+        fix = "train it again with `ebm train` (or point [energy] model at another model.pt)"
+        saved = runfiles.load_torch(Path(spec["model"]), map_location=device, what="a model from ebm train", fix=fix)
+        if not (isinstance(saved, dict) and {"energy", "params", "state_dict"} <= set(saved)):
+            raise RunFileError(f"{spec['model']} is not a model from ebm train (it holds no energy, params and "
+                               f"state_dict); {fix}.")
         energy = registry.get("energy", saved["energy"])(**saved["params"])
         energy.load_state_dict(saved["state_dict"])
         return energy.to(device)
@@ -131,19 +135,60 @@ def _initial(config: dict[str, Any], energy: ebmcore.EnergyModel, size: int, gen
     return config["sampler"]["init_scale"] * torch.randn((size, *(energy.event_shape or (2,))), generator=generator, device=device)
 
 
-def run(config: dict[str, Any], out: Path, *, resume: bool = False, quiet: bool = False) -> dict[str, Any]:
+def _machine_memory(device: torch.device) -> int | None:
+    """Bytes of memory of ``device`` (the host's RAM for the CPU), None where unknown."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_size(config: dict[str, Any], energy: ebmcore.EnergyModel, device: torch.device) -> None:
+    """Refuse, before any work, a run whose kept draws cannot fit in memory: the trajectory ``(n_steps // thin,
+    n_chains, *event)`` and the diagnostics' working copies (about 3 times more) against the device's memory."""
+    s = config["sampler"]
+    if config["run"]["n_samples"]:  # a stream holds one chunk at a time
+        return
+    event = energy.event_shape or (2,)
+    values = (s["n_steps"] // s["thin"]) * s["n_chains"] * max(1, int(torch.Size(event).numel()))
+    needed = 4 * values * torch.get_default_dtype().itemsize
+    memory = _machine_memory(device)
+    if memory is not None and needed > memory:
+        raise ConfigError(
+            f"{config['source']} [sampler]: n_steps = {s['n_steps']} // thin = {s['thin']} kept draws of n_chains = "
+            f"{s['n_chains']} chains of shape {tuple(event)} need about {needed / 1e9:,.1f} GB (the draws, and the "
+            f"diagnostics' working copies), more than the {memory / 1e9:,.1f} GB of {device}; lower n_steps or n_chains, "
+            "raise thin, or stream independent chains to disk with [run] n_samples.")
+
+
+def run(config: dict[str, Any], out: Path, *, resume: bool = False, overwrite: bool = False,
+        quiet: bool = False) -> dict[str, Any]:
     """Run a checked configuration into ``out``; returns the metrics (also in ``out/metrics.json``).
 
-    Under ``torchrun`` (``WORLD_SIZE > 1``) the chains are sharded across the processes and rank 0
-    writes the gathered samples, metrics and plots."""
+    A run of this same configuration that finished in ``out`` is not run again (its metrics are returned, after
+    one line) unless ``overwrite``, which starts afresh. Under ``torchrun`` (``WORLD_SIZE > 1``) the chains are
+    sharded across the processes and rank 0 writes the gathered samples, metrics and plots."""
     r = config["run"]
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if resume and overwrite:
+        raise ConfigError("--resume continues the run in the directory and --overwrite starts it afresh: give one.")
     if world_size > 1 and (r["n_samples"] or r["checkpoint_every"]):
         raise ConfigError("streaming (n_samples) and checkpoint_every are single-process features; run them without torchrun.")
+    runfiles.check_run_dir(out)
+    finished = None if overwrite else runfiles.finished_run(out, config, lambda metrics: _outputs(config, metrics))
+    if finished is not None:
+        print(f"{out} holds a finished run of this configuration: nothing to do (pass --overwrite to run it again, "
+              "or choose another --out).", file=sys.stderr)
+        return finished
+    if overwrite:
+        runfiles.clear_run(out)
+    again = "pass --resume to continue that run, --overwrite to start it afresh, or choose another --out."
     if r["n_samples"] and not resume and any((out / "chunks").glob("chunk-*.npz")):
-        raise ConfigError(f"{out / 'chunks'} holds chunks already: pass --resume to continue that run, or choose another --out.")
+        raise ConfigError(f"{out / 'chunks'} holds chunks already: {again}")
     if not r["n_samples"] and r["checkpoint_every"] and not resume and (out / "checkpoint.pt").exists():
-        raise ConfigError(f"{out / 'checkpoint.pt'} exists: pass --resume to continue that run, or choose another --out.")
+        raise ConfigError(f"{out / 'checkpoint.pt'} exists: {again}")
     selection = tuple(b.strip() for b in r["backend"].split(",") if b.strip())
     use_cuda = r["device"].startswith("cuda")
     world = distributed.init("nccl" if use_cuda else "gloo", device=None if use_cuda and world_size > 1 else r["device"])
@@ -154,12 +199,22 @@ def run(config: dict[str, Any], out: Path, *, resume: bool = False, quiet: bool 
         distributed.shutdown(world)
 
 
+def _outputs(config: dict[str, Any], metrics: dict[str, Any]) -> list[str]:
+    """The files a finished run left (one deleted since makes the run unfinished again)."""
+    if "n_chunks" in metrics:
+        return [f"chunks/chunk-{k:05d}.npz" for k in range(metrics["n_chunks"])]
+    if config["output"]["per_rank_samples"]:
+        return [f"samples-rank{r}.npz" for r in range(metrics.get("world_size", 1))]
+    return ["samples.npz"]
+
+
 def _run(config: dict[str, Any], out: Path, world: distributed.DistributedRun, resume: bool, quiet: bool) -> dict[str, Any]:
     s, r, device = config["sampler"], config["run"], world.device
     energy, sampler = build(config, device)
-    out.mkdir(parents=True, exist_ok=True)  # every rank: each may write its own shard
+    check_size(config, energy, device)
+    runfiles.make_dir(out)  # every rank: each may write its own shard
     if world.is_main:
-        runfiles.write_json(out / "config.json", config)
+        runfiles.start_run(out, config)
     generator = (distributed.rank_generator(r["seed"], world.rank, device) if world.active
                  else torch.Generator(device=device).manual_seed(r["seed"]))
     progress = sys.stderr.isatty() and not quiet
@@ -190,7 +245,6 @@ def _run(config: dict[str, Any], out: Path, world: distributed.DistributedRun, r
             samples, trajectory, local = res.samples, res.trajectory, res.local
             acceptance, divergences, summary = res.acceptance, res.divergences, res.summary
         metrics = run_report.metrics(samples, trajectory, s, time.perf_counter() - sampling, acceptance, divergences, summary)
-        metrics["nonfinite_chains"] = int((~torch.isfinite(samples.flatten(1)).all(1)).sum())
         if config["output"]["per_rank_samples"]:  # each rank writes its own shard: samples-rank<r>.{pt,npz}
             runfiles.save_samples(out, f"samples-rank{world.rank}", samples[local])
         elif world.is_main:
@@ -224,6 +278,8 @@ def add_command(subparsers: Any) -> None:
     p.add_argument("--n-samples", type=int, help="stream this many samples to disk in chunks")
     p.add_argument("--chunk-size", type=int, help="chains per streamed chunk (default: [run] chunk_size)")
     p.add_argument("--resume", action="store_true", help="continue a streamed or checkpointed run where it stopped")
+    p.add_argument("--overwrite", action="store_true", help="start afresh in a run directory that holds a run")
+    p.add_argument("--strict", action="store_true", help="exit with status 1 if any chain went non-finite")
     p.add_argument("--quiet", action="store_true", help="print only the final summary")
     p.set_defaults(func=_main)
 
@@ -240,7 +296,10 @@ def _main(args: argparse.Namespace) -> int:
     if args.step_size is not None:
         config["sampler"]["params"] = dict(config["sampler"]["params"], step_size=args.step_size)
     out = Path(args.out or config["output"]["dir"])
-    metrics = run(config, out, resume=args.resume, quiet=args.quiet)
+    metrics = run(config, out, resume=args.resume, overwrite=args.overwrite, quiet=args.quiet)
     if int(os.environ.get("RANK", "0")) == 0:
         print(run_report.summary(metrics, out))
+    if args.strict and metrics.get("nonfinite_chains"):
+        print(f"error: --strict: {run_report.nonfinite_line(metrics)}; everything is written to {out}.", file=sys.stderr)
+        return 1
     return 0

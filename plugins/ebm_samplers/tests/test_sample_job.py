@@ -96,7 +96,8 @@ def test_streaming_chunks_and_resume(tmp_path):
 
     first = np.load(chunks[1])["samples"]
     assert np.load(chunks[2])["samples"].shape == (500, 2)
-    chunks[1].unlink()
+    assert main(args) == 0 and (out / "chunks" / "chunk-00001.npz").stat().st_mtime_ns == chunks[1].stat().st_mtime_ns  # finished: nothing to do
+    chunks[1].unlink()  # a chunk missing: the run is not finished
     assert main(args) == 2  # chunks exist: refuses to overwrite without --resume
     assert main(args + ["--resume"]) == 0
     metrics = json.loads((out / "metrics.json").read_text())
@@ -172,8 +173,7 @@ def test_an_interrupted_sampling_run_resumes_exactly(tmp_path, monkeypatch):
             raise KeyboardInterrupt
 
     monkeypatch.setattr(sample_job, "_after_segment", interrupt)
-    with pytest.raises(KeyboardInterrupt):
-        main(["sample", str(cfg), "--out", str(tmp_path / "cut"), "--quiet"])
+    assert main(["sample", str(cfg), "--out", str(tmp_path / "cut"), "--quiet"]) == 130  # interrupted
     monkeypatch.setattr(sample_job, "_after_segment", lambda index: None)
     assert main(["sample", str(cfg), "--out", str(tmp_path / "cut"), "--quiet"]) == 2  # a checkpoint exists: needs --resume
     assert main(["sample", str(cfg), "--out", str(tmp_path / "cut"), "--resume", "--quiet"]) == 0
@@ -236,3 +236,175 @@ def test_checkpointing_refuses_what_it_cannot_resume_exactly(tmp_path):
         sample_in_segments(AnnealedLangevinSampler(energy, [1.0, 0.1], n_steps_each=5), x0, 10, 2, tmp_path, generator=g)
     with pytest.raises(InputError, match=r"n_steps \(3\) must be at least thin \(4\)"):
         sample_in_segments(MALASampler(energy), x0, 3, 2, tmp_path, thin=4, generator=g)
+
+
+DIVERGING = """
+[energy]
+name = "double_well"
+params = { dim = 2 }
+
+[sampler]
+name = "langevin"
+n_chains = 64
+n_steps = 20
+burn_in = 0
+warmup = 0
+params = { step_size = 0.12 }
+"""
+
+
+def test_diverging_chains_are_counted_named_and_left_out_and_the_run_finishes(tmp_path, capsys):
+    cfg = tmp_path / "diverging.toml"
+    cfg.write_text(DIVERGING)
+    assert main(["sample", str(cfg), "--out", str(tmp_path / "run"), "--quiet"]) == 0
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    samples = torch.load(tmp_path / "run" / "samples.pt")
+    bad = (~torch.isfinite(samples).all(1)).nonzero().flatten().tolist()
+    assert 0 < len(bad) < 64 and metrics["nonfinite_chains"] == len(bad) and metrics["nonfinite_chain_indices"] == bad
+    finite = samples[torch.isfinite(samples).all(1)].double()
+    assert metrics["mean"] == pytest.approx(finite.mean(0).tolist(), rel=1e-12)
+    assert metrics["ess_bulk_min"] > 0 and metrics["r_hat_max"] > 0  # the diagnostics of the finite chains
+    for name in ("landscape.png", "trace.png", "autocorrelation.png"):
+        png_size(tmp_path / "run" / name)
+    captured = capsys.readouterr()
+    assert f"{len(bad)} of 64 chains went non-finite (chains {bad[:10]}" in captured.out
+    assert captured.err.startswith(f"warning: LangevinSampler: {len(bad)} of 64 chains became non-finite")  # one line
+    assert main(["sample", str(cfg), "--out", str(tmp_path / "strict"), "--quiet", "--strict"]) == 1
+    assert f"error: --strict: {len(bad)} of 64 chains went non-finite" in capsys.readouterr().err
+    assert json.loads((tmp_path / "strict" / "metrics.json").read_text())["nonfinite_chain_indices"] == bad
+
+
+def test_a_stream_of_diverging_chains_counts_and_names_them(tmp_path, capsys):
+    import numpy as np
+
+    cfg = tmp_path / "diverging.toml"
+    cfg.write_text(DIVERGING)
+    args = ["sample", str(cfg), "--out", str(tmp_path / "s"), "--n-samples", "130", "--chunk-size", "50", "--quiet"]
+    assert main(args + ["--strict"]) == 1
+    streamed = np.concatenate([np.load(p)["samples"] for p in sorted((tmp_path / "s" / "chunks").glob("chunk-*.npz"))])
+    bad = np.flatnonzero(~np.isfinite(streamed).all(1)).tolist()
+    metrics = json.loads((tmp_path / "s" / "metrics.json").read_text())
+    assert streamed.shape == (130, 2) and bad and metrics["nonfinite_chains"] == len(bad)
+    assert metrics["nonfinite_chain_indices"] == bad
+    assert f"{len(bad)} of 130 chains went non-finite" in capsys.readouterr().out
+    (tmp_path / "s" / "chunks" / "chunk-00002.npz").unlink()  # resumed: the chunks kept still count
+    (tmp_path / "s" / "metrics.json").unlink()
+    assert main(args + ["--resume"]) == 0
+    metrics = json.loads((tmp_path / "s" / "metrics.json").read_text())
+    assert metrics["chunks_resumed"] == 2 and metrics["nonfinite_chain_indices"] == bad
+
+
+def test_a_finished_run_is_not_run_again_unless_overwritten(tmp_path, capsys):
+    cfg = _config(tmp_path, "mala", warmup=0, plots="false", extra="[run]\ncheckpoint_every = 50\n")
+    out = tmp_path / "run"
+    assert main(["sample", str(cfg), "--out", str(out), "--quiet"]) == 0
+    first = capsys.readouterr().out
+    written = (out / "metrics.json").stat().st_mtime_ns
+    assert main(["sample", str(cfg), "--out", str(out), "--quiet"]) == 0  # as `make demo` run twice does
+    captured = capsys.readouterr()
+    assert "holds a finished run of this configuration: nothing to do (pass --overwrite" in captured.err
+    assert captured.out == first and (out / "metrics.json").stat().st_mtime_ns == written
+    assert main(["sample", str(cfg), "--out", str(out), "--quiet", "--resume"]) == 0  # resuming a finished run: the same
+    assert (out / "metrics.json").stat().st_mtime_ns == written
+    assert main(["sample", str(cfg), "--out", str(out), "--quiet", "--n-steps", "60"]) == 2  # another configuration
+    assert "checkpoint.pt exists: pass --resume to continue that run, --overwrite to start it afresh" in capsys.readouterr().err
+    assert main(["sample", str(cfg), "--out", str(out), "--quiet", "--overwrite"]) == 0
+    assert "nothing to do" not in capsys.readouterr().err and (out / "metrics.json").stat().st_mtime_ns != written
+    assert main(["sample", str(cfg), "--out", str(out), "--quiet", "--overwrite", "--resume"]) == 2
+
+
+class PickledCode:
+    def __reduce__(self):
+        return (print, ("pickled code ran",))
+
+
+def _interrupted(tmp_path, monkeypatch):
+    """A checkpointed run stopped after its first segment."""
+    from ebm_samplers import sample_job
+
+    cfg = _config(tmp_path, "mala", warmup=0, plots="false", extra="[run]\ncheckpoint_every = 40\n")
+
+    def stop(index):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sample_job, "_after_segment", stop)
+    assert main(["sample", str(cfg), "--out", str(tmp_path / "cut"), "--quiet"]) == 130
+    monkeypatch.setattr(sample_job, "_after_segment", lambda index: None)
+    return cfg
+
+
+def _truncate(path):
+    path.write_bytes(path.read_bytes()[:200])
+
+
+@pytest.mark.parametrize("case, message", [
+    ("out is a file", "the run directory {tmp}/afile is an existing file; choose a directory (--out)"),
+    ("not utf-8", "bad.toml: not UTF-8 text (byte b'\\xff' at offset"),
+    ("seed beyond 64 bits", "[run]: key 'seed' must be in [0, 2**64)"),
+    ("too many kept draws", "n_steps = 100000000000 // thin = 1 kept draws of n_chains = 200 chains of shape (2,) need about"),
+    ("truncated model", "model.pt cannot be read as a model from ebm train"),
+    ("not a model", "model.pt is not a model from ebm train"),
+    ("pickled code in the model", "model.pt cannot be read as a model from ebm train (UnpicklingError: Weights only load failed"),
+    ("wrong keyword", "[energy]: energy 'gaussian_mixture' (GaussianMixtureEnergy): got an unexpected keyword argument 'sd'; it takes means, stds"),
+    ("missing segment", "segment-00000.pt: no such file (expected segment 0 of the checkpointed run); start the run again with --overwrite"),
+    ("truncated checkpoint", "checkpoint.pt cannot be read as a sampling checkpoint"),
+    ("full disk", "cannot write {tmp}/o/samples.pt: No space left on device (errno 28); free some space"),
+    ("read-only directory", "cannot write {tmp}/o/config.json: Permission denied (errno 13); make {tmp}/o writable"),
+])
+def test_bad_inputs_and_files_are_errors_not_tracebacks(tmp_path, monkeypatch, capsys, case, message):
+    import errno
+
+    from ebmcore import runfiles
+
+    cfg, out, extra = _config(tmp_path, "mala", warmup=0, plots="false"), tmp_path / "o", []
+    if case == "out is a file":
+        out = tmp_path / "afile"
+        out.write_text("")
+    elif case == "not utf-8":
+        cfg = tmp_path / "bad.toml"
+        cfg.write_bytes(b'[energy]\nname = "gau\xffssian"\n')
+    elif case == "seed beyond 64 bits":
+        extra = ["--seed", str(2**64)]
+    elif case == "too many kept draws":
+        extra = ["--n-steps", str(10**11)]
+    elif case == "pickled code in the model":  # loaded with weights_only=True: the pickled object is refused, not run
+        torch.save({"energy": "mlp", "params": {}, "state_dict": {}, "code": PickledCode()}, tmp_path / "model.pt")
+        cfg.write_text(f'[energy]\nmodel = "{tmp_path / "model.pt"}"\n')
+    elif case in ("truncated model", "not a model"):
+        torch.save({"energy": "mlp", "params": {}, "state_dict": {"w": torch.zeros(1000)}} if case == "truncated model"
+                   else torch.zeros(3), tmp_path / "model.pt")
+        if case == "truncated model":
+            _truncate(tmp_path / "model.pt")
+        cfg.write_text(f'[energy]\nmodel = "{tmp_path / "model.pt"}"\n')
+    elif case == "wrong keyword":
+        cfg.write_text(cfg.read_text().replace("stds = 0.8", "sd = 0.8"))
+    elif case in ("missing segment", "truncated checkpoint"):
+        cfg, out, extra = _interrupted(tmp_path, monkeypatch), tmp_path / "cut", ["--resume"]
+        if case == "missing segment":
+            (out / "segments" / "segment-00000.pt").unlink()
+        else:
+            _truncate(out / "checkpoint.pt")
+    elif case == "full disk":
+        real = runfiles._write
+
+        def full(tmp, data):
+            if tmp.name.startswith("samples"):
+                raise OSError(errno.ENOSPC, "No space left on device")
+            real(tmp, data)
+
+        monkeypatch.setattr(runfiles, "_write", full)
+    elif case == "read-only directory":  # as chmod 555 does for a user other than root
+        def refused(tmp, data):
+            raise PermissionError(errno.EACCES, "Permission denied")
+
+        monkeypatch.setattr(runfiles, "_write", refused)
+    capsys.readouterr()
+    assert main(["sample", str(cfg), "--out", str(out), "--quiet", *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "Traceback" not in err
+    assert message.replace("{tmp}", str(tmp_path)) in err
+    if case == "read-only directory":
+        assert list(out.iterdir()) == []
+    if case == "full disk":  # what was written before is whole, and no temporary is left behind
+        assert json.loads((out / "config.json").read_text())["sampler"]["n_chains"] == 200
+        assert sorted(p.name for p in out.iterdir()) == ["config.json"]
