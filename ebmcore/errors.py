@@ -11,6 +11,7 @@ __all__ = [
     "PluginError",
     "BackendUnavailableError",
     "ConfigError",
+    "MissingDependencyError",
 ]
 
 
@@ -44,3 +45,7 @@ class BackendUnavailableError(EBMError, RuntimeError):
 
 class ConfigError(EBMError, ValueError):
     """A configuration file or environment variable holds an unknown key or a bad value."""
+
+
+class MissingDependencyError(EBMError, ImportError):
+    """An optional dependency a feature needs is not installed; the message names the extra to install."""

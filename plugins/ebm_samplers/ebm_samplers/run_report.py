@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import sys
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +10,8 @@ import torch
 
 import ebmcore
 from ebmcore import plotting
+
+log = logging.getLogger(__name__)
 
 __all__ = ["metrics", "backends", "plots", "summary"]
 
@@ -48,7 +50,7 @@ def plots(out: Path, energy: ebmcore.EnergyModel, trajectory: torch.Tensor, samp
     why_not = plotting.unavailable()
     if why_not is not None:
         if not quiet:
-            print(f"plots skipped: {why_not}", file=sys.stderr)
+            log.info("plots skipped: %s", why_not)
         return
     if trajectory.dim() == 3 and trajectory.shape[2] == 2:
         energy_fn = lambda g: energy.compute_energy(g.to(trajectory.dtype)).double()  # noqa: E731
@@ -77,5 +79,7 @@ def summary(metrics: dict[str, Any], out: Path) -> str:
     lines.append(f"  {metrics['n_chains']} chains x {metrics['n_kept']} kept draws{ess}")
     if metrics.get("acceptance") is not None:
         lines.append(f"  acceptance {metrics['acceptance']:.3f}, divergences {metrics.get('divergences', 0)}")
+    if metrics.get("draws_file"):
+        lines.append(f"  draws and sampler statistics: {out / metrics['draws_file']}")
     lines.append(f"  metrics: {out / 'metrics.json'}; plots and samples in {out}")
     return "\n".join(lines)
