@@ -10,6 +10,7 @@ resolved, buffers allocated, a fused multi-step chain). The loop makes no host s
 
 from __future__ import annotations
 
+import logging
 import time
 import warnings
 from abc import ABC, abstractmethod
@@ -23,6 +24,8 @@ from ebmcore.energies.base import EnergyModel
 from ebmcore.errors import InputError
 from ebmcore.recording import NonFiniteChainsWarning, Recorder, SampleResult
 from ebmcore.validation import check_finite
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Sampler", "SamplerState", "Run", "Chain", "NoiseStream", "check_run_arguments", "stream_seed"]
 
@@ -173,6 +176,7 @@ class Sampler(ABC):
         check_run_arguments(x0, n_steps, burn_in, thin, generator)
         x = self.check_initial_state(x0).detach()  # no graph through the chain, whatever x0 requires
         run = self.prepare(x, generator, tunables, every_step=callback is not None)
+        log.debug("%s: %d chains of shape %s, %s", type(self).__name__, x.shape[0], tuple(x.shape[1:]), run.path)
         for field in ("energy", "grad"):
             if isinstance(getattr(run.state, field, None), Tensor):
                 check_finite(getattr(run.state, field), what=f"{field} at the initial state x0", x=x,

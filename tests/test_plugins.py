@@ -1,6 +1,6 @@
 """Plugin loading: lazy and once, isolated failures, environment switches."""
 
-import importlib_metadata
+from importlib import metadata as importlib_metadata
 import pytest
 
 import ebmcore
