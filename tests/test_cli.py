@@ -46,3 +46,35 @@ def test_console_script_is_installed():
     exe = shutil.which("ebm") or str(__import__("pathlib").Path(sys.executable).with_name("ebm"))
     result = subprocess.run([exe, "--version"], capture_output=True, text=True, check=True)
     assert result.stdout.startswith("ebm ")
+
+
+def test_python_m_ebmcore_works_like_ebm():
+    exe = shutil.which("ebm") or str(__import__("pathlib").Path(sys.executable).with_name("ebm"))
+    as_module = subprocess.run([sys.executable, "-m", "ebmcore", "--version"], capture_output=True, text=True, check=True)
+    assert as_module.stdout == subprocess.run([exe, "--version"], capture_output=True, text=True, check=True).stdout
+    bad = subprocess.run([sys.executable, "-m", "ebmcore", "backends", "--device", "cpu:x"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: ") and "Traceback" not in bad.stderr
+
+
+def test_quiet_and_verbose_set_the_level_of_the_library_messages(tmp_path, capsys):
+    import logging
+
+    from ebmcore import logs
+
+    config = tmp_path / "s.toml"
+    config.write_text('[energy]\nname = "gaussian"\nparams = { dim = 2 }\n[sampler]\nname = "mala"\nn_chains = 8\n'
+                      'n_steps = 4\nburn_in = 0\nwarmup = 4\n[output]\nplots = false\ndraws = "none"\n')
+
+    def stderr(*flags):
+        assert main([*flags, "sample", str(config), "--out", str(tmp_path / "o")]) == 0
+        return capsys.readouterr().err
+
+    default, quiet, verbose = stderr(), stderr("--quiet"), stderr("-v")
+    assert "warm-up: 4 steps, acceptance" in default and "MALASampler: 8 chains" not in default  # INFO, not DEBUG
+    assert quiet == ""
+    assert "warm-up: 4 steps" in verbose and "MALASampler: 8 chains of shape (2,), per-step loop" in verbose
+    assert main(["sample", str(config), "--out", str(tmp_path / "o"), "--quiet"]) == 0  # the subcommand's --quiet too
+    assert capsys.readouterr().err == ""
+    # one logger per package, named after it: the core's and every plugin's
+    assert {"ebmcore", "ebm_samplers", "ebm_losses", "ebm_cuda"} <= set(logs.package_loggers())
+    assert logging.getLogger("ebm_samplers").getEffectiveLevel() == logging.WARNING

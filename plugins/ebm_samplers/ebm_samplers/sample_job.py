@@ -249,7 +249,7 @@ def add_command(subparsers: Any) -> None:
     p.add_argument("--n-samples", type=int, help="stream this many samples to disk in chunks")
     p.add_argument("--chunk-size", type=int, help="chains per streamed chunk (default: [run] chunk_size)")
     p.add_argument("--resume", action="store_true", help="continue a streamed or checkpointed run where it stopped")
-    p.add_argument("--format", choices=sorted(draws.FORMATS), dest="draws_format",
+    p.add_argument("--format", choices=list(draws.FORMATS), dest="draws_format",
                    help="the draws file: npz (numpy), netcdf (ArviZ; needs ebm-samplers[arviz]) or none (default: [output] draws)")
     p.add_argument("--quiet", action="store_true", help="print only the final summary")
     p.set_defaults(func=_main)
