@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["write_json", "save_samples"]
+__all__ = ["write_json", "save_samples", "as_numpy"]
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
@@ -32,6 +32,12 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def as_numpy(value: Tensor) -> np.ndarray:
+    """``value`` on the CPU as a numpy array (half precision as float32, which numpy and other tools read)."""
+    cpu = value.detach().cpu()
+    return (cpu.float() if cpu.dtype in (torch.bfloat16, torch.float16) else cpu).numpy()
+
+
 def save_samples(directory: Path, name: str, samples: Tensor) -> None:
     """``name.pt`` (torch) and ``name.npz`` (numpy, key ``samples``), each written atomically."""
     cpu = samples.detach().cpu()
@@ -39,5 +45,5 @@ def save_samples(directory: Path, name: str, samples: Tensor) -> None:
     torch.save(cpu, tmp)
     os.replace(tmp, directory / f"{name}.pt")
     tmp_npz = directory / f"{name}.tmp.npz"
-    np.savez(tmp_npz, samples=cpu.float().numpy() if cpu.dtype in (torch.bfloat16, torch.float16) else cpu.numpy())
+    np.savez(tmp_npz, samples=as_numpy(cpu))
     os.replace(tmp_npz, directory / f"{name}.npz")

@@ -16,6 +16,7 @@ from typing import Any
 import ebmcore
 from ebmcore.errors import MissingDependencyError
 from ebmcore.recording import SampleResult
+from ebmcore.runfiles import as_numpy
 
 from ebm_samplers import draws as draws_module
 from ebm_samplers.draws import Draws
@@ -73,7 +74,7 @@ def to_arviz(result: Draws | SampleResult, sampler: Any = None, **tunables: Any)
 
 def _chain_major(value: Any) -> Any:
     """``(n_draws, n_chains, ...)`` tensor -> ArviZ's ``(chain, draw, ...)`` numpy array."""
-    return draws_module.as_numpy(value.transpose(0, 1))
+    return as_numpy(value.transpose(0, 1))
 
 
 def write_netcdf(result: Draws | SampleResult, path: Path, sampler: Any = None, **tunables: Any) -> None:

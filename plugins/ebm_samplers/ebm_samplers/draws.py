@@ -3,7 +3,7 @@
 
 ``draws.npz`` is plain numpy (``numpy.load(path)`` reads it without ebm, no pickle): ``x`` is the kept
 trajectory ``(n_draws, n_chains, *event_shape)``, each statistic ``(n_draws, n_chains)``, and ``attrs`` a
-JSON string (sampler, energy, versions). The statistics, where the sampler has them (:data:`ARVIZ_NAMES`):
+JSON string (sampler, energy, ``thin``, ``seed``). The statistics, where the sampler has them (:data:`ARVIZ_NAMES`):
 
 - ``lp``: ``−E(x)``, the unnormalised log density of the draw (every sampler);
 - ``acceptance_rate``: the acceptance probability of the transition that made the draw; a fused chain,
@@ -28,8 +28,9 @@ import torch
 from torch import Tensor
 
 from ebmcore.errors import InputError
+from ebmcore.runfiles import as_numpy
 
-__all__ = ["ARVIZ_NAMES", "FORMATS", "Draws", "from_result", "params_stats", "save", "save_npz", "load_npz", "as_numpy"]
+__all__ = ["ARVIZ_NAMES", "FORMATS", "Draws", "from_result", "params_stats", "save", "save_npz", "load_npz"]
 
 ARVIZ_NAMES = {"acceptance": "acceptance_rate", "divergent": "diverging", "hamiltonian": "energy",
                "tree_depth": "tree_depth", "n_leapfrog_steps": "n_steps"}
@@ -81,12 +82,6 @@ def from_result(trajectory: Tensor | None, stats: Mapping[str, Tensor] | None,
             raise InputError(f"statistic {name!r} must have shape (n_draws, n_chains) = ({n_draws}, {n_chains}), "
                              f"got {tuple(value.shape)}.")
     return Draws(trajectory, out, dict(attrs or {}))
-
-
-def as_numpy(value: Tensor) -> np.ndarray:
-    """``value`` on the CPU as numpy (half precision as float32, which numpy and netCDF read)."""
-    cpu = value.detach().cpu()
-    return (cpu.float() if cpu.dtype in (torch.bfloat16, torch.float16) else cpu).numpy()
 
 
 def save_npz(draws: Draws, path: Path) -> None:

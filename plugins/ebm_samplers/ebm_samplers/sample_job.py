@@ -1,7 +1,8 @@
 """``ebm sample``: sample an energy (a registered one or a model from ``ebm train``) with any
 registered sampler, with warm-up, burn-in and thinning; write samples, the draws with their sampler
-statistics (:mod:`ebm_samplers.draws`), metrics and plots to a run directory. With ``n_samples > 0`` it streams chunks of independent chains to disk instead, with
-bounded memory, and ``--resume`` skips the chunks already written.
+statistics (:mod:`ebm_samplers.draws`), metrics and plots to a run directory. With ``n_samples > 0``
+it streams chunks of independent chains to disk instead, with bounded memory, and ``--resume`` skips
+the chunks already written.
 
 The energy and the sampler are built once. A sampler of the core contract (``init``/``step``)
 runs everywhere; what needs more (warm-up needs an acceptance statistic) is skipped with one line.
@@ -190,7 +191,7 @@ def _run(config: dict[str, Any], out: Path, world: distributed.DistributedRun, r
             result = chunks.sample_in_segments(sampler, x0, s["n_steps"], r["checkpoint_every"], out, burn_in=s["burn_in"],
                                                thin=s["thin"], generator=generator, saved=saved, progress=progress,
                                                on_segment=lambda index: _after_segment(index), metadata=step, **tunables)
-            samples, trajectory, d, local, stats = result.samples, result.trajectory, result.diagnostics, slice(None), result.stats
+            samples, trajectory, stats, d, local = result.samples, result.trajectory, result.stats, result.diagnostics, slice(None)
             acceptance = None if d.acceptance_rate is None else float(d.acceptance_rate.mean())
             divergences, summary = None if d.divergences is None else int(d.divergences.sum()), None
         else:
