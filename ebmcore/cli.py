@@ -62,6 +62,10 @@ def _cmd_backends(args: argparse.Namespace) -> int:
             unresolved += why.chosen is None
             print()
             print(why)
+    print("\nneural energies (an EnergyModel without an analytic gradient): the gradient is computed in closed form, "
+          "equal to autograd's, when compute_energy is a chain of nn.Linear layers and activations ending in "
+          "Linear(·, 1) (ebmcore.energies.feedforward); otherwise by autograd. A sampler's run names the path it takes "
+          "(ebm profile prints it).")
     if unresolved:
         print(f"\n{unresolved} op(s) have no kernel that can run under this selection.")
     return 1 if unresolved else 0

@@ -7,7 +7,7 @@ import ebmcore
 from ebmcore.errors import InputError
 from ebmcore.kernels import torch_backend as ref
 from ebm_cuda import reference
-from ebm_samplers import HMCSampler, LangevinSampler
+from ebm_samplers import HMCSampler, LangevinSampler, NUTSSampler
 
 
 def _seed_of(generator_seed: int) -> int:
@@ -161,8 +161,8 @@ def test_per_step_sampling_of_image_shaped_states_with_the_step_kernels():
     torch.testing.assert_close(got, expected)
 
 
-@pytest.mark.parametrize("make", [lambda e: LangevinSampler(e, step_size=0.01), lambda e: HMCSampler(e, step_size=0.2, n_leapfrog_steps=5)],
-                         ids=["langevin", "hmc"])
+@pytest.mark.parametrize("make", [lambda e: LangevinSampler(e, step_size=0.01), lambda e: HMCSampler(e, step_size=0.2, n_leapfrog_steps=5),
+                                  lambda e: NUTSSampler(e, step_size=0.3)], ids=["langevin", "hmc", "nuts"])
 def test_checkpointed_segments_of_a_fused_run_equal_one_run(tmp_path, make):
     from ebmcore.chunks import load_checkpoint, sample_in_segments
 
