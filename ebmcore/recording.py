@@ -50,9 +50,10 @@ class SampleResult(NamedTuple):
     """What ``sample`` returns when a trajectory, diagnostics or statistics are asked for.
 
     ``stats`` (with ``return_stats``): per-draw statistics ``(n_kept, n_chains)`` of the transition that made each
-    kept draw: ``energy`` (``E(x)`` of the draw), ``acceptance`` (the info's ``acceptance_prob``; without one, the
-    fraction of the transitions since the previous kept draw that were accepted), ``divergent`` (bool: one of those
-    transitions diverged), and ``tree_depth``, ``n_leapfrog_steps``, ``hamiltonian`` where the info has them.
+    kept draw: ``energy`` (``E(x)`` of the draw), ``acceptance`` (the info's ``acceptance_prob``, else its
+    ``accepted``), ``divergent`` (bool), and ``tree_depth``, ``n_leapfrog_steps``, ``hamiltonian`` where the info
+    has them. A fused chain's info sums over the transitions since the previous kept draw: their means are kept
+    (``divergent``: whether any diverged).
     """
 
     samples: Tensor
@@ -113,20 +114,21 @@ class Recorder:
             self.acceptance[k] = (accepted if size == 1 else accepted / size).mean()
 
     def _keep_stats(self, k: int, energy: Tensor, info: Any, size: int) -> None:
-        """Row ``k`` of every statistic; a statistic's ``(n_kept, n_chains)`` buffer is made the first time it is seen."""
+        """Row ``k`` of every statistic; a statistic's ``(n_kept, n_chains)`` buffer is made the first time it is seen.
+        The ``info`` of a fused call of ``size`` > 1 transitions holds sums over them: their means are recorded (and
+        ``divergent``: whether any diverged)."""
         n = energy.shape[0]
-        values: dict[str, Any] = {"energy": energy}
-        for name in INFO_STATS:
+        values: dict[str, Any] = {}
+        for name in ("accepted", *INFO_STATS):
             value = getattr(info, name, None)
             if isinstance(value, Tensor) and value.shape == (n,):
-                values[name] = value
-        accepted = getattr(info, "accepted", None)
-        if "acceptance_prob" in values:
-            values["acceptance"] = values.pop("acceptance_prob")
-        elif isinstance(accepted, Tensor) and accepted.shape == (n,):
-            values["acceptance"] = accepted.to(self.stat_dtype) / size
+                values[name] = value if size == 1 or name == "divergent" else value.to(self.stat_dtype) / size
+        accepted = values.pop("accepted", None)
+        if "acceptance_prob" in values or accepted is not None:
+            values["acceptance"] = values.pop("acceptance_prob", accepted).to(self.stat_dtype)  # bool when accepted
         if "divergent" in values:
-            values["divergent"] = values["divergent"] > 0  # a fused call's count over its transitions
+            values["divergent"] = values["divergent"] > 0
+        values["energy"] = energy
         for name, value in values.items():
             buffer = self.stats.get(name)
             if buffer is None:

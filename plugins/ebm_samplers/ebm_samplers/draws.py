@@ -6,13 +6,15 @@ trajectory ``(n_draws, n_chains, *event_shape)``, each statistic ``(n_draws, n_c
 JSON string (sampler, energy, ``thin``, ``seed``). The statistics, where the sampler has them (:data:`ARVIZ_NAMES`):
 
 - ``lp``: ``−E(x)``, the unnormalised log density of the draw (every sampler);
-- ``acceptance_rate``: the acceptance probability of the transition that made the draw; a fused chain,
-  which reports counts, gives the fraction of the ``thin`` transitions since the previous draw accepted;
-- ``diverging``: that transition (any of them, for a fused chain) diverged;
+- ``acceptance_rate``: the acceptance probability of the transition that made the draw;
+- ``diverging``: that transition diverged;
 - ``energy``: the Hamiltonian ``H`` (HMC, NUTS), what ``arviz.bfmi`` reads;
 - ``tree_depth``, ``n_steps``: NUTS's tree depth and leapfrog steps; HMC's ``n_steps`` is its fixed
   ``n_leapfrog_steps``;
 - ``step_size``: the step size the chain ran with (after warm-up).
+
+A fused chain reports sums over the ``thin`` transitions since the previous draw: its statistics are their
+means (``diverging``: whether any diverged), and it has no ``energy``.
 """
 
 from __future__ import annotations

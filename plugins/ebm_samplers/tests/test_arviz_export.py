@@ -110,7 +110,7 @@ def test_a_sample_result_converts_chain_major_with_arviz_names(monkeypatch, kind
     library, *_ = _generation(kind)
     monkeypatch.setattr(arviz_export, "_library", lambda: library)
     energy = ebmcore.energy("gaussian", dim=3)
-    sampler = NUTSSampler(energy, step_size=torch.linspace(0.4, 0.6, 4), max_tree_depth=5)
+    sampler = NUTSSampler(energy, step_size=torch.linspace(0.4, 0.6, 4), max_tree_depth=5, fused=False)  # with H
     result = sampler.sample(torch.randn(4, 3, generator=torch.Generator().manual_seed(0)), 30, return_trajectory=True,
                             return_stats=True, generator=torch.Generator().manual_seed(1))
     data = arviz_export.to_arviz(result, sampler)
