@@ -134,3 +134,20 @@ def test_fused_true_says_why_the_nuts_chain_cannot_run():
         NUTSSampler(ebmcore.energy("mlp", dim=3), fused=True).sample(x0, 2)
     assert NUTSSampler(energy, inv_mass=torch.full((3,), 2.0)).prepare(x0, None, {}).path == \
         "per-step loop (a mass matrix is set, the fused chain uses the identity)"
+
+
+def test_per_draw_stats_of_a_thinned_fused_run_are_the_means_over_the_transitions_between_draws():
+    energy = ebmcore.energy("double_well", dim=2)
+    x0 = torch.randn(50, 2, generator=torch.Generator().manual_seed(0))
+    sampler = NUTSSampler(energy, step_size=0.3, max_tree_depth=5)
+    run = lambda thin: sampler.sample(x0, 12, burn_in=3, thin=thin, return_trajectory=True, return_stats=True,  # noqa: E731
+                                      generator=torch.Generator().manual_seed(5))
+    every, thinned = run(1), run(3)  # one noise stream: the kept draws of thin=3 are every third of thin=1's
+    assert sampler.prepare(x0, None, {}).path == "fused chain" and torch.equal(thinned.trajectory, every.trajectory[2::3])
+    assert set(every.stats) == {"energy", "acceptance", "divergent", "tree_depth", "n_leapfrog_steps"}  # no Hamiltonian
+    assert every.stats["tree_depth"].dtype == torch.int64 and int(every.stats["tree_depth"].max()) <= 5
+    groups = lambda name: every.stats[name].view(4, 3, 50).double()  # noqa: E731
+    for name in ("acceptance", "tree_depth", "n_leapfrog_steps"):
+        torch.testing.assert_close(thinned.stats[name].double(), groups(name).mean(1))
+    assert torch.equal(thinned.stats["divergent"], every.stats["divergent"].view(4, 3, 50).any(1))
+    torch.testing.assert_close(thinned.stats["energy"], every.stats["energy"][2::3])

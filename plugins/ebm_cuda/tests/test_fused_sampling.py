@@ -168,10 +168,15 @@ def test_checkpointed_segments_of_a_fused_run_equal_one_run(tmp_path, make):
 
     energy = ebmcore.energy("double_well", dim=2)
     x0 = torch.randn(200, 2, generator=torch.Generator().manual_seed(0))
-    one = make(energy).sample(x0, 300, burn_in=50, thin=2, return_trajectory=True, generator=torch.Generator().manual_seed(7))
+    one = make(energy).sample(x0, 300, burn_in=50, thin=2, return_trajectory=True, return_stats=True,
+                              generator=torch.Generator().manual_seed(7))
     cut = sample_in_segments(make(energy), x0, 300, 40, tmp_path / "a", burn_in=50, thin=2,
                              generator=torch.Generator().manual_seed(7), on_segment=lambda i: None)
     assert torch.equal(cut.samples, one.samples) and torch.equal(cut.trajectory, one.trajectory)
+    assert cut.stats.keys() == one.stats.keys() and all(torch.equal(cut.stats[k], v) for k, v in one.stats.items())
+    if isinstance(make(energy), HMCSampler):  # a fused call per kept draw reports its 2 transitions: 0, 1/2 or 1 accepted
+        assert set(one.stats["acceptance"].unique().tolist()) <= {0.0, 0.5, 1.0}
+        assert one.stats["divergent"].dtype == torch.bool
 
     def stop_after_two(index):
         if index == 2:
@@ -183,3 +188,4 @@ def test_checkpointed_segments_of_a_fused_run_equal_one_run(tmp_path, make):
     resumed = sample_in_segments(make(energy), x0, 300, 40, tmp_path / "b", burn_in=50, thin=2, generator=torch.Generator(),
                                  saved=load_checkpoint(tmp_path / "b", torch.device("cpu")))
     assert torch.equal(resumed.samples, one.samples) and torch.equal(resumed.trajectory, one.trajectory)
+    assert all(torch.equal(resumed.stats[k], v) for k, v in one.stats.items())
