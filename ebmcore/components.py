@@ -31,6 +31,7 @@ FIRST_PARTY: dict[str, dict[str, tuple[str, ...]]] = {
         "integrator": ("euler_maruyama", "leapfrog", "heun", "dopri5", "mclachlan", "yoshida"),
     },
     "ebm-losses": {
+        "energy": ("conv",),
         "loss": (
             "contrastive_divergence",
             "persistent_contrastive_divergence",

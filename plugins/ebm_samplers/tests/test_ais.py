@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from ebmcore import GaussianEnergy, GaussianMixtureEnergy
+from ebmcore import EnergyModel, GaussianEnergy, GaussianMixtureEnergy
 from ebmcore.errors import InputError
 from ebm_samplers.ais import estimate_log_z as ais, sigmoid_betas
 
@@ -63,3 +63,24 @@ def test_sigmoid_schedule_and_bad_arguments():
         ais(energy, transition="nuts")
     with pytest.raises(InputError, match="n_chains must be an integer >= 2"):
         ais(energy, n_chains=1)
+
+
+class _ImageQuadratic(EnergyModel):
+    """``E(x) = ½ Σ (x / s)²`` over images ``(1, 4, 4)``: ``log Z = 16·(log s + ½ log 2π)``."""
+
+    event_shape = (1, 4, 4)
+
+    def __init__(self, s: float) -> None:
+        super().__init__()
+        self.register_buffer("s", torch.tensor(s, dtype=torch.float64))
+
+    def compute_energy(self, x):
+        return 0.5 * (x / self.s).square().sum((1, 2, 3))
+
+
+def test_ais_takes_image_shaped_states():
+    result = ais(_ImageQuadratic(0.3), n_chains=256, n_temperatures=100, loc=torch.zeros(1, 4, 4), scale=1.0,
+                 generator=torch.Generator().manual_seed(3))
+    exact = 16 * (math.log(0.3) + 0.5 * math.log(2 * math.pi))
+    assert result.samples.shape == (256, 1, 4, 4)
+    assert abs(result.log_z - exact) < 4 * result.standard_error + 1e-3, (result.log_z, exact, result.standard_error)
