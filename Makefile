@@ -5,6 +5,9 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PLUGINS := $(patsubst %/pyproject.toml,%,$(wildcard plugins/*/pyproject.toml))
+# plugin extras the tests need (ebm-losses[images]: scikit-learn's digits and PNG folders)
+EXTRAS := plugins/ebm_losses=images
+PLUGIN_SPECS := $(foreach p,$(PLUGINS),"$(p)$(foreach e,$(filter $(p)=%,$(EXTRAS)),[$(patsubst $(p)=%,%,$(e))])")
 
 .PHONY: setup demo test docs docs-serve
 setup: $(VENV)/.installed
@@ -12,7 +15,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml $(wildcard plugins/*/pyproject.toml) Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet "setuptools>=70.1" wheel torch==2.13.0
-	$(PY) -m pip install --quiet --no-build-isolation -e ".[test,docs,plot]" $(addprefix -e ,$(PLUGINS))
+	$(PY) -m pip install --quiet --no-build-isolation -e ".[test,docs,plot]" $(addprefix -e ,$(PLUGIN_SPECS))
 	touch $@
 
 demo: setup

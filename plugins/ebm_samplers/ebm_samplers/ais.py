@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -69,15 +69,39 @@ def sigmoid_betas(n_temperatures: int, sharpness: float = 4.0) -> list[float]:
     return [0.0, *s[1:-1].tolist(), 1.0]
 
 
-def _interpolated(fns: EnergyFunctions, loc: Tensor, inv_var: Tensor, beta: float) -> EnergyFunctions:
-    """The hot-loop callables of ``E_β = (1 − β)·E₀ + β·E`` with ``E₀ = ½ Σ (x − loc)² / scale²``."""
+Base = Callable[[Tensor], "tuple[Tensor, Tensor]"]
+
+
+def _gaussian_base(loc: Tensor, inv_var: Tensor) -> Base:
+    """``x -> (E₀(x), ∇E₀(x))`` of ``N(loc, diag(1/inv_var))``: ``E₀ = ½ Σ (x − loc)²·inv_var``."""
     dims = tuple(range(1, loc.dim() + 1))
+
+    def base(x: Tensor) -> tuple[Tensor, Tensor]:
+        z = (x - loc) * inv_var
+        return 0.5 * (z * (x - loc)).sum(dims), z
+
+    return base
+
+
+def _box_base(low: float, high: float) -> Base:
+    """``x -> (E₀(x), ∇E₀(x))`` of the uniform density on ``[low, high]^d``: ``0`` inside, ``+inf`` outside, so MALA and
+    HMC reject every proposal that leaves the box."""
+
+    def base(x: Tensor) -> tuple[Tensor, Tensor]:
+        inside = ((x >= low) & (x <= high)).flatten(1).all(1)
+        zero = torch.zeros(x.shape[0], dtype=x.dtype, device=x.device)
+        return torch.where(inside, zero, torch.full_like(zero, math.inf)), torch.zeros_like(x)
+
+    return base
+
+
+def _interpolated(fns: EnergyFunctions, base: Base, beta: float) -> EnergyFunctions:
+    """The hot-loop callables of ``E_β = (1 − β)·E₀ + β·E`` (``0 ≤ β < 1``)."""
 
     def energy_and_gradient(x: Tensor) -> tuple[Tensor, Tensor]:
         e, g = fns.energy_and_gradient(x)
-        z = (x - loc) * inv_var
-        e0 = 0.5 * (z * (x - loc)).sum(dims)
-        return (1 - beta) * e0 + beta * e, (1 - beta) * z + beta * g
+        e0, g0 = base(x)
+        return (1 - beta) * e0 + beta * e, (1 - beta) * g0 + beta * g
 
     return EnergyFunctions(lambda x: energy_and_gradient(x)[0], lambda x: energy_and_gradient(x)[1], energy_and_gradient)
 
@@ -85,12 +109,14 @@ def _interpolated(fns: EnergyFunctions, loc: Tensor, inv_var: Tensor, beta: floa
 def estimate_log_z(energy: EnergyModel, n_chains: int = 256, n_temperatures: int = 500, *, event_shape: Sequence[int] | None = None,
         loc: Any = 0.0, scale: Any = 1.0, transition: str = "mala", n_steps: int = 1, step_size: float | None = None,
         n_leapfrog_steps: int | None = None, adapt: bool = True, target_accept: float = 0.65,
-        betas: Sequence[float] | None = None, generator: torch.Generator | None = None,
-        dtype: torch.dtype | None = None, device: Any = None) -> AISResult:
+        betas: Sequence[float] | None = None, bounds: tuple[float, float] | None = None,
+        generator: torch.Generator | None = None, dtype: torch.dtype | None = None, device: Any = None) -> AISResult:
     """Estimate ``log Z`` of ``exp(−E)`` with ``n_chains`` AIS chains over ``n_temperatures`` (or the schedule ``betas``).
 
     ``loc`` and ``scale`` (numbers or tensors broadcasting to ``event_shape``) define the base ``N(loc, scale²)``;
-    pick them to cover the energy's mass (e.g. the data's mean and std). ``transition``: ``"mala"`` or ``"hmc"``,
+    pick them to cover the energy's mass (e.g. the data's mean and std). With ``bounds = (low, high)`` the domain is
+    the box ``[low, high]^d`` instead (images on ``[−1, 1]``): the base is uniform on it, ``log Z`` is that of
+    ``exp(−E)`` restricted to it, and moves that leave it are rejected. ``transition``: ``"mala"`` or ``"hmc"``,
     ``n_steps`` per temperature; ``step_size`` starts at the sampler's default times the mean base scale.
     ``event_shape`` defaults to the energy's; dtype and device to its parameters' (else float64, CPU).
     """
@@ -111,37 +137,45 @@ def estimate_log_z(energy: EnergyModel, n_chains: int = 256, n_temperatures: int
     ref = energy._reference_tensor()
     dtype = dtype or (ref.dtype if ref is not None else torch.float64)
     device = torch.device(device) if device is not None else (ref.device if ref is not None else torch.device("cpu"))
-    loc_t = torch.as_tensor(loc, dtype=dtype, device=device).expand(shape).contiguous()
-    scale_t = torch.as_tensor(scale, dtype=dtype, device=device).expand(shape).contiguous()
-    if not bool((scale_t > 0).all()) or not bool(torch.isfinite(loc_t).all()):
-        raise InputError("the base scale must be positive and its loc finite.")
-    inv_var = scale_t.pow(-2)
-    d = loc_t.numel()
-    log_z0 = float(scale_t.double().log().sum()) + 0.5 * d * math.log(2 * math.pi)
+    d = math.prod(shape)
+    if bounds is not None:
+        low, high = (float(b) for b in bounds)
+        if not high > low:
+            raise InputError(f"bounds must be (low, high) with high > low, got {bounds!r}.")
+        base = _box_base(low, high)
+        log_z0 = d * math.log(high - low)
+        x = low + (high - low) * torch.rand((n_chains, *shape), generator=generator, dtype=dtype, device=device)
+        mean_scale = (high - low) / 4
+    else:
+        loc_t = torch.as_tensor(loc, dtype=dtype, device=device).expand(shape).contiguous()
+        scale_t = torch.as_tensor(scale, dtype=dtype, device=device).expand(shape).contiguous()
+        if not bool((scale_t > 0).all()) or not bool(torch.isfinite(loc_t).all()):
+            raise InputError("the base scale must be positive and its loc finite.")
+        base = _gaussian_base(loc_t, scale_t.pow(-2))
+        log_z0 = float(scale_t.double().log().sum()) + 0.5 * d * math.log(2 * math.pi)
+        x = loc_t + scale_t * torch.randn((n_chains, *shape), generator=generator, dtype=dtype, device=device)
+        mean_scale = float(scale_t.mean())
 
     module = _TRANSITIONS[transition]
-    x = loc_t + scale_t * torch.randn((n_chains, *shape), generator=generator, dtype=dtype, device=device)
     energy.validate(x, name="the AIS states")
     fns = bind_energy(energy, x)
-    base = module.Params(n_leapfrog_steps=n_leapfrog_steps) if transition == "hmc" else module.Params()
-    params = base.resolve(x)
-    h0 = (params.step_size if step_size is None else step_size * 1.0) * (float(scale_t.mean()) if step_size is None else 1.0)
+    defaults = module.Params(n_leapfrog_steps=n_leapfrog_steps) if transition == "hmc" else module.Params()
+    params = defaults.resolve(x)
+    h0 = params.step_size * mean_scale if step_size is None else float(step_size)
     h = torch.full((n_chains,), h0, dtype=dtype, device=device)
     kernel = module.build_kernel()
-    dims = tuple(range(1, x.dim()))
     log_w = torch.zeros(n_chains, dtype=torch.float64, device=device)
     accept_sum = torch.zeros((), dtype=torch.float64, device=device)
     with torch.no_grad():
         for k in range(1, len(schedule)):
             beta, previous = schedule[k], schedule[k - 1]
             e, g = fns.energy_and_gradient(x)
-            z = (x - loc_t) * inv_var
-            e0 = 0.5 * (z * (x - loc_t)).sum(dims)
+            e0, g0 = base(x)
             log_w += (beta - previous) * (e0 - e).double()
             if k == len(schedule) - 1:
                 break
-            state = GradientState(x, (1 - beta) * e0 + beta * e, (1 - beta) * z + beta * g)
-            step_fns = _interpolated(fns, loc_t, inv_var, beta)
+            state = GradientState(x, (1 - beta) * e0 + beta * e, (1 - beta) * g0 + beta * g)
+            step_fns = _interpolated(fns, base, beta)
             step_params = with_fields(params, step_size=h)
             acc = torch.zeros((), dtype=torch.float64, device=device)
             for _ in range(n_steps):

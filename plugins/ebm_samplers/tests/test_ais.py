@@ -84,3 +84,14 @@ def test_ais_takes_image_shaped_states():
     exact = 16 * (math.log(0.3) + 0.5 * math.log(2 * math.pi))
     assert result.samples.shape == (256, 1, 4, 4)
     assert abs(result.log_z - exact) < 4 * result.standard_error + 1e-3, (result.log_z, exact, result.standard_error)
+
+
+def test_ais_on_a_box_matches_the_truncated_gaussian():
+    """``bounds``: ``exp(−x²/(2s²))`` on ``[−1, 1]^16`` has ``log Z = d·log(s√(2π)·(Φ(1/s) − Φ(−1/s)))``; moves leaving
+    the box are rejected, so the final states stay inside."""
+    s = 0.6
+    energy = _ImageQuadratic(s)
+    exact = 16 * math.log(s * math.sqrt(2 * math.pi) * math.erf(1 / (s * math.sqrt(2))))
+    result = ais(energy, n_chains=256, n_temperatures=100, bounds=(-1.0, 1.0), generator=torch.Generator().manual_seed(4))
+    assert bool((result.samples.abs() <= 1).all())
+    assert abs(result.log_z - exact) < 4 * result.standard_error + 1e-3, (result.log_z, exact, result.standard_error)
