@@ -169,7 +169,8 @@ def _run(config: dict[str, Any], out: Path, resume: bool, quiet: bool, main: boo
     lim = float(train.abs().max()) * 1.25 if train.dim() == 2 and train.shape[1] == 2 else 0.0
     evaluate = (lambda e, step: {"held_out_nll": grid_nll(e, test, lim)}) if lim else (lambda e, step: {})
     trainer = Trainer(energy, loss, train, batch_size=t["batch_size"], lr=t["lr"], seed=t["seed"],
-                      ema_decay=t["ema_decay"] or None, clip_grad_norm=t["clip_grad_norm"] or None, progress=sys.stderr.isatty() and not quiet,
+                      ema_decay=t["ema_decay"] or None, clip_grad_norm=t["clip_grad_norm"] or None,
+                      progress=sys.stderr.isatty() and not quiet,
                       eval_fn=evaluate, eval_every=t["eval_every"], checkpoint_path=checkpoint,
                       checkpoint_every=t["checkpoint_every"])
     if resume:
@@ -293,7 +294,9 @@ def summary(metrics: dict[str, Any], out: Path) -> str:
     return "\n".join([
         f"trained to step {metrics['steps']} in {metrics['wall_time_s']:.1f} s"
         + (f" ({metrics['throughput_samples_per_s']:,.0f} samples/s)" if metrics["throughput_samples_per_s"] else ""),
-        f"  final loss {metrics['final_loss']:.4g}" + (f", held-out NLL {nll:.3f} nats" if nll is not None else ""),
+        f"  final loss {metrics['final_loss']:.4g}" + (f", held-out NLL {nll:.3f} nats" if nll is not None else "")
+        + (f", AIS held-out log-likelihood {ais['test_log_likelihood']:.3f} ± {ais['standard_error']:.3f} nats"
+           if (ais := metrics.get("ais")) else ""),
         f"  model: {out / 'model.pt'} (sample it with [energy] model = \"{out / 'model.pt'}\")",
         f"  metrics: {out / 'metrics.json'}; plots in {out}",
     ])
