@@ -32,7 +32,6 @@ def test_arrays_pngs_and_digits_load_as_nchw_with_their_pixel_range(tmp_path):
     torch.save({"images": torch.rand(4, 3, 5, 5)}, tmp_path / "b.pt")
     assert images.load(str(tmp_path / "b.pt")).images.shape == (4, 3, 5, 5)
     assert images.load(str(tmp_path / "b.pt")).pixel_range == (0.0, 1.0)
-    np.save(tmp_path / "hwc.npy", np.zeros(1))  # not an image source: ignored by the folder loader
     from PIL import Image
 
     folder = tmp_path / "pngs"
