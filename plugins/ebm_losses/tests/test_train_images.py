@@ -32,6 +32,8 @@ def test_arrays_pngs_and_digits_load_as_nchw_with_their_pixel_range(tmp_path):
     torch.save({"images": torch.rand(4, 3, 5, 5)}, tmp_path / "b.pt")
     assert images.load(str(tmp_path / "b.pt")).images.shape == (4, 3, 5, 5)
     assert images.load(str(tmp_path / "b.pt")).pixel_range == (0.0, 1.0)
+    np.savez(tmp_path / "hwc.npz", np.zeros((4, 5, 6, 3), dtype=np.uint8))  # channels last, its only array
+    assert images.load(str(tmp_path / "hwc.npz")).images.shape == (4, 3, 5, 6)
     from PIL import Image
 
     folder = tmp_path / "pngs"
