@@ -100,8 +100,11 @@ def load_array(path: str | Path, key: str | None = None) -> ImageSet:
 def load_png_folder(path: str | Path) -> ImageSet:
     """Every ``*.png`` in the folder ``path`` (sorted by name; all of one size and mode), pixels ``0–255``."""
     import numpy as np
-    from PIL import Image
 
+    try:
+        from PIL import Image
+    except ImportError:
+        raise ConfigError("reading PNG files needs Pillow: pip install 'ebm-losses[images]'.") from None
     path = Path(path)
     files = sorted(path.glob("*.png"))
     if not files:
