@@ -95,15 +95,23 @@ def _box_base(low: float, high: float) -> Base:
     return base
 
 
-def _interpolated(fns: EnergyFunctions, base: Base, beta: float) -> EnergyFunctions:
-    """The hot-loop callables of ``E_β = (1 − β)·E₀ + β·E`` (``0 ≤ β < 1``)."""
+class _Path:
+    """The hot-loop callables of ``E_β = (1 − β)·E₀ + β·E`` at the current ``beta`` (``0 ≤ β < 1``). Each evaluation
+    keeps its components ``(E, ∇E, E₀, ∇E₀)`` in ``last``: a transition's last evaluation is at its proposal (MALA's
+    only one, HMC's at the trajectory's end), so the components of the state kept need no recomputation."""
 
-    def energy_and_gradient(x: Tensor) -> tuple[Tensor, Tensor]:
-        e, g = fns.energy_and_gradient(x)
-        e0, g0 = base(x)
-        return (1 - beta) * e0 + beta * e, (1 - beta) * g0 + beta * g
+    def __init__(self, fns: EnergyFunctions, base: Base) -> None:
+        self.fns, self.base, self.beta = fns, base, 0.0
+        self.last: tuple[Tensor, Tensor, Tensor, Tensor] | None = None
+        self.functions = EnergyFunctions(lambda x: self.energy_and_gradient(x)[0],
+                                         lambda x: self.energy_and_gradient(x)[1], self.energy_and_gradient)
 
-    return EnergyFunctions(lambda x: energy_and_gradient(x)[0], lambda x: energy_and_gradient(x)[1], energy_and_gradient)
+    def energy_and_gradient(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        e, g = self.fns.energy_and_gradient(x)
+        e0, g0 = self.base(x)
+        self.last = (e, g, e0, g0)
+        b = self.beta
+        return (1 - b) * e0 + b * e, (1 - b) * g0 + b * g
 
 
 def estimate_log_z(energy: EnergyModel, n_chains: int = 256, n_temperatures: int = 500, *, event_shape: Sequence[int] | None = None,
@@ -166,20 +174,25 @@ def estimate_log_z(energy: EnergyModel, n_chains: int = 256, n_temperatures: int
     kernel = module.build_kernel()
     log_w = torch.zeros(n_chains, dtype=torch.float64, device=device)
     accept_sum = torch.zeros((), dtype=torch.float64, device=device)
+    path = _Path(fns, base)
     with torch.no_grad():
+        path.energy_and_gradient(x)
+        parts = path.last  # (E, ∇E, E₀, ∇E₀) at x, carried along: one evaluation per transition
         for k in range(1, len(schedule)):
             beta, previous = schedule[k], schedule[k - 1]
-            e, g = fns.energy_and_gradient(x)
-            e0, g0 = base(x)
+            e, g, e0, g0 = parts
             log_w += (beta - previous) * (e0 - e).double()
             if k == len(schedule) - 1:
                 break
+            path.beta = beta
             state = GradientState(x, (1 - beta) * e0 + beta * e, (1 - beta) * g0 + beta * g)
-            step_fns = _interpolated(fns, base, beta)
             step_params = with_fields(params, step_size=h)
             acc = torch.zeros((), dtype=torch.float64, device=device)
             for _ in range(n_steps):
-                state, info = kernel(state, step_fns, generator, step_params)
+                state, info = kernel(state, path.functions, generator, step_params)
+                keep = info.accepted
+                parts = tuple(torch.where(keep.view(-1, *([1] * (new.dim() - 1))), new, old)
+                              for new, old in zip(path.last, parts))
                 acc += info.acceptance_prob.double().mean()
             acc /= n_steps
             accept_sum += acc
