@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """One training step of the bundled image configuration (``ebm train digits``), ebm against torchebm.
 
-    benchmarks/.venv/bin/python benchmarks/image_step.py [--repeats 7] [--inner 5] [--threads 1] [--json PATH]
+    benchmarks/.venv/bin/python benchmarks/image_step.py [--repeats 7] [--inner 5] [--threads 1] [--compile] [--json PATH]
 
 The step is that of ``train_digits.toml``: a batch of 64 digits on ``[-1, 1]``, persistent CD with a
 replay buffer of 2,000 (5 % of the chains restarted from noise), 20 Langevin steps
@@ -11,7 +11,8 @@ the same ``conv`` network (widths 32, 64, SiLU; seeded weights, copied into both
 "noise_scale": 0.005}, buffer_size=2000, reinit_fraction=0.05, regularization=0.1)``; torchebm (0.8.9) is
 ``ContrastiveDivergence(model, LangevinDynamics(model, step_size=10.0, noise_scale=0.005 / sqrt(20)),
 k_steps=20, persistent=True, buffer_size=2000, new_sample_ratio=0.05, energy_reg_weight=0.1)`` (its noise is
-``noise_scale·√(2h)·ξ``). Both buffers are filled before timing (torchebm's by its own warm-up). One timed
+``noise_scale·√(2h)·ξ``). ``--compile`` adds ``ebm-compile``: the same with the sampler's ``compile=True`` (the
+Langevin transition through ``torch.compile``; its one-off compilation is untimed and printed). Both buffers are filled before timing (torchebm's by its own warm-up). One timed
 run is ``--inner`` steps; the libraries alternate, ``--repeats`` times; the medians are reported. No timing is
 asserted anywhere.
 """
@@ -38,11 +39,12 @@ def digits_batch() -> torch.Tensor:
     return x[torch.randperm(len(x), generator=torch.Generator().manual_seed(0))[:BATCH]]
 
 
-def ebm_step(batch: torch.Tensor):
+def ebm_step(batch: torch.Tensor, compile: bool = False):
     from ebm_losses import ConvEnergy, PersistentContrastiveDivergence
 
     energy = ConvEnergy(widths=(32, 64), seed=0)
-    loss = PersistentContrastiveDivergence("langevin", K, sampler_options={"step_size": H, "noise_scale": SIGMA},
+    options = {"step_size": H, "noise_scale": SIGMA} | ({"compile": True} if compile else {})
+    loss = PersistentContrastiveDivergence("langevin", K, sampler_options=options,
                                            buffer_size=BUFFER, reinit_fraction=REINIT, regularization=ALPHA)
     opt = torch.optim.Adam(energy.parameters(), lr=LR)
     g = torch.Generator().manual_seed(1)
@@ -97,6 +99,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--inner", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--compile", action="store_true", help="also time ebm with the sampler's compile=True")
     parser.add_argument("--json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -104,6 +107,11 @@ def main() -> None:
     ebm, energy = ebm_step(batch)
     ebm()  # fills the buffer (noise) and binds the sampler
     libs = {"ebm": ebm}
+    if args.compile:
+        libs["ebm-compile"], _ = ebm_step(batch, compile=True)
+        start = time.perf_counter()
+        libs["ebm-compile"]()  # compiles the Langevin transition (torch.compile, once per process)
+        print(f"ebm-compile: first step (compilation) {time.perf_counter() - start:.1f} s")
     try:
         libs["torchebm"] = torchebm_step(batch, energy.state_dict())
         libs["torchebm"]()  # initialises its buffer (its own warm-up chains)
@@ -121,7 +129,8 @@ def main() -> None:
               "torch": torch.__version__, "median_ms": {k: 1e3 * statistics.median(v) for k, v in times.items()},
               "all_ms": {k: [1e3 * t for t in v] for k, v in times.items()}}
     if "torchebm" in libs:
-        result["torchebm_over_ebm"] = result["median_ms"]["torchebm"] / result["median_ms"]["ebm"]
+        for name in (n for n in libs if n.startswith("ebm")):
+            result[f"torchebm_over_{name}"] = result["median_ms"]["torchebm"] / result["median_ms"][name]
     print(json.dumps({k: v for k, v in result.items() if k != "all_ms"}, indent=2))
     if args.json:
         with open(args.json, "w") as f:
