@@ -89,3 +89,12 @@ def test_every_registered_loss_trains_the_conv_energy_on_images(name, options):
     assert value.shape == () and bool(torch.isfinite(value))
     weights = [p for n, p in energy.named_parameters() if n.endswith("weight")]  # the last bias shifts E, not ∇ₓE
     assert all(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in weights)
+
+
+def test_conv_meets_the_energy_contract():
+    """``ebmcore.testing.check_energy``: shapes, dtype and device kept, gradient equal to autograd and to finite
+    differences (float64), on image inputs."""
+    from ebmcore.testing import check_energy
+
+    energy = ConvEnergy(widths=(4, 6), seed=2, dtype=torch.float64)
+    check_energy(energy, torch.randn(3, 1, 8, 8, generator=torch.Generator().manual_seed(5), dtype=torch.float64))
