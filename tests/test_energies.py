@@ -32,7 +32,9 @@ BUILDERS = {
 
 
 def test_every_registered_energy_is_covered():
-    assert set(BUILDERS) == set(ebmcore.registry.names("energy"))
+    """Every energy of the core; a plugin's are its own tests' (ebm-losses' conv: plugins/ebm_losses/tests)."""
+    core = {n for n in ebmcore.registry.names("energy") if ebmcore.registry.get("energy", n).distribution == "ebmcore"}
+    assert set(BUILDERS) == core
 
 
 @pytest.mark.parametrize("name", sorted(BUILDERS))

@@ -327,3 +327,15 @@ def test_no_graph_is_built_through_the_chain_from_an_x0_that_requires_grad(cls, 
     x0 = torch.randn(64, 3, requires_grad=True)
     x = cls(ebmcore.energy("gaussian", dim=3), fused=False, **kw).sample(x0, 5)
     assert x.grad_fn is None and not x.requires_grad
+
+
+def test_langevin_noise_scale_is_a_temperature_and_excludes_one():
+    """``noise_scale σ`` apart from the step ``h``: ``x' = x − h∇E + σξ`` is ULA at ``T = σ²/(2h)``; on a unit Gaussian
+    its stationary variance is ``σ²/(h(2 − h))``."""
+    energy = ebmcore.GaussianEnergy(dim=1, dtype=torch.float64)
+    sampler = LangevinSampler(energy, step_size=0.1, noise_scale=0.2)
+    assert sampler.resolve(torch.zeros(2, 1, dtype=torch.float64)).temperature == pytest.approx(0.04 / 0.2)
+    x = sampler.sample(torch.zeros(4000, 1, dtype=torch.float64), 200, generator=torch.Generator().manual_seed(0))
+    assert float(x.var()) == pytest.approx(0.04 / (0.1 * 1.9), rel=0.05)
+    with pytest.raises(InputError, match="give temperature or noise_scale, not both"):
+        LangevinSampler(energy, step_size=0.1, noise_scale=0.2, temperature=2.0)
