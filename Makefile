@@ -5,14 +5,16 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PLUGINS := $(patsubst %/pyproject.toml,%,$(wildcard plugins/*/pyproject.toml))
+# each plugin editable; ebm_samplers with its arviz extra (ArviZ export, netCDF draws), which the tests cover
+EDITABLE_PLUGINS := $(foreach p,$(PLUGINS),-e '$(p)$(if $(filter plugins/ebm_samplers,$(p)),[arviz])')
 
 .PHONY: setup demo test docs docs-serve
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml $(wildcard plugins/*/pyproject.toml) Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet "setuptools>=70.1" wheel torch==2.13.0
-	$(PY) -m pip install --quiet --no-build-isolation -e ".[test,docs,plot]" $(addprefix -e ,$(PLUGINS))
+	$(PY) -m pip install --quiet "setuptools>=77" wheel torch==2.13.0
+	$(PY) -m pip install --quiet --no-build-isolation -e ".[test,docs,plot]" $(EDITABLE_PLUGINS)
 	touch $@
 
 demo: setup

@@ -324,6 +324,28 @@ def nuts_table(chosen: dict[str, Run], results_dir: Path, readme: Path) -> list[
     return lines
 
 
+def bf16_table(chosen: dict[str, Run], results_dir: Path, readme: Path) -> list[str]:
+    """W4-W7 under ``autocast=torch.bfloat16`` (``ebm-bf16``) beside float32 ebm of the same run, with the accuracy cost."""
+    rows = [(wid, run) for wid, run in chosen.items() if "ebm-bf16" in run.workloads[wid]["results"]]
+    if not rows:
+        return []
+    lines = ["| workload | ebm float32 median | ebm bf16 median | float32 / bf16 | float32 figure | bf16 figure "
+             "| bf16 against float32 (same draws) | results file, date, commit |", "|---|---|---|---|---|---|---|---|"]
+    for wid, run in rows:
+        w = run.workloads[wid]
+        kind, e, b = w["workload"]["kind"], w["results"]["ebm"], w["results"]["ebm-bf16"]
+        f = b["figures"]
+        if kind in LOSS_KINDS:
+            cost = (f"rel. diff of loss {f['loss_rel_diff_vs_ebm']:.1e}, of gradient {f['grad_rel_diff_vs_ebm']:.1e}"
+                    if "loss_rel_diff_vs_ebm" in f else "—")
+        else:
+            cost = (f"max abs diff of the samples {f['max_abs_diff_vs_ebm_samples']:.1e}"
+                    if "max_abs_diff_vs_ebm_samples" in f else "—")
+        lines.append(f"| {wid} | {ms(e['median_s'])} | {ms(b['median_s'])} | {ratio(1 / b['ratio_vs_ebm'])} | "
+                     f"{check(e['figures'], kind)} | {check(f, kind)} | {cost} | {source(run, results_dir, readme)} |")
+    return lines
+
+
 def runs_table(chosen: dict[str, Run], results_dir: Path, readme: Path) -> list[str]:
     """The runs the tables use: command, machine, threads, repeats, versions, load."""
     used: dict[str, Run] = {}
@@ -374,6 +396,14 @@ def render(results_dir: Path = RESULTS_DIR, readme: Path = README) -> str:
         out += ["", "### Training losses (W5–W7)", "",
                 "Time per training step (W5) or per loss + backward call (W6, W7). BlackJAX has no EBM losses.", ""]
         out += losses
+    bf16 = bf16_table(chosen, results_dir, readme)
+    if bf16:
+        out += ["", "### Neural energies under bfloat16 autocast (W4–W7)", "",
+                "`ebm-bf16`: the same workloads with the MLP evaluated under `autocast=torch.bfloat16` (chains and "
+                "parameters stay float32), a separate row, never instead of float32. The figures are those of the "
+                "tables above (mean energy; loss against its formula); the last column is the cost in accuracy "
+                "against float32 ebm on the same draws.", ""]
+        out += bf16
     nuts = nuts_table(chosen, results_dir, readme)
     if nuts:
         out += ["", "### NUTS (W8)", "",

@@ -42,7 +42,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-LIBS = ("ebm", "ebm-step", "torchebm", "blackjax")
+LIBS = ("ebm", "ebm-step", "ebm-bf16", "torchebm", "blackjax")
+BF16_KINDS = ("langevin", "cd", "ssm", "dsm")  # ebm-bf16: the MLP workloads (W4-W7) under autocast=torch.bfloat16
 EBM_VARIANTS = ("ebm", "ebm-step")  # fused=None (the default) and fused=False
 Z_TOL = 5.0  # a moment z-score beyond this (in absolute value) fails the correctness check
 SEED_X0 = 0  # initial states
@@ -285,20 +286,21 @@ def ebm_path(sampler: Any, x: Any) -> str:
     run = sampler.prepare(x, None, {})
     if run.chain is None:
         return run.path
-    op = f"{sampler.energy.op}_{'langevin' if sampler.algorithm.name == 'langevin' else 'hmc'}_chain"
+    op = f"{sampler.energy.op}_{sampler.algorithm.name}_chain"
     chosen = ebmcore.explain(op, x, backend=sampler.energy.backend).chosen
     return f"fused chain {op} ({chosen.backend if chosen else '?'})"
 
 
-def ebm_sampling(p: Problem, fused: bool | None = None) -> Case:
+def ebm_sampling(p: Problem, fused: bool | None = None, autocast: Any = None) -> Case:
     """W1-W4, S4, S7, S8: the object API, ``Sampler(..., fused=fused).sample(x0, n_steps, generator=g)``
-    (``fused=None``: the library's default, a fused chain where one is available; ``False``: the per-step loop)."""
+    (``fused=None``: the library's default, a fused chain where one is available; ``False``: the per-step loop;
+    ``autocast``: the energy evaluated under ``torch.autocast`` in that dtype, ``ebm-bf16``)."""
     import torch
     from ebm_samplers import HMCSampler, LangevinSampler
 
     w, energy = p.w, ebm_energy(p)
     if w.kind == "langevin":
-        sampler = LangevinSampler(energy, step_size=w.step_size, fused=fused)
+        sampler = LangevinSampler(energy, step_size=w.step_size, fused=fused, autocast=autocast)
     else:
         sampler = HMCSampler(energy, step_size=w.step_size, n_leapfrog_steps=w.n_leapfrog, fused=fused)
     path = ebm_path(sampler, p.x0)
@@ -380,31 +382,61 @@ def ebm_single_step_object(p: Problem, fused: bool | None = None) -> Case:
 
 def ebm_nuts(p: Problem) -> Case:
     """W8: ``NUTSSampler(energy, step_size=h, max_tree_depth=10).sample(x0, n_steps, generator=g,
-    return_trajectory=True)`` (identity mass, no jitter, no adaptation). The correctness run collects
-    every iteration's ``NUTSInfo`` through ``callback`` (it draws no random numbers: same trajectory)."""
+    return_trajectory=True)`` (identity mass, no jitter, no adaptation): with ebm-cuda installed the fused NUTS
+    chain (one kernel call per kept draw), else the per-step loop. The correctness run reads every iteration's
+    info: the per-step loop's ``NUTSInfo`` through ``callback``, the fused chain's per-call ``FusedInfo`` (one
+    iteration per call here) by wrapping the run's chain; neither draws random numbers: same trajectory."""
     import torch
     from ebm_samplers import NUTSSampler
 
     w, energy = p.w, ebm_energy(p)
     sampler = NUTSSampler(energy, step_size=w.step_size, max_tree_depth=w.max_tree_depth)
+    path = ebm_path(sampler, p.x0)
 
     def run() -> Any:
         return sampler.sample(p.x0, w.n_steps, generator=torch.Generator().manual_seed(SEED_NOISE), return_trajectory=True)
 
+    def sample_fused_recording(seed: int, infos: list) -> Any:
+        prepare = sampler.prepare
+
+        def recording(*args: Any, **kwargs: Any) -> Any:
+            prepared = prepare(*args, **kwargs)
+            chain = prepared.chain
+
+            def chain_recording(state: Any, n: int, key: int, offset: int) -> Any:
+                state, info = chain(state, n, key, offset)
+                infos.append(info)
+                return state, info
+
+            prepared.chain = chain_recording
+            return prepared
+
+        sampler.prepare = recording
+        try:
+            return sampler.sample(p.x0, w.n_steps, generator=torch.Generator().manual_seed(seed), return_trajectory=True)
+        finally:
+            del sampler.prepare
+
     def check(seed: int = SEED_NOISE) -> dict:
         infos: list = []
-        res = sampler.sample(p.x0, w.n_steps, generator=torch.Generator().manual_seed(seed), return_trajectory=True,
-                             callback=lambda i, state, info: infos.append(info))
+        fused = path.startswith("fused")
+        if fused:
+            res = sample_fused_recording(seed, infos)
+        else:
+            res = sampler.sample(p.x0, w.n_steps, generator=torch.Generator().manual_seed(seed), return_trajectory=True,
+                                 callback=lambda i, state, info: infos.append(info))
 
         def stack(name: str) -> np.ndarray:
             return torch.stack([getattr(i, name) for i in infos]).numpy()
 
-        acc = stack("acceptance_prob")
+        acc = stack("accepted" if fused else "acceptance_prob")
+        n_leapfrog = stack("n_leapfrog_steps")
         return {"samples": _np(res.samples), "acceptance": float(acc.mean()), "trajectory": res.trajectory,
-                "n_leapfrog": stack("n_leapfrog_steps"), "acceptance_prob": acc, "divergent": stack("divergent"),
-                "computed": np.array([i.n_leapfrog_computed for i in infos]), "tree_depth": stack("tree_depth")}
+                "n_leapfrog": n_leapfrog, "acceptance_prob": acc, "divergent": stack("divergent"),
+                "computed": None if fused else np.array([i.n_leapfrog_computed for i in infos]),
+                "lockstep": not fused, "tree_depth": stack("tree_depth")}
 
-    return Case(run, check)
+    return Case(run, check, path=path)
 
 
 # -- torchebm ----------------------------------------------------------------------------------
@@ -537,22 +569,30 @@ def loss_case(p: Problem, loss_fn: Callable[[Any, Any], tuple[Any, Any]]) -> Cas
     return Case(run, check, reset)
 
 
-def ebm_loss(p: Problem) -> Case:
+def ebm_loss(p: Problem, autocast: Any = None) -> Case:
     """W5: ``ebm_losses.ContrastiveDivergence("langevin", n_steps, sampler_options={"step_size": h})``;
     W6: ``SlicedScoreMatching(n_projections, projection=...)``; W7: ``DenoisingScoreMatching(sigma)``;
-    all called as ``loss(energy, data, generator=g)`` on W4's ``EnergyModel`` wrapper of the MLP."""
+    all called as ``loss(energy, data, generator=g)`` on W4's ``EnergyModel`` wrapper of the MLP. With
+    ``autocast`` (``ebm-bf16``): the loss under ``torch.autocast("cpu", autocast)`` and CD's sampler with
+    ``autocast=autocast``."""
+    import contextlib
+
+    import torch
+
     import ebm_losses
 
     w, energy = p.w, ebm_energy(p)
     if w.kind == "cd":
-        loss = ebm_losses.ContrastiveDivergence("langevin", w.n_steps, sampler_options={"step_size": w.step_size})
+        options = {"step_size": w.step_size} | ({"autocast": autocast} if autocast is not None else {})
+        loss = ebm_losses.ContrastiveDivergence("langevin", w.n_steps, sampler_options=options)
     elif w.kind == "ssm":
         loss = ebm_losses.SlicedScoreMatching(n_projections=w.n_projections, projection=w.projection)
     else:
         loss = ebm_losses.DenoisingScoreMatching(w.sigma)
 
     def loss_fn(data: Any, g: Any) -> tuple[Any, Any]:
-        value = loss(energy, data, generator=g)
+        with torch.autocast("cpu", dtype=autocast) if autocast is not None else contextlib.nullcontext():
+            value = loss(energy, data, generator=g).float()
         return value, getattr(loss, "last_negatives", None)
 
     return loss_case(p, loss_fn)
@@ -754,9 +794,15 @@ def blackjax_nuts(p: Problem) -> Case:
 
 def build_case(lib: str, p: Problem) -> Case | None:
     step = p.w.kind.endswith("_step")
+    if lib == "ebm-bf16":  # W4-W7 only: the MLP energy under autocast, a separate row (never instead of float32)
+        import torch
+
+        if p.w.target != "mlp" or p.w.kind not in BF16_KINDS:
+            return None
+        return ebm_loss(p, torch.bfloat16) if p.w.kind in LOSS_KINDS else ebm_sampling(p, autocast=torch.bfloat16)
     if p.w.kind in LOSS_KINDS:  # no BlackJAX losses; no ebm-step (CD's MLP sampler has no fused chain)
         return {"ebm": ebm_loss, "torchebm": torchebm_loss}.get(lib, lambda _: None)(p)
-    if p.w.kind == "nuts":  # NUTS has no fused chain: no ebm-step
+    if p.w.kind == "nuts":  # ebm: the fused chain where ebm-cuda provides one (no ebm-step variant)
         return {"ebm": ebm_nuts, "blackjax": blackjax_nuts}.get(lib, lambda _: None)(p)  # torchebm has no NUTS
     if lib == "ebm":
         return ebm_single_step(p) if step else ebm_sampling(p)
@@ -893,8 +939,8 @@ def nuts_figures(p: Problem, out: dict) -> dict:
     bulk ESS (min and median over the 20 coordinates) and rank-normalised split R-hat (max) of the kept
     trajectory ``(n_steps, n_chains, d)``; the errors of the mean and covariance of all ``n_steps x n_chains``
     kept draws against the identity target; per (iteration, chain) trajectory lengths in leapfrog steps
-    (mean, max); the lockstep cost per iteration: for ebm the measured ``n_leapfrog_computed`` (the steps
-    the whole batch paid for), for BlackJAX the bound ``2^(max over chains of doublings) - 1`` (a vmapped
+    (mean, max); the lockstep cost per iteration: none for ebm's fused chain (each chain its own trajectories),
+    for ebm's per-step loop the measured ``n_leapfrog_computed`` (the steps the whole batch paid for), for BlackJAX the bound ``2^(max over chains of doublings) - 1`` (a vmapped
     ``while_loop`` also runs every lane until the last one stops; not measured); the mean acceptance
     statistic and the number of divergent transitions."""
     from ebmcore.diagnostics import ess_bulk, split_rhat
@@ -913,7 +959,11 @@ def nuts_figures(p: Problem, out: dict) -> dict:
         "leapfrog_mean": float(n_leap.mean()), "leapfrog_max": int(n_leap.max()),
         "total_leapfrog_per_chain": float(n_leap.sum(0).mean()),
     }
-    if out["computed"] is not None:
+    if not out.get("lockstep", True):  # each chain runs its own trajectories (ebm's fused chain): no lockstep
+        fig["lockstep_per_iter"] = fig["leapfrog_mean"]
+        fig["lockstep_measured"] = None
+        fig["lockstep_waste"] = 0.0
+    elif out["computed"] is not None:
         computed = np.asarray(out["computed"], dtype=np.float64)
         fig["lockstep_per_iter"] = float(computed.mean())
         fig["lockstep_measured"] = True
@@ -1019,7 +1069,7 @@ def run_workload(w: Workload, libs: list[str], repeats: int) -> dict:
         warm = time_once(case.run)  # the whole first run (S1, S2, W5-W7: all `inner` calls of it)
         case.reset()
         out = case.check()
-        compare = lib == "torchebm" and ref is not None  # same torch.Generator stream as ebm-step
+        compare = lib in ("torchebm", "ebm-bf16") and ref is not None  # same torch.Generator stream as ebm-step
         if w.kind in LOSS_KINDS:
             fig = loss_figures(p, out, ref if compare else None, reference)
         elif w.kind == "nuts":
@@ -1074,7 +1124,9 @@ def nuts_table(w: Workload, res: dict) -> str:
         ess_ratio = ("—" if r["ebm_ess_per_s_over_this"] is None else
                      "1 (ref)" if lib == "ebm" else f"{r['ebm_ess_per_s_over_this']:.2f}")
         lock = f"{f['lockstep_per_iter']:.2f} ({100 * f['lockstep_waste']:.1f} %)"
-        if not f["lockstep_measured"]:
+        if f["lockstep_measured"] is None:
+            lock = "none (each chain on its own)"
+        elif not f["lockstep_measured"]:
             lock = f"≤ {lock} (bound)"
         seeds = list(f["ess_bulk_min_by_seed"].values())
         keys = list(f["ess_bulk_min_by_seed"])
@@ -1087,6 +1139,9 @@ def nuts_table(w: Workload, res: dict) -> str:
         lines.append(f"| {lib} | {1e3 * r['median_s']:.1f} | {1e3 * r['min_s']:.1f}–{1e3 * r['max_s']:.1f} | "
                      f"{1e3 * r['warmup_s']:.1f} | {ratio} | {f['ess_bulk_min']:.0f} | {r['ess_per_s']:,.0f} | {ess_ratio} | "
                      f"{f['leapfrog_mean']:.2f}, {f['leapfrog_max']} | {lock} | {corr} |")
+    paths = [f"{lib}: {r['path']}" for lib, r in res["results"].items() if r.get("path")]
+    if paths:
+        lines.append("\nebm's code path — " + "; ".join(paths) + ".")
     return "\n".join(lines)
 
 
@@ -1159,7 +1214,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated ids (default: all)")
     ap.add_argument("--libs", default=",".join(LIBS),
-                    help="comma-separated: ebm (default: fused chains where available), ebm-step (fused=False), torchebm, blackjax")
+                    help="comma-separated: ebm (default: fused chains where available), ebm-step (fused=False), "
+                         "ebm-bf16 (W4-W7 under autocast=torch.bfloat16), torchebm, blackjax")
     ap.add_argument("--repeats", type=int, default=5, help="timed runs per (workload, library); median reported")
     ap.add_argument("--threads", type=int, default=1, help="intra-op threads for torch and XLA (default 1)")
     ap.add_argument("--json", metavar="PATH", help="write raw timings and figures here")

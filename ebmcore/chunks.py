@@ -39,7 +39,7 @@ def sample_in_segments(sampler: Sampler, x: Tensor, n_steps: int, every: int, di
                        thin: int = 1, generator: torch.Generator, saved: dict[str, Any] | None = None,
                        progress: bool = False, on_segment: Callable[[int], None] = lambda index: None,
                        metadata: dict[str, Any] | None = None, **tunables: Any) -> SampleResult:
-    """``sampler.sample`` with a trajectory and diagnostics, in segments of ``every`` kept draws.
+    """``sampler.sample`` with a trajectory, diagnostics and per-draw statistics, in segments of ``every`` kept draws.
 
     After each segment its records go to ``directory/segments/segment-NNNNN.pt`` and the chains, the
     generator's state, ``tunables`` and ``metadata`` (plain values) to ``directory/checkpoint.pt``; then
@@ -67,11 +67,12 @@ def sample_in_segments(sampler: Sampler, x: Tensor, n_steps: int, every: int, di
         k = min(every, total - done)
         steps = k * thin if done + k < total else n_steps - done * thin  # the last segment takes the remainder
         result = sampler.sample(x, steps, burn_in=burn_in, thin=thin, return_trajectory=True, return_diagnostics=True,
-                        generator=generator, progress=progress, stream=stream, **tunables)
+                                return_stats=True, generator=generator, progress=progress, stream=stream, **tunables)
         d = result.diagnostics
         save_torch({"trajectory": result.trajectory, "mean": d.mean, "variance": d.variance, "energy": d.energy,
                     "acceptance": d.acceptance, "accepted": None if d.acceptance_rate is None else d.acceptance_rate * steps,
-                    "divergences": d.divergences, "wall_time": d.wall_time, "steps": steps}, parts_dir / f"segment-{index:05d}.pt")
+                    "divergences": d.divergences, "wall_time": d.wall_time, "steps": steps, "stats": result.stats},
+                   parts_dir / f"segment-{index:05d}.pt")
         x, done, index, burn_in = result.samples, done + k, index + 1, 0
         save_torch({"x": x, "kept": done, "segments": index, "generator": generator.get_state(), "tunables": tunables,
                     "metadata": metadata or {}, "stream": (stream.seed, stream.offset)}, directory / "checkpoint.pt")
@@ -85,7 +86,9 @@ def sample_in_segments(sampler: Sampler, x: Tensor, n_steps: int, every: int, di
     nonfinite = nonfinite_chains(x)
     diagnostics = Diagnostics(cat("mean"), cat("variance"), cat("energy"), cat("acceptance"), accepted, divergences,
                               nonfinite, sum(p["wall_time"] for p in parts))
-    return SampleResult(x, cat("trajectory"), diagnostics)
+    stats = None if any(p.get("stats") is None for p in parts) else {  # segments written before statistics were: none
+        name: torch.cat([p["stats"][name] for p in parts]) for name in parts[0]["stats"]}
+    return SampleResult(x, cat("trajectory"), diagnostics, stats)
 
 
 def chunk_generator(seed: int, chunk: int, device: torch.device) -> torch.Generator:

@@ -1,10 +1,12 @@
-"""The ``ebm`` command: ``ebm plugins``, ``ebm backends``, ``ebm demo``, ``ebm --version``, and the
-subcommands plugins add through ``ebm_add_commands`` (``ebm train``, ``ebm sample``, ``ebm profile``)."""
+"""The ``ebm`` command (also ``python -m ebmcore``): ``ebm plugins``, ``ebm backends``, ``ebm demo``, ``ebm --version``,
+and the subcommands plugins add through ``ebm_add_commands`` (``ebm train``, ``ebm sample``, ``ebm profile``).
+``--quiet``/``--verbose`` set the level of the library messages it shows (:mod:`ebmcore.logs`)."""
 
 from __future__ import annotations
 
 import argparse
 import functools
+import logging
 import math
 import sys
 import time
@@ -14,7 +16,7 @@ from typing import Any, Sequence
 import torch
 
 import ebmcore
-from ebmcore import plugins, registry
+from ebmcore import logs, plugins, registry
 from ebmcore.components import FIRST_PARTY, install_hint
 from ebmcore.config import parse_device
 from ebmcore.errors import EBMError, UnknownComponentError
@@ -69,6 +71,10 @@ def _cmd_backends(args: argparse.Namespace) -> int:
             unresolved += why.chosen is None
             print()
             print(why)
+    print("\nneural energies (an EnergyModel without an analytic gradient): the gradient is computed in closed form, "
+          "equal to autograd's, when compute_energy is a chain of nn.Linear layers and activations ending in "
+          "Linear(·, 1) (ebmcore.energies.feedforward); otherwise by autograd. A sampler's run names the path it takes "
+          "(ebm profile prints it).")
     if unresolved:
         print(f"\n{unresolved} op(s) have no kernel that can run under this selection.")
     return 1 if unresolved else 0
@@ -116,6 +122,11 @@ def _cmd_version(args: argparse.Namespace) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ebm", description="ebm: energy-based models in PyTorch")
     parser.add_argument("--version", action="store_true", help="print the versions of ebmcore, torch and the plugins")
+    parser.add_argument("-q", "--quiet", dest="log_level", action="store_const", const=logging.WARNING,
+                        help="show warnings and errors only (a subcommand's own --quiet does too)")
+    parser.add_argument("-v", "--verbose", dest="log_level", action="store_const", const=logging.DEBUG,
+                        help="show debug messages too (which loop or kernel runs, and why)")
+    parser.set_defaults(log_level=logging.INFO)
     sub = parser.add_subparsers(dest="command")
     p = sub.add_parser("plugins", help="list plugins, what they provide, and any failure")
     p.add_argument("-v", "--verbose", action="store_true", help="show tracebacks of failed plugins")
@@ -170,6 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     args = parser.parse_args(argv)
+    logs.configure(logging.WARNING if getattr(args, "quiet", False) else args.log_level)
     if args.command is None and not args.version:
         parser.print_help()
         return 2

@@ -116,7 +116,8 @@ class DistributedSamples:
 
     ``samples: (n_chains, *event)``, ``trajectory: (n_kept, n_chains, *event)``; ``summary`` holds
     mean, sd, ess_bulk, ess_tail, r_hat (:func:`ebmcore.recording.finite_summary` of the gathered trajectory: its finite chains);
-    ``acceptance`` and ``divergences`` are reduced across ranks."""
+    ``acceptance`` and ``divergences`` are reduced across ranks; ``stats`` (with ``return_stats``) are the per-draw
+    statistics of :class:`ebmcore.recording.SampleResult`, ``(n_kept, n_chains)`` each, gathered."""
 
     samples: Tensor
     trajectory: Tensor | None
@@ -124,12 +125,20 @@ class DistributedSamples:
     acceptance: float | None
     divergences: int | None
     local: slice
+    stats: dict[str, Tensor] | None = None
+
+
+def _gather_stat(value: Tensor, run: DistributedRun) -> Tensor:
+    """:func:`gather_chains` of a ``(n_kept, n_local)`` statistic (bool ones as bytes, which every backend sends)."""
+    if value.dtype != torch.bool:
+        return gather_chains(value, run, dim=1)
+    return gather_chains(value.to(torch.uint8), run, dim=1).bool()
 
 
 def sample(sampler: Any, n_chains: int, n_steps: int, run: DistributedRun, *, seed: int = 0, init_scale: float = 1.0,
            burn_in: int = 0, thin: int = 1, x0: Tensor | None = None, local_x0: Tensor | None = None,
-           generator: torch.Generator | None = None, return_trajectory: bool = True, progress: bool = False,
-           **tunables: Any) -> DistributedSamples:
+           generator: torch.Generator | None = None, return_trajectory: bool = True, return_stats: bool = False,
+           progress: bool = False, **tunables: Any) -> DistributedSamples:
     """Sample ``n_chains`` chains with any sampler (:meth:`ebmcore.Sampler.sample`), sharded over the ranks (each
     rank runs its shard with its own stream).
 
@@ -147,8 +156,9 @@ def sample(sampler: Any, n_chains: int, n_steps: int, run: DistributedRun, *, se
     else:
         local_x0 = x0[part].to(run.device)
     result = sampler.sample(local_x0, n_steps, burn_in=burn_in, thin=thin, return_trajectory=return_trajectory,
-                            return_diagnostics=True, generator=g, progress=progress, **tunables)
+                            return_diagnostics=True, return_stats=return_stats, generator=g, progress=progress, **tunables)
     trajectory = gather_chains(result.trajectory, run, dim=1) if return_trajectory else None
+    stats = {name: _gather_stat(value, run) for name, value in result.stats.items()} if return_stats else None
     samples = gather_chains(result.samples, run, dim=0)
     d = result.diagnostics
     acceptance = divergences = None
@@ -159,4 +169,4 @@ def sample(sampler: Any, n_chains: int, n_steps: int, run: DistributedRun, *, se
             dist.all_reduce(div)
         divergences = int(div)
     summary = finite_summary(trajectory) if trajectory is not None else {}
-    return DistributedSamples(samples, trajectory, summary, acceptance, divergences, part)
+    return DistributedSamples(samples, trajectory, summary, acceptance, divergences, part, stats)

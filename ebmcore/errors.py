@@ -12,6 +12,7 @@ __all__ = [
     "BackendUnavailableError",
     "ConfigError",
     "RunFileError",
+    "MissingDependencyError",
 ]
 
 
@@ -49,3 +50,7 @@ class ConfigError(EBMError, ValueError):
 
 class RunFileError(EBMError, OSError):
     """A run file could not be written (read-only or full disk) or read back (missing, truncated, not ebm's)."""
+
+
+class MissingDependencyError(EBMError, ImportError):
+    """An optional dependency a feature needs is not installed; the message names the extra to install."""

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata  # the standard library has what this uses (EntryPoint.dist) from Python 3.10
 import threading
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import importlib_metadata
 import pluggy
 
 from ebmcore import config, hookspecs
@@ -71,7 +71,7 @@ class PluginSession:
 
     def load(self) -> "PluginSession":
         """Load the core's own entry points, then (unless autoload is off) every other one."""
-        found = importlib_metadata.entry_points(group=ENTRY_POINT_GROUP)
+        found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
         core = [ep for ep in found if ep.dist is not None and ep.dist.name == CORE_DISTRIBUTION]
         for ep in core:
             self._load_entry_point(ep)

@@ -1,8 +1,10 @@
-"""What a sampling run records besides its final states: the kept trajectory and per-step diagnostics.
+"""What a sampling run records besides its final states: the kept trajectory, per-step diagnostics and
+per-draw sampler statistics.
 
-:class:`Recorder` preallocates everything before the loop (no allocation, no host sync inside it)
-and reads only what every sampler has (``state.x``) plus, when its ``info`` carries them, the
-acceptance and divergence of each transition.
+:class:`Recorder` preallocates the trajectory and diagnostics before the loop (the statistics at the first
+kept draw, once their fields are known), makes no host sync inside it, and reads only what every sampler has
+(``state.x``) plus, when its ``info`` carries them, the acceptance, divergence, tree depth, leapfrog steps
+and Hamiltonian of each transition.
 """
 
 from __future__ import annotations
@@ -15,7 +17,11 @@ from torch import Tensor
 
 from ebmcore import diagnostics
 
-__all__ = ["Diagnostics", "SampleResult", "NonFiniteChainsWarning", "Recorder", "nonfinite_chains", "finite_summary"]
+__all__ = ["Diagnostics", "SampleResult", "NonFiniteChainsWarning", "Recorder", "INFO_STATS", "nonfinite_chains",
+           "finite_summary"]
+
+INFO_STATS = ("acceptance_prob", "divergent", "tree_depth", "n_leapfrog_steps", "hamiltonian")
+"""The ``info`` fields recorded per draw and chain when a sampler reports them as ``(n_chains,)`` tensors."""
 
 
 class NonFiniteChainsWarning(RuntimeWarning):
@@ -65,23 +71,33 @@ class Diagnostics:
 
 
 class SampleResult(NamedTuple):
-    """What ``sample`` returns when a trajectory or diagnostics are asked for."""
+    """What ``sample`` returns when a trajectory, diagnostics or statistics are asked for.
+
+    ``stats`` (with ``return_stats``): per-draw statistics ``(n_kept, n_chains)`` of the transition that made each
+    kept draw: ``energy`` (``E(x)`` of the draw), ``acceptance`` (the info's ``acceptance_prob``, else its
+    ``accepted``), ``divergent`` (bool), and ``tree_depth``, ``n_leapfrog_steps``, ``hamiltonian`` where the info
+    has them. A fused chain's info sums over the transitions since the previous kept draw: their means are kept
+    (``divergent``: whether any diverged).
+    """
 
     samples: Tensor
     trajectory: Tensor | None
     diagnostics: Diagnostics | None
+    stats: dict[str, Tensor] | None = None
 
 
 class Recorder:
-    """The kept states ``(n_kept, *x.shape)`` (with ``trajectory``) and the diagnostics (with ``diagnostics``),
-    preallocated for a run from states like ``x``. Acceptance and divergences are counted when the sampler's
-    ``info`` carries ``accepted`` and ``divergent``."""
+    """The kept states ``(n_kept, *x.shape)`` (with ``trajectory``), the diagnostics (with ``diagnostics``) and
+    the per-draw statistics of :class:`SampleResult` (with ``stats``) for a run from states like ``x``.
+    Acceptance and divergences are counted when the sampler's ``info`` carries ``accepted`` and ``divergent``."""
 
     def __init__(self, x: Tensor, n_kept: int, *, trajectory: bool, diagnostics: bool,
-                 energy_of: Callable[[Any], Tensor]) -> None:
+                 energy_of: Callable[[Any], Tensor], stats: bool = False) -> None:
         stat = torch.promote_types(x.dtype, torch.float32)
         self.trajectory = x.new_empty((n_kept, *x.shape)) if trajectory else None
         self.diagnostics, self.energy_of, self.counted = diagnostics, energy_of, False
+        self.n_kept, self.stat_dtype = n_kept, stat
+        self.stats: dict[str, Tensor] | None = {} if stats else None
         if diagnostics:
             self.mean = torch.empty((n_kept, *x.shape[1:]), dtype=stat, device=x.device)
             self.variance = torch.empty_like(self.mean)
@@ -106,17 +122,43 @@ class Recorder:
         ``size`` transitions) the fraction accepted."""
         if self.trajectory is not None:
             self.trajectory[k].copy_(state.x)
+        energy = self.energy_of(state) if self.diagnostics or self.stats is not None else None
+        if self.stats is not None:
+            self._keep_stats(k, energy, info, size)
         if not self.diagnostics:
             return
         x = state.x.to(self.mean.dtype)
         var, mean = torch.var_mean(x, dim=0, correction=1 if x.shape[0] > 1 else 0)
         self.mean[k] = mean
         self.variance[k] = var
-        self.energy[k] = self.energy_of(state).to(self.energy.dtype).mean()
+        self.energy[k] = energy.to(self.energy.dtype).mean()
         accepted = getattr(info, "accepted", None)
         if accepted is not None:
             accepted = torch.as_tensor(accepted, dtype=self.acceptance.dtype)
             self.acceptance[k] = (accepted if size == 1 else accepted / size).mean()
+
+    def _keep_stats(self, k: int, energy: Tensor, info: Any, size: int) -> None:
+        """Row ``k`` of every statistic; a statistic's ``(n_kept, n_chains)`` buffer is made the first time it is seen.
+        The ``info`` of a fused call of ``size`` > 1 transitions holds sums over them: their means are recorded (and
+        ``divergent``: whether any diverged)."""
+        n = energy.shape[0]
+        values: dict[str, Any] = {}
+        for name in ("accepted", *INFO_STATS):
+            value = getattr(info, name, None)
+            if isinstance(value, Tensor) and value.shape == (n,):
+                values[name] = value if size == 1 or name == "divergent" else value.to(self.stat_dtype) / size
+        accepted = values.pop("accepted", None)
+        if "acceptance_prob" in values or accepted is not None:
+            values["acceptance"] = values.pop("acceptance_prob", accepted).to(self.stat_dtype)  # bool when accepted
+        if "divergent" in values:
+            values["divergent"] = values["divergent"] > 0
+        values["energy"] = energy
+        for name, value in values.items():
+            buffer = self.stats.get(name)
+            if buffer is None:
+                dtype = self.stat_dtype if value.is_floating_point() else value.dtype
+                buffer = self.stats[name] = torch.zeros((self.n_kept, n), dtype=dtype, device=value.device)
+            buffer[k].copy_(value)
 
     def finish(self, nonfinite: Tensor, n_steps: int, wall: float) -> Diagnostics | None:
         """The diagnostics of a run of ``n_steps`` kept-phase transitions (None if not recorded)."""

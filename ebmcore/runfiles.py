@@ -23,8 +23,8 @@ from torch import Tensor
 
 from ebmcore.errors import RunFileError
 
-__all__ = ["write_bytes", "write_json", "save_torch", "save_samples", "load_torch", "check_run_dir", "make_dir",
-           "start_run", "finished_run", "clear_run"]
+__all__ = ["write_bytes", "write_json", "save_torch", "save_samples", "as_numpy", "load_torch", "check_run_dir",
+           "make_dir", "start_run", "finished_run", "clear_run"]
 
 
 def _write(tmp: Path, data: bytes | memoryview) -> None:
@@ -95,13 +95,19 @@ def save_torch(obj: Any, path: Path) -> None:
     write_bytes(path, buffer.getbuffer())
 
 
+def as_numpy(value: Tensor) -> np.ndarray:
+    """``value`` on the CPU as a numpy array (half precision as float32, which numpy and other tools read)."""
+    cpu = value.detach().cpu()
+    return (cpu.float() if cpu.dtype in (torch.bfloat16, torch.float16) else cpu).numpy()
+
+
 def save_samples(directory: Path, name: str, samples: Tensor, *, torch_copy: bool = True) -> None:
     """``name.pt`` (torch; not with ``torch_copy=False``) and ``name.npz`` (numpy, key ``samples``), each atomically."""
     cpu = samples.detach().cpu()
     if torch_copy:
         save_torch(cpu, directory / f"{name}.pt")
     buffer = io.BytesIO()
-    np.savez(buffer, samples=cpu.float().numpy() if cpu.dtype in (torch.bfloat16, torch.float16) else cpu.numpy())
+    np.savez(buffer, samples=as_numpy(cpu))
     write_bytes(directory / f"{name}.npz", buffer.getbuffer())
 
 

@@ -10,6 +10,7 @@ resolved, buffers allocated, a fused multi-step chain). The loop makes no host s
 
 from __future__ import annotations
 
+import logging
 import time
 import warnings
 from abc import ABC, abstractmethod
@@ -23,6 +24,8 @@ from ebmcore.energies.base import EnergyModel
 from ebmcore.errors import InputError
 from ebmcore.recording import NonFiniteChainsWarning, Recorder, SampleResult
 from ebmcore.validation import check_finite
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Sampler", "SamplerState", "Run", "Chain", "NoiseStream", "check_run_arguments", "stream_seed"]
 
@@ -161,14 +164,15 @@ class Sampler(ABC):
                    path=f"per-step loop ({type(self).__name__}.step)")
 
     def sample(self, x0: Tensor, n_steps: int, *, burn_in: int = 0, thin: int = 1, return_trajectory: bool = False,
-               return_diagnostics: bool = False, generator: torch.Generator | None = None, progress: bool = False,
-               callback: Callable[[int, Any, Any], None] | None = None, stream: NoiseStream | None = None,
-               **tunables: Any) -> Tensor | SampleResult:
+               return_diagnostics: bool = False, return_stats: bool = False, generator: torch.Generator | None = None,
+               progress: bool = False, callback: Callable[[int, Any, Any], None] | None = None,
+               stream: NoiseStream | None = None, **tunables: Any) -> Tensor | SampleResult:
         """Run ``burn_in`` steps, then ``n_steps`` steps keeping every ``thin``-th state, for every chain of ``x0``.
 
-        Returns the final states ``(n_chains, *event_shape)``; with ``return_trajectory`` or
-        ``return_diagnostics`` a :class:`SampleResult` whose ``trajectory`` is
-        ``(n_steps // thin, n_chains, *event_shape)`` (kept states after steps, not ``x0``).
+        Returns the final states ``(n_chains, *event_shape)``; with ``return_trajectory``, ``return_diagnostics``
+        or ``return_stats`` a :class:`SampleResult` whose ``trajectory`` is
+        ``(n_steps // thin, n_chains, *event_shape)`` (kept states after steps, not ``x0``) and whose ``stats``
+        are per-draw sampler statistics ``(n_steps // thin, n_chains)`` (:class:`~ebmcore.recording.SampleResult`).
         ``callback(step_index, state, info)`` runs after every step (burn-in included). ``stream``: where a fused
         chain's noise stream stands (it is advanced); by default a key is drawn from ``generator`` for this run.
         ``tunables`` (``step_size=...``, ...) go to :meth:`prepare` (by default, to every ``step``).
@@ -176,13 +180,14 @@ class Sampler(ABC):
         check_run_arguments(x0, n_steps, burn_in, thin, generator)
         x = self.check_initial_state(x0).detach()  # no graph through the chain, whatever x0 requires
         run = self.prepare(x, generator, tunables, every_step=callback is not None)
+        log.debug("%s: %d chains of shape %s, %s", type(self).__name__, x.shape[0], tuple(x.shape[1:]), run.path)
         for field in ("energy", "grad"):
             if isinstance(getattr(run.state, field, None), Tensor):
                 check_finite(getattr(run.state, field), what=f"{field} at the initial state x0", x=x,
                              fix="Start every chain where the energy and its gradient are finite.")
-        recording = return_trajectory or return_diagnostics
+        recording = return_trajectory or return_diagnostics or return_stats
         recorder = Recorder(x, n_steps // thin, trajectory=return_trajectory, diagnostics=return_diagnostics,
-                            energy_of=run.energy_of)
+                            energy_of=run.energy_of, stats=return_stats)
         if run.chain is None:
             step = run.step
             advance = lambda state, size, offset: step(state)  # noqa: E731
@@ -220,4 +225,4 @@ class Sampler(ABC):
         final = state.x.clone() if state.x is x else state.x  # never hand back the caller's own tensor
         if not recording:
             return final
-        return SampleResult(final, recorder.trajectory, recorder.finish(nonfinite, n_steps, wall))
+        return SampleResult(final, recorder.trajectory, recorder.finish(nonfinite, n_steps, wall), recorder.stats)

@@ -6,9 +6,9 @@ import shlex
 import shutil
 import subprocess
 import sys
+from importlib import metadata as importlib_metadata
 from pathlib import Path
 
-import importlib_metadata
 import pytest
 
 import ebmcore
@@ -121,3 +121,34 @@ def test_the_validation_examples_of_cli_md_print_what_ebm_prints(tmp_path, monke
         capsys.readouterr()
         assert main(shlex.split(command)[1:]) == 2, command
         assert capsys.readouterr().err.strip() == printed, command
+
+
+def test_python_m_ebmcore_works_like_ebm(capsys):
+    bad = subprocess.run([sys.executable, "-m", "ebmcore", "backends", "--device", "cpu:x"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr  # ebm's exit status and message
+    assert main(["backends", "--device", "cpu:x"]) == 2
+    assert bad.stderr == capsys.readouterr().err and bad.stderr.startswith("error: ")
+
+
+def test_quiet_and_verbose_set_the_level_of_the_library_messages(tmp_path, capsys):
+    import logging
+
+    from ebmcore import logs
+
+    config = tmp_path / "s.toml"
+    config.write_text('[energy]\nname = "gaussian"\nparams = { dim = 2 }\n[sampler]\nname = "mala"\nn_chains = 8\n'
+                      'n_steps = 4\nburn_in = 0\nwarmup = 4\n[output]\nplots = false\ndraws = "none"\n')
+
+    def stderr(*flags):
+        assert main([*flags, "sample", str(config), "--out", str(tmp_path / "o")]) == 0
+        return capsys.readouterr().err
+
+    default, quiet, verbose = stderr(), stderr("--quiet"), stderr("-v")
+    assert "warm-up: 4 steps, acceptance" in default and "MALASampler: 8 chains" not in default  # INFO, not DEBUG
+    assert quiet == ""
+    assert "warm-up: 4 steps" in verbose and "MALASampler: 8 chains of shape (2,), per-step loop" in verbose
+    assert main(["sample", str(config), "--out", str(tmp_path / "o"), "--quiet"]) == 0  # the subcommand's --quiet too
+    assert capsys.readouterr().err == ""
+    # one logger per package, named after it: the core's and every plugin's
+    assert {"ebmcore", "ebm_samplers", "ebm_losses", "ebm_cuda"} <= set(logs.package_loggers())
+    assert logging.getLogger("ebm_samplers").getEffectiveLevel() == logging.WARNING

@@ -43,7 +43,7 @@ def test_builtins_register_through_the_hooks_like_any_plugin():
 
 
 def test_the_builtin_plugin_is_an_entry_point_of_the_core_distribution():
-    import importlib_metadata
+    from importlib import metadata as importlib_metadata
 
     (ep,) = [ep for ep in importlib_metadata.entry_points(group="ebmcore") if ep.name == "builtin"]
     assert ep.value == "ebmcore.builtin" and ep.dist.name == "ebmcore"

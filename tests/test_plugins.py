@@ -1,8 +1,8 @@
 """Plugin loading: lazy and once, isolated failures, environment switches."""
 
 import argparse
+from importlib import metadata as importlib_metadata
 
-import importlib_metadata
 import pytest
 
 import ebmcore

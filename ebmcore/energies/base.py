@@ -7,9 +7,25 @@ from typing import Callable, NamedTuple
 import torch
 from torch import Tensor, nn
 
+from ebmcore.energies import feedforward
 from ebmcore.validation import check_batch, check_finite
 
-__all__ = ["EnergyModel", "EnergyFunctions"]
+__all__ = ["EnergyModel", "EnergyFunctions", "uses_autograd"]
+
+
+def autocast_enabled(device_type: str) -> bool:
+    """Whether ``torch.autocast`` is on for ``device_type`` here (closed forms then step aside)."""
+    try:
+        return torch.is_autocast_enabled(device_type)
+    except TypeError:  # torch < 2.4 takes no device type
+        return torch.is_autocast_enabled() if device_type == "cuda" else torch.is_autocast_cpu_enabled()
+
+
+def uses_autograd(energy: "EnergyModel") -> bool:
+    """True when ``energy`` overrides neither ``compute_gradient`` nor ``compute_energy_and_gradient``."""
+    cls = type(energy)
+    return cls.compute_gradient is EnergyModel.compute_gradient and \
+        cls.compute_energy_and_gradient is EnergyModel.compute_energy_and_gradient
 
 
 class EnergyFunctions(NamedTuple):
@@ -18,6 +34,7 @@ class EnergyFunctions(NamedTuple):
     energy: Callable[[Tensor], Tensor]
     gradient: Callable[[Tensor], Tensor]
     energy_and_gradient: Callable[[Tensor], tuple[Tensor, Tensor]]
+    path: str = ""  # how the gradient is computed, for reports ("" when nothing to say)
 
 
 class EnergyModel(nn.Module):
@@ -67,8 +84,25 @@ class EnergyModel(nn.Module):
         """Unchecked ``(energy, gradient, energy_and_gradient)`` callables for inputs like ``like``.
 
         Samplers call this once before their loop: analytic energies resolve
-        their kernels here, so the loop makes no dispatch lookup at all.
+        their kernels here, so the loop makes no dispatch lookup at all. A model
+        that leaves the gradient to autograd and whose ``compute_energy`` is a
+        feed-forward chain (``Linear`` and activation layers, see
+        :mod:`ebmcore.energies.feedforward`) gets that gradient in closed form,
+        equal to autograd's, with no graph.
         """
+        if uses_autograd(self):
+            plan, why = feedforward.plan(self, like)
+            if plan is not None:
+                fast, slow = plan.bind(like), self.compute_energy_and_gradient
+                device_type = like.device.type
+
+                def energy_and_gradient(x: Tensor) -> tuple[Tensor, Tensor]:
+                    return slow(x) if autocast_enabled(device_type) else fast(x)
+
+                return EnergyFunctions(self.compute_energy, lambda x: energy_and_gradient(x)[1],
+                                       energy_and_gradient, plan.describe())
+            return EnergyFunctions(self.compute_energy, self.compute_gradient, self.compute_energy_and_gradient,
+                                   f"autograd ({why})")
         return EnergyFunctions(self.compute_energy, self.compute_gradient, self.compute_energy_and_gradient)
 
     # -- checked public API ------------------------------------------------------------------

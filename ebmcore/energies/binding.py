@@ -7,7 +7,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-from ebmcore.energies.base import EnergyFunctions, EnergyModel
+from ebmcore.energies.base import EnergyFunctions, EnergyModel, uses_autograd
 
 __all__ = ["bind_energy"]
 
@@ -18,9 +18,7 @@ def bind_energy(energy: EnergyModel, like: Tensor, *, autocast: torch.dtype | No
     (results in the state's dtype) with ``autocast``; with ``traceable``, an autograd gradient becomes
     ``torch.func.grad_and_value``, which ``torch.compile`` traces (``torch.autograd.grad`` is a graph break)."""
     fns = energy.bind(like)
-    analytic = type(energy).compute_gradient is not EnergyModel.compute_gradient or \
-        type(energy).compute_energy_and_gradient is not EnergyModel.compute_energy_and_gradient
-    if traceable and not analytic:
+    if traceable and uses_autograd(energy):
         def total(x: Tensor) -> tuple[Tensor, Tensor]:
             e = energy.compute_energy(x)
             return e.sum(), e
@@ -31,7 +29,7 @@ def bind_energy(energy: EnergyModel, like: Tensor, *, autocast: torch.dtype | No
             grad, (_, e) = grad_and_value(x)
             return e.detach(), grad.detach()
 
-        fns = EnergyFunctions(fns.energy, lambda x: traced(x)[1], traced)
+        fns = EnergyFunctions(fns.energy, lambda x: traced(x)[1], traced, "torch.func.grad_and_value (compile=True)")
     if autocast is None:
         return fns
     device_type, inner = like.device.type, fns
@@ -43,4 +41,5 @@ def bind_energy(energy: EnergyModel, like: Tensor, *, autocast: torch.dtype | No
             return tuple(t.to(x.dtype) for t in out) if isinstance(out, tuple) else out.to(x.dtype)
         return run
 
-    return EnergyFunctions(cast(inner.energy), cast(inner.gradient), cast(inner.energy_and_gradient))
+    return EnergyFunctions(cast(inner.energy), cast(inner.gradient), cast(inner.energy_and_gradient),
+                           f"{'autograd' if uses_autograd(energy) else inner.path or 'gradient'} under autocast({autocast})")

@@ -74,6 +74,9 @@ FUSED_OPS: dict[str, str] = {
                                "seed: int, offset: int) -> x': (n, d)",
     "<energy>_hmc_chain": "(x: (n, d), *energy_args, n_steps: int, step_size: float | (n,), n_leapfrog_steps: int, "
                           "inverse_temperature: float, seed: int, offset: int) -> (x': (n, d), accepted: (n,), divergent: (n,))",
+    "<energy>_nuts_chain": "(x: (n, d), *energy_args, n_steps: int, step_size: float | (n,), max_tree_depth: int, "
+                           "inverse_temperature: float, seed: int, offset: int) -> (x': (n, d), acceptance: (n,), divergent: (n,), "
+                           "n_leapfrog: (n,), tree_depth: (n,))",
     "langevin_step_philox": "(x: (n, d), grad: (n, d), step_size, noise_scale, seed: int, offset: int) -> x': (n, d)",
 }
 """Ops with no ``torch`` reference: many steps per launch, the noise drawn inside the kernel from a

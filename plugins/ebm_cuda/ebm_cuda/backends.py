@@ -3,7 +3,7 @@
 Both implement, for the analytic energies of ``csrc/ebm/energies.h`` (:data:`ebm_cuda.energies.KINDS`:
 ``gaussian``, ``double_well``, ``rosenbrock`` and ``harmonic``), the ops ``<energy>_energy`` and
 ``<energy>_gradient``, the fused chains
-``<energy>_langevin_chain`` and ``<energy>_hmc_chain`` (signatures in :mod:`ebmcore.kernels.ops`),
+``<energy>_langevin_chain``, ``<energy>_hmc_chain`` and ``<energy>_nuts_chain`` (signatures in :mod:`ebmcore.kernels.ops`),
 and ``langevin_step`` and ``langevin_step_philox``.
 
 Priorities: on CUDA every kernel outranks the ``torch`` reference (10 against 0). On the CPU the
@@ -88,6 +88,18 @@ def _hmc_chain_kernel(name: str) -> Callable[..., tuple[Tensor, Tensor, Tensor]]
     return run
 
 
+def _nuts_chain_kernel(name: str) -> Callable[..., tuple[Tensor, ...]]:
+    kind, unpack = LAYOUTS[name].code, LAYOUTS[name].unpack
+
+    def run(x: Tensor, *params: Any, n_steps: int, step_size: Any, max_tree_depth: int, inverse_temperature: float,
+            seed: int, offset: int) -> tuple[Tensor, ...]:
+        h, hv = _scalar_or_vector(step_size)
+        return call("nuts_chain", x, kind, *unpack(*params), n_steps, h, hv, max_tree_depth, float(inverse_temperature), seed, offset)
+
+    run.__name__ = run.__qualname__ = f"{name}_nuts_chain"
+    return run
+
+
 def _flat(t: Tensor) -> Tensor:
     """A state ``(n, *event_shape)`` as ``(n, d)`` (the step kernels are element-wise per chain)."""
     return t.reshape(t.shape[0], -1)
@@ -122,6 +134,7 @@ def _kernels(device: str, dtypes: tuple[torch.dtype, ...], plain: int, fused: in
             kernel(f"{name}_gradient", _energy_kernel(name, True), plain),
             kernel(f"{name}_langevin_chain", _langevin_chain_kernel(name), fused, max_chain),
             kernel(f"{name}_hmc_chain", _hmc_chain_kernel(name), fused, max_chain),
+            kernel(f"{name}_nuts_chain", _nuts_chain_kernel(name), fused, max_chain),
         ]
     return kernels
 
@@ -131,7 +144,7 @@ class CudaBackend(KernelBackend):
 
     def __init__(self) -> None:
         super().__init__("cuda", _kernels("cuda", CUDA_DTYPES, 10, 10, MAX_CUDA_CHAIN_DIM, MIN_COMPUTE_CAPABILITY),
-                         description="ebm-cuda: CUDA kernels (fused Langevin/HMC chains with in-kernel Philox RNG)")
+                         description="ebm-cuda: CUDA kernels (fused Langevin/HMC/NUTS chains with in-kernel Philox RNG)")
 
     def unavailable_reason(self) -> str | None:
         return library.cuda_unavailable_reason()

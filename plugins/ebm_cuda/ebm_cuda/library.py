@@ -35,6 +35,7 @@ _SIGNATURES = {
     "energy": [POINTER(EnergySpec), c_int, c_void_p, c_int64, c_void_p, c_void_p],
     "langevin_chain": [POINTER(EnergySpec), c_int, c_void_p, c_void_p, c_int64, c_int64, c_double, c_double, c_void_p, c_void_p, c_uint64, c_uint64],
     "hmc_chain": [POINTER(EnergySpec), c_int, c_void_p, c_void_p, c_int64, c_int64, c_double, c_void_p, c_int, c_double, c_uint64, c_uint64, c_void_p, c_void_p],
+    "nuts_chain": [POINTER(EnergySpec), c_int, c_void_p, c_void_p, c_int64, c_int64, c_double, c_void_p, c_int, c_double, c_uint64, c_uint64, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p],
     "langevin_update": [c_int, c_void_p, c_void_p, c_void_p, c_int64, c_int, c_double, c_double, c_void_p, c_void_p, c_uint64, c_uint64],
     "langevin_step": [c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_int64, c_int, c_double, c_double, c_void_p, c_void_p],
     "normal": [c_void_p, c_int64, c_int, c_uint64, c_uint64],

@@ -200,6 +200,49 @@ def _(x, kind, v0, v1, a, b, n_steps, step_size, step_sizes, n_leapfrog_steps, i
     return torch.empty_like(x), counts, torch.empty_like(counts)
 
 
+def _nuts_chain(x: Tensor, kind: int, v0: Optional[Tensor], v1: Optional[Tensor], a: float, b: float, n_steps: int,
+               step_size: float, step_sizes: Optional[Tensor], max_tree_depth: int, inverse_temperature: float,
+               seed: int, offset: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """``n_steps`` NUTS iterations (multinomial, identity mass, trees of at most ``2^max_tree_depth − 1`` leapfrog
+    steps) in one launch, each chain on its own. Returns ``x': (n, d)`` and per chain ``(n,)`` sums over the
+    iterations: the acceptance statistic (math dtype), divergent iterations (int32), leapfrog steps and tree
+    depths (int64)."""
+    x = _check(x, "nuts_chain")
+    _check_chain_dim(x, "nuts_chain")
+    _check_stream(seed, offset)
+    if not 1 <= max_tree_depth <= 20 or n_steps < 0:
+        raise InputError(f"ebm_cuda.nuts_chain: max_tree_depth must be in [1, 20] and n_steps >= 0, got {max_tree_depth} and {n_steps}.")
+    n = x.shape[0]
+    acceptance = torch.zeros(n, dtype=math_dtype(x.dtype), device=x.device)
+    divergent = torch.zeros(n, dtype=torch.int32, device=x.device)
+    n_leapfrog = torch.zeros(n, dtype=torch.int64, device=x.device)
+    tree_depth = torch.zeros_like(n_leapfrog)
+    if n_steps == 0:
+        return x.clone(), acceptance, divergent, n_leapfrog, tree_depth
+    out = torch.empty_like(x)
+    spec, _keep = _spec(x, kind, v0, v1, a, b)
+    hv = _vector(step_sizes, x, "step_sizes")
+    # the CUDA build keeps each chain's tree checkpoints here (the host build uses per-thread scratch)
+    workspace = (torch.empty(n * 2 * max(max_tree_depth - 1, 1) * x.shape[1], dtype=torch.float32, device=x.device)
+                 if x.device.type == "cuda" else None)
+    _run(x.device, "nuts_chain", ctypes.byref(spec), DTYPE_CODES[x.dtype], x.data_ptr(), out.data_ptr(), n, n_steps, step_size,
+         _ptr(hv), max_tree_depth, inverse_temperature, seed, offset, acceptance.data_ptr(), divergent.data_ptr(),
+         n_leapfrog.data_ptr(), tree_depth.data_ptr(), _ptr(workspace))
+    return out, acceptance, divergent, n_leapfrog, tree_depth
+
+
+nuts_chain = torch.library.custom_op("ebm_cuda::nuts_chain", _nuts_chain, mutates_args=())
+_IMPLS["nuts_chain"] = _nuts_chain
+
+
+@nuts_chain.register_fake
+def _(x, kind, v0, v1, a, b, n_steps, step_size, step_sizes, max_tree_depth, inverse_temperature, seed, offset):
+    n = x.shape[0]
+    steps = x.new_empty((n,), dtype=torch.int64)
+    return (torch.empty_like(x), x.new_empty((n,), dtype=math_dtype(x.dtype)), x.new_empty((n,), dtype=torch.int32), steps,
+            torch.empty_like(steps))
+
+
 def _langevin_step_philox(x: Tensor, grad: Tensor, step_size: float, noise_scale: float, step_sizes: Optional[Tensor],
                          noise_scales: Optional[Tensor], seed: int, offset: int) -> Tensor:
     """One Langevin step ``x − h·grad + s·ξ`` with ``ξ`` drawn in the kernel (step ``offset`` of the stream)."""

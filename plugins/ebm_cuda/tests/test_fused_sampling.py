@@ -7,7 +7,7 @@ import ebmcore
 from ebmcore.errors import InputError
 from ebmcore.kernels import torch_backend as ref
 from ebm_cuda import reference
-from ebm_samplers import HMCSampler, LangevinSampler
+from ebm_samplers import HMCSampler, LangevinSampler, NUTSSampler
 
 
 def _seed_of(generator_seed: int) -> int:
@@ -161,17 +161,22 @@ def test_per_step_sampling_of_image_shaped_states_with_the_step_kernels():
     torch.testing.assert_close(got, expected)
 
 
-@pytest.mark.parametrize("make", [lambda e: LangevinSampler(e, step_size=0.01), lambda e: HMCSampler(e, step_size=0.2, n_leapfrog_steps=5)],
-                         ids=["langevin", "hmc"])
+@pytest.mark.parametrize("make", [lambda e: LangevinSampler(e, step_size=0.01), lambda e: HMCSampler(e, step_size=0.2, n_leapfrog_steps=5),
+                                  lambda e: NUTSSampler(e, step_size=0.3)], ids=["langevin", "hmc", "nuts"])
 def test_checkpointed_segments_of_a_fused_run_equal_one_run(tmp_path, make):
     from ebmcore.chunks import load_checkpoint, sample_in_segments
 
     energy = ebmcore.energy("double_well", dim=2)
     x0 = torch.randn(200, 2, generator=torch.Generator().manual_seed(0))
-    one = make(energy).sample(x0, 300, burn_in=50, thin=2, return_trajectory=True, generator=torch.Generator().manual_seed(7))
+    one = make(energy).sample(x0, 300, burn_in=50, thin=2, return_trajectory=True, return_stats=True,
+                              generator=torch.Generator().manual_seed(7))
     cut = sample_in_segments(make(energy), x0, 300, 40, tmp_path / "a", burn_in=50, thin=2,
                              generator=torch.Generator().manual_seed(7), on_segment=lambda i: None)
     assert torch.equal(cut.samples, one.samples) and torch.equal(cut.trajectory, one.trajectory)
+    assert cut.stats.keys() == one.stats.keys() and all(torch.equal(cut.stats[k], v) for k, v in one.stats.items())
+    if isinstance(make(energy), HMCSampler):  # a fused call per kept draw reports its 2 transitions: 0, 1/2 or 1 accepted
+        assert set(one.stats["acceptance"].unique().tolist()) <= {0.0, 0.5, 1.0}
+        assert one.stats["divergent"].dtype == torch.bool
 
     def stop_after_two(index):
         if index == 2:
@@ -183,3 +188,4 @@ def test_checkpointed_segments_of_a_fused_run_equal_one_run(tmp_path, make):
     resumed = sample_in_segments(make(energy), x0, 300, 40, tmp_path / "b", burn_in=50, thin=2, generator=torch.Generator(),
                                  saved=load_checkpoint(tmp_path / "b", torch.device("cpu")))
     assert torch.equal(resumed.samples, one.samples) and torch.equal(resumed.trajectory, one.trajectory)
+    assert all(torch.equal(resumed.stats[k], v) for k, v in one.stats.items())

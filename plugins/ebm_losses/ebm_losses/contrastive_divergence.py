@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from ebmcore import EnergyFunctions, EnergyModel, Loss, Sampler, registry
+from ebmcore.energies import feedforward
 from ebmcore.errors import InputError
 from ebmcore.validation import check_positive
 
@@ -49,7 +50,8 @@ class ClippedGradientEnergy(EnergyModel):
             e, g = fns.energy_and_gradient(x)
             return e, g.clamp(-clip, clip)  # out of place: a gradient may alias the energy's own tensors
 
-        return EnergyFunctions(fns.energy, lambda x: fns.gradient(x).clamp(-clip, clip), energy_and_gradient)
+        return EnergyFunctions(fns.energy, lambda x: fns.gradient(x).clamp(-clip, clip), energy_and_gradient,
+                               f"{fns.path or 'gradient'}, clamped to ±{clip}")
 
 
 SamplerSpec = Any  # a registered name, a Sampler built on the energy, or a factory energy -> Sampler
@@ -109,8 +111,10 @@ class ContrastiveDivergence(Loss):
         negatives = self.negatives(energy, self._starts(data, generator), generator)
         self._after(negatives)
         self.last_negatives = negatives
-        e_pos = energy.compute_energy(data)
-        e_neg = energy.compute_energy(negatives)
+        if feedforward.plan(energy, data)[0] is not None:  # rows independent: one pass over both batches
+            e_pos, e_neg = energy.compute_energy(torch.cat((data, negatives))).split((len(data), len(negatives)))
+        else:  # the model may mix rows (batch norm): each batch on its own
+            e_pos, e_neg = energy.compute_energy(data), energy.compute_energy(negatives)
         loss = e_pos.mean() - e_neg.mean()
         if self.regularization:
             loss = loss + self.regularization * (e_pos.square().mean() + e_neg.square().mean())

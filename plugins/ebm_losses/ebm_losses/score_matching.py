@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from ebmcore import EnergyModel, Loss
+from ebmcore.energies import feedforward
 from ebmcore.errors import InputError
 from ebmcore.validation import check_positive
 
@@ -96,13 +97,19 @@ class SlicedScoreMatching(Loss):
         x = data.detach()
         if self.n_projections > 1:
             x = x.repeat(self.n_projections, *([1] * (x.dim() - 1)))
-        x = x.requires_grad_(True)
-        grad = energy.compute_gradient(x, create_graph=True)
-        v = projections(self.projection, tuple(x.shape), like=x, generator=generator)
+        plan = feedforward.plan(energy, x)[0]
+        if plan is not None:  # ∇E and vᵀ∇²E v by the chain rule: one backward pass for the loss, not three levels
+            v = projections(self.projection, tuple(x.shape), like=x, generator=generator)
+            grad, vhv = plan.score_terms(x, v)
+        else:
+            x = x.requires_grad_(True)
+            grad = energy.compute_gradient(x, create_graph=True)
+            v = projections(self.projection, tuple(x.shape), like=x, generator=generator)
+            (hv,) = torch.autograd.grad(_flat_sum(grad * v).sum(), x, create_graph=True)
+            vhv = _flat_sum(hv * v)
         gv = _flat_sum(grad * v)
-        (hv,) = torch.autograd.grad(gv.sum(), x, create_graph=True)
         second = 0.5 * (_flat_sum(grad * grad) if self.variance_reduction else gv * gv)
-        return (second - _flat_sum(hv * v)).mean()
+        return (second - vhv).mean()
 
 
 class DenoisingScoreMatching(Loss):
@@ -131,11 +138,15 @@ class DenoisingScoreMatching(Loss):
             idx = torch.randint(0, self.sigmas.numel(), (x.shape[0],), generator=generator, device=x.device)
             sigma = self.sigmas.to(dtype=x.dtype, device=x.device)[idx]
         sigma_b = sigma.view(-1, *([1] * (x.dim() - 1)))
-        noisy = (x + sigma_b * eps).requires_grad_(True)
-        if getattr(energy, "noise_conditional", False):  # E(x, σ), as annealed Langevin samples it
+        noisy = x + sigma_b * eps
+        plan = None if getattr(energy, "noise_conditional", False) else feedforward.plan(energy, noisy)[0]
+        if plan is not None:  # ∇E by the chain rule, differentiable in θ: one backward pass for the loss
+            grad = plan.score_terms(noisy)[0]
+        elif getattr(energy, "noise_conditional", False):  # E(x, σ), as annealed Langevin samples it
+            noisy.requires_grad_(True)
             (grad,) = torch.autograd.grad(energy.compute_energy(noisy, sigma).sum(), noisy, create_graph=True)
         else:
-            grad = energy.compute_gradient(noisy, create_graph=True)
+            grad = energy.compute_gradient(noisy.requires_grad_(True), create_graph=True)
         # one level: ½|∇E − ε/σ|²; several: weighted by σ², ½|σ∇E − ε|² (the same at one level, times σ²)
         residual = grad - eps / sigma_b if self.sigmas.numel() == 1 else sigma_b * grad - eps
         return 0.5 * _flat_sum(residual * residual).mean()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import math
 import os
 import sys
@@ -24,6 +25,8 @@ from ebmcore.errors import ConfigError
 
 from ebm_losses import datasets
 from ebm_losses.training import Trainer
+
+log = logging.getLogger(__name__)
 
 __all__ = ["SCHEMA", "load_config", "run", "add_command", "grid_nll"]
 
@@ -222,7 +225,7 @@ def _run(config: dict[str, Any], out: Path, resume: bool, quiet: bool, main: boo
     why_not = plotting.unavailable() if config["output"]["plots"] else None
     plots = config["output"]["plots"] and why_not is None
     if why_not is not None and not quiet:
-        print(f"plots skipped: {why_not}", file=sys.stderr)
+        log.info("plots skipped: %s", why_not)
     if plots:
         plotting.plot_curve(out / "loss.png", history.steps, history.losses, "training loss", config["loss"]["name"])
         if lim:
@@ -256,7 +259,7 @@ def _model_samples(config: dict[str, Any], energy: ebmcore.EnergyModel, train: t
         tuned = warmup(sampler, x0, 200, target_accept=0.6, generator=g)
         x0, tunables = tuned.x, tuned.tunables
     elif not quiet:
-        print(f"model samples without warm-up: {why_not}", file=sys.stderr)
+        log.info("model samples without warm-up: %s", why_not)
     return sampler.sample(x0, 200, generator=g, **tunables)
 
 

@@ -57,6 +57,12 @@ def test_train_writes_model_metrics_and_plots_and_the_model_can_be_sampled(tmp_p
     for name in ("loss.png", "density.png", "landscape.png"):
         _png(out / name)
     assert torch.load(out / "samples.pt").shape == (300, 2)
+    # every file a training writes loads without unpickling code (the model, the checkpoint, the samples)
+    written = {path.name: torch.load(path, weights_only=True) for path in out.rglob("*.pt")}
+    assert set(written) == {"model.pt", "checkpoint.pt", "samples.pt"} and written["model.pt"]["energy"] == "mlp"
+    import numpy as np
+
+    assert np.array_equal(np.load(out / "samples.npz", allow_pickle=False)["samples"], written["samples.pt"].numpy())
     sample_cfg = tmp_path / "sample.toml"
     sample_cfg.write_text(f'[energy]\nmodel = "{out / "model.pt"}"\n[sampler]\nname = "mala"\nn_chains = 100\nn_steps = 50\nburn_in = 20\nwarmup = 30\n[output]\nplots = false\n')
     assert main(["sample", str(sample_cfg), "--out", str(tmp_path / "s"), "--quiet"]) == 0

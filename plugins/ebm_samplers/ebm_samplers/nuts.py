@@ -10,7 +10,9 @@ when merging (as in Stan).
 All chains build subtrees of the same depth together; a chain that has terminated rides along
 masked out. The waste this costs is reported: ``info.n_leapfrog_steps`` per chain against
 ``info.n_leapfrog_computed`` for the batch. The loop over depths makes one host sync per doubling
-(to stop once every chain has terminated); nothing else syncs.
+(to stop once every chain has terminated); nothing else syncs. Where a kernel backend provides
+``<energy>_nuts_chain`` (``ebm-cuda``, for analytic energies), :func:`build_chain` runs the same
+algorithm as a fused chain instead: every chain its own trajectories, many iterations per launch.
 """
 
 from __future__ import annotations
@@ -22,13 +24,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ebmcore import EnergyFunctions
-from ebm_samplers.algorithm import DIVERGENCE_THRESHOLD, Algorithm, GradientState, Step, init_gradient_state
-from ebm_samplers.params import (ChainScalar, as_inverse_mass, checked, event_size, for_chains, in_range, optional,
+from ebmcore import EnergyFunctions, EnergyModel
+from ebm_samplers.algorithm import (DIVERGENCE_THRESHOLD, Algorithm, Chain, ChainInfo, GradientState, Step, chain_kernel,
+                                    init_gradient_state)
+from ebm_samplers.params import (ChainScalar, IDENTITY, as_inverse_mass, checked, event_size, for_chains, in_range, optional,
                                  per_chain, positive, whole, with_fields)
 from ebm_samplers.sampler import AlgorithmSampler
 
-__all__ = ["State", "Info", "Params", "init", "build_kernel", "ALGORITHM", "NUTSSampler"]
+__all__ = ["State", "Info", "FusedInfo", "Params", "init", "build_kernel", "build_chain", "ALGORITHM", "NUTSSampler"]
 
 State = GradientState
 """``x: (n, *event_shape)``, ``energy = E(x): (n,)``, ``grad = ∇E(x)`` like ``x``."""
@@ -219,12 +222,46 @@ def build_kernel() -> Step:
     return step
 
 
-ALGORITHM = Algorithm("nuts", Params, init, build_kernel, has_acceptance=True,
+@dataclass(frozen=True)
+class FusedInfo(ChainInfo):
+    """What a fused NUTS run of ``n`` iterations reports per chain ``(n_chains,)``, each summed over them:
+    ``accepted`` (the acceptance statistic, float), ``divergent``, ``n_leapfrog_steps`` and ``tree_depth``."""
+
+    n_leapfrog_steps: Tensor
+    tree_depth: Tensor
+
+
+def build_chain(energy: EnergyModel, fns: EnergyFunctions, x: Tensor, params: Params, fused_setting: bool | None) -> Chain | str:
+    """Many iterations per launch with the ``<energy>_nuts_chain`` kernel (identity mass, one temperature for all
+    chains, no jitter), each chain building its own trees."""
+    if params.inv_mass is not IDENTITY:
+        return "a mass matrix is set, the fused chain uses the identity"
+    if not isinstance(params.temperature, float):
+        return "per-chain temperatures are set"
+    if params.jitter:
+        return f"jitter={params.jitter} is set, the fused chain takes a fixed step size"
+    kernel = chain_kernel("<energy>_nuts_chain", energy, x, fused_setting)
+    if isinstance(kernel, str):
+        return kernel
+    chain, args = kernel.fn, energy.kernel_args()
+    h, depth, beta = params.step_size, params.max_tree_depth, 1.0 / params.temperature
+
+    def run(state: State, n: int, seed: int, offset: int) -> tuple[State, FusedInfo]:
+        x_new, accepted, divergent, n_leapfrog, tree_depth = chain(state.x, *args, n_steps=n, step_size=h, max_tree_depth=depth,
+                                                                   inverse_temperature=beta, seed=seed, offset=offset)
+        energy_new, grad = fns.energy_and_gradient(x_new)
+        return State(x_new, energy_new, grad), FusedInfo(accepted, divergent, n_leapfrog, tree_depth)
+
+    return run
+
+
+ALGORITHM = Algorithm("nuts", Params, init, build_kernel, has_acceptance=True, build_chain=build_chain,
                       compile_refusal="its trajectories have a data-dependent length")
 
 
 class NUTSSampler(AlgorithmSampler):
     """NUTS (multinomial, iterative, lockstep with per-chain masks): ``NUTSSampler(energy, step_size=None, *,
-    max_tree_depth=10, inv_mass=None, temperature=1.0, jitter=0.0, autocast=None)``; the params are :class:`Params`'."""
+    max_tree_depth=10, inv_mass=None, temperature=1.0, jitter=0.0, autocast=None, fused=None)``; the params are
+    :class:`Params`'. ``fused``: as every sampler's (a fused chain runs each chain's trees on their own)."""
 
     algorithm = ALGORITHM

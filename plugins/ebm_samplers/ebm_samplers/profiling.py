@@ -48,11 +48,13 @@ def profile(sampler: Any, x0: torch.Tensor, n_steps: int = 100, *, repeats: int 
                 "rng": None, "update_acceptance": None, "gradient_evaluations": None, "fused_total": None,
                 "breakdown": f"{type(sampler).__name__} is not an ebm_samplers algorithm: timed as a whole, no breakdown"}
     fused_setting = sampler.fused
-    fused_total = per_run() if fused_setting is not False and sampler.prepare(x, generator, tunables).chain else None
+    run = sampler.prepare(x, generator, tunables)
+    fused_total = per_run() if fused_setting is not False and run.chain else None
     sampler.fused = False
     try:
         total = per_run()
-        result = {"total": total, "diagnostics": max(per_run(return_diagnostics=True) - total, 0.0), "fused_total": fused_total}
+        result = {"total": total, "diagnostics": max(per_run(return_diagnostics=True) - total, 0.0), "fused_total": fused_total,
+                  "path": run.path}
         return result | _breakdown(sampler, x, n_steps, repeats, generator, tunables, total)
     finally:
         sampler.fused = fused_setting
@@ -106,6 +108,8 @@ def format_profile(name: str, n_chains: int, result: dict[str, Any]) -> str:
     lines = [f"{name}, {n_chains} chains: {total * 1e3:.3f} ms per step ({n_chains / total:,.0f} chain-steps/s{evals})"]
     if result.get("breakdown"):
         lines.append(f"  breakdown: {result['breakdown']}")
+    if result.get("path"):
+        lines.append(f"  path sample() takes: {result['path']}")
     for key, label in (("energy_gradient", "energy and gradient"), ("rng", "random numbers"),
                        ("update_acceptance", "update and acceptance"), ("diagnostics", "diagnostics (when recorded)")):
         if result[key] is not None:

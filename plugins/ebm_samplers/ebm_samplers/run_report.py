@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import sys
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +11,8 @@ import torch
 import ebmcore
 from ebmcore import plotting
 from ebmcore.recording import finite_summary, nonfinite_chains
+
+log = logging.getLogger(__name__)
 
 __all__ = ["metrics", "diverged", "backends", "plots", "summary", "nonfinite_line"]
 
@@ -67,7 +69,7 @@ def plots(out: Path, energy: ebmcore.EnergyModel, trajectory: torch.Tensor, samp
         why_not = "every chain went non-finite"
     if why_not is not None:
         if not quiet:
-            print(f"plots skipped: {why_not}", file=sys.stderr)
+            log.info("plots skipped: %s", why_not)
         return
     if bad:
         keep = torch.ones(samples.shape[0], dtype=torch.bool)
@@ -104,6 +106,8 @@ def summary(metrics: dict[str, Any], out: Path) -> str:
         lines.append(f"  acceptance {metrics['acceptance']:.3f}, divergences {metrics.get('divergences', 0)}")
     if metrics.get("nonfinite_chains"):
         lines.append(f"  {nonfinite_line(metrics)}; the mean, ESS and R-hat are over the others")
+    if metrics.get("draws_file"):
+        lines.append(f"  draws and sampler statistics: {out / metrics['draws_file']}")
     lines.append(f"  metrics: {out / 'metrics.json'}; plots and samples in {out}")
     return "\n".join(lines)
 

@@ -1,7 +1,8 @@
 """``ebm sample``: sample an energy (a registered one or a model from ``ebm train``) with any
-registered sampler, with warm-up, burn-in and thinning; write samples, metrics and plots to a run
-directory. With ``n_samples > 0`` it streams chunks of independent chains to disk instead, with
-bounded memory, and ``--resume`` skips the chunks already written.
+registered sampler, with warm-up, burn-in and thinning; write samples, the draws with their sampler
+statistics (:mod:`ebm_samplers.draws`), metrics and plots to a run directory. With ``n_samples > 0``
+it streams chunks of independent chains to disk instead, with bounded memory, and ``--resume`` skips
+the chunks already written.
 
 The energy and the sampler are built once. A sampler of the core contract (``init``/``step``)
 runs everywhere; what needs more (warm-up needs an acceptance statistic) is skipped with one line.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
 import sys
 import time
@@ -25,10 +27,12 @@ from ebmcore import chunks, distributed, registry, runfiles
 from ebmcore.config import load_job_config, non_negative, parse_device, positive, seed_range
 from ebmcore.errors import ConfigError, RunFileError
 
-from ebm_samplers import run_report
+from ebm_samplers import draws, run_report
 from ebm_samplers.adaptation import cannot_warm_up, warmup
 from ebm_samplers.params import event_size
 from ebm_samplers.sampler import AlgorithmSampler
+
+log = logging.getLogger(__name__)
 
 __all__ = ["SCHEMA", "load_config", "build_energy", "build", "run", "add_command"]
 
@@ -53,7 +57,8 @@ SCHEMA: dict[str, Any] = {  # the defaults are the bundled configuration's (a te
         "chunk_size": ((int, positive), 100_000),
         "checkpoint_every": ((int, non_negative), 0),
     },
-    "output": {"dir": ((str,), "runs/sample"), "plots": ((bool,), True), "per_rank_samples": ((bool,), False)},
+    "output": {"dir": ((str,), "runs/sample"), "plots": ((bool,), True), "per_rank_samples": ((bool,), False),
+               "draws": ((str, lambda v: None if v in draws.FORMATS else f"must be one of {', '.join(draws.FORMATS)}"), "npz")},
 }
 
 
@@ -77,6 +82,11 @@ def load_config(path: str | Path | None, overrides: dict[str, dict[str, Any]] | 
         registry.get("energy", energy["name"])
     elif not Path(energy["model"]).is_file():
         raise ConfigError(f"{path} [energy] model: no such file {energy['model']!r}; train one with `ebm train`.")
+    if config["output"]["draws"] == "netcdf":
+        from ebm_samplers.arviz_export import unavailable
+
+        if (why_not := unavailable()) is not None:
+            raise ConfigError(f"{path} [output] draws = 'netcdf': {why_not}; or write draws.npz with draws = 'npz'.")
     return config
 
 
@@ -121,9 +131,9 @@ def tune(config: dict[str, Any], sampler: ebmcore.Sampler, x0: torch.Tensor, gen
         x0, tunables = tuned.x, tuned.tunables
         source = f"adapted by {s['warmup']} warm-up steps (target acceptance {s['target_accept']}) from {given or 'the default'}"
         if not quiet:
-            print(f"warm-up: {s['warmup']} steps, acceptance {tuned.acceptance:.3f}", file=sys.stderr)
+            log.info("warm-up: %d steps, acceptance %.3f", s["warmup"], tuned.acceptance)
     elif why_not is not None and not quiet:
-        print(f"warm-up skipped: {why_not}", file=sys.stderr)
+        log.info("warm-up skipped: %s", why_not)
     algorithm = isinstance(sampler, AlgorithmSampler) and hasattr(sampler.params, "step_size")
     value = sampler.resolve(x0, tunables).step_size if algorithm else given
     value = None if value is None else float(torch.as_tensor(value, dtype=torch.float64).mean())
@@ -203,9 +213,10 @@ def _outputs(config: dict[str, Any], metrics: dict[str, Any]) -> list[str]:
     """The files a finished run left (one deleted since makes the run unfinished again)."""
     if "n_chunks" in metrics:
         return [f"chunks/chunk-{k:05d}.npz" for k in range(metrics["n_chunks"])]
+    draws_file = [metrics["draws_file"]] if metrics.get("draws_file") else []
     if config["output"]["per_rank_samples"]:
-        return [f"samples-rank{r}.npz" for r in range(metrics.get("world_size", 1))]
-    return ["samples.npz"]
+        return [f"samples-rank{r}.npz" for r in range(metrics.get("world_size", 1))] + draws_file
+    return ["samples.npz"] + draws_file
 
 
 def _run(config: dict[str, Any], out: Path, world: distributed.DistributedRun, resume: bool, quiet: bool) -> dict[str, Any]:
@@ -236,15 +247,17 @@ def _run(config: dict[str, Any], out: Path, world: distributed.DistributedRun, r
             result = chunks.sample_in_segments(sampler, x0, s["n_steps"], r["checkpoint_every"], out, burn_in=s["burn_in"],
                                                thin=s["thin"], generator=generator, saved=saved, progress=progress,
                                                on_segment=lambda index: _after_segment(index), metadata=step, **tunables)
-            samples, trajectory, d, local = result.samples, result.trajectory, result.diagnostics, slice(None)
+            samples, trajectory, stats, d, local = result.samples, result.trajectory, result.stats, result.diagnostics, slice(None)
             acceptance = None if d.acceptance_rate is None else float(d.acceptance_rate.mean())
             divergences, summary = None if d.divergences is None else int(d.divergences.sum()), None
         else:
             res = distributed.sample(sampler, s["n_chains"], s["n_steps"], world, burn_in=s["burn_in"], thin=s["thin"],
-                                     local_x0=x0, generator=generator, progress=progress, **tunables)
-            samples, trajectory, local = res.samples, res.trajectory, res.local
+                                     local_x0=x0, generator=generator, progress=progress,
+                                     return_stats=config["output"]["draws"] != "none", **tunables)
+            samples, trajectory, local, stats = res.samples, res.trajectory, res.local, res.stats
             acceptance, divergences, summary = res.acceptance, res.divergences, res.summary
         metrics = run_report.metrics(samples, trajectory, s, time.perf_counter() - sampling, acceptance, divergences, summary)
+        metrics["draws_file"] = _save_draws(config, out, world, sampler, x0, tunables, trajectory, stats)
         if config["output"]["per_rank_samples"]:  # each rank writes its own shard: samples-rank<r>.{pt,npz}
             runfiles.save_samples(out, f"samples-rank{world.rank}", samples[local])
         elif world.is_main:
@@ -257,6 +270,20 @@ def _run(config: dict[str, Any], out: Path, world: distributed.DistributedRun, r
     if world.is_main:
         runfiles.write_json(out / "metrics.json", metrics)
     return metrics
+
+
+def _save_draws(config: dict[str, Any], out: Path, world: distributed.DistributedRun, sampler: ebmcore.Sampler,
+                x0: torch.Tensor, tunables: dict[str, Any], trajectory: torch.Tensor, stats: dict[str, Any] | None) -> str | None:
+    """Write the draws file of ``[output] draws`` (rank 0; every rank gathers the per-chain step sizes); its name."""
+    if config["output"]["draws"] == "none":
+        return None
+    per_chain = {k: distributed.gather_chains(v, world) for k, v in draws.params_stats(sampler, x0, tunables).items()}
+    if not world.is_main:
+        return None
+    attrs = {"sampler": config["sampler"]["name"], "energy": config["energy"]["name"] or config["energy"]["model"],
+             "thin": config["sampler"]["thin"], "seed": config["run"]["seed"]}
+    path = draws.save(out, config["output"]["draws"], draws.from_result(trajectory, stats, per_chain, attrs))
+    return path.name if path is not None else None
 
 
 def _after_segment(index: int) -> None:
@@ -280,6 +307,8 @@ def add_command(subparsers: Any) -> None:
     p.add_argument("--resume", action="store_true", help="continue a streamed or checkpointed run where it stopped")
     p.add_argument("--overwrite", action="store_true", help="start afresh in a run directory that holds a run")
     p.add_argument("--strict", action="store_true", help="exit with status 1 if any chain went non-finite")
+    p.add_argument("--format", choices=list(draws.FORMATS), dest="draws_format",
+                   help="the draws file: npz (numpy), netcdf (ArviZ; needs ebm-samplers[arviz]) or none (default: [output] draws)")
     p.add_argument("--quiet", action="store_true", help="print only the final summary")
     p.set_defaults(func=_main)
 
@@ -288,7 +317,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     return {"sampler": {"name": args.sampler, "n_chains": args.n_chains, "n_steps": args.n_steps,
                         "warmup": 0 if args.step_size is not None and args.warmup is None else args.warmup},
             "run": {"device": args.device, "backend": args.backend, "seed": args.seed, "n_samples": args.n_samples,
-                    "chunk_size": args.chunk_size}}
+                    "chunk_size": args.chunk_size},
+            "output": {"draws": args.draws_format}}
 
 
 def _main(args: argparse.Namespace) -> int:

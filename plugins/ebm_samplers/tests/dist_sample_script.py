@@ -17,8 +17,8 @@ if mode == "noise":  # identical starts: after one step the ranks must differ (d
     res = distributed.sample(LangevinSampler(energy, step_size=0.5), 8 * run.world_size, 1, run, seed=7,
                              x0=torch.zeros(8 * run.world_size, 3))
 else:
-    res = distributed.sample(MALASampler(energy, step_size=0.6), 3001, 60, run, seed=7, burn_in=40)
+    res = distributed.sample(MALASampler(energy, step_size=0.6), 3001, 60, run, seed=7, burn_in=40, return_stats=True)
 if run.is_main:
     torch.save({"samples": res.samples, "trajectory": res.trajectory, "summary": res.summary,
-                "acceptance": res.acceptance, "divergences": res.divergences}, out)
+                "acceptance": res.acceptance, "divergences": res.divergences, "stats": res.stats}, out)
 distributed.shutdown(run)

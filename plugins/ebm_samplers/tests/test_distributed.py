@@ -42,6 +42,13 @@ def test_sharded_sampling_reduces_and_gathers_correctly(tmp_path, world):
     for key in ("ess_bulk", "ess_tail", "r_hat", "mean"):
         torch.testing.assert_close(a["summary"][key], local[key])
     assert 0.3 < a["acceptance"] < 1 and a["divergences"] == 0
+    # per-draw statistics gathered in the chains' order: each energy is that of its draw
+    stats = a["stats"]
+    assert {k: v.shape for k, v in stats.items()} == {k: (60, 3001) for k in ("energy", "acceptance", "divergent")}
+    mean = torch.tensor([1.0, -1.0, 0.5])
+    torch.testing.assert_close(stats["energy"], 0.5 * ((a["trajectory"] - mean) ** 2).sum(-1))
+    assert stats["divergent"].dtype == torch.bool and not stats["divergent"].any()
+    assert abs(float(stats["acceptance"].mean()) - a["acceptance"]) < 0.02
     # the gathered chains sample the target: mean within 5 standard errors
     err = (a["samples"].double().mean(0) - torch.tensor([1.0, -1.0, 0.5], dtype=torch.float64)).abs().max()
     assert err < 5 / math.sqrt(3001)

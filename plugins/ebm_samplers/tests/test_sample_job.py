@@ -62,6 +62,31 @@ def test_sample_writes_samples_metrics_and_plots(tmp_path, capsys, sampler):
     for name in ("landscape.png", "trace.png", "autocorrelation.png"):
         width, height = png_size(out / name)
         assert width > 300 and height > 200
+    _check_draws(out, sampler, metrics, samples)
+
+
+def _check_draws(out, sampler, metrics, samples):
+    """draws.npz, read with numpy alone: the kept draws and their statistics under ArviZ's names."""
+    import numpy as np
+
+    import ebmcore
+
+    with np.load(out / "draws.npz", allow_pickle=False) as f:
+        d = dict(f)
+    expected = {"langevin": {"lp", "step_size"}, "mala": {"lp", "step_size", "acceptance_rate", "diverging"},
+                "nuts": {"lp", "step_size", "acceptance_rate", "diverging", "energy", "tree_depth", "n_steps"}}[sampler]
+    assert set(d) == expected | {"x", "attrs"}
+    assert d["x"].shape == (100, 200, 2) and np.array_equal(d["x"][-1], samples.numpy())  # the last draw: the samples
+    assert all(d[k].shape == (100, 200) for k in expected)
+    energy = ebmcore.energy("gaussian_mixture", means=[[-1.0, 0.0], [1.0, 0.0]], stds=0.8)
+    np.testing.assert_allclose(d["lp"], -energy.energy(torch.from_numpy(d["x"]).flatten(0, 1)).view(100, 200).numpy(), rtol=1e-5)
+    np.testing.assert_allclose(d["step_size"].mean(), metrics["step_size"], rtol=1e-6)
+    assert json.loads(str(d["attrs"]))["sampler"] == sampler
+    if "diverging" in d:  # thin = 1: every transition after burn-in made a draw
+        assert d["diverging"].dtype == bool and int(d["diverging"].sum()) == metrics["divergences"]
+    if sampler == "nuts":  # NUTS's acceptance is its acceptance statistic, averaged per chain in the metrics
+        np.testing.assert_allclose(d["acceptance_rate"].mean(), metrics["acceptance"], rtol=1e-5)
+        assert d["tree_depth"].min() >= 1 and d["n_steps"].min() >= 1
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -103,6 +128,7 @@ def test_streaming_chunks_and_resume(tmp_path):
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["chunks_written"] == 1 and metrics["chunks_resumed"] == 2
     assert np.array_equal(np.load(chunks[1])["samples"], first)  # each chunk is reproducible from (seed, chunk)
+    assert not (out / "draws.npz").exists()  # a stream keeps each chunk's final states only
 
 
 def _peak_rss_mb(tmp_path, n_samples):
@@ -167,6 +193,10 @@ def test_an_interrupted_sampling_run_resumes_exactly(tmp_path, monkeypatch):
 
     cfg = _config(tmp_path, "mala", warmup=30, plots="false", extra="[run]\ncheckpoint_every = 20\n")
     assert main(["sample", str(cfg), "--out", str(tmp_path / "straight"), "--quiet"]) == 0
+    # every file the run wrote loads without unpickling code: samples, checkpoint, segments
+    written = {path.relative_to(tmp_path / "straight").as_posix() for path in (tmp_path / "straight").rglob("*.pt")
+               if torch.load(path, weights_only=True) is not None}
+    assert written == {"samples.pt", "checkpoint.pt", *(f"segments/segment-0000{i}.pt" for i in range(5))}
 
     def interrupt(index):
         if index == 2:
@@ -178,6 +208,11 @@ def test_an_interrupted_sampling_run_resumes_exactly(tmp_path, monkeypatch):
     assert main(["sample", str(cfg), "--out", str(tmp_path / "cut"), "--quiet"]) == 2  # a checkpoint exists: needs --resume
     assert main(["sample", str(cfg), "--out", str(tmp_path / "cut"), "--resume", "--quiet"]) == 0
     assert torch.equal(torch.load(tmp_path / "straight" / "samples.pt"), torch.load(tmp_path / "cut" / "samples.pt"))
+    from ebm_samplers.draws import load_npz
+
+    straight, cut = load_npz(tmp_path / "straight" / "draws.npz"), load_npz(tmp_path / "cut" / "draws.npz")
+    assert torch.equal(straight.x, cut.x) and straight.stats.keys() == cut.stats.keys() == {"lp", "acceptance_rate", "diverging", "step_size"}
+    assert all(torch.equal(v, cut.stats[k]) for k, v in straight.stats.items())
     a = json.loads((tmp_path / "straight" / "metrics.json").read_text())
     b = json.loads((tmp_path / "cut" / "metrics.json").read_text())
     for key in ("ess_bulk_min", "r_hat_max", "acceptance", "divergences", "mean"):

@@ -71,6 +71,32 @@ def test_diagnostics(cls, kw):
         assert d.divergences.sum() == 0
 
 
+
+STATS_CASES = ALL + [(NUTSSampler, {"step_size": 0.3, "max_tree_depth": 4})]
+
+
+@pytest.mark.parametrize("cls, kw", STATS_CASES, ids=IDS + ["nuts"])
+def test_per_draw_stats_are_those_of_the_transition_that_made_each_kept_draw(cls, kw):
+    energy = ebmcore.energy("double_well", dim=2)
+    infos = []
+    result = cls(energy, **kw).sample(_x0(64), 12, burn_in=5, thin=3, return_trajectory=True, return_stats=True,
+                                      generator=torch.Generator().manual_seed(2), callback=lambda i, s, info: infos.append(info))
+    kept = infos[5 + 2::3]  # the transitions after which a draw was kept
+    stats = result.stats
+    expected = {LangevinSampler: {"energy"}, MALASampler: {"energy", "acceptance", "divergent"},
+                HMCSampler: {"energy", "acceptance", "divergent", "hamiltonian"},
+                NUTSSampler: {"energy", "acceptance", "divergent", "hamiltonian", "tree_depth", "n_leapfrog_steps"}}[cls]
+    assert set(stats) == expected and all(v.shape == (4, 64) for v in stats.values())
+    torch.testing.assert_close(stats["energy"], energy.energy(result.trajectory.flatten(0, 1)).view(4, 64))
+    for name, field in (("acceptance", "acceptance_prob"), ("divergent", "divergent"), ("hamiltonian", "hamiltonian"),
+                        ("tree_depth", "tree_depth"), ("n_leapfrog_steps", "n_leapfrog_steps")):
+        if name in stats:
+            assert torch.equal(stats[name], torch.stack([getattr(info, field) for info in kept]).to(stats[name].dtype))
+    if "divergent" in stats:
+        assert stats["divergent"].dtype == torch.bool
+    if cls is NUTSSampler:
+        assert 1 <= int(stats["tree_depth"].min()) and int(stats["tree_depth"].max()) <= 4  # max_tree_depth
+
 def _nan_region_energy():
     class Holey(ebmcore.EnergyModel):
         """A Gaussian with a NaN region x₀ > 1.5."""

@@ -53,7 +53,7 @@ CASES = {
                                                    integrator="mclachlan", fused=False), x0()),
     "hmc_dense_mass": lambda: (HMCSampler(gaussian(), 0.3, 3, inv_mass=gaussian().covariance.clone()), x0()),
     "hmc_mlp_float32": lambda: (HMCSampler(mlp(), 0.1, 5), x0(dtype=torch.float32)),
-    "nuts": lambda: (NUTSSampler(gaussian(), 0.4), x0()),
+    "nuts": lambda: (NUTSSampler(gaussian(), 0.4, fused=False), x0()),
     "nuts_jitter_diag": lambda: (NUTSSampler(gaussian(), 0.4, jitter=0.2, inv_mass=torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64),
                                              max_tree_depth=5), x0()),
     "annealed": lambda: (AnnealedLangevinSampler(gaussian(), [1.0, 0.5, 0.1], n_steps_each=4), x0()),

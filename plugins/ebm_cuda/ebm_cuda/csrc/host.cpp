@@ -211,6 +211,32 @@ void hmc_chain_host(const ebm_energy* spec, const S* x, S* out, int64_t n, int64
   }
 }
 
+// NUTS one chain at a time (trajectories differ in length: no lockstep across chains), chains spread
+// over the threads dynamically; each thread's scratch in one buffer.
+template <int KIND, typename S>
+void nuts_chain_host(const ebm_energy* spec, const S* x, S* out, int64_t n, int64_t n_steps, double h, const void* h_vec,
+                     int max_depth, double beta, uint64_t seed, uint64_t offset, void* acceptance, int32_t* divergent,
+                     int64_t* n_leapfrog, int64_t* tree_depth, int threads) {
+  using A = typename ebm::Acc<S>::type;
+  const ebm::Energy<KIND, A, 0> E{params_of<A>(spec)};
+  const ebm::Stream rng(seed);
+  const int d = spec->d, slots = ebm::nuts_checkpoints(max_depth);
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<A> buf((size_t)(12 + 2 * slots) * d);
+    A* b = buf.data();
+    const ebm::NutsScratch<A> s{b + 2 * d, b + 3 * d, b + 4 * d, b + 5 * d, b + 6 * d, b + 7 * d, b + 8 * d,
+                                b + 9 * d, b + 10 * d, b + 11 * d, b + 12 * d, b + (12 + slots) * d};
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < n; ++i) {
+      for (int j = 0; j < d; ++j) b[j] = ebm::load<A>(x + i * d + j);
+      ebm::nuts_chain(E, b, b + d, s, n_steps, h_vec ? ((const A*)h_vec)[i] : (A)h, max_depth, (A)beta, rng, (uint32_t)i,
+                      offset, (A*)acceptance + i, divergent + i, n_leapfrog + i, tree_depth + i);
+      for (int j = 0; j < d; ++j) ebm::store<A>(out + i * d + j, b[j]);
+    }
+  }
+}
+
 template <typename S>
 void langevin_update_host(const S* x, const S* grad, S* out, int64_t n, int d, double h, double s, const void* h_vec,
                           const void* s_vec, uint64_t seed, uint64_t offset, int threads) {
@@ -265,6 +291,17 @@ int ebm_host_hmc_chain(const ebm_energy* spec, int dtype, const void* x, void* o
   EBM_HOST_DTYPES(dtype, S, EBM_DISPATCH_KIND(spec->kind, KIND,
       hmc_chain_host<KIND, S>(spec, (const S*)x, (S*)out, n, n_steps, h, h_vec, n_leapfrog, beta, seed, offset, accepted,
                                     divergent, threads)))
+  return 0;
+}
+
+int ebm_host_nuts_chain(const ebm_energy* spec, int dtype, const void* x, void* out, int64_t n, int64_t n_steps, double h,
+                        const void* h_vec, int max_tree_depth, double beta, uint64_t seed, uint64_t offset, void* acceptance,
+                        int32_t* divergent, int64_t* n_leapfrog, int64_t* tree_depth, void* workspace, int threads) {
+  (void)workspace;  // the CUDA build's checkpoints; here each thread has its own scratch
+  if (max_tree_depth < 1 || max_tree_depth > ebm::NUTS_MAX_DEPTH) return fail("max_tree_depth must be in [1, 20]");
+  EBM_HOST_DTYPES(dtype, S, EBM_DISPATCH_KIND(spec->kind, KIND,
+      nuts_chain_host<KIND, S>(spec, (const S*)x, (S*)out, n, n_steps, h, h_vec, max_tree_depth, beta, seed, offset, acceptance,
+                               divergent, n_leapfrog, tree_depth, threads)))
   return 0;
 }
 

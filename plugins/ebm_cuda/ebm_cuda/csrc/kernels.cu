@@ -122,6 +122,32 @@ __global__ void hmc_chain_kernel(ebm::Params<float> p, const S* x, S* out, int64
   store_tile(out, tile, base, count, d);
 }
 
+// One thread per chain, which runs its own trajectories; the checkpoints of its trees in `workspace`
+// (2 * nuts_checkpoints(max_depth) * d floats per chain), the rest of its scratch in local memory.
+template <int KIND, typename S, int MAXD>
+__global__ void nuts_chain_kernel(ebm::Params<float> p, const S* x, S* out, int64_t n, int64_t n_steps, float h, const float* h_vec,
+                                  int max_depth, float beta, uint64_t seed, uint64_t offset, float* acceptance,
+                                  int32_t* divergent, int64_t* n_leapfrog, int64_t* tree_depth, float* workspace) {
+  extern __shared__ float shared[];
+  const int d = p.d;
+  float* tile = shared + param_floats(p.v0, p.v1, d);
+  const ebm::Energy<KIND, float, MAXD> E{stage_params(p, shared)};
+  const int64_t base = (int64_t)blockIdx.x * blockDim.x, i = base + threadIdx.x;
+  const int count = load_tile(tile, x, base, n, d);
+  if (i < n) {
+    constexpr int CAP = MAXD > 0 ? MAXD : EBM_MAX_D;
+    float xr[CAP], gr[CAP], w[10][CAP];
+    const int slots = ebm::nuts_checkpoints(max_depth);
+    float* ck = workspace + i * 2 * slots * d;
+    const ebm::NutsScratch<float> s{w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8], w[9], ck, ck + slots * d};
+    EBM_LOOP(j, MAXD, d) { xr[j] = tile[threadIdx.x * tile_stride(d) + j]; }
+    ebm::nuts_chain(E, xr, gr, s, n_steps, h_vec ? h_vec[i] : h, max_depth, beta, ebm::Stream(seed), (uint32_t)i, offset,
+                    acceptance + i, divergent + i, n_leapfrog + i, tree_depth + i);
+    EBM_LOOP(j, MAXD, d) { tile[threadIdx.x * tile_stride(d) + j] = xr[j]; }
+  }
+  store_tile(out, tile, base, count, d);
+}
+
 // One thread per block of four elements of one chain.
 template <typename S>
 __global__ void langevin_update_kernel(const S* x, const S* grad, S* out, int64_t n, int d, float h, float s, const float* h_vec,
@@ -210,6 +236,20 @@ int ebm_cuda_hmc_chain(const ebm_energy* spec, int dtype, const void* x, void* o
       hmc_chain_kernel<KIND, S, MAXD><<<blocks_for(n, threads), threads, shared, (cudaStream_t)stream>>>(
           params_of<float>(spec), (const S*)x, (S*)out, n, n_steps, (float)h, (const float*)h_vec, n_leapfrog, (float)beta, seed,
           offset, accepted, divergent))))
+  return launched();
+}
+
+int ebm_cuda_nuts_chain(const ebm_energy* spec, int dtype, const void* x, void* out, int64_t n, int64_t n_steps, double h,
+                        const void* h_vec, int max_tree_depth, double beta, uint64_t seed, uint64_t offset, void* acceptance,
+                        int32_t* divergent, int64_t* n_leapfrog, int64_t* tree_depth, void* workspace, void* stream) {
+  if (max_tree_depth < 1 || max_tree_depth > ebm::NUTS_MAX_DEPTH) return fail("max_tree_depth must be in [1, 20]");
+  if (n == 0 || n_steps == 0) return 0;
+  int threads; size_t shared;
+  EBM_CUDA_DTYPES(dtype, S, EBM_DISPATCH_KIND(spec->kind, KIND, EBM_DISPATCH_MAXD(spec->d, MAXD,
+      chain_launch_shape(spec, &threads, &shared);
+      nuts_chain_kernel<KIND, S, MAXD><<<blocks_for(n, threads), threads, shared, (cudaStream_t)stream>>>(
+          params_of<float>(spec), (const S*)x, (S*)out, n, n_steps, (float)h, (const float*)h_vec, max_tree_depth, (float)beta, seed,
+          offset, (float*)acceptance, divergent, n_leapfrog, tree_depth, (float*)workspace))))
   return launched();
 }
 

@@ -164,4 +164,6 @@ EBM_HD double exp_f(double x) {
 #endif
 }
 
+template <typename A> EBM_HD A neg_inf() { return (A)bits_float(0xFF800000u); }
+
 }  // namespace ebm

@@ -25,13 +25,19 @@ EBM_HD Philox4 philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3,
 }
 
 // Two standard normals from two words: u1 in (0, 1], u2 in [0, 1) on a 2^-24 grid.
-EBM_HD void box_muller(uint32_t a, uint32_t b, float* z0, float* z1) {
-  float u1 = (float)((a >> 8) + 1u) * 5.9604644775390625e-08f;
-  float u2 = (float)(b >> 8) * 5.9604644775390625e-08f;
+EBM_HD void box_muller_unit(float u1, float u2, float* z0, float* z1) {
   float r = sqrt_f(-2.0f * log_unit(u1));
   float s, c;
   sincos_turns(u2, &s, &c);
   *z0 = r * c; *z1 = r * s;
+}
+
+// The uniforms Box-Muller takes from two words.
+EBM_HD float box_muller_u1(uint32_t a) { return (float)((a >> 8) + 1u) * 5.9604644775390625e-08f; }
+EBM_HD float box_muller_u2(uint32_t b) { return (float)(b >> 8) * 5.9604644775390625e-08f; }
+
+EBM_HD void box_muller(uint32_t a, uint32_t b, float* z0, float* z1) {
+  box_muller_unit(box_muller_u1(a), box_muller_u2(b), z0, z1);
 }
 
 struct Stream {
@@ -45,11 +51,16 @@ struct Stream {
     box_muller(w.v[2], w.v[3], &z[2], &z[3]);
   }
 
-  // The Metropolis uniform in [0, 1) of chain i at step t.
-  EBM_HD float uniform(uint32_t i, uint64_t t) const {
-    Philox4 w = philox4x32_10(0xFFFFFFFFu, i, (uint32_t)t, (uint32_t)(t >> 32), k0, k1);
-    return (float)(w.v[0] >> 8) * 5.9604644775390625e-08f;
+  // The four words of block b of chain i at step t.
+  EBM_HD Philox4 block(uint32_t b, uint32_t i, uint64_t t) const {
+    return philox4x32_10(b, i, (uint32_t)t, (uint32_t)(t >> 32), k0, k1);
   }
+
+  // The Metropolis uniform in [0, 1) of chain i at step t.
+  EBM_HD float uniform(uint32_t i, uint64_t t) const { return unit(block(0xFFFFFFFFu, i, t).v[0]); }
+
+  // A word as a uniform in [0, 1) on a 2^-24 grid.
+  EBM_HD static float unit(uint32_t w) { return (float)(w >> 8) * 5.9604644775390625e-08f; }
 };
 
 }  // namespace ebm

@@ -1,0 +1,247 @@
+"""The closed-form gradient of feed-forward energies (ebmcore.energies.feedforward) against autograd."""
+
+import pytest
+import torch
+from torch import nn
+
+import ebmcore
+from ebmcore import EnergyFunctions
+from ebmcore.energies import feedforward
+
+ACTIVATIONS = [nn.SiLU(), nn.Tanh(), nn.Sigmoid(), nn.ReLU(), nn.Softplus(), nn.Softplus(beta=2.0, threshold=5.0),
+               nn.GELU(), nn.GELU("tanh"), nn.ELU(0.5), nn.LeakyReLU(0.1)]
+
+
+class Wrapped(ebmcore.EnergyModel):
+    """A user's energy around any network: ``E(x) = sign · net(x).squeeze(-1)``."""
+
+    def __init__(self, net: nn.Module, negate: bool = False) -> None:
+        super().__init__()
+        self.net, self.negate = net, negate
+
+    def compute_energy(self, x):
+        e = self.net(x).squeeze(-1)
+        return -e if self.negate else e
+
+
+def autograd_functions(energy: ebmcore.EnergyModel) -> EnergyFunctions:
+    return EnergyFunctions(energy.compute_energy, energy.compute_gradient, energy.compute_energy_and_gradient)
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS, ids=repr)
+@pytest.mark.parametrize("negate", [False, True])
+def test_closed_form_equals_autograd(activation, negate):
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 16), activation, nn.Linear(16, 8), activation, nn.Linear(8, 1)).double()
+    energy = Wrapped(net, negate)
+    x = 3 * torch.randn(300, 3, dtype=torch.float64)  # wide enough to reach every branch of relu/elu/softplus
+    fns = energy.bind(x)
+    assert fns.path.startswith("closed-form gradient of a feed-forward network 3-16-8-1")
+    e, g = fns.energy_and_gradient(x)
+    e_ref, g_ref = energy.compute_energy_and_gradient(x)
+    torch.testing.assert_close(e, e_ref, rtol=0, atol=0)
+    torch.testing.assert_close(g, g_ref, rtol=1e-12, atol=1e-14)
+    # a gradient checked against finite differences too, not only against autograd
+    h = 1e-6
+    fd = (energy.compute_energy(x + h * torch.eye(3, dtype=x.dtype)[0]) - energy.compute_energy(x - h * torch.eye(3, dtype=x.dtype)[0])) / (2 * h)
+    if not isinstance(activation, (nn.ReLU, nn.LeakyReLU, nn.ELU)):  # kinks: finite differences straddle them
+        torch.testing.assert_close(g[:, 0], fd, rtol=1e-5, atol=1e-6)
+
+
+def test_mlp_energy_and_single_layer_and_float32():
+    mlp = ebmcore.MLPEnergy(2, (64, 64), seed=3)
+    x = torch.randn(1000, 2)
+    fns = mlp.bind(x)
+    assert fns.path == "closed-form gradient of a feed-forward network 2-64-64-1 (silu)"
+    e, g = fns.energy_and_gradient(x)
+    e_ref, g_ref = mlp.compute_energy_and_gradient(x)
+    torch.testing.assert_close(e, e_ref)
+    torch.testing.assert_close(g, g_ref)
+    unbiased = Wrapped(nn.Sequential(nn.Linear(2, 8, bias=False), nn.Tanh(), nn.Linear(8, 1, bias=False)))
+    e, g = unbiased.bind(x).energy_and_gradient(x)
+    torch.testing.assert_close(g, unbiased.compute_energy_and_gradient(x)[1])
+    linear = ebmcore.MLPEnergy(4, (), seed=1)  # no hidden layer: E = w·x + b, ∇E = w
+    x4 = torch.randn(5, 4)
+    e, g = linear.bind(x4).energy_and_gradient(x4)
+    torch.testing.assert_close(g, linear.net[0].weight.expand(5, 4))
+
+
+def test_results_are_fresh_and_follow_weight_updates_and_batch_sizes():
+    mlp = ebmcore.MLPEnergy(2, (8,), seed=0)
+    x = torch.randn(50, 2)
+    fns = mlp.bind(x)
+    e1, g1 = fns.energy_and_gradient(x)
+    kept_e, kept_g = e1.clone(), g1.clone()
+    fns.energy_and_gradient(x + 1.0)  # a second call must not overwrite what the first returned (MALA keeps both)
+    torch.testing.assert_close(e1, kept_e, rtol=0, atol=0)
+    torch.testing.assert_close(g1, kept_g, rtol=0, atol=0)
+    with torch.no_grad():
+        mlp.net[0].weight.mul_(2.0)  # a training step: the bound plan reads the modules' current weights
+    torch.testing.assert_close(fns.energy_and_gradient(x)[1], mlp.compute_energy_and_gradient(x)[1])
+    small = x[:7]
+    torch.testing.assert_close(fns.energy_and_gradient(small)[1], mlp.compute_energy_and_gradient(small)[1])
+
+
+class Flag(ebmcore.EnergyModel):
+    """A trace bakes Python branches in: flipping ``negate`` after the first bind must not reuse a stale plan."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(2, 4), nn.Tanh(), nn.Linear(4, 1))
+        self.negate = False
+
+    def compute_energy(self, x):
+        e = self.net(x).squeeze(-1)
+        return -e if self.negate else e
+
+
+class Mixed(ebmcore.EnergyModel):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(2, 4), nn.Tanh(), nn.Linear(4, 1))
+
+    def compute_energy(self, x):
+        return self.net(x).squeeze(-1) + 0.5 * (x ** 2).sum(-1)
+
+
+class Scaled(ebmcore.EnergyModel):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(2, 4), nn.Softsign(), nn.Linear(4, 1))
+
+    def compute_energy(self, x):
+        return self.net(x).squeeze(-1)
+
+
+def test_stale_plans_and_other_models_keep_autograd():
+    x = torch.randn(20, 2)
+    flag = Flag()
+    assert flag.bind(x).path.startswith("closed-form")
+    flag.negate = True
+    fns = flag.bind(x)
+    assert fns.path.startswith("autograd (the traced plan does not reproduce compute_energy")
+    torch.testing.assert_close(fns.energy_and_gradient(x)[1], flag.compute_energy_and_gradient(x)[1])
+    assert Mixed().bind(x).path.startswith("autograd (compute_energy combines several values")
+    assert Scaled().bind(x).path == "autograd (module Softsign has no closed-form derivative here)"
+
+
+def test_autocast_steps_aside():
+    mlp = ebmcore.MLPEnergy(2, (16,), seed=0)
+    x = torch.randn(10, 2)
+    fns = mlp.bind(x)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        e, g = fns.energy_and_gradient(x)
+        e_ref, g_ref = mlp.compute_energy_and_gradient(x)
+    assert e.dtype == e_ref.dtype and torch.equal(g, g_ref)  # autograd under autocast, as without the plan
+
+
+def test_a_sampler_run_is_unchanged_by_the_closed_form():
+    from ebm_samplers import MALASampler  # a sampler that keeps the current gradient while evaluating the proposal
+
+    class Reference(Wrapped):
+        def bind(self, like):
+            return autograd_functions(self)
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(2, 32), nn.SiLU(), nn.Linear(32, 1))
+    x0 = torch.randn(256, 2)
+    fast, slow = MALASampler(Wrapped(net), step_size=0.1), MALASampler(Reference(net), step_size=0.1)
+    assert "closed-form" in fast.prepare(x0, None, {}).path
+    a = fast.sample(x0, 30, generator=torch.Generator().manual_seed(5))
+    b = slow.sample(x0, 30, generator=torch.Generator().manual_seed(5))
+    torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_why_not_names_the_reason():
+    assert feedforward.why_not(ebmcore.MLPEnergy(2, (4,), seed=0), torch.randn(3, 2)) == ""
+    assert "first layer" in feedforward.why_not(ebmcore.MLPEnergy(2, (4,), seed=0), torch.randn(3, 5))
+    assert "floating (n, d)" in feedforward.why_not(ebmcore.MLPEnergy(2, (4,), seed=0), torch.randn(3, 2, 1))
+
+
+def test_contrastive_divergence_one_pass_equals_two():
+    from ebm_losses import ContrastiveDivergence
+
+    class Separate(Wrapped):  # a model the plan does not recognise: CD evaluates each batch on its own
+        def compute_energy(self, x):
+            return self.net(x).squeeze(-1) + 0.0 * x.sum(-1)
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(2, 16), nn.SiLU(), nn.Linear(16, 1)).double()
+    data = torch.randn(128, 2, dtype=torch.float64)
+    losses, grads = [], []
+    for energy in (Wrapped(net), Separate(net)):
+        loss = ContrastiveDivergence("langevin", 5, sampler_options={"step_size": 0.01}, regularization=0.1)
+        value = loss(energy, data, generator=torch.Generator().manual_seed(1))
+        net.zero_grad()
+        value.backward()
+        losses.append(value.detach())
+        grads.append(torch.cat([p.grad.flatten() for p in net.parameters()]))
+    torch.testing.assert_close(losses[0], losses[1], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-10, atol=1e-12)
+
+
+def test_a_bound_model_still_pickles_and_copies():
+    import copy
+    import io
+
+    mlp = ebmcore.MLPEnergy(2, (8,), seed=0)
+    x = torch.randn(6, 2)
+    assert mlp.bind(x).path.startswith("closed-form")
+    buffer = io.BytesIO()
+    torch.save(mlp, buffer)  # the traced plan is not part of the model
+    twin = copy.deepcopy(mlp)
+    with torch.no_grad():
+        twin.net[0].weight.add_(1.0)  # the copy's plan must use the copy's weights
+    torch.testing.assert_close(twin.bind(x).energy_and_gradient(x)[1], twin.compute_energy_and_gradient(x)[1])
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS, ids=repr)
+def test_score_terms_equal_nested_autograd(activation):
+    """∇ₓE and vᵀ∇²E v by the chain rule, and the parameter gradient of a loss of them, against autograd."""
+    torch.manual_seed(1)
+    net = nn.Sequential(nn.Linear(3, 16), activation, nn.Linear(16, 8), activation, nn.Linear(8, 1)).double()
+    energy = Wrapped(net, negate=True)
+    x, v = 2 * torch.randn(64, 3, dtype=torch.float64), torch.randn(64, 3, dtype=torch.float64)
+    plan, _ = feedforward.plan(energy, x)
+
+    def loss_of(grad, vhv):
+        return (0.5 * (grad * v).sum(-1) ** 2 - vhv).mean()
+
+    grad, vhv = plan.score_terms(x, v)
+    params = list(net.parameters())
+    fast = torch.autograd.grad(loss_of(grad, vhv), params, allow_unused=True, materialize_grads=True)
+    xg = x.clone().requires_grad_(True)
+    grad_ref = energy.compute_gradient(xg, create_graph=True)
+    (hv,) = torch.autograd.grad((grad_ref * v).sum(), xg, create_graph=True)
+    vhv_ref = (hv * v).sum(-1)
+    torch.testing.assert_close(grad, grad_ref, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(vhv, vhv_ref, rtol=1e-9, atol=1e-10)
+    slow = torch.autograd.grad(loss_of(grad_ref, vhv_ref), params, allow_unused=True, materialize_grads=True)
+    for a, b in zip(fast, slow):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("make_loss", [lambda L: L.SlicedScoreMatching(2, projection="gaussian"),
+                                       lambda L: L.SlicedScoreMatching(1, variance_reduction=True),
+                                       lambda L: L.DenoisingScoreMatching(0.1),
+                                       lambda L: L.DenoisingScoreMatching(sigmas=[0.05, 0.5])],
+                         ids=["ssm", "ssm-vr", "dsm", "dsm-levels"])
+def test_score_matching_losses_take_the_closed_form_with_the_same_result(make_loss):
+    import ebm_losses
+
+    class Opaque(Wrapped):  # not a plain chain: the losses use nested autograd
+        def compute_energy(self, x):
+            return self.net(x).squeeze(-1) + 0.0 * x[:, 0]
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(2, 16), nn.SiLU(), nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 1)).double()
+    data = torch.randn(256, 2, dtype=torch.float64)
+    loss = make_loss(ebm_losses)
+    results = []
+    for energy in (Wrapped(net), Opaque(net)):
+        value = loss(energy, data, generator=torch.Generator().manual_seed(3))
+        grads = torch.autograd.grad(value, list(net.parameters()), allow_unused=True, materialize_grads=True)
+        results.append((value.detach(), torch.cat([g.flatten() for g in grads])))
+    assert feedforward.plan(Wrapped(net), data)[0] is not None and feedforward.plan(Opaque(net), data)[0] is None
+    torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(results[0][1], results[1][1], rtol=1e-9, atol=1e-11)
