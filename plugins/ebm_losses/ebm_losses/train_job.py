@@ -156,8 +156,8 @@ def run(config: dict[str, Any], out: Path, *, resume: bool = False, overwrite: b
     runfiles.check_run_dir(out)
     finished = None if overwrite else runfiles.finished_run(out, config, lambda metrics: ["model.pt", "checkpoint.pt"])
     if finished is not None:
-        print(f"{out} holds a finished training of this configuration, summarised below: nothing to do (pass "
-              "--overwrite to train again, --steps N --resume to train longer, or choose another --out).", file=sys.stderr)
+        log.info("%s holds a finished training of this configuration, summarised below: nothing to do (pass --overwrite "
+                 "to train again, --steps N --resume to train longer, or choose another --out).", out)
         return finished
     if overwrite:
         runfiles.clear_run(out)
