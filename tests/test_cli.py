@@ -139,16 +139,15 @@ def test_quiet_and_verbose_set_the_level_of_the_library_messages(tmp_path, capsy
     config.write_text('[energy]\nname = "gaussian"\nparams = { dim = 2 }\n[sampler]\nname = "mala"\nn_chains = 8\n'
                       'n_steps = 4\nburn_in = 0\nwarmup = 4\n[output]\nplots = false\ndraws = "none"\n')
 
-    def stderr(*flags):
-        out = tmp_path / f"o{len(list(tmp_path.iterdir()))}"  # a fresh run each time (a finished one is not rerun)
-        assert main([*flags, "sample", str(config), "--out", str(out)]) == 0
+    def stderr(*flags):  # a run directory each: a finished run would not run again
+        assert main([*flags, "sample", str(config), "--out", str(tmp_path / f"o{''.join(flags)}")]) == 0
         return capsys.readouterr().err
 
     default, quiet, verbose = stderr(), stderr("--quiet"), stderr("-v")
     assert "warm-up: 4 steps, acceptance" in default and "MALASampler: 8 chains" not in default  # INFO, not DEBUG
     assert quiet == ""
     assert "warm-up: 4 steps" in verbose and "MALASampler: 8 chains of shape (2,), per-step loop" in verbose
-    assert main(["sample", str(config), "--out", str(tmp_path / "last"), "--quiet"]) == 0  # the subcommand's --quiet too
+    assert main(["sample", str(config), "--out", str(tmp_path / "o-sub"), "--quiet"]) == 0  # the subcommand's --quiet too
     assert capsys.readouterr().err == ""
     # one logger per package, named after it: the core's and every plugin's
     assert {"ebmcore", "ebm_samplers", "ebm_losses", "ebm_cuda"} <= set(logs.package_loggers())

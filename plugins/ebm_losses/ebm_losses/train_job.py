@@ -11,10 +11,12 @@ import math
 import os
 import sys
 import time
+import zipfile
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 import ebmcore
@@ -114,15 +116,14 @@ def _data(spec: dict[str, Any], source: str = "") -> tuple[torch.Tensor, torch.T
 def _load_points(path: Path, where: str) -> torch.Tensor:
     """The points of a ``[data] dataset`` file: a tensor ``(N, *event_shape)`` in a ``.pt``, or the array ``samples``
     of an ``.npz``; anything else is a :class:`ConfigError` saying how to write the file."""
-    import numpy as np
-
     where = f"{where} {str(path)!r}"
     if not path.is_file():
         raise ConfigError(f"{where}: no such file.")
     if path.suffix == ".pt":
         values = runfiles.load_torch(path, what="a tensor of points", fix="write it with torch.save(points, path)")
         if not isinstance(values, torch.Tensor):
-            held = f"a dict with keys {', '.join(map(str, values))}" if isinstance(values, dict) else f"a {type(values).__name__}"
+            held = (f"a dict with keys {', '.join(map(str, values))}" if isinstance(values, dict)
+                    else f"a {type(values).__name__}")
             raise ConfigError(f"{where} holds {held}, not a tensor; save the points alone: torch.save(points, path), "
                               "points of shape (N, *event_shape).")
     else:
@@ -131,9 +132,11 @@ def _load_points(path: Path, where: str) -> torch.Tensor:
                 names = archive.files
                 array = archive["samples"] if "samples" in names else None
         except ValueError as exc:  # an object (pickled) array
-            raise ConfigError(f"{where}: {exc}; write numeric points with numpy.savez(path, samples=points.astype('float32')).") from None
-        except (OSError, EOFError) as exc:  # not an npz, or truncated
-            raise ConfigError(f"{where} is not a readable .npz ({exc}); write it with numpy.savez(path, samples=points).") from None
+            raise ConfigError(f"{where}: {exc}; write numeric points with "
+                              "numpy.savez(path, samples=points.astype('float32')).") from None
+        except (OSError, EOFError, zipfile.BadZipFile) as exc:  # not an npz, or truncated
+            raise ConfigError(f"{where} is not a readable .npz ({exc}); write it with "
+                              "numpy.savez(path, samples=points).") from None
         if array is None:
             raise ConfigError(f"{where} has no array 'samples' (it holds {', '.join(names) or 'none'}); "
                               "write it with numpy.savez(path, samples=points).")
@@ -172,8 +175,8 @@ def run(config: dict[str, Any], out: Path, *, resume: bool = False, overwrite: b
     runfiles.check_run_dir(out)
     finished = None if overwrite else runfiles.finished_run(out, config, lambda metrics: ["model.pt", "checkpoint.pt"])
     if finished is not None:
-        log.info("%s holds a finished training of this configuration: nothing to do (pass --overwrite to train "
-             "again, --steps N --resume to train longer, or choose another --out).", out)
+        log.info("%s holds a finished training of this configuration, summarised below: nothing to do (pass --overwrite "
+                 "to train again, --steps N --resume to train longer, or choose another --out).", out)
         return finished
     if overwrite:
         runfiles.clear_run(out)

@@ -97,7 +97,7 @@ def test_a_finished_training_is_not_run_again_unless_overwritten(tmp_path, capsy
     assert main(["train", str(cfg), "--out", str(out), "--quiet"]) == 0
     written = (out / "model.pt").stat().st_mtime_ns
     assert main(["train", str(cfg), "--out", str(out)]) == 0  # as `make demo` run twice does
-    assert "holds a finished training of this configuration: nothing to do" in capsys.readouterr().err
+    assert "holds a finished training of this configuration, summarised below: nothing to do" in capsys.readouterr().err
     assert (out / "model.pt").stat().st_mtime_ns == written
     assert main(["train", str(cfg), "--out", str(out), "--quiet", "--overwrite"]) == 0
     a = torch.load(out / "model.pt", weights_only=True)["state_dict"]

@@ -189,8 +189,8 @@ def run(config: dict[str, Any], out: Path, *, resume: bool = False, overwrite: b
     runfiles.check_run_dir(out)
     finished = None if overwrite else runfiles.finished_run(out, config, lambda metrics: _outputs(config, metrics))
     if finished is not None:
-        log.info("%s holds a finished run of this configuration: nothing to do (pass --overwrite to run it again, "
-             "or choose another --out).", out)
+        log.info("%s holds a finished run of this configuration, summarised below: nothing to do (pass --overwrite "
+                 "to run it again, or choose another --out).", out)
         return finished
     if overwrite:
         runfiles.clear_run(out)

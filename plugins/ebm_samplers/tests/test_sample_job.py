@@ -338,7 +338,7 @@ def test_a_finished_run_is_not_run_again_unless_overwritten(tmp_path, capsys):
     written = (out / "metrics.json").stat().st_mtime_ns
     assert main(["sample", str(cfg), "--out", str(out)]) == 0  # as `make demo` run twice does
     captured = capsys.readouterr()
-    assert "holds a finished run of this configuration: nothing to do (pass --overwrite" in captured.err
+    assert "holds a finished run of this configuration, summarised below: nothing to do (pass --overwrite" in captured.err
     assert captured.out == first and (out / "metrics.json").stat().st_mtime_ns == written
     assert main(["sample", str(cfg), "--out", str(out), "--quiet", "--resume"]) == 0  # resuming a finished run: the same
     assert (out / "metrics.json").stat().st_mtime_ns == written
