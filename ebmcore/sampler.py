@@ -22,7 +22,7 @@ from torch import Tensor
 from ebmcore.energies.base import EnergyModel
 from ebmcore.errors import InputError
 from ebmcore.recording import NonFiniteChainsWarning, Recorder, SampleResult
-from ebmcore.validation import check_finite
+from ebmcore.validation import check_energy_output, check_finite, check_gradient_output
 
 __all__ = ["Sampler", "SamplerState", "Run", "Chain", "NoiseStream", "check_run_arguments", "stream_seed"]
 
@@ -141,6 +141,18 @@ class Sampler(ABC):
         self.energy.validate(x0, name="x0")
         return check_finite(x0, what="initial state x0", fix="Start every chain from a finite point.")
 
+    @torch.no_grad()
+    def check_initial_energy(self, x: Tensor, energy: Tensor, grad: Tensor | None = None) -> None:
+        """Check the energy ``(n,)`` (and the gradient, shaped like ``x``, where the state carries one) at the
+        checked initial states ``x``: shapes first (an ``(n, 1)`` energy names ``.squeeze(-1)``), then finiteness
+        (one host sync). :meth:`sample` calls it once per run, for every sampler."""
+        owner = type(self.energy).__name__
+        fix = "Start every chain where the energy and its gradient are finite."
+        check_finite(check_energy_output(energy, x, owner=owner), what=f"{owner} energy at the initial state x0", x=x, fix=fix)
+        if grad is not None:
+            check_finite(check_gradient_output(grad, x, owner=owner), what=f"{owner} gradient at the initial state x0",
+                         x=x, fix=fix)
+
     def prepare(self, x: Tensor, generator: torch.Generator | None, tunables: dict[str, Any],
                 every_step: bool = False) -> Run:
         """The :class:`Run` from checked states ``x``: :meth:`init`, and :meth:`step` with ``tunables`` and
@@ -172,10 +184,8 @@ class Sampler(ABC):
         check_run_arguments(x0, n_steps, burn_in, thin, generator)
         x = self.check_initial_state(x0).detach()  # no graph through the chain, whatever x0 requires
         run = self.prepare(x, generator, tunables, every_step=callback is not None)
-        for field in ("energy", "grad"):
-            if isinstance(getattr(run.state, field, None), Tensor):
-                check_finite(getattr(run.state, field), what=f"{field} at the initial state x0", x=x,
-                             fix="Start every chain where the energy and its gradient are finite.")
+        grad = getattr(run.state, "grad", None)
+        self.check_initial_energy(x, run.energy_of(run.state), grad if isinstance(grad, Tensor) else None)
         recording = return_trajectory or return_diagnostics
         recorder = Recorder(x, n_steps // thin, trajectory=return_trajectory, diagnostics=return_diagnostics,
                             energy_of=run.energy_of)

@@ -9,7 +9,7 @@ from torch import Tensor
 
 from ebmcore.errors import InputError, NonFiniteError
 
-__all__ = ["check_batch", "check_finite", "check_positive"]
+__all__ = ["check_batch", "check_finite", "check_positive", "check_energy_output", "check_gradient_output"]
 
 
 def _shape(event_shape: tuple[int, ...] | None) -> str:
@@ -53,6 +53,41 @@ def check_batch(
         raise InputError(f"{name} has dtype {x.dtype} but {owner} holds {dtype} parameters; cast one: "
                          f"{name}.to({dtype}) or model.to({x.dtype}). (ebmcore never casts silently.)")
     return x
+
+
+def check_energy_output(values: Any, x: Tensor, *, owner: str) -> Tensor:
+    """Check that an energy's ``compute_energy(x)`` gave one floating value per row, ``(n,)`` for ``x: (n, ...)``
+    (metadata only: no host sync). A ``(n, 1)`` or scalar output would otherwise broadcast silently in a sampler."""
+    n = x.shape[0]
+    said = f"{owner}.compute_energy(x) returned"
+    if not isinstance(values, Tensor):
+        raise InputError(f"{said} a {type(values).__name__}; it must return a tensor of shape ({n},), one energy per row of x.")
+    shape = tuple(values.shape)
+    if shape == (n,):
+        if not values.is_floating_point():
+            raise InputError(f"{said} dtype {values.dtype}; energies must be floating point: return them in x's dtype.")
+        return values
+    if values.dim() == 0:
+        fix = ("It reduced over the batch (a .sum() or .mean() over rows): return one energy per row and leave the "
+               "reduction to the loss; a network whose last layer gives (n, 1) needs .squeeze(-1), not .sum().")
+    elif shape == (n, 1) or (values.dim() > 1 and shape[0] == n and values[0].numel() == 1):
+        fix = "End compute_energy with .squeeze(-1) (a final nn.Linear(..., 1) gives shape (n, 1))."
+    elif values.dim() > 1 and shape[0] == n:
+        fix = ("Give each row a single energy: make the last layer output one value and .squeeze(-1), "
+               "or sum the per-output terms with .flatten(1).sum(1).")
+    else:
+        fix = "Compute one energy per row of x, without reducing or reshaping over the batch dimension."
+    raise InputError(f"{said} shape {shape} for x of shape {tuple(x.shape)}; an energy returns one value per row, "
+                     f"shape ({n},). {fix}")
+
+
+def check_gradient_output(grad: Any, x: Tensor, *, owner: str) -> Tensor:
+    """Check that an energy's gradient has ``x``'s shape (metadata only)."""
+    if not isinstance(grad, Tensor) or grad.shape != x.shape:
+        got = f"shape {tuple(grad.shape)}" if isinstance(grad, Tensor) else f"a {type(grad).__name__}"
+        raise InputError(f"{owner}'s gradient is {got} for x of shape {tuple(x.shape)}; compute_gradient(x) must return "
+                         "a tensor shaped like x (∇ₓE, one row per row of x).")
+    return grad
 
 
 def check_finite(values: Tensor, *, what: str, x: Tensor | None = None, fix: str = "") -> Tensor:

@@ -164,6 +164,31 @@ def test_non_finite_energy_names_the_rows():
         ebmcore.energy("rosenbrock", dim=2).energy(huge)
 
 
+class _Net(ebmcore.EnergyModel):
+    """A network whose last layer gives ``(n, 1)``, or ``(n, 2)``, or whose output is summed over the batch."""
+
+    def __init__(self, output):
+        super().__init__()
+        self.layer = torch.nn.Linear(2, 2 if output == "(n, 2)" else 1)
+        self.output = output
+
+    def compute_energy(self, x):
+        e = self.layer(x).square()
+        return e.sum() if self.output == "scalar" else e
+
+
+@pytest.mark.parametrize("output, message", [
+    ("(n, 1)", r"returned shape \(3, 1\) for x of shape \(3, 2\); .*shape \(3,\)\. End compute_energy with \.squeeze\(-1\)"),
+    ("scalar", r"returned shape \(\) .*reduced over the batch"),
+    ("(n, 2)", r"returned shape \(3, 2\) .*sum the per-output terms"),
+])
+def test_an_energy_that_is_not_one_value_per_row_is_refused_by_the_checked_methods(output, message):
+    net = _Net(output)
+    for method in (net.energy, net.gradient, net.score, net.energy_and_gradient, net):
+        with pytest.raises(InputError, match=message):
+            method(torch.randn(3, 2))
+
+
 @pytest.mark.parametrize(
     "build, message",
     [

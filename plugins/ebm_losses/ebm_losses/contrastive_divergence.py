@@ -14,7 +14,7 @@ from torch import Tensor
 
 from ebmcore import EnergyFunctions, EnergyModel, Loss, Sampler, registry
 from ebmcore.errors import InputError
-from ebmcore.validation import check_positive
+from ebmcore.validation import check_energy_output, check_positive
 
 __all__ = ["ContrastiveDivergence", "PersistentContrastiveDivergence", "ClippedGradientEnergy"]
 
@@ -109,8 +109,9 @@ class ContrastiveDivergence(Loss):
         negatives = self.negatives(energy, self._starts(data, generator), generator)
         self._after(negatives)
         self.last_negatives = negatives
-        e_pos = energy.compute_energy(data)
-        e_neg = energy.compute_energy(negatives)
+        owner = type(energy).__name__
+        e_pos = check_energy_output(energy.compute_energy(data), data, owner=owner)
+        e_neg = check_energy_output(energy.compute_energy(negatives), negatives, owner=owner)
         loss = e_pos.mean() - e_neg.mean()
         if self.regularization:
             loss = loss + self.regularization * (e_pos.square().mean() + e_neg.square().mean())

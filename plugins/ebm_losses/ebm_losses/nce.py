@@ -17,6 +17,7 @@ from torch.nn.functional import logsigmoid
 
 from ebmcore import EnergyModel, Loss
 from ebmcore.errors import InputError
+from ebmcore.validation import check_energy_output
 
 __all__ = ["NoiseContrastiveEstimation", "GaussianNoise"]
 
@@ -73,7 +74,8 @@ class NoiseContrastiveEstimation(Loss):
         log_nu = math.log(self.noise_ratio)
 
         def logit(u: Tensor) -> Tensor:
-            return -energy.compute_energy(u) - c - self.noise.log_prob(u) - log_nu
+            e = check_energy_output(energy.compute_energy(u), u, owner=type(energy).__name__)
+            return -e - c - self.noise.log_prob(u) - log_nu
 
         return -logsigmoid(logit(x)).mean() - self.noise_ratio * logsigmoid(-logit(y)).mean()
 

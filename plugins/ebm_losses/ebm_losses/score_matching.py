@@ -16,7 +16,7 @@ from torch import Tensor
 
 from ebmcore import EnergyModel, Loss
 from ebmcore.errors import InputError
-from ebmcore.validation import check_positive
+from ebmcore.validation import check_energy_output, check_positive
 
 __all__ = ["ScoreMatching", "SlicedScoreMatching", "DenoisingScoreMatching", "projections"]
 
@@ -41,6 +41,14 @@ def _flat_sum(t: Tensor) -> Tensor:
     return t.flatten(1).sum(1)
 
 
+def _gradient(energy: EnergyModel, x: Tensor) -> Tensor:
+    """``∇ₓE(x)`` with its graph, after checking that ``E(x)`` is ``(n,)``: the gradient of an ``(n, 2)`` or
+    reduced energy would be that of its sum, silently."""
+    e, grad = energy.compute_energy_and_gradient(x, create_graph=True)
+    check_energy_output(e, x, owner=type(energy).__name__)
+    return grad
+
+
 class ScoreMatching(Loss):
     """Hyvärinen's objective ``mean(½|∇ₓE|² − tr ∇²ₓE)``.
 
@@ -62,13 +70,13 @@ class ScoreMatching(Loss):
         energy.validate(data, name="data")
         if self.method == "hutchinson":
             x = data.detach().repeat(self.n_probes, *([1] * (data.dim() - 1))).requires_grad_(True)
-            grad = energy.compute_gradient(x, create_graph=True)
+            grad = _gradient(energy, x)
             v = projections(self.probe, tuple(x.shape), like=x, generator=generator)
             (hv,) = torch.autograd.grad(_flat_sum(grad * v).sum(), x, create_graph=True)
             trace = _flat_sum(hv * v)
         else:
             x = data.detach().requires_grad_(True)
-            grad = energy.compute_gradient(x, create_graph=True)
+            grad = _gradient(energy, x)
             flat = grad.flatten(1)
             trace = torch.zeros(x.shape[0], dtype=grad.dtype, device=grad.device)
             for i in range(flat.shape[1]):
@@ -97,7 +105,7 @@ class SlicedScoreMatching(Loss):
         if self.n_projections > 1:
             x = x.repeat(self.n_projections, *([1] * (x.dim() - 1)))
         x = x.requires_grad_(True)
-        grad = energy.compute_gradient(x, create_graph=True)
+        grad = _gradient(energy, x)
         v = projections(self.projection, tuple(x.shape), like=x, generator=generator)
         gv = _flat_sum(grad * v)
         (hv,) = torch.autograd.grad(gv.sum(), x, create_graph=True)
@@ -133,9 +141,10 @@ class DenoisingScoreMatching(Loss):
         sigma_b = sigma.view(-1, *([1] * (x.dim() - 1)))
         noisy = (x + sigma_b * eps).requires_grad_(True)
         if getattr(energy, "noise_conditional", False):  # E(x, σ), as annealed Langevin samples it
-            (grad,) = torch.autograd.grad(energy.compute_energy(noisy, sigma).sum(), noisy, create_graph=True)
+            e = check_energy_output(energy.compute_energy(noisy, sigma), noisy, owner=type(energy).__name__)
+            (grad,) = torch.autograd.grad(e.sum(), noisy, create_graph=True)
         else:
-            grad = energy.compute_gradient(noisy, create_graph=True)
+            grad = _gradient(energy, noisy)
         # one level: ½|∇E − ε/σ|²; several: weighted by σ², ½|σ∇E − ε|² (the same at one level, times σ²)
         residual = grad - eps / sigma_b if self.sigmas.numel() == 1 else sigma_b * grad - eps
         return 0.5 * _flat_sum(residual * residual).mean()

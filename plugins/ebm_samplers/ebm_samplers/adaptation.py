@@ -18,7 +18,6 @@ import torch
 from torch import Tensor
 
 from ebmcore.errors import InputError
-from ebmcore.validation import check_finite
 from ebmcore.sampler import check_run_arguments
 from ebm_samplers.params import as_inverse_mass, with_fields
 
@@ -207,7 +206,7 @@ def warmup(sampler: Any, x0: Tensor, n_warmup: int = 500, *, target_accept: floa
     inv_mass_tensor: Tensor | None = None
     fns = sampler.bind(x)
     state = sampler.algorithm.init(x, fns)
-    check_finite(state.energy, what="energy at the initial state x0", x=x)
+    sampler.check_initial_energy(x, state.energy, getattr(state, "grad", None))
     step = sampler.kernel()
     step_size: float | Tensor = h0
     recent: deque[float] = deque(maxlen=50)

@@ -44,7 +44,8 @@ class State:
 
     @property
     def energy(self) -> Tensor:
-        return self.replicas.energy[: self.n_chains]
+        e = self.replicas.energy
+        return e[: self.n_chains] if e.dim() else e  # a scalar (a bad energy) goes to the run's shape check as it is
 
 
 @dataclass(frozen=True)
