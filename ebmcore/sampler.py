@@ -21,7 +21,7 @@ from torch import Tensor
 
 from ebmcore.energies.base import EnergyModel
 from ebmcore.errors import InputError
-from ebmcore.recording import NonFiniteChainsWarning, Recorder, SampleResult
+from ebmcore.recording import NonFiniteChainsWarning, Recorder, SampleResult, check_trajectory_fits
 from ebmcore.validation import check_energy_output, check_finite, check_gradient_output
 
 __all__ = ["Sampler", "SamplerState", "Run", "Chain", "NoiseStream", "check_run_arguments", "stream_seed"]
@@ -183,6 +183,8 @@ class Sampler(ABC):
         """
         check_run_arguments(x0, n_steps, burn_in, thin, generator)
         x = self.check_initial_state(x0).detach()  # no graph through the chain, whatever x0 requires
+        if return_trajectory:
+            check_trajectory_fits(x, n_steps // thin)
         run = self.prepare(x, generator, tunables, every_step=callback is not None)
         grad = getattr(run.state, "grad", None)
         self.check_initial_energy(x, run.energy_of(run.state), grad if isinstance(grad, Tensor) else None)

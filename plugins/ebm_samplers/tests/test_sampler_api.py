@@ -301,3 +301,17 @@ def test_no_graph_is_built_through_the_chain_from_an_x0_that_requires_grad(cls, 
     x0 = torch.randn(64, 3, requires_grad=True)
     x = cls(ebmcore.energy("gaussian", dim=3), fused=False, **kw).sample(x0, 5)
     assert x.grad_fn is None and not x.requires_grad
+
+
+def test_a_trajectory_that_cannot_fit_in_memory_is_refused_before_sampling():
+    from ebmcore.recording import available_memory
+
+    steps = []
+    sampler = MALASampler(ebmcore.energy("gaussian", dim=1000), step_size=0.1)
+    with pytest.raises(InputError, match=r"would keep a \(10000000, 1000, 1000\) trajectory: 40\.0 TB on cpu, which has "
+                                         r".* available\..*thin=.*stream_chunks.*n_samples and chunk_size"):
+        sampler.sample(torch.zeros(1000, 1000), 10**7, return_trajectory=True, callback=lambda *args: steps.append(1))
+    assert steps == []  # before the first step
+    assert 0 < available_memory(torch.device("cpu")) < 4e13 and available_memory(torch.device("meta")) is None
+    small = sampler.sample(torch.zeros(10, 1000), 3, return_trajectory=True)  # what fits runs as before
+    assert small.trajectory.shape == (3, 10, 1000)
