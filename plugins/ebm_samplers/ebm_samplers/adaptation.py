@@ -35,16 +35,17 @@ class DualAveraging:
     """
 
     def __init__(self, initial_step_size: float | Tensor, target: float = 0.8, *, gamma: float = 0.05,
-                 t0: float = 10.0, kappa: float = 0.75) -> None:
+                 t0: float = 10.0, kappa: float = 0.75, explore: bool = True) -> None:
         if not 0 < target < 1:
             raise InputError(f"target acceptance must be in (0, 1), got {target!r}.")
         self.target, self.gamma, self.t0, self.kappa = target, gamma, t0, kappa
-        self.restart(initial_step_size)
+        self.restart(initial_step_size, explore)
 
-    def restart(self, step_size: float | Tensor) -> None:
-        """Start again around ``step_size`` (Stan does this after every mass-matrix update)."""
+    def restart(self, step_size: float | Tensor, explore: bool = True) -> None:
+        """Start again around ``step_size`` (Stan does this after every mass-matrix update). ``explore``: aim the
+        first steps at ``10·step_size``, as Stan does; False: stay near ``step_size``, one adapted already."""
         log_h = torch.log(torch.as_tensor(step_size, dtype=torch.float64))
-        self.mu = math.log(10.0) + log_h
+        self.mu = math.log(10.0) * explore + log_h
         self.log_h = log_h
         self.log_h_avg = torch.zeros_like(log_h)
         self.h_bar = torch.zeros_like(log_h)
@@ -219,9 +220,9 @@ def warmup(sampler: Any, x0: Tensor, n_warmup: int = 500, *, target_accept: floa
     step_size: float | Tensor = h0
     recent: deque[float] = deque(maxlen=50)
     for i in range(n_warmup):
-        if i == shared_from:  # from the median chain's step size, adapted to the mean acceptance over chains
+        if i == shared_from:  # from the median chain's step size (adapted already), to the mean acceptance over chains
             step_size = float(_median_over_chains(averager.current() if adapt_step_size else step_size))
-            averager = DualAveraging(step_size, target_accept)
+            averager = DualAveraging(step_size, target_accept, explore=False)
         params = with_fields(params, step_size=_to_state(step_size, x))
         state, info = step(state, fns, generator, params)
         stat = info.acceptance_prob
