@@ -10,11 +10,12 @@ functions users call (``ebmcore.registry.get`` ...) are in :mod:`ebmcore.registr
 from __future__ import annotations
 
 import difflib
+import inspect
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, get_args
 
-from ebmcore.errors import DuplicateComponentError, PluginError, UnknownComponentError
+from ebmcore.errors import DuplicateComponentError, InputError, PluginError, UnknownComponentError
 
 __all__ = ["Kind", "KINDS", "Entry", "Provider", "Registrar", "ComponentTable", "FIRST_PARTY", "HOOK_OF_KIND"]
 
@@ -67,6 +68,18 @@ class Entry:
     override: bool = False
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """The component built with these arguments; arguments its signature does not take are an ``InputError``
+        naming the ones it does (not a ``TypeError`` from inside the constructor)."""
+        try:
+            signature = inspect.signature(self.component)
+        except (TypeError, ValueError):  # no signature to check against (a builtin)
+            signature = None
+        if signature is not None:
+            try:
+                signature.bind(*args, **kwargs)
+            except TypeError as exc:
+                named = [p.name for p in signature.parameters.values() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+                raise InputError(f"{self.kind} {self.name!r}: {exc}; it takes {', '.join(named) or 'no arguments'}.") from None
         return self.component(*args, **kwargs)
 
     def describe(self) -> str:

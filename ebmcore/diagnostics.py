@@ -62,6 +62,8 @@ def _check_draws(x: Any, fn: str, name: str = "x", layout: str = _LAYOUT, exact_
     if not isinstance(x, Tensor):
         raise InputError(f"{fn}: {name} must be a torch.Tensor of shape {layout}, got {type(x).__name__}; "
                          f"wrap it with torch.as_tensor({name}).")
+    if x.is_meta:
+        raise InputError(f"{fn}: {name} is on the meta device, which holds no values; pass the draws on a real device.")
     if not x.is_floating_point():
         raise InputError(f"{fn}: {name} has dtype {x.dtype}; diagnostics need floating-point draws. "
                          f"Use {name}.double() (or {name}.float()).")
@@ -100,6 +102,8 @@ def _check_steps(x: Any, fn: str, name: str, kinds: str, binary: bool) -> Tensor
         raise InputError(f"{fn}: {name} must have shape (n_draws, n_chains), got {tuple(x.shape)}.{hint}")
     if x.shape[0] < 1 or x.shape[1] < 1:
         raise InputError(f"{fn}: {name} has shape {tuple(x.shape)}; at least 1 draw and 1 chain are needed.")
+    if x.is_meta:
+        raise InputError(f"{fn}: {name} is on the meta device, which holds no values; pass them on a real device.")
     if x.dtype == torch.bool:
         return x
     if x.is_complex():

@@ -61,7 +61,7 @@ def check_run_arguments(x0: Any, n_steps: int, burn_in: int = 0, thin: int = 1, 
             raise InputError(f"{name} must be an integer >= {low} (a {kind} integer), got {value!r}.")
     if generator is not None and not isinstance(generator, torch.Generator):
         raise InputError(f"generator must be a torch.Generator, got {type(generator).__name__}.")
-    if generator is not None and isinstance(x0, Tensor) and generator.device.type != x0.device.type:
+    if generator is not None and isinstance(x0, Tensor) and not x0.is_meta and generator.device.type != x0.device.type:
         raise InputError(f"generator is on {generator.device} but x0 is on {x0.device}; "
                          f"use torch.Generator(device={str(x0.device)!r}).manual_seed(...).")
 
@@ -137,8 +137,11 @@ class Sampler(ABC):
         """One transition of every chain: ``(new_state, info)``. No host sync, no hook call."""
 
     def check_initial_state(self, x0: Tensor) -> Tensor:
-        """Check ``x0`` against the energy (shape, dtype, device) and that it is finite (one sync)."""
+        """Check ``x0`` against the energy (shape, dtype, device), that it holds a chain at least and that it is finite
+        (one sync)."""
         self.energy.validate(x0, name="x0")
+        if x0.shape[0] == 0:
+            raise InputError(f"x0 has no chains (shape {tuple(x0.shape)}); give at least one: x0 is (n_chains, *event_shape).")
         return check_finite(x0, what="initial state x0", fix="Start every chain from a finite point.")
 
     @torch.no_grad()

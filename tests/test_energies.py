@@ -149,8 +149,10 @@ def test_wrong_dtype_is_an_error_not_a_silent_cast():
 
 def test_wrong_device_is_an_error():
     energy = ebmcore.energy("harmonic", dim=2)
-    with pytest.raises(InputError, match="x is on meta but HarmonicEnergy is on cpu"):
-        energy.energy(torch.zeros(1, 2, device="meta"))
+    with pytest.raises(InputError, match="x is on cpu but HarmonicEnergy is on meta"):
+        energy.to("meta").energy(torch.zeros(1, 2))
+    with pytest.raises(InputError, match="x is on the meta device, which holds shapes but no values"):
+        ebmcore.energy("double_well", dim=2).energy(torch.zeros(1, 2, device="meta"))  # no parameters to compare
 
 
 def test_non_finite_energy_names_the_rows():

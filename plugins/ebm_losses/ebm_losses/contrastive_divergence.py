@@ -38,12 +38,17 @@ class ClippedGradientEnergy(EnergyModel):
     def compute_energy(self, x: Tensor) -> Tensor:
         return self._base.compute_energy(x)
 
+    def _clip_for(self, x: Tensor) -> float:
+        """The clip in ``x``'s dtype's range (clamping at a larger one is the same, and would not convert)."""
+        return min(self.clip, torch.finfo(x.dtype).max)
+
     def compute_gradient(self, x: Tensor, create_graph: bool = False) -> Tensor:
-        return self._base.compute_gradient(x, create_graph).clamp(-self.clip, self.clip)
+        clip = self._clip_for(x)
+        return self._base.compute_gradient(x, create_graph).clamp(-clip, clip)
 
     def bind(self, like: Tensor) -> EnergyFunctions:
         fns = self._base.bind(like)
-        clip = self.clip
+        clip = self._clip_for(like)
 
         def energy_and_gradient(x: Tensor) -> tuple[Tensor, Tensor]:
             e, g = fns.energy_and_gradient(x)
@@ -105,7 +110,7 @@ class ContrastiveDivergence(Loss):
         pass
 
     def __call__(self, energy: EnergyModel, data: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
-        energy.validate(data, name="data")
+        self.check_data(energy, data)
         negatives = self.negatives(energy, self._starts(data, generator), generator)
         self._after(negatives)
         self.last_negatives = negatives
@@ -129,8 +134,11 @@ class PersistentContrastiveDivergence(ContrastiveDivergence):
     """
 
     def __init__(self, sampler: SamplerSpec = "langevin", n_steps: int = 10, *, buffer_size: int = 10_000,
-                 reinit_fraction: float = 0.05, noise: str | Callable[..., Tensor] = "uniform", **options: Any) -> None:
-        super().__init__(sampler, n_steps, **options)
+                 reinit_fraction: float = 0.05, noise: str | Callable[..., Tensor] = "uniform",
+                 sampler_options: dict[str, Any] | None = None, regularization: float = 0.0,
+                 gradient_clip: float | None = None) -> None:
+        super().__init__(sampler, n_steps, sampler_options=sampler_options, regularization=regularization,
+                         gradient_clip=gradient_clip)
         if not isinstance(buffer_size, int) or isinstance(buffer_size, bool) or buffer_size < 1:
             raise InputError(f"buffer_size must be a positive integer, got {buffer_size!r}.")
         if not (isinstance(reinit_fraction, (int, float)) and 0 <= reinit_fraction <= 1):

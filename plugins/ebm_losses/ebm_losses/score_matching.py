@@ -67,7 +67,7 @@ class ScoreMatching(Loss):
         self.method, self.n_probes, self.probe = method, n_probes, probe
 
     def __call__(self, energy: EnergyModel, data: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
-        energy.validate(data, name="data")
+        self.check_data(energy, data)
         if self.method == "hutchinson":
             x = data.detach().repeat(self.n_probes, *([1] * (data.dim() - 1))).requires_grad_(True)
             grad = _gradient(energy, x)
@@ -100,7 +100,7 @@ class SlicedScoreMatching(Loss):
         self.n_projections, self.projection, self.variance_reduction = n_projections, projection, bool(variance_reduction)
 
     def __call__(self, energy: EnergyModel, data: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
-        energy.validate(data, name="data")
+        self.check_data(energy, data)
         x = data.detach()
         if self.n_projections > 1:
             x = x.repeat(self.n_projections, *([1] * (x.dim() - 1)))
@@ -124,14 +124,19 @@ class DenoisingScoreMatching(Loss):
     """
 
     def __init__(self, sigma: float | None = 0.1, *, sigmas: Sequence[float] | None = None) -> None:
-        levels = [sigma] if sigmas is None else list(sigmas)
+        levels = [sigma] if sigmas is None else list(sigmas) if isinstance(sigmas, (list, tuple, torch.Tensor)) else None
         if not levels or any(s is None for s in levels):
             raise InputError("give sigma, or a non-empty list sigmas.")
         self.sigmas = torch.tensor([check_positive(s, "sigma") for s in levels], dtype=torch.float64)
+        self._span = (min(map(float, self.sigmas)), max(map(float, self.sigmas)))  # Python floats: no sync per call
 
     def __call__(self, energy: EnergyModel, data: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
-        energy.validate(data, name="data")
+        self.check_data(energy, data)
         x = data.detach()
+        root = math.sqrt(torch.finfo(x.dtype).max)  # ε/σ, σ∇E and their squares must not overflow the data's dtype
+        if not 1e3 / root <= self._span[0] <= self._span[1] <= 1e-3 * root:
+            raise InputError(f"sigma must lie in [{1e3 / root:.3g}, {1e-3 * root:.3g}] for {x.dtype} data (the loss squares "
+                             f"ε/σ and σ∇E), got {self._span[0]:.3g} to {self._span[1]:.3g}.")
         eps = torch.randn(x.shape, generator=generator, dtype=x.dtype, device=x.device)
         if self.sigmas.numel() == 1:
             sigma = torch.full((x.shape[0],), float(self.sigmas[0]), dtype=x.dtype, device=x.device)
