@@ -182,9 +182,10 @@ def warmup(sampler: Any, x0: Tensor, n_warmup: int = 500, *, target_accept: floa
     ``sampler`` is an ``ebm_samplers`` sampler whose ``info`` carries ``acceptance_prob`` (MALA, HMC,
     NUTS). ``adapt_mass`` defaults to whether its params have a mass matrix (HMC, NUTS). Every chain runs
     dual averaging on its own acceptance statistic and Welford's variance on its own draws. ``pooled=True``:
-    after each window all chains move with the elementwise median over chains of those variances, and the
-    step size returned is the median chain's (a float): one set of tunables, which chains that have not yet
-    met the others cannot inflate (pooling their draws would fold the spread between chains into the metric).
+    after each window all chains move with the elementwise median over chains of those variances, and in the
+    terminal buffer with one step size, started at the median chain's and adapted to the mean acceptance over
+    chains (a float): one set of tunables, which chains that have not yet met the others cannot inflate
+    (pooling their draws would fold the spread between chains into the metric).
     ``pooled=False``: each chain keeps its own (``(n_chains,)`` step sizes, ``(n_chains, *event)`` variances). Returns new
     params (``result.params``): sample with them (``sampler.params = result.params``, or pass
     ``step_size=..., inv_mass=...`` to ``sample``). The sampler object itself is left unchanged.
@@ -209,7 +210,7 @@ def warmup(sampler: Any, x0: Tensor, n_warmup: int = 500, *, target_accept: floa
     slow = stan_windows(n_warmup)
     shared_from = (slow[-1][1] if slow else 0) if pooled else n_warmup  # pooled: one step size in the terminal buffer
     welford = WelfordVariance(pooled=False)  # every chain's own variance: chains that have not met yet stay apart
-    windows = stan_windows(n_warmup) if adapt_mass else []
+    windows = slow if adapt_mass else []
     ends = {end for _, end in windows}
     starts = {start for start, _ in windows}
     inv_mass_tensor: Tensor | None = None
@@ -222,7 +223,7 @@ def warmup(sampler: Any, x0: Tensor, n_warmup: int = 500, *, target_accept: floa
     for i in range(n_warmup):
         if i == shared_from:  # from the median chain's step size (adapted already), to the mean acceptance over chains
             step_size = float(_median_over_chains(averager.current() if adapt_step_size else step_size))
-            averager = DualAveraging(step_size, target_accept, explore=False)
+            averager = DualAveraging(step_size, target_accept, explore=shared_from == 0)
         params = with_fields(params, step_size=_to_state(step_size, x))
         state, info = step(state, fns, generator, params)
         stat = info.acceptance_prob
