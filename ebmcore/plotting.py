@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["unavailable", "plot_landscape", "plot_traces", "plot_autocorrelation", "plot_curve", "plot_density"]
+__all__ = ["unavailable", "pyplot", "save_figure", "plot_landscape", "plot_traces", "plot_autocorrelation", "plot_curve", "plot_density"]
 
 
 def unavailable() -> str | None:
@@ -26,7 +26,7 @@ def unavailable() -> str | None:
     return None
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -35,7 +35,7 @@ def _pyplot() -> Any:
     return plt
 
 
-def _save(fig: Any, path: Path) -> None:
+def save_figure(fig: Any, path: Path) -> None:
     """Write ``fig`` as a PNG to ``path`` atomically (:func:`ebmcore.runfiles.write_bytes`), and close it."""
     from ebmcore.runfiles import write_bytes
 
@@ -43,7 +43,7 @@ def _save(fig: Any, path: Path) -> None:
     try:
         fig.savefig(buffer, dpi=110, format="png")
     finally:
-        _pyplot().close(fig)
+        pyplot().close(fig)
     write_bytes(path, buffer.getbuffer())
 
 
@@ -62,7 +62,7 @@ def _limits(points: Tensor, pad: float = 0.15) -> tuple[float, float, float, flo
 
 def plot_landscape(path: Path, energy_fn: Callable[[Tensor], Tensor], samples: Tensor, title: str) -> None:
     """Energy contours of a 2-d energy with the samples over them."""
-    plt = _pyplot()
+    plt = pyplot()
     pts = samples.detach().double().cpu()
     lim = _limits(pts)
     xx, yy, grid = _grid(lim)
@@ -76,12 +76,12 @@ def plot_landscape(path: Path, energy_fn: Callable[[Tensor], Tensor], samples: T
     ax.scatter(shown[:, 0].numpy(), shown[:, 1].numpy(), s=2, c="white", alpha=0.5, linewidths=0)
     ax.set(title=title, xlabel="x₁", ylabel="x₂", xlim=lim[:2], ylim=lim[2:])
     fig.tight_layout()
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def plot_traces(path: Path, trajectory: Tensor, n_chains: int = 4, n_coords: int = 2) -> None:
     """Trace plots of the first chains, one panel per coordinate; ``trajectory: (n_kept, n_chains, d)``."""
-    plt = _pyplot()
+    plt = pyplot()
     traj = trajectory.detach().float().cpu().flatten(2)
     k = min(n_coords, traj.shape[2])
     fig, axes = plt.subplots(k, 1, figsize=(8, 2.2 * k), squeeze=False)
@@ -92,12 +92,12 @@ def plot_traces(path: Path, trajectory: Tensor, n_chains: int = 4, n_coords: int
     axes[-1, 0].set_xlabel("kept step")
     fig.suptitle("traces (first chains)")
     fig.tight_layout()
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def plot_autocorrelation(path: Path, autocorrelation: Tensor, n_coords: int = 2) -> None:
     """Mean autocorrelation over chains by lag; ``autocorrelation: (n_lags, n_chains, d)``."""
-    plt = _pyplot()
+    plt = pyplot()
     acf = autocorrelation.detach().float().cpu().flatten(2).mean(1)
     fig, ax = plt.subplots(figsize=(7, 3.5))
     for i in range(min(n_coords, acf.shape[1])):
@@ -106,12 +106,12 @@ def plot_autocorrelation(path: Path, autocorrelation: Tensor, n_coords: int = 2)
     ax.set(xlabel="lag", ylabel="autocorrelation", title="autocorrelation (mean over chains)")
     ax.legend()
     fig.tight_layout()
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def plot_curve(path: Path, steps: list[int], values: list[float], title: str, ylabel: str) -> None:
     """A training curve with a moving average."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.5))
     ax.plot(steps, values, lw=0.5, alpha=0.5, label="per step")
     if len(values) >= 20:
@@ -121,12 +121,12 @@ def plot_curve(path: Path, steps: list[int], values: list[float], title: str, yl
     ax.set(xlabel="step", ylabel=ylabel, title=title)
     ax.legend()
     fig.tight_layout()
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def plot_density(path: Path, energy_fn: Callable[[Tensor], Tensor], data: Tensor, title: str) -> None:
     """The data (2-d histogram) next to the learned density ``exp(−E)`` normalised on the same grid."""
-    plt = _pyplot()
+    plt = pyplot()
     pts = data.detach().double().cpu()
     lim = _limits(pts)
     xx, yy, grid = _grid(lim)
@@ -139,4 +139,4 @@ def plot_density(path: Path, energy_fn: Callable[[Tensor], Tensor], data: Tensor
     axes[1].imshow(density.numpy(), origin="lower", extent=lim, cmap="magma", aspect="auto")
     axes[1].set(title=title, xlabel="x₁")
     fig.tight_layout()
-    _save(fig, path)
+    save_figure(fig, path)

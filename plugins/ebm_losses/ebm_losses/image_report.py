@@ -11,14 +11,14 @@ import torch
 from torch import Tensor
 
 from ebmcore import EnergyModel
-from ebmcore.plotting import _pyplot
+from ebmcore.plotting import pyplot, save_figure
 
 __all__ = ["plot_image_grid", "plot_energy_histograms", "ais_log_likelihood", "sample_quality", "image_report"]
 
 
 def plot_image_grid(path: Path, images: Tensor, pixel_range: tuple[float, float], title: str, columns: int = 10) -> None:
     """Up to ``columns²`` images ``(N, C, H, W)`` (on ``pixel_range``, clipped to it) in a square grid."""
-    plt = _pyplot()
+    plt = pyplot()
     images = images.detach().float().cpu()[: columns * columns].clamp(*pixel_range)
     n, c, h, w = images.shape
     rows = math.ceil(n / columns)
@@ -35,13 +35,12 @@ def plot_image_grid(path: Path, images: Tensor, pixel_range: tuple[float, float]
     ax.set_axis_off()
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def plot_energy_histograms(path: Path, energies: Sequence[tuple[str, Tensor]], title: str) -> None:
     """Overlaid histograms of ``E`` for each ``(label, energies)``: data against samples."""
-    plt = _pyplot()
+    plt = pyplot()
     values = [(label, e.detach().double().cpu()) for label, e in energies]
     everything = torch.cat([v for _, v in values])
     low, high = float(everything.quantile(0.005)), float(everything.quantile(0.995))
@@ -53,8 +52,7 @@ def plot_energy_histograms(path: Path, energies: Sequence[tuple[str, Tensor]], t
     ax.set_title(title, fontsize=10)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def ais_log_likelihood(energy: EnergyModel, train: Tensor, test: Tensor, *, n_chains: int, n_temperatures: int,
