@@ -16,7 +16,8 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml $(wildcard plugins/*/pyproject.toml) Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet "setuptools>=77" wheel torch==2.13.0
-	$(PY) -m pip install --quiet --no-build-isolation -e ".[test,docs,plot]" $(addprefix -e ,$(PLUGIN_SPECS))
+	$(PY) -m pip install --quiet --no-build-isolation -e ".[test,docs,plot]" $(addprefix -e ,$(PLUGINS))
+	$(PY) -m pip install --quiet --no-build-isolation $(addprefix -e ,$(PLUGIN_SPECS))  # then their extras (one resolve with both fails)
 	touch $@
 
 demo: setup
