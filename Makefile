@@ -5,8 +5,10 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PLUGINS := $(patsubst %/pyproject.toml,%,$(wildcard plugins/*/pyproject.toml))
-# each plugin editable; ebm_samplers with its arviz extra (ArviZ export, netCDF draws), which the tests cover
-EDITABLE_PLUGINS := $(foreach p,$(PLUGINS),-e '$(p)$(if $(filter plugins/ebm_samplers,$(p)),[arviz])')
+# plugin extras the tests need: ebm-samplers[arviz] (ArviZ export, netCDF draws), ebm-losses[images]
+# (scikit-learn's digits and PNG folders)
+EXTRAS := plugins/ebm_samplers=arviz plugins/ebm_losses=images
+PLUGIN_SPECS := $(foreach p,$(PLUGINS),"$(p)$(foreach e,$(filter $(p)=%,$(EXTRAS)),[$(patsubst $(p)=%,%,$(e))])")
 
 .PHONY: setup demo test docs docs-serve
 setup: $(VENV)/.installed
@@ -14,7 +16,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml $(wildcard plugins/*/pyproject.toml) Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet "setuptools>=77" wheel torch==2.13.0
-	$(PY) -m pip install --quiet --no-build-isolation -e ".[test,docs,plot]" $(EDITABLE_PLUGINS)
+	$(PY) -m pip install --quiet --no-build-isolation -e ".[test,docs,plot]" $(addprefix -e ,$(PLUGIN_SPECS))
 	touch $@
 
 demo: setup

@@ -11,11 +11,19 @@ import os
 os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_BF16")
 
 import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 
 import ebmcore.config  # noqa: E402
 from ebmcore import plugins  # noqa: E402
 
 pytest_plugins = ["ebmcore.testing.fixtures"]
+
+# Property tests (tests/test_input_properties.py): reproducible and bounded by default; `--hypothesis-profile=explore`
+# searches at random, and further. The autouse fixture below resets state per test, not per example, which is fine.
+settings.register_profile("ci", max_examples=100, deadline=None, derandomize=True, database=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+settings.register_profile("explore", parent=settings.get_profile("ci"), max_examples=2000, derandomize=False)
+settings.load_profile("ci")
 
 
 @pytest.fixture(autouse=True)

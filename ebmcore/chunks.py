@@ -128,7 +128,10 @@ def stream_chunks(sampler: Sampler, n_samples: int, chunk_size: int, n_steps: in
             g = chunk_generator(seed, k, device)
             x0 = initial(size, g)
             start = time.perf_counter()
-            result = sampler.sample(x0, n_steps, burn_in=burn_in, return_diagnostics=True, generator=g, **tunables)
+            # one kept state (thin = n_steps): the acceptance is counted at every step, and no per-step record
+            # (n_steps × event_shape) is made or filled
+            result = sampler.sample(x0, n_steps, burn_in=burn_in, thin=max(n_steps, 1), return_diagnostics=True,
+                                    generator=g, **tunables)
             sampling += time.perf_counter() - start
             save_samples(directory, name, result.samples, torch_copy=False)  # a stream keeps the numpy copy only
             bad = result.diagnostics.nonfinite_chains.cpu()

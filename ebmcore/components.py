@@ -34,6 +34,7 @@ FIRST_PARTY: dict[str, dict[str, tuple[str, ...]]] = {
         "command": ("sample", "profile"),
     },
     "ebm-losses": {
+        "energy": ("conv",),
         "loss": (
             "contrastive_divergence",
             "persistent_contrastive_divergence",

@@ -9,6 +9,8 @@ import torch
 from torch import Tensor
 
 from ebmcore.energies.base import EnergyModel
+from ebmcore.errors import InputError
+from ebmcore.validation import check_finite
 
 __all__ = ["Loss"]
 
@@ -26,6 +28,15 @@ class Loss(ABC):
     def __call__(self, energy: EnergyModel, data: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
         """The scalar loss on ``data: (batch, *event_shape)``."""
 
+    def check_data(self, energy: EnergyModel, data: Tensor, min_rows: int = 1) -> Tensor:
+        """``data`` checked against ``energy`` (shape, dtype, device), holding at least ``min_rows`` rows and finite
+        (one host sync): an empty or NaN batch would give a NaN loss, not an error naming the data."""
+        energy.validate(data, name="data")
+        if data.shape[0] < min_rows:
+            raise InputError(f"{type(self).__name__} needs a batch of at least {min_rows} row(s), got data of shape "
+                             f"{tuple(data.shape)}; check the data loader (an empty last batch: drop_last=True).")
+        return check_finite(data, what="data", fix="Drop or impute those rows before training.")
+
     def parameters(self) -> list[torch.nn.Parameter]:
         """Learnable parameters the loss owns itself (e.g. NCE's log-normaliser); train them with the model's."""
         return []
@@ -37,6 +48,4 @@ class Loss(ABC):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output; by default accepts only an empty dict and raises ``InputError`` otherwise."""
         if state:
-            from ebmcore.errors import InputError
-
             raise InputError(f"{type(self).__name__} keeps no state, got keys {sorted(state)}; is this checkpoint from another loss?")

@@ -9,6 +9,7 @@ and Hamiltonian of each transition.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
 
@@ -16,9 +17,10 @@ import torch
 from torch import Tensor
 
 from ebmcore import diagnostics
+from ebmcore.errors import InputError
 
 __all__ = ["Diagnostics", "SampleResult", "NonFiniteChainsWarning", "Recorder", "INFO_STATS", "nonfinite_chains",
-           "finite_summary"]
+           "finite_summary", "available_memory", "check_trajectory_fits"]
 
 INFO_STATS = ("acceptance_prob", "divergent", "tree_depth", "n_leapfrog_steps", "hamiltonian")
 """The ``info`` fields recorded per draw and chain when a sampler reports them as ``(n_chains,)`` tensors."""
@@ -84,6 +86,50 @@ class SampleResult(NamedTuple):
     trajectory: Tensor | None
     diagnostics: Diagnostics | None
     stats: dict[str, Tensor] | None = None
+
+
+def available_memory(device: torch.device) -> int | None:
+    """Bytes a new tensor on ``device`` can take now: free GPU memory (and what torch's allocator holds unused) on
+    CUDA; the kernel's ``MemAvailable`` (else the physical memory) on the CPU; None where unknown (meta, MPS)."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    if device.type != "cpu":
+        return None
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _size(n_bytes: int) -> str:
+    """``n_bytes`` in decimal units: ``40.0 TB``."""
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n_bytes >= scale:
+            return f"{n_bytes / scale:.1f} {unit}"
+    return f"{n_bytes} B"
+
+
+def check_trajectory_fits(x: Tensor, n_kept: int) -> None:
+    """Refuse, before any step, a kept trajectory ``(n_kept, *x.shape)`` larger than the memory ``x``'s device has
+    free, with the size it needs and how to stream instead."""
+    needed = n_kept * x.numel() * x.element_size()
+    available = available_memory(x.device)
+    if available is None or needed <= available:
+        return
+    raise InputError(
+        f"return_trajectory=True would keep a {(n_kept, *x.shape)} trajectory: {_size(needed)} on {x.device}, "
+        f"which has {_size(available)} available. Keep fewer draws (thin=..., fewer n_steps or chains), or stream: "
+        "sample in segments written to disk (ebmcore.chunks.sample_in_segments, `ebm sample` with [run] "
+        "checkpoint_every = K), or draw independent chunks of chains (ebmcore.chunks.stream_chunks, `ebm sample` "
+        "with [run] n_samples and chunk_size), or pass a callback that reduces each state as it comes.")
 
 
 class Recorder:

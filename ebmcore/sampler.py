@@ -22,8 +22,8 @@ from torch import Tensor
 
 from ebmcore.energies.base import EnergyModel
 from ebmcore.errors import InputError
-from ebmcore.recording import NonFiniteChainsWarning, Recorder, SampleResult
-from ebmcore.validation import check_finite
+from ebmcore.recording import NonFiniteChainsWarning, Recorder, SampleResult, check_trajectory_fits
+from ebmcore.validation import check_energy_output, check_finite, check_gradient_output
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def check_run_arguments(x0: Any, n_steps: int, burn_in: int = 0, thin: int = 1, 
             raise InputError(f"{name} must be an integer >= {low} (a {kind} integer), got {value!r}.")
     if generator is not None and not isinstance(generator, torch.Generator):
         raise InputError(f"generator must be a torch.Generator, got {type(generator).__name__}.")
-    if generator is not None and isinstance(x0, Tensor) and generator.device.type != x0.device.type:
+    if generator is not None and isinstance(x0, Tensor) and not x0.is_meta and generator.device.type != x0.device.type:
         raise InputError(f"generator is on {generator.device} but x0 is on {x0.device}; "
                          f"use torch.Generator(device={str(x0.device)!r}).manual_seed(...).")
     if isinstance(x0, Tensor) and x0.device.type == "meta":
@@ -144,9 +144,24 @@ class Sampler(ABC):
         """One transition of every chain: ``(new_state, info)``. No host sync, no hook call."""
 
     def check_initial_state(self, x0: Tensor) -> Tensor:
-        """Check ``x0`` against the energy (shape, dtype, device) and that it is finite (one sync)."""
+        """Check ``x0`` against the energy (shape, dtype, device), that it holds a chain at least and that it is finite
+        (one sync)."""
         self.energy.validate(x0, name="x0")
+        if x0.shape[0] == 0:
+            raise InputError(f"x0 has no chains (shape {tuple(x0.shape)}); give at least one: x0 is (n_chains, *event_shape).")
         return check_finite(x0, what="initial state x0", fix="Start every chain from a finite point.")
+
+    @torch.no_grad()
+    def check_initial_energy(self, x: Tensor, energy: Tensor, grad: Tensor | None = None) -> None:
+        """Check the energy ``(n,)`` (and the gradient, shaped like ``x``, where the state carries one) at the
+        checked initial states ``x``: shapes first (an ``(n, 1)`` energy names ``.squeeze(-1)``), then finiteness
+        (one host sync). :meth:`sample` calls it once per run, for every sampler."""
+        owner = type(self.energy).__name__
+        fix = "Start every chain where the energy and its gradient are finite."
+        check_finite(check_energy_output(energy, x, owner=owner), what=f"{owner} energy at the initial state x0", x=x, fix=fix)
+        if grad is not None:
+            check_finite(check_gradient_output(grad, x, owner=owner), what=f"{owner} gradient at the initial state x0",
+                         x=x, fix=fix)
 
     def prepare(self, x: Tensor, generator: torch.Generator | None, tunables: dict[str, Any],
                 every_step: bool = False) -> Run:
@@ -179,12 +194,12 @@ class Sampler(ABC):
         """
         check_run_arguments(x0, n_steps, burn_in, thin, generator)
         x = self.check_initial_state(x0).detach()  # no graph through the chain, whatever x0 requires
+        if return_trajectory:
+            check_trajectory_fits(x, n_steps // thin)
         run = self.prepare(x, generator, tunables, every_step=callback is not None)
         log.debug("%s: %d chains of shape %s, %s", type(self).__name__, x.shape[0], tuple(x.shape[1:]), run.path)
-        for field in ("energy", "grad"):
-            if isinstance(getattr(run.state, field, None), Tensor):
-                check_finite(getattr(run.state, field), what=f"{field} at the initial state x0", x=x,
-                             fix="Start every chain where the energy and its gradient are finite.")
+        grad = getattr(run.state, "grad", None)
+        self.check_initial_energy(x, run.energy_of(run.state), grad if isinstance(grad, Tensor) else None)
         recording = return_trajectory or return_diagnostics or return_stats
         recorder = Recorder(x, n_steps // thin, trajectory=return_trajectory, diagnostics=return_diagnostics,
                             energy_of=run.energy_of, stats=return_stats)

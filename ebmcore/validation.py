@@ -9,7 +9,8 @@ from torch import Tensor
 
 from ebmcore.errors import InputError, NonFiniteError
 
-__all__ = ["check_batch", "check_finite", "check_positive"]
+__all__ = ["check_batch", "check_finite", "check_positive", "check_energy_output", "check_gradient_output",
+           "check_positive_int", "check_placement", "parameter_tensor"]
 
 
 def _shape(event_shape: tuple[int, ...] | None) -> str:
@@ -33,6 +34,10 @@ def check_batch(
     if not isinstance(x, Tensor):
         raise InputError(f"{name} must be a torch.Tensor of shape {_shape(event_shape)}, got {type(x).__name__}; "
                          f"wrap it with torch.as_tensor({name}).")
+    if x.is_meta:
+        raise InputError(f"{name} is on the meta device, which holds shapes but no values, and {owner} checks values: "
+                         f"make {name} on a real device ('cpu', 'cuda'); the unchecked compute_* methods take meta "
+                         "tensors, for shapes.")
     if not x.is_floating_point():
         raise InputError(f"{name} has dtype {x.dtype}; {owner} needs floating point. Use {name}.float() or {name}.double().")
     if event_shape is not None:
@@ -53,6 +58,41 @@ def check_batch(
         raise InputError(f"{name} has dtype {x.dtype} but {owner} holds {dtype} parameters; cast one: "
                          f"{name}.to({dtype}) or model.to({x.dtype}). (ebmcore never casts silently.)")
     return x
+
+
+def check_energy_output(values: Any, x: Tensor, *, owner: str) -> Tensor:
+    """Check that an energy's ``compute_energy(x)`` gave one floating value per row, ``(n,)`` for ``x: (n, ...)``
+    (metadata only: no host sync). A ``(n, 1)`` or scalar output would otherwise broadcast silently in a sampler."""
+    n = x.shape[0]
+    said = f"{owner}.compute_energy(x) returned"
+    if not isinstance(values, Tensor):
+        raise InputError(f"{said} a {type(values).__name__}; it must return a tensor of shape ({n},), one energy per row of x.")
+    shape = tuple(values.shape)
+    if shape == (n,):
+        if not values.is_floating_point():
+            raise InputError(f"{said} dtype {values.dtype}; energies must be floating point: return them in x's dtype.")
+        return values
+    if values.dim() == 0:
+        fix = ("It reduced over the batch (a .sum() or .mean() over rows): return one energy per row and leave the "
+               "reduction to the loss; a network whose last layer gives (n, 1) needs .squeeze(-1), not .sum().")
+    elif shape == (n, 1) or (values.dim() > 1 and shape[0] == n and values[0].numel() == 1):
+        fix = "End compute_energy with .squeeze(-1) (a final nn.Linear(..., 1) gives shape (n, 1))."
+    elif values.dim() > 1 and shape[0] == n:
+        fix = ("Give each row a single energy: make the last layer output one value and .squeeze(-1), "
+               "or sum the per-output terms with .flatten(1).sum(1).")
+    else:
+        fix = "Compute one energy per row of x, without reducing or reshaping over the batch dimension."
+    raise InputError(f"{said} shape {shape} for x of shape {tuple(x.shape)}; an energy returns one value per row, "
+                     f"shape ({n},). {fix}")
+
+
+def check_gradient_output(grad: Any, x: Tensor, *, owner: str) -> Tensor:
+    """Check that an energy's gradient has ``x``'s shape (metadata only)."""
+    if not isinstance(grad, Tensor) or grad.shape != x.shape:
+        got = f"shape {tuple(grad.shape)}" if isinstance(grad, Tensor) else f"a {type(grad).__name__}"
+        raise InputError(f"{owner}'s gradient is {got} for x of shape {tuple(x.shape)}; compute_gradient(x) must return "
+                         "a tensor shaped like x (∇ₓE, one row per row of x).")
+    return grad
 
 
 def check_finite(values: Tensor, *, what: str, x: Tensor | None = None, fix: str = "") -> Tensor:
@@ -88,3 +128,40 @@ def check_positive(value: Any, name: str) -> float:
     if not (v > 0 and v < float("inf")):
         raise InputError(f"{name} must be a finite positive number, got {value!r}.")
     return v
+
+
+def check_positive_int(value: Any, name: str) -> int:
+    """A Python ``int`` of at least 1 (``True`` is not one)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InputError(f"{name} must be a positive integer, got {value!r}.")
+    return value
+
+
+def check_placement(dtype: Any, device: Any, owner: str) -> tuple[torch.dtype | None, torch.device | None]:
+    """A constructor's ``dtype`` (None or a floating ``torch.dtype``) and ``device`` (None or what ``torch.device``
+    takes), or an :class:`InputError` naming ``owner``."""
+    if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise InputError(f"{owner}: dtype must be a floating torch.dtype (torch.float32, torch.float64, ...) or None, "
+                         f"got {dtype!r}.")
+    if device is not None:
+        try:
+            device = torch.device(device)
+        except (RuntimeError, TypeError) as exc:
+            raise InputError(f"{owner}: {device!r} is not a device ({exc}); use e.g. 'cpu' or 'cuda:0'.") from None
+    return dtype, device
+
+
+def parameter_tensor(value: Any, name: str, dtype: torch.dtype | None, device: Any) -> Tensor:
+    """``value`` (numbers, nested lists or a tensor) as a finite floating tensor: in ``dtype`` if given, else its own
+    floating dtype or the default one."""
+    dtype, device = check_placement(dtype, device, name)
+    try:
+        t = torch.as_tensor(value, device=device)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise InputError(f"{name} must be numbers (a float, nested lists or a tensor), got {value!r} ({exc}).") from None
+    if t.is_complex():
+        raise InputError(f"{name} must be real numbers, got dtype {t.dtype}.")
+    t = t.to(dtype or (t.dtype if t.is_floating_point() else torch.get_default_dtype()))
+    if not bool(torch.isfinite(t).all()):
+        raise InputError(f"{name} contains NaN or inf values.")
+    return t

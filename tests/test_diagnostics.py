@@ -8,6 +8,8 @@ numpy's legacy ``RandomState``; ArviZ itself is not needed to run these tests.
 import functools
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -315,3 +317,46 @@ def test_bad_per_step_flags_raise_input_error(fn):
         fn(torch.tensor([[0.5, float("nan")]]))
     with pytest.raises(InputError, match="0 or 1" if fn is diag.divergences else r"values in \[0, 1\]"):
         fn(torch.tensor([[0.5, 2.0]]))
+
+
+CHUNKED = {
+    "split_rhat": diag.split_rhat,
+    "split_rhat(rank_normalize=False)": lambda x: diag.split_rhat(x, rank_normalize=False),
+    "ess_bulk": diag.ess_bulk,
+    "ess_tail": diag.ess_tail,
+    "ess_mean": diag.ess_mean,
+    **{f"summary[{key}]": (lambda x, key=key: diag.summary(x)[key]) for key in ("mean", "sd", "ess_bulk", "ess_tail", "r_hat")},
+}
+
+
+@pytest.mark.parametrize("chunk", [41 * 6, 41], ids=["element-blocks", "chunks-of-one-chain"])
+def test_chunked_statistics_equal_the_unchunked_ones(monkeypatch, chunk):
+    # random walks (chains that disagree), an odd number of draws, ties in one element, a (3, 2) event
+    x = torch.randn(41, 6, 3, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64).cumsum(0)
+    x[:, :, 0, 0] = x[:, :, 0, 0].round()
+    monkeypatch.setattr(diag, "CHUNK_VALUES", 10**9)  # everything in one block
+    whole = {name: fn(x) for name, fn in CHUNKED.items()}
+    acf = diag.autocorrelation(x)
+    monkeypatch.setattr(diag, "CHUNK_VALUES", chunk)  # one element per block, then chunks of chains within it
+    for name, fn in CHUNKED.items():
+        torch.testing.assert_close(fn(x), whole[name], rtol=1e-12, atol=0, msg=name)  # float64 rounding only
+    torch.testing.assert_close(diag.autocorrelation(x), acf, rtol=0, atol=1e-12)
+
+
+_MEMORY_SCRIPT = """
+import resource, sys, torch
+from ebmcore import diagnostics
+torch.set_num_threads(1)
+diagnostics.summary(torch.randn(400, 100, 2))  # first use: libraries, FFT plans
+x = torch.randn(400, 100, 50)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
+diagnostics.summary(x)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before) / (x.numel() * x.element_size()))
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="ru_maxrss is in kilobytes on Linux only")
+def test_summary_needs_less_memory_than_the_trajectory_it_diagnoses():
+    # peak RSS growth of a fresh process; before the statistics ran in chunks it was 36x the trajectory
+    out = subprocess.run([sys.executable, "-c", _MEMORY_SCRIPT], capture_output=True, text=True, check=True)
+    assert float(out.stdout) < 1.5  # a float64 copy of the whole trajectory alone would be 2

@@ -32,7 +32,9 @@ BUILDERS = {
 
 
 def test_every_registered_energy_is_covered():
-    assert set(BUILDERS) == set(ebmcore.registry.names("energy"))
+    """Every energy of the core; a plugin's are its own tests' (ebm-losses' conv: plugins/ebm_losses/tests)."""
+    core = {n for n in ebmcore.registry.names("energy") if ebmcore.registry.get("energy", n).distribution == "ebmcore"}
+    assert set(BUILDERS) == core
 
 
 @pytest.mark.parametrize("name", sorted(BUILDERS))
@@ -149,8 +151,10 @@ def test_wrong_dtype_is_an_error_not_a_silent_cast():
 
 def test_wrong_device_is_an_error():
     energy = ebmcore.energy("harmonic", dim=2)
-    with pytest.raises(InputError, match="x is on meta but HarmonicEnergy is on cpu"):
-        energy.energy(torch.zeros(1, 2, device="meta"))
+    with pytest.raises(InputError, match="x is on cpu but HarmonicEnergy is on meta"):
+        energy.to("meta").energy(torch.zeros(1, 2))
+    with pytest.raises(InputError, match="x is on the meta device, which holds shapes but no values"):
+        ebmcore.energy("double_well", dim=2).energy(torch.zeros(1, 2, device="meta"))  # no parameters to compare
 
 
 def test_non_finite_energy_names_the_rows():
@@ -162,6 +166,31 @@ def test_non_finite_energy_names_the_rows():
     huge = torch.full((2, 2), 1e200, dtype=torch.float64)
     with pytest.raises(NonFiniteError, match="inputs there are finite"):
         ebmcore.energy("rosenbrock", dim=2).energy(huge)
+
+
+class _Net(ebmcore.EnergyModel):
+    """A network whose last layer gives ``(n, 1)``, or ``(n, 2)``, or whose output is summed over the batch."""
+
+    def __init__(self, output):
+        super().__init__()
+        self.layer = torch.nn.Linear(2, 2 if output == "(n, 2)" else 1)
+        self.output = output
+
+    def compute_energy(self, x):
+        e = self.layer(x).square()
+        return e.sum() if self.output == "scalar" else e
+
+
+@pytest.mark.parametrize("output, message", [
+    ("(n, 1)", r"returned shape \(3, 1\) for x of shape \(3, 2\); .*shape \(3,\)\. End compute_energy with \.squeeze\(-1\)"),
+    ("scalar", r"returned shape \(\) .*reduced over the batch"),
+    ("(n, 2)", r"returned shape \(3, 2\) .*sum the per-output terms"),
+])
+def test_an_energy_that_is_not_one_value_per_row_is_refused_by_the_checked_methods(output, message):
+    net = _Net(output)
+    for method in (net.energy, net.gradient, net.score, net.energy_and_gradient, net):
+        with pytest.raises(InputError, match=message):
+            method(torch.randn(3, 2))
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from ebmcore.energies.base import EnergyFunctions, EnergyModel
 from ebmcore.energies.params import Param
 from ebmcore.errors import InputError
 from ebmcore.kernels.resolve import resolve_kernel
+from ebmcore.validation import check_positive_int
 
 __all__ = ["AnalyticEnergy"]
 
@@ -43,8 +44,7 @@ class AnalyticEnergy(EnergyModel):
 
     def __init__(self, dim: int, backend: str | None = None) -> None:
         super().__init__()
-        if not isinstance(dim, int) or isinstance(dim, bool) or dim < 1:
-            raise InputError(f"{type(self).__name__}: dim must be a positive integer, got {dim!r}.")
+        check_positive_int(dim, f"{type(self).__name__}: dim")
         if dim < self.min_dim:
             raise InputError(f"{type(self).__name__} needs dim >= {self.min_dim}, got {dim}.")
         self.dim = dim

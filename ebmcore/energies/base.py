@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from ebmcore.energies import feedforward
-from ebmcore.validation import check_batch, check_finite
+from ebmcore.validation import check_batch, check_energy_output, check_finite, check_gradient_output
 
 __all__ = ["EnergyModel", "EnergyFunctions", "uses_autograd"]
 
@@ -127,7 +127,8 @@ class EnergyModel(nn.Module):
     def gradient(self, x: Tensor, create_graph: bool = False) -> Tensor:
         """``∇ₓE(x)``: same shape, dtype and device as ``x``; detached unless ``create_graph``."""
         self.validate(x)
-        grad = self.compute_gradient(x, create_graph)
+        energy, grad = self.compute_energy_and_gradient(x, create_graph)
+        check_energy_output(energy, x, owner=type(self).__name__)  # the gradient of a (n, 2) energy is silently that of its sum
         return self._checked(grad if create_graph else grad.detach(), "gradient", x)
 
     def score(self, x: Tensor, create_graph: bool = False) -> Tensor:
@@ -157,5 +158,11 @@ class EnergyModel(nn.Module):
         return None
 
     def _checked(self, values: Tensor, what: str, x: Tensor) -> Tensor:
+        """``values`` (the energy ``(n,)`` or the gradient, shaped like ``x``), checked for shape, then finiteness."""
+        owner = type(self).__name__
+        if what == "energy":
+            check_energy_output(values, x, owner=owner)
+        else:
+            check_gradient_output(values, x, owner=owner)
         return check_finite(values, what=f"{type(self).__name__} {what}", x=x,
                             fix="Check the inputs lie in the energy's domain and its parameters are finite.")

@@ -11,6 +11,7 @@ from torch import Tensor
 from ebmcore.energies.analytic import AnalyticEnergy
 from ebmcore.energies.params import matrix, tensor, vector
 from ebmcore.errors import InputError
+from ebmcore.validation import check_placement, check_positive_int, parameter_tensor
 
 __all__ = ["GaussianEnergy", "GaussianMixtureEnergy"]
 
@@ -24,16 +25,6 @@ def _mixture_log_components(x: Tensor, means: Tensor, stds: Tensor, log_weights:
     d = x.shape[-1]
     log_comp = log_weights - stds.log().sum(-1) - 0.5 * d * _LOG_2PI - 0.5 * (z * z).sum(-1)  # (n, K)
     return log_comp, z
-
-
-def _as_tensor(value: Any, name: str, dtype: torch.dtype | None, device: Any) -> Tensor:
-    t = torch.as_tensor(value, device=device)
-    if not t.is_floating_point():
-        t = t.to(torch.get_default_dtype())
-    t = t.to(dtype=dtype or t.dtype)
-    if not bool(torch.isfinite(t).all()):
-        raise InputError(f"{name} contains NaN or inf values.")
-    return t
 
 
 class GaussianEnergy(AnalyticEnergy):
@@ -58,11 +49,12 @@ class GaussianEnergy(AnalyticEnergy):
         device: Any = None,
         backend: str | None = None,
     ) -> None:
+        dtype, device = check_placement(dtype, device, "GaussianEnergy")
         if covariance is not None and precision is not None:
             raise InputError("GaussianEnergy: give covariance or precision, not both.")
         matrix = covariance if covariance is not None else precision
-        tensors = {k: _as_tensor(v, k, dtype, device) for k, v in (("mean", mean), ("matrix", matrix)) if v is not None}
-        dims = {"dim": dim} if dim is not None else {}
+        tensors = {k: parameter_tensor(v, k, dtype, device) for k, v in (("mean", mean), ("matrix", matrix)) if v is not None}
+        dims = {"dim": check_positive_int(dim, "GaussianEnergy: dim")} if dim is not None else {}
         if "mean" in tensors:
             if tensors["mean"].dim() != 1:
                 raise InputError(f"GaussianEnergy: mean must have shape (d,), got {tuple(tensors['mean'].shape)}.")
@@ -135,12 +127,12 @@ class GaussianMixtureEnergy(AnalyticEnergy):
         device: Any = None,
         backend: str | None = None,
     ) -> None:
-        means_t = _as_tensor(means, "means", dtype, device)
+        means_t = parameter_tensor(means, "means", dtype, device)
         if means_t.dim() != 2:
             raise InputError(f"GaussianMixtureEnergy: means must have shape (K, d), got {tuple(means_t.shape)}.")
         k, d = means_t.shape
         super().__init__(d, backend)
-        stds_t = _as_tensor(stds, "stds", means_t.dtype, device)
+        stds_t = parameter_tensor(stds, "stds", means_t.dtype, device)
         if stds_t.dim() == 1 and stds_t.shape[0] == k:
             stds_t = stds_t[:, None]  # one std per component
         elif stds_t.dim() != 0 and tuple(stds_t.shape) != (k, d):
@@ -150,7 +142,7 @@ class GaussianMixtureEnergy(AnalyticEnergy):
             )
         if not bool((stds_t > 0).all()):
             raise InputError("GaussianMixtureEnergy: stds must be positive.")
-        weights_t = torch.ones(k, dtype=means_t.dtype, device=device) if weights is None else _as_tensor(weights, "weights", means_t.dtype, device)
+        weights_t = torch.ones(k, dtype=means_t.dtype, device=device) if weights is None else parameter_tensor(weights, "weights", means_t.dtype, device)
         if weights_t.shape != (k,) or not bool((weights_t > 0).all()):
             raise InputError(f"GaussianMixtureEnergy: weights must be {k} positive numbers, got {weights_t.tolist()}.")
         log_weights = torch.log(weights_t / weights_t.sum())

@@ -16,6 +16,7 @@ from torch import Tensor
 from ebmcore.energies.analytic import AnalyticEnergy
 from ebmcore.energies.params import scalar, vector
 from ebmcore.errors import InputError
+from ebmcore.validation import check_placement, parameter_tensor
 
 __all__ = ["DoubleWellEnergy", "RosenbrockEnergy", "HarmonicEnergy", "AckleyEnergy", "RastriginEnergy"]
 
@@ -92,11 +93,9 @@ class HarmonicEnergy(AnalyticEnergy):
         backend: str | None = None,
     ) -> None:
         super().__init__(dim, backend)
-        c = torch.zeros(dim, dtype=dtype, device=device) if center is None else torch.as_tensor(center, device=device)
-        if not c.is_floating_point():
-            c = c.to(dtype or torch.get_default_dtype())
-        c = c.to(dtype or c.dtype)
-        if c.shape != (dim,) or not bool(torch.isfinite(c).all()):
+        dtype, device = check_placement(dtype, device, "HarmonicEnergy")
+        c = torch.zeros(dim, dtype=dtype, device=device) if center is None else parameter_tensor(center, "center", dtype, device)
+        if c.shape != (dim,):
             raise InputError(f"HarmonicEnergy: center must be {dim} finite numbers, shape ({dim},); got shape {tuple(c.shape)}.")
         self.set_parameters(center=c, stiffness=stiffness)
 

@@ -9,6 +9,7 @@ from torch import Tensor, nn
 
 from ebmcore.energies.base import EnergyModel
 from ebmcore.errors import InputError
+from ebmcore.validation import check_placement, check_positive_int
 
 __all__ = ["MLPEnergy", "ACTIVATIONS"]
 
@@ -46,9 +47,11 @@ class MLPEnergy(EnergyModel):
         device: Any = None,
     ) -> None:
         super().__init__()
-        if not isinstance(dim, int) or isinstance(dim, bool) or dim < 1:
-            raise InputError(f"MLPEnergy: dim must be a positive integer, got {dim!r}.")
-        widths = list(hidden)
+        check_positive_int(dim, "MLPEnergy: dim")
+        dtype, device = check_placement(dtype, device, "MLPEnergy")
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+            raise InputError(f"MLPEnergy: seed must be an integer or None, got {seed!r}.")
+        widths = list(hidden) if isinstance(hidden, (list, tuple)) else [None]
         if not all(isinstance(w, int) and not isinstance(w, bool) and w >= 1 for w in widths):
             raise InputError(f"MLPEnergy: hidden must be positive integers, got {hidden!r}.")
         if activation not in ACTIVATIONS:

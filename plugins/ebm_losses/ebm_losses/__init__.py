@@ -1,6 +1,8 @@
-"""ebm-losses: training losses for energy models, a training loop, and 2-d toy datasets."""
+"""ebm-losses: training losses for energy models, a training loop, a convolutional image energy (``conv``),
+2-d toy datasets and image data."""
 
 from ebm_losses import datasets
+from ebm_losses.conv import ConvEnergy
 from ebm_losses.contrastive_divergence import ClippedGradientEnergy, ContrastiveDivergence, PersistentContrastiveDivergence
 from ebm_losses.nce import GaussianNoise, NoiseContrastiveEstimation
 from ebm_losses.score_matching import DenoisingScoreMatching, ScoreMatching, SlicedScoreMatching
@@ -13,6 +15,7 @@ __all__ = [
     "ContrastiveDivergence",
     "PersistentContrastiveDivergence",
     "ClippedGradientEnergy",
+    "ConvEnergy",
     "ScoreMatching",
     "SlicedScoreMatching",
     "DenoisingScoreMatching",

@@ -15,7 +15,7 @@ from torch import Tensor
 from ebmcore import EnergyFunctions, EnergyModel, Loss, Sampler, registry
 from ebmcore.energies import feedforward
 from ebmcore.errors import InputError
-from ebmcore.validation import check_positive
+from ebmcore.validation import check_energy_output, check_positive
 
 __all__ = ["ContrastiveDivergence", "PersistentContrastiveDivergence", "ClippedGradientEnergy"]
 
@@ -39,12 +39,17 @@ class ClippedGradientEnergy(EnergyModel):
     def compute_energy(self, x: Tensor) -> Tensor:
         return self._base.compute_energy(x)
 
+    def _clip_for(self, x: Tensor) -> float:
+        """The clip in ``x``'s dtype's range (clamping at a larger one is the same, and would not convert)."""
+        return min(self.clip, torch.finfo(x.dtype).max)
+
     def compute_gradient(self, x: Tensor, create_graph: bool = False) -> Tensor:
-        return self._base.compute_gradient(x, create_graph).clamp(-self.clip, self.clip)
+        clip = self._clip_for(x)
+        return self._base.compute_gradient(x, create_graph).clamp(-clip, clip)
 
     def bind(self, like: Tensor) -> EnergyFunctions:
         fns = self._base.bind(like)
-        clip = self.clip
+        clip = self._clip_for(like)
 
         def energy_and_gradient(x: Tensor) -> tuple[Tensor, Tensor]:
             e, g = fns.energy_and_gradient(x)
@@ -107,14 +112,16 @@ class ContrastiveDivergence(Loss):
         pass
 
     def __call__(self, energy: EnergyModel, data: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
-        energy.validate(data, name="data")
+        self.check_data(energy, data)
         negatives = self.negatives(energy, self._starts(data, generator), generator)
         self._after(negatives)
         self.last_negatives = negatives
-        if feedforward.plan(energy, data)[0] is not None:  # rows independent: one pass over both batches
+        if feedforward.plan(energy, data)[0] is not None:  # rows independent, output (n,): one pass over both batches
             e_pos, e_neg = energy.compute_energy(torch.cat((data, negatives))).split((len(data), len(negatives)))
         else:  # the model may mix rows (batch norm): each batch on its own
-            e_pos, e_neg = energy.compute_energy(data), energy.compute_energy(negatives)
+            owner = type(energy).__name__
+            e_pos = check_energy_output(energy.compute_energy(data), data, owner=owner)
+            e_neg = check_energy_output(energy.compute_energy(negatives), negatives, owner=owner)
         loss = e_pos.mean() - e_neg.mean()
         if self.regularization:
             loss = loss + self.regularization * (e_pos.square().mean() + e_neg.square().mean())
@@ -132,8 +139,11 @@ class PersistentContrastiveDivergence(ContrastiveDivergence):
     """
 
     def __init__(self, sampler: SamplerSpec = "langevin", n_steps: int = 10, *, buffer_size: int = 10_000,
-                 reinit_fraction: float = 0.05, noise: str | Callable[..., Tensor] = "uniform", **options: Any) -> None:
-        super().__init__(sampler, n_steps, **options)
+                 reinit_fraction: float = 0.05, noise: str | Callable[..., Tensor] = "uniform",
+                 sampler_options: dict[str, Any] | None = None, regularization: float = 0.0,
+                 gradient_clip: float | None = None) -> None:
+        super().__init__(sampler, n_steps, sampler_options=sampler_options, regularization=regularization,
+                         gradient_clip=gradient_clip)
         if not isinstance(buffer_size, int) or isinstance(buffer_size, bool) or buffer_size < 1:
             raise InputError(f"buffer_size must be a positive integer, got {buffer_size!r}.")
         if not (isinstance(reinit_fraction, (int, float)) and 0 <= reinit_fraction <= 1):

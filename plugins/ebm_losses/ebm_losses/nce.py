@@ -17,6 +17,7 @@ from torch.nn.functional import logsigmoid
 
 from ebmcore import EnergyModel, Loss
 from ebmcore.errors import InputError
+from ebmcore.validation import check_energy_output, check_positive
 
 __all__ = ["NoiseContrastiveEstimation", "GaussianNoise"]
 
@@ -56,7 +57,7 @@ class NoiseContrastiveEstimation(Loss):
             raise InputError("noise must be 'gaussian' or have sample(n, generator) and log_prob(x).")
         self.noise = None if noise == "gaussian" else noise
         self.noise_ratio = noise_ratio
-        self.noise_scale = float(noise_scale)
+        self.noise_scale = check_positive(noise_scale, "noise_scale")
         self.log_normalizer = torch.nn.Parameter(torch.tensor(float(log_normalizer)))
 
     def parameters(self) -> list[torch.nn.Parameter]:
@@ -64,7 +65,7 @@ class NoiseContrastiveEstimation(Loss):
         return [self.log_normalizer]
 
     def __call__(self, energy: EnergyModel, data: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
-        energy.validate(data, name="data")
+        self.check_data(energy, data, min_rows=2 if self.noise is None else 1)  # the noise is fitted to the first batch
         x = data.detach()
         if self.noise is None:
             self.noise = GaussianNoise(x.mean(0), self.noise_scale * x.std(0).clamp_min(1e-6))
@@ -73,7 +74,8 @@ class NoiseContrastiveEstimation(Loss):
         log_nu = math.log(self.noise_ratio)
 
         def logit(u: Tensor) -> Tensor:
-            return -energy.compute_energy(u) - c - self.noise.log_prob(u) - log_nu
+            e = check_energy_output(energy.compute_energy(u), u, owner=type(energy).__name__)
+            return -e - c - self.noise.log_prob(u) - log_nu
 
         return -logsigmoid(logit(x)).mean() - self.noise_ratio * logsigmoid(-logit(y)).mean()
 

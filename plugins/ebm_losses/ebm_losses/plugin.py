@@ -1,13 +1,19 @@
-"""Registers the losses of ebm-losses with ebmcore (entry point ``losses``)."""
+"""Registers the losses of ebm-losses and its ``conv`` image energy with ebmcore (entry point ``losses``)."""
 
 from __future__ import annotations
 
 from ebmcore import hookimpl
 from ebmcore.registry import Registrar
 
+from ebm_losses.conv import ConvEnergy
 from ebm_losses.contrastive_divergence import ContrastiveDivergence, PersistentContrastiveDivergence
 from ebm_losses.nce import NoiseContrastiveEstimation
 from ebm_losses.score_matching import DenoisingScoreMatching, ScoreMatching, SlicedScoreMatching
+
+
+@hookimpl
+def ebm_register_energies(registry: Registrar) -> None:
+    registry.register_energy("conv", ConvEnergy)
 
 
 @hookimpl

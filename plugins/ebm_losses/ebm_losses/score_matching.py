@@ -17,7 +17,7 @@ from torch import Tensor
 from ebmcore import EnergyModel, Loss
 from ebmcore.energies import feedforward
 from ebmcore.errors import InputError
-from ebmcore.validation import check_positive
+from ebmcore.validation import check_energy_output, check_positive
 
 __all__ = ["ScoreMatching", "SlicedScoreMatching", "DenoisingScoreMatching", "projections"]
 
@@ -42,6 +42,14 @@ def _flat_sum(t: Tensor) -> Tensor:
     return t.flatten(1).sum(1)
 
 
+def _gradient(energy: EnergyModel, x: Tensor) -> Tensor:
+    """``∇ₓE(x)`` with its graph, after checking that ``E(x)`` is ``(n,)``: the gradient of an ``(n, 2)`` or
+    reduced energy would be that of its sum, silently."""
+    e, grad = energy.compute_energy_and_gradient(x, create_graph=True)
+    check_energy_output(e, x, owner=type(energy).__name__)
+    return grad
+
+
 class ScoreMatching(Loss):
     """Hyvärinen's objective ``mean(½|∇ₓE|² − tr ∇²ₓE)``.
 
@@ -60,16 +68,16 @@ class ScoreMatching(Loss):
         self.method, self.n_probes, self.probe = method, n_probes, probe
 
     def __call__(self, energy: EnergyModel, data: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
-        energy.validate(data, name="data")
+        self.check_data(energy, data)
         if self.method == "hutchinson":
             x = data.detach().repeat(self.n_probes, *([1] * (data.dim() - 1))).requires_grad_(True)
-            grad = energy.compute_gradient(x, create_graph=True)
+            grad = _gradient(energy, x)
             v = projections(self.probe, tuple(x.shape), like=x, generator=generator)
             (hv,) = torch.autograd.grad(_flat_sum(grad * v).sum(), x, create_graph=True)
             trace = _flat_sum(hv * v)
         else:
             x = data.detach().requires_grad_(True)
-            grad = energy.compute_gradient(x, create_graph=True)
+            grad = _gradient(energy, x)
             flat = grad.flatten(1)
             trace = torch.zeros(x.shape[0], dtype=grad.dtype, device=grad.device)
             for i in range(flat.shape[1]):
@@ -93,7 +101,7 @@ class SlicedScoreMatching(Loss):
         self.n_projections, self.projection, self.variance_reduction = n_projections, projection, bool(variance_reduction)
 
     def __call__(self, energy: EnergyModel, data: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
-        energy.validate(data, name="data")
+        self.check_data(energy, data)
         x = data.detach()
         if self.n_projections > 1:
             x = x.repeat(self.n_projections, *([1] * (x.dim() - 1)))
@@ -103,7 +111,7 @@ class SlicedScoreMatching(Loss):
             grad, vhv = plan.score_terms(x, v)
         else:
             x = x.requires_grad_(True)
-            grad = energy.compute_gradient(x, create_graph=True)
+            grad = _gradient(energy, x)
             v = projections(self.projection, tuple(x.shape), like=x, generator=generator)
             (hv,) = torch.autograd.grad(_flat_sum(grad * v).sum(), x, create_graph=True)
             vhv = _flat_sum(hv * v)
@@ -123,14 +131,19 @@ class DenoisingScoreMatching(Loss):
     """
 
     def __init__(self, sigma: float | None = 0.1, *, sigmas: Sequence[float] | None = None) -> None:
-        levels = [sigma] if sigmas is None else list(sigmas)
+        levels = [sigma] if sigmas is None else list(sigmas) if isinstance(sigmas, (list, tuple, torch.Tensor)) else None
         if not levels or any(s is None for s in levels):
             raise InputError("give sigma, or a non-empty list sigmas.")
         self.sigmas = torch.tensor([check_positive(s, "sigma") for s in levels], dtype=torch.float64)
+        self._span = (min(map(float, self.sigmas)), max(map(float, self.sigmas)))  # Python floats: no sync per call
 
     def __call__(self, energy: EnergyModel, data: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
-        energy.validate(data, name="data")
+        self.check_data(energy, data)
         x = data.detach()
+        root = math.sqrt(torch.finfo(x.dtype).max)  # ε/σ, σ∇E and their squares must not overflow the data's dtype
+        if not 1e3 / root <= self._span[0] <= self._span[1] <= 1e-3 * root:
+            raise InputError(f"sigma must lie in [{1e3 / root:.3g}, {1e-3 * root:.3g}] for {x.dtype} data (the loss squares "
+                             f"ε/σ and σ∇E), got {self._span[0]:.3g} to {self._span[1]:.3g}.")
         eps = torch.randn(x.shape, generator=generator, dtype=x.dtype, device=x.device)
         if self.sigmas.numel() == 1:
             sigma = torch.full((x.shape[0],), float(self.sigmas[0]), dtype=x.dtype, device=x.device)
@@ -144,9 +157,10 @@ class DenoisingScoreMatching(Loss):
             grad = plan.score_terms(noisy)[0]
         elif getattr(energy, "noise_conditional", False):  # E(x, σ), as annealed Langevin samples it
             noisy.requires_grad_(True)
-            (grad,) = torch.autograd.grad(energy.compute_energy(noisy, sigma).sum(), noisy, create_graph=True)
+            e = check_energy_output(energy.compute_energy(noisy, sigma), noisy, owner=type(energy).__name__)
+            (grad,) = torch.autograd.grad(e.sum(), noisy, create_graph=True)
         else:
-            grad = energy.compute_gradient(noisy.requires_grad_(True), create_graph=True)
+            grad = _gradient(energy, noisy.requires_grad_(True))
         # one level: ½|∇E − ε/σ|²; several: weighted by σ², ½|σ∇E − ε|² (the same at one level, times σ²)
         residual = grad - eps / sigma_b if self.sigmas.numel() == 1 else sigma_b * grad - eps
         return 0.5 * _flat_sum(residual * residual).mean()

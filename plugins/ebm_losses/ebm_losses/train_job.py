@@ -1,5 +1,6 @@
-"""``ebm train``: train an energy on a toy set (or a tensor file) with any registered loss; write
-checkpoints, the model, metrics and plots to a run directory; ``--resume`` continues exactly."""
+"""``ebm train``: train an energy on a toy set, a tensor file or images (``.npz``/``.pt`` arrays, a folder of PNG
+files, scikit-learn's digits) with any registered loss; write checkpoints, the model, metrics (with an AIS
+estimate of the held-out log-likelihood) and plots to a run directory; ``--resume`` continues exactly."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from ebmcore import registry, runfiles
 from ebmcore.config import load_job_config, non_negative, parse_device, positive, seed_range
 from ebmcore.errors import ConfigError
 
-from ebm_losses import datasets
+from ebm_losses import datasets, images
 from ebm_losses.training import Trainer
 
 log = logging.getLogger(__name__)
@@ -33,8 +34,13 @@ __all__ = ["SCHEMA", "load_config", "run", "add_command", "grid_nll"]
 
 SCHEMA: dict[str, Any] = {
     "data": {
-        "dataset": ((str, lambda v: None if v in datasets.DATASETS or v.endswith((".pt", ".npz")) else
-                     f"must be one of {', '.join(datasets.DATASETS)} or a .pt/.npz file"), "eight_gaussians"),
+        "dataset": ((str, lambda v: None if v in datasets.DATASETS or v == images.DIGITS or v.endswith((".pt", ".npz"))
+                     or Path(v).is_dir() else
+                     f"must be one of {', '.join(datasets.DATASETS)}, {images.DIGITS}, a .pt/.npz file or a folder of PNG files"),
+                    "eight_gaussians"),
+        "pixel_range": ((list, lambda v: None if not v or (len(v) == 2 and all(isinstance(b, (int, float)) for b in v)
+                                                          and v[1] > v[0]) else "must be [low, high] with high > low, or []"),
+                        []),
         "n_train": ((int, positive), 8000),
         "n_test": ((int, positive), 2000),
         "seed": ((int, seed_range), 0),
@@ -46,6 +52,8 @@ SCHEMA: dict[str, Any] = {
         "batch_size": ((int, positive), 256),
         "lr": ((float, positive), 2e-3),
         "ema_decay": ((float, int, lambda v: None if 0 <= v < 1 else "must be in [0, 1)"), 0.0),
+        "clip_grad_norm": ((float, int, non_negative), 0.0),
+        "threads": ((int, non_negative), 0),
         "eval_every": ((int, positive), 250),
         "checkpoint_every": ((int, positive), 250),
         "seed": ((int, seed_range), 0),
@@ -53,7 +61,9 @@ SCHEMA: dict[str, Any] = {
         "backend": ((str,), ""),
     },
     "output": {"dir": ((str,), "runs/train"), "plots": ((bool,), True), "n_model_samples": ((int, non_negative), 4000),
-               "sampler": ((str,), "mala"), "sampler_params": ((dict,), {})},
+               "sampler": ((str,), "mala"), "sampler_params": ((dict,), {}),
+               "image_sample_steps": ((int, non_negative), 100),
+               "ais_chains": ((int, non_negative), 256), "ais_temperatures": ((int, positive), 500)},
 }
 
 
@@ -61,14 +71,23 @@ def default_config_path() -> Path:
     return Path(str(resources.files("ebm_losses") / "configs" / "train_default.toml"))
 
 
+def bundled_config_path(name: str) -> Path | None:
+    """The bundled configuration ``train_<name>.toml`` (``ebm train digits``), or None."""
+    path = Path(str(resources.files("ebm_losses") / "configs" / f"train_{name}.toml"))
+    return path if name.isidentifier() and path.is_file() else None
+
+
 def load_config(path: str | Path | None, overrides: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
-    """Read and validate a training configuration (the bundled default without ``path``)."""
+    """Read and validate a training configuration: a file, the name of a bundled one (``digits``), or the bundled
+    default without ``path``."""
+    if path and not Path(path).exists() and bundled_config_path(str(path)) is not None:
+        path = bundled_config_path(str(path))
     path = Path(path) if path else default_config_path()
     config = load_job_config(path, SCHEMA, overrides)
     # everything that can be checked is checked now, before any work or any file is written
     parse_device(config["train"]["device"], f"{path} [train] device")
     dataset = config["data"]["dataset"]
-    if dataset not in datasets.DATASETS and not Path(dataset).is_file():
+    if dataset not in datasets.DATASETS and dataset != images.DIGITS and not Path(dataset).exists():
         raise ConfigError(f"{path} [data] dataset: no such file {dataset!r}.")
     built = {}
     for table, kind, key in (("model", "energy", "energy"), ("loss", "loss", "name")):
@@ -166,10 +185,14 @@ def run(config: dict[str, Any], out: Path, *, resume: bool = False, overwrite: b
         use_cuda = config["train"]["device"].startswith("cuda")
         dist_run = distributed.init("nccl" if use_cuda else "gloo", device=None if use_cuda else "cpu")
         config = dict(config, train=dict(config["train"], device=str(dist_run.device)))
+    threads = torch.get_num_threads()
+    if config["train"]["threads"]:
+        torch.set_num_threads(config["train"]["threads"])
     try:
         return _run(config, out, resume, quiet or (dist_run is not None and not dist_run.is_main),
                     dist_run is None or dist_run.is_main)
     finally:
+        torch.set_num_threads(threads)
         if dist_run is not None:
             distributed.shutdown(dist_run)
 
@@ -185,7 +208,12 @@ def _run(config: dict[str, Any], out: Path, resume: bool, quiet: bool, main: boo
                           "or choose another --out.")
     if resume and not checkpoint.exists():
         raise ConfigError(f"--resume: no checkpoint at {checkpoint}.")
-    train, test = (t.to(device) for t in _data(config["data"], config["source"]))
+    is_images = images.is_image_source(config["data"]["dataset"])
+    if is_images:
+        train, test, pixel_range = _image_data(config["data"])
+        train, test = train.to(device), test.to(device)
+    else:
+        train, test = (t.to(device) for t in _data(config["data"], config["source"]))
     runfiles.make_dir(out)
     if main:
         runfiles.start_run(out, config)
@@ -195,7 +223,8 @@ def _run(config: dict[str, Any], out: Path, resume: bool, quiet: bool, main: boo
     lim = float(train.abs().max()) * 1.25 if train.dim() == 2 and train.shape[1] == 2 else 0.0
     evaluate = (lambda e, step: {"held_out_nll": grid_nll(e, test, lim)}) if lim else (lambda e, step: {})
     trainer = Trainer(energy, loss, train, batch_size=t["batch_size"], lr=t["lr"], seed=t["seed"],
-                      ema_decay=t["ema_decay"] or None, progress=sys.stderr.isatty() and not quiet,
+                      ema_decay=t["ema_decay"] or None, clip_grad_norm=t["clip_grad_norm"] or None,
+                      progress=sys.stderr.isatty() and not quiet,
                       eval_fn=evaluate, eval_every=t["eval_every"], checkpoint_path=checkpoint,
                       checkpoint_every=t["checkpoint_every"])
     if resume:
@@ -217,6 +246,7 @@ def _run(config: dict[str, Any], out: Path, resume: bool, quiet: bool, main: boo
         "world_size": trainer.world_size,
         "kernel_backends": {},
     }
+    metrics["negatives"] = _negatives_report(loss)
     if not main:
         return metrics
     runfiles.save_torch({"energy": config["model"]["energy"], "params": config["model"]["params"],
@@ -236,8 +266,58 @@ def _run(config: dict[str, Any], out: Path, resume: bool, quiet: bool, main: boo
         if plots:
             plotting.plot_landscape(out / "landscape.png", lambda pts: final.compute_energy(pts.to(train.dtype)).double(),
                                     samples, f"learned energy and {config['output']['sampler']} samples from it")
+    o = config["output"]
+    if is_images:
+        from ebm_losses.image_report import image_report
+
+        metrics.update(image_report(final, loss, train, test, pixel_range, out, plots=plots, n_steps=o["image_sample_steps"],
+                                    ais_chains=o["ais_chains"], ais_temperatures=o["ais_temperatures"],
+                                    seed=t["seed"], labels=_digit_labels(config["data"])))
+    elif o["ais_chains"] and train.dim() == 2:
+        from ebm_losses.image_report import ais_log_likelihood
+
+        metrics["ais"] = ais_log_likelihood(final, train, test, n_chains=o["ais_chains"],
+                                            n_temperatures=o["ais_temperatures"], seed=t["seed"])
     runfiles.write_json(out / "metrics.json", metrics)
     return metrics
+
+
+def _image_data(spec: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, tuple[float, float]]:
+    """``(train, test, pixel_range)``: the images of ``[data] dataset`` mapped onto ``[−1, 1]`` from ``[data] pixel_range``
+    (default: the loader's), shuffled with ``[data] seed``; the test set is ``n_test`` images, at most a fifth."""
+    data = images.load(spec["dataset"])
+    pixel_range = tuple(float(v) for v in spec["pixel_range"]) or data.pixel_range
+    x = images.to_model_range(data.images, pixel_range)
+    train, test = images.split(x, min(spec["n_test"], x.shape[0] // 5), spec["seed"])
+    return train[:spec["n_train"]], test, pixel_range
+
+
+def _digit_labels(spec: dict[str, Any]) -> torch.Tensor | None:
+    """The digits' training labels, split like :func:`_image_data`'s images (for the report's class counts), else None."""
+    if spec["dataset"] != images.DIGITS:
+        return None
+    data = images.load_digits()
+    train, _ = images.split(data.labels, min(spec["n_test"], data.labels.shape[0] // 5), spec["seed"])
+    return train[:spec["n_train"]]
+
+
+def _negatives_report(loss: Any) -> dict[str, Any] | None:
+    """How a contrastive loss drew its negatives, flagged when its chains do not target the model's density ``exp(−E)``."""
+    spec = getattr(loss, "sampler_spec", None)
+    if not isinstance(spec, str):
+        return None
+    options = dict(getattr(loss, "sampler_options", {}))
+    why = []
+    if options.get("noise_scale") is not None:
+        why.append(f"noise_scale {options['noise_scale']} set apart from the step: the chains target exp(−E/T), "
+                   "T = noise_scale²/(2·step_size)")
+    elif options.get("temperature", 1.0) != 1.0:
+        why.append(f"temperature {options['temperature']}: the chains target exp(−E/T)")
+    if spec == "langevin":
+        why.append("unadjusted Langevin is biased by its step size")
+    why.append(f"short runs of {loss.n_steps} steps from the buffer or the data do not reach equilibrium")
+    return {"sampler": spec, "options": options, "n_steps": loss.n_steps, "samples_model_density": False,
+            "why_not": "; ".join(why)}
 
 
 def _model_samples(config: dict[str, Any], energy: ebmcore.EnergyModel, train: torch.Tensor, device: torch.device,
@@ -268,7 +348,9 @@ def summary(metrics: dict[str, Any], out: Path) -> str:
     return "\n".join([
         f"trained to step {metrics['steps']} in {metrics['wall_time_s']:.1f} s"
         + (f" ({metrics['throughput_samples_per_s']:,.0f} samples/s)" if metrics["throughput_samples_per_s"] else ""),
-        f"  final loss {metrics['final_loss']:.4g}" + (f", held-out NLL {nll:.3f} nats" if nll is not None else ""),
+        f"  final loss {metrics['final_loss']:.4g}" + (f", held-out NLL {nll:.3f} nats" if nll is not None else "")
+        + (f", AIS held-out log-likelihood {ais['test_log_likelihood']:.3f} ± {ais['standard_error']:.3f} nats"
+           if (ais := metrics.get("ais")) else ""),
         f"  model: {out / 'model.pt'} (sample it with [energy] model = \"{out / 'model.pt'}\")",
         f"  metrics: {out / 'metrics.json'}; plots in {out}",
     ])
@@ -276,7 +358,8 @@ def summary(metrics: dict[str, Any], out: Path) -> str:
 
 def add_command(subparsers: Any) -> None:
     p = subparsers.add_parser("train", help="train an energy model (bundled default: sliced score matching on eight Gaussians)")
-    p.add_argument("config", nargs="?", help="a TOML configuration (default: the bundled train_default.toml)")
+    p.add_argument("config", nargs="?", help="a TOML configuration, or 'digits' for the bundled image run "
+                                             "(default: the bundled train_default.toml)")
     p.add_argument("--out", help="run directory (default: [output] dir)")
     p.add_argument("--device", help="torch device, e.g. cpu or cuda:0 (default: [train] device)")
     p.add_argument("--backend", help='kernel backend selection, e.g. "torch"')

@@ -98,6 +98,8 @@ class Trainer:
     element is the sample) or a ``DataLoader`` (used as is; resume then restarts its epoch).
     ``optimizer`` defaults to Adam with ``lr`` over the energy's and the loss's parameters.
     ``ema_decay`` keeps an exponential moving average of the weights in ``trainer.ema``.
+    ``clip_grad_norm`` rescales the parameters' gradient to at most that global 2-norm before each step
+    (``torch.nn.utils.clip_grad_norm_``, no host sync).
     ``eval_fn(energy, step) -> {name: value}`` runs every ``eval_every`` steps;
     ``checkpoint_path`` is written every ``checkpoint_every`` steps.
 
@@ -119,6 +121,7 @@ class Trainer:
         lr: float = 1e-3,
         seed: int = 0,
         ema_decay: float | None = None,
+        clip_grad_norm: float | None = None,
         progress: bool = False,
         eval_fn: EvalFn | None = None,
         eval_every: int | None = None,
@@ -133,6 +136,9 @@ class Trainer:
             raise InputError(f"batch_size must be a positive integer, got {batch_size!r}.")
         if ema_decay is not None and not (0 < ema_decay < 1):
             raise InputError(f"ema_decay must be in (0, 1), got {ema_decay!r}.")
+        if clip_grad_norm is not None and not (isinstance(clip_grad_norm, (int, float)) and math.isfinite(clip_grad_norm)
+                                               and clip_grad_norm > 0):
+            raise InputError(f"clip_grad_norm must be a positive number or None, got {clip_grad_norm!r}.")
         if (eval_every is None) != (eval_fn is None):
             raise InputError("give eval_fn and eval_every together.")
         if (checkpoint_every is None) != (checkpoint_path is None):
@@ -160,6 +166,7 @@ class Trainer:
             raise InputError(f"data must be a tensor, a Dataset or a DataLoader, got {type(data).__name__}.")
         params = list(energy.parameters()) + list(loss.parameters())
         self.optimizer = optimizer or torch.optim.Adam(params, lr=lr)
+        self.clip_grad_norm = None if clip_grad_norm is None else float(clip_grad_norm)
         self.ema = AveragedModel(energy, multi_avg_fn=get_ema_multi_avg_fn(ema_decay)) if ema_decay else None
         self.progress, self.eval_fn, self.eval_every = progress, eval_fn, eval_every
         self.checkpoint_path = None if checkpoint_path is None else Path(checkpoint_path)
@@ -206,6 +213,9 @@ class Trainer:
                 )
             if self.world_size == 1:
                 value.backward()
+            if self.clip_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_([p for g in self.optimizer.param_groups for p in g["params"]],
+                                               self.clip_grad_norm)
             self.optimizer.step()
             if self.ema is not None:
                 self.ema.update_parameters(self.energy)

@@ -98,3 +98,27 @@ def test_toy_dataset_geometry():
     assert bool((cells == 0).all())  # only black squares
     with pytest.raises(InputError, match="unknown dataset 'moons'"):
         datasets.make("moons", 10)
+
+
+class _Net(ebmcore.EnergyModel):
+    """A network whose last layer gives ``(n, 1)``, or whose output is summed over the batch (``scalar``)."""
+
+    event_shape = (2,)
+
+    def __init__(self, output):
+        super().__init__()
+        self.layer = torch.nn.Linear(2, 1)
+        self.output = output
+
+    def compute_energy(self, x, sigma=None):
+        e = self.layer(x).square()
+        return e.sum() if self.output == "scalar" else e
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("output, shape", [("(n, 1)", r"\(16, 1\)"), ("scalar", r"\(\)")])
+def test_every_loss_refuses_an_energy_that_is_not_one_value_per_row(name, output, shape):
+    # score matching sees only the gradient, which for a summed energy is silently that of the sum: checked too
+    loss = ebmcore.registry.get("loss", name)()
+    with pytest.raises(InputError, match=rf"returned shape {shape} .*\.squeeze\(-1\)"):
+        loss(_Net(output), torch.randn(16, 2), generator=torch.Generator().manual_seed(0))

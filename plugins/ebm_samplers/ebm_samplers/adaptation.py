@@ -1,5 +1,7 @@
 """Warm-up adaptation: dual-averaging step size (Nesterov 2009; Hoffman & Gelman 2014) and a diagonal
-mass matrix from Welford's running variance, in Stan's windows; pooled across chains or per chain.
+mass matrix from Welford's running variance, in Stan's windows. Every chain adapts on its own draws; with
+``pooled`` the chains then share the median chain's step size and variances (robust to chains that have not
+met yet), otherwise each keeps its own.
 
 Step-level components (``DualAveraging``, ``WelfordVariance``, ``stan_windows``) let a custom loop
 adapt; :func:`warmup` runs the whole thing for any ``ebm_samplers`` sampler that reports an acceptance
@@ -18,7 +20,6 @@ import torch
 from torch import Tensor
 
 from ebmcore.errors import InputError
-from ebmcore.validation import check_finite
 from ebmcore.sampler import check_run_arguments
 from ebm_samplers.params import as_inverse_mass, with_fields
 
@@ -34,16 +35,17 @@ class DualAveraging:
     """
 
     def __init__(self, initial_step_size: float | Tensor, target: float = 0.8, *, gamma: float = 0.05,
-                 t0: float = 10.0, kappa: float = 0.75) -> None:
+                 t0: float = 10.0, kappa: float = 0.75, explore: bool = True) -> None:
         if not 0 < target < 1:
             raise InputError(f"target acceptance must be in (0, 1), got {target!r}.")
         self.target, self.gamma, self.t0, self.kappa = target, gamma, t0, kappa
-        self.restart(initial_step_size)
+        self.restart(initial_step_size, explore)
 
-    def restart(self, step_size: float | Tensor) -> None:
-        """Start again around ``step_size`` (Stan does this after every mass-matrix update)."""
+    def restart(self, step_size: float | Tensor, explore: bool = True) -> None:
+        """Start again around ``step_size`` (Stan does this after every mass-matrix update). ``explore``: aim the
+        first steps at ``10·step_size``, as Stan does; False: stay near ``step_size``, one adapted already."""
         log_h = torch.log(torch.as_tensor(step_size, dtype=torch.float64))
-        self.mu = math.log(10.0) + log_h
+        self.mu = math.log(10.0) * explore + log_h
         self.log_h = log_h
         self.log_h_avg = torch.zeros_like(log_h)
         self.h_bar = torch.zeros_like(log_h)
@@ -178,7 +180,13 @@ def warmup(sampler: Any, x0: Tensor, n_warmup: int = 500, *, target_accept: floa
     """Adapt ``sampler``'s step size (and diagonal inverse mass) over ``n_warmup`` steps from ``x0``.
 
     ``sampler`` is an ``ebm_samplers`` sampler whose ``info`` carries ``acceptance_prob`` (MALA, HMC,
-    NUTS). ``adapt_mass`` defaults to whether its params have a mass matrix (HMC, NUTS). Returns new
+    NUTS). ``adapt_mass`` defaults to whether its params have a mass matrix (HMC, NUTS). Every chain runs
+    dual averaging on its own acceptance statistic and Welford's variance on its own draws. ``pooled=True``:
+    after each window all chains move with the elementwise median over chains of those variances, and in the
+    terminal buffer with one step size, started at the median chain's and adapted to the mean acceptance over
+    chains (a float): one set of tunables, which chains that have not yet met the others cannot inflate
+    (pooling their draws would fold the spread between chains into the metric).
+    ``pooled=False``: each chain keeps its own (``(n_chains,)`` step sizes, ``(n_chains, *event)`` variances). Returns new
     params (``result.params``): sample with them (``sampler.params = result.params``, or pass
     ``step_size=..., inv_mass=...`` to ``sample``). The sampler object itself is left unchanged.
     """
@@ -196,34 +204,39 @@ def warmup(sampler: Any, x0: Tensor, n_warmup: int = 500, *, target_accept: floa
     check_run_arguments(x0, n_warmup, generator=generator)
     x = sampler.check_initial_state(x0).detach()  # no graph through the warm-up, whatever x0 requires
     params = sampler.resolve(x)
-    h0 = params.step_size
-    if not pooled and not isinstance(h0, Tensor):
-        h0 = torch.full((x.shape[0],), h0, dtype=torch.float64)
-    averager = DualAveraging(h0.double().cpu() if isinstance(h0, Tensor) else h0, target_accept)
-    welford = WelfordVariance(pooled=pooled)
-    windows = stan_windows(n_warmup) if adapt_mass else []
+    h0 = params.step_size  # every chain adapts its own step size: a straggler gets the small steps it needs
+    h0 = h0.double().cpu().reshape(-1) if isinstance(h0, Tensor) else torch.full((x.shape[0],), h0, dtype=torch.float64)
+    averager = DualAveraging(h0, target_accept)
+    slow = stan_windows(n_warmup)
+    shared_from = (slow[-1][1] if slow else 0) if pooled else n_warmup  # pooled: one step size in the terminal buffer
+    welford = WelfordVariance(pooled=False)  # every chain's own variance: chains that have not met yet stay apart
+    windows = slow if adapt_mass else []
     ends = {end for _, end in windows}
     starts = {start for start, _ in windows}
     inv_mass_tensor: Tensor | None = None
     fns = sampler.bind(x)
     state = sampler.algorithm.init(x, fns)
-    check_finite(state.energy, what="energy at the initial state x0", x=x)
+    sampler.check_initial_energy(x, state.energy, getattr(state, "grad", None))
     step = sampler.kernel()
     step_size: float | Tensor = h0
     recent: deque[float] = deque(maxlen=50)
     for i in range(n_warmup):
+        if i == shared_from:  # from the median chain's step size (adapted already), to the mean acceptance over chains
+            step_size = float(_median_over_chains(averager.current() if adapt_step_size else step_size))
+            averager = DualAveraging(step_size, target_accept, explore=shared_from == 0)
         params = with_fields(params, step_size=_to_state(step_size, x))
         state, info = step(state, fns, generator, params)
         stat = info.acceptance_prob
         if adapt_step_size:
-            step_size = averager.update(stat if not pooled else stat.mean())
+            step_size = averager.update(stat if i < shared_from else stat.mean())
         recent.append(float(stat.mean()))
         if i in starts:
             welford.reset()
         if windows and any(s <= i < e for s, e in windows):
             welford.update(state.x)
         if i + 1 in ends:
-            inv_mass_tensor = welford.variance().to(dtype=x.dtype, device=x.device)
+            variances = welford.variance()
+            inv_mass_tensor = (_median_over_chains(variances) if pooled else variances).to(dtype=x.dtype, device=x.device)
             params = with_fields(params, inv_mass=as_inverse_mass(inv_mass_tensor, x))  # prepared once per window
             if adapt_step_size:
                 averager.restart(averager.current())
@@ -231,6 +244,15 @@ def warmup(sampler: Any, x0: Tensor, n_warmup: int = 500, *, target_accept: floa
     tuned = dataclasses.replace(sampler.params, step_size=final,
                                 **({"inv_mass": inv_mass_tensor} if inv_mass_tensor is not None else {}))
     return WarmupResult(state.x, tuned, final, inv_mass_tensor, sum(recent) / len(recent))
+
+
+def _median_over_chains(values: Tensor) -> Tensor:
+    """The elementwise median of ``values: (n_chains, ...)`` over chains (the mean of the two middle values for an
+    even count): a typical chain's step size or variance, unmoved by a few stragglers or by the spread between
+    chains that have not met yet (which pooling the draws of all chains would fold into a variance)."""
+    ordered = values.sort(0).values
+    m = ordered.shape[0]
+    return ordered[m // 2] if m % 2 else (ordered[m // 2 - 1] + ordered[m // 2]) / 2
 
 
 def _to_state(step_size: float | Tensor, x: Tensor) -> float | Tensor:

@@ -20,7 +20,7 @@ from torch import Tensor
 from ebmcore import EnergyFunctions, EnergyModel
 from ebmcore.errors import InputError
 from ebm_samplers.algorithm import Algorithm, Step
-from ebm_samplers.params import checked, optional, positive, whole
+from ebm_samplers.params import checked, for_chains, optional, positive, whole
 from ebm_samplers.sampler import AlgorithmSampler
 
 __all__ = ["State", "Info", "Params", "init", "build_kernel", "geometric_sigmas", "ALGORITHM", "AnnealedLangevinSampler"]
@@ -65,7 +65,11 @@ class Params:
             raise InputError("AnnealedLangevinSampler takes one step_size for all chains.")
 
     def resolve(self, x: Tensor) -> "Params":
-        return self  # nothing depends on the states; the default needs the schedule, so the kernel fills it
+        """These params, the step size checked against the states' dtype; the default needs the schedule, so the
+        kernel fills it."""
+        if self.step_size is not None:
+            for_chains(self.step_size, x, "step_size")
+        return self
 
 
 def init(x: Tensor, fns: EnergyFunctions) -> State:
@@ -76,8 +80,11 @@ def init(x: Tensor, fns: EnergyFunctions) -> State:
 def options(energy: EnergyModel, sigmas: Sequence[float] | None = None, n_steps_each: int = 100) -> dict[str, Any]:
     """``sigmas``: positive, non-increasing noise levels (default: 10 geometric levels from 1 to 0.01);
     ``n_steps_each``: Langevin steps per level; a noise-conditional ``energy`` is called with each level's σ."""
-    levels = list(sigmas) if sigmas is not None else geometric_sigmas()
-    if not levels or any(not (s > 0) for s in levels) or any(b > a for a, b in zip(levels, levels[1:])):
+    try:
+        levels = [float(s) for s in sigmas] if sigmas is not None else geometric_sigmas()
+    except (TypeError, ValueError):
+        raise InputError(f"sigmas must be a list of positive, non-increasing numbers, got {sigmas!r}.") from None
+    if not levels or any(not (0 < s < math.inf) for s in levels) or any(b > a for a, b in zip(levels, levels[1:])):
         raise InputError(f"sigmas must be positive and non-increasing, got {levels!r}.")
     whole(1)(n_steps_each, "n_steps_each")
     conditional = energy if getattr(energy, "noise_conditional", False) else None

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from ebmcore import EnergyFunctions, EnergyModel, Integrator
+from ebmcore.errors import InputError
 from ebm_samplers.algorithm import Algorithm, Chain, ChainInfo, Step, chain_kernel, compiled, draw_then
 from ebm_samplers.integrators import EulerMaruyama, resolve_integrator
 from ebm_samplers.integrators.euler_maruyama import SDEUpdate
@@ -41,14 +42,21 @@ _INFO = Info()
 
 @dataclass(frozen=True)
 class Params:
-    """``step_size`` (None: :meth:`default_step_size`) and ``temperature``: floats or ``(n_chains,)`` tensors."""
+    """``step_size`` (None: :meth:`default_step_size`) and ``temperature``: floats or ``(n_chains,)`` tensors.
+
+    ``noise_scale`` ``σ`` (instead of ``temperature``) sets the noise's std apart from the step, as short-run
+    Langevin for training does (Du & Mordatch 2019: ``x' = x − h∇E + σξ``). It is the temperature
+    ``T = σ²/(2h)``: the chains then target ``exp(−E/T)``, not the model's density ``exp(−E)``."""
 
     step_size: ChainScalar | None = None
     temperature: ChainScalar = 1.0
+    noise_scale: ChainScalar | None = None
     step_factor = 0.1  # the default step is step_factor·d^(−1/3)
 
     def __post_init__(self) -> None:
-        checked(self, step_size=optional(positive), temperature=positive)
+        checked(self, step_size=optional(positive), temperature=positive, noise_scale=optional(positive))
+        if self.noise_scale is not None and not (isinstance(self.temperature, float) and self.temperature == 1.0):
+            raise InputError("give temperature or noise_scale, not both: noise_scale σ is the temperature σ²/(2·step_size).")
 
     def default_step_size(self, x: Tensor) -> float:
         """``step_factor·d^(−1/3)`` for ``d`` elements per chain (unit-scale targets)."""
@@ -57,7 +65,9 @@ class Params:
     def resolve(self, x: Tensor) -> "Params":
         """These params for the states ``x``: the default step size filled, per-chain values checked and moved."""
         h = self.default_step_size(x) if self.step_size is None else self.step_size
-        return with_fields(self, step_size=for_chains(h, x, "step_size"), temperature=for_chains(self.temperature, x, "temperature"))
+        t = self.temperature if self.noise_scale is None else self.noise_scale ** 2 / (2 * h)
+        return with_fields(self, step_size=for_chains(h, x, "step_size"), temperature=for_chains(t, x, "temperature"),
+                           noise_scale=None)
 
 
 def init(x: Tensor, fns: EnergyFunctions) -> State:

@@ -83,11 +83,19 @@ def in_range(low: float, high: float) -> Callable[[Any, str], float]:
 
 
 def for_chains(value: ChainScalar, x: Tensor, name: str) -> ChainScalar:
-    """A checked :func:`positive` value for the states ``x``: a float, or ``(n_chains,)`` on ``x``'s device and dtype."""
+    """A checked :func:`positive` value for the states ``x``: a float, or ``(n_chains,)`` on ``x``'s device and dtype;
+    either within the range of ``x``'s dtype (where it and its inverse neither overflow nor vanish)."""
+    finfo = torch.finfo(x.dtype)
     if isinstance(value, Tensor):
         if value.shape != (x.shape[0],):
             raise InputError(f"{name} must be a number or a tensor of shape (n_chains,) = ({x.shape[0]},), got {tuple(value.shape)}.")
-        return value.to(device=x.device, dtype=x.dtype)
+        value = value.to(device=x.device, dtype=x.dtype)
+        inside = bool(((value >= finfo.tiny) & (value <= finfo.max)).all())
+    else:
+        inside = finfo.tiny <= value <= finfo.max
+    if not inside:
+        raise InputError(f"{name} must lie in [{finfo.tiny:.3g}, {finfo.max:.3g}] for {x.dtype} states, got {value!r}; "
+                         "it (or its inverse) would overflow or vanish in the step.")
     return value
 
 

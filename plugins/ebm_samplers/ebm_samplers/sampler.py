@@ -69,9 +69,9 @@ class AlgorithmSampler(Sampler):
                fused: bool | None) -> None:
         name = type(self).__name__
         self.options, self.params = options, params
-        if fused not in (None, True, False):
+        if not (fused is None or isinstance(fused, bool)):
             raise InputError(f"fused must be None (automatic), True or False, got {fused!r}.")
-        if autocast is not None and autocast not in (torch.bfloat16, torch.float16):
+        if autocast is not None and not (isinstance(autocast, torch.dtype) and autocast in (torch.bfloat16, torch.float16)):
             raise InputError(f"autocast must be torch.bfloat16 or torch.float16, got {autocast!r}.")
         if compile and self.algorithm.compile_refusal:
             raise InputError(f"{name} does not support compile=True: {self.algorithm.compile_refusal}.")

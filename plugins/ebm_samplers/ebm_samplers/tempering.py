@@ -9,6 +9,7 @@ base step moves all of them. Each step attempts every adjacent pair: even pairs,
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Sequence
 
@@ -19,6 +20,7 @@ from ebmcore import EnergyFunctions, EnergyModel, Sampler, registry
 from ebmcore.errors import InputError
 from ebmcore.energies.binding import bind_energy
 from ebm_samplers.algorithm import Algorithm, Step
+from ebm_samplers.params import positive, whole
 from ebm_samplers.sampler import AlgorithmSampler
 
 __all__ = ["State", "Info", "Params", "algorithm", "geometric_temperatures", "ParallelTemperingSampler"]
@@ -44,7 +46,8 @@ class State:
 
     @property
     def energy(self) -> Tensor:
-        return self.replicas.energy[: self.n_chains]
+        e = self.replicas.energy
+        return e[: self.n_chains] if e.dim() else e  # a scalar (a bad energy) goes to the run's shape check as it is
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,7 @@ class Params:
 
     def __post_init__(self) -> None:
         t = self.temperatures
-        if len(t) < 2 or abs(t[0] - 1.0) > 1e-12 or any(b <= a for a, b in zip(t, t[1:])):
+        if len(t) < 2 or abs(t[0] - 1.0) > 1e-12 or any(not b > a for a, b in zip(t, t[1:])) or not math.isfinite(t[-1]):
             raise InputError(f"temperatures must be ascending, start at 1 and number at least 2, got {list(t)!r}.")
         if "temperature" not in {f.name for f in fields(self.base)}:
             raise InputError(f"parallel tempering needs a base sampler with a temperature; {type(self.base).__qualname__} has none.")
@@ -156,7 +159,13 @@ class ParallelTemperingSampler(AlgorithmSampler):
                  n_replicas: int = 4, max_temperature: float = 10.0, base_options: dict[str, Any] | None = None,
                  autocast: torch.dtype | None = None, compile: bool = False, fused: bool | None = None) -> None:
         Sampler.__init__(self, energy)
-        temps = list(temperatures) if temperatures is not None else geometric_temperatures(n_replicas, max_temperature)
+        if temperatures is None:
+            temps = geometric_temperatures(whole(2)(n_replicas, "n_replicas"), positive(max_temperature, "max_temperature"))
+        else:
+            try:
+                temps = [float(t) for t in temperatures]
+            except (TypeError, ValueError):
+                raise InputError(f"temperatures must be a list of numbers, ascending from 1, got {temperatures!r}.") from None
         self.base = registry.get("sampler", base)(energy, **(base_options or {})) if isinstance(base, str) else base
         if not isinstance(self.base, AlgorithmSampler) or self.base.energy is not energy:
             raise InputError("base must be a registered sampler name or an ebm_samplers sampler on the same energy.")

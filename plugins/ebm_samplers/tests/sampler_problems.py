@@ -59,3 +59,49 @@ def assert_moments(x, mean, cov, what):
     se = ((cov.diagonal()[:, None] * cov.diagonal()[None, :] + cov**2) / n).sqrt()
     err = ((torch.cov(x.T) - cov).abs() / se).max()
     assert err < 5, f"{what}: covariance off by {err:.1f} standard errors"
+
+
+class Regression(ebmcore.EnergyModel):
+    """The posterior of a linear regression ``y ~ N(Xβ, σ²)`` with a flat prior on ``β`` (and on ``log σ`` when ``σ``
+    is not given): ``θ = (β, log σ)`` or ``β``. ``E = n·log σ + |y − Xβ|²/(2σ²)``, through ``XᵀX``, ``Xᵀy``, ``yᵀy``."""
+
+    def __init__(self, X: torch.Tensor, y: torch.Tensor, sigma: float | None = None) -> None:
+        super().__init__()
+        self.register_buffer("xtx", X.T @ X)
+        self.register_buffer("xty", X.T @ y)
+        self.yty, self.n, self.sigma = float(y @ y), X.shape[0], sigma
+        self.event_shape = (X.shape[1] + (sigma is None),)
+
+    def compute_energy(self, theta):
+        beta = theta[:, : self.xtx.shape[0]]
+        rss = self.yty - 2 * beta @ self.xty + ((beta @ self.xtx) * beta).sum(1)
+        if self.sigma is not None:
+            return rss / (2 * self.sigma**2)
+        log_sigma = theta[:, -1]
+        return self.n * log_sigma + 0.5 * rss * torch.exp(-2 * log_sigma)
+
+
+def kid_score_regression(sigma: float | None = None, n: int = 434, seed: int = 0):
+    """A badly scaled, correlated posterior with an exact answer: a child's test score on the mother's IQ (around 100,
+    unstandardised) and a binary indicator, as in Gelman & Hill's kid-IQ example, with data drawn here. Returns the
+    :class:`Regression` energy and the posterior mean and standard deviation of each coordinate in closed form: with
+    ``sigma`` known, ``β ~ N(β̂, σ²(XᵀX)⁻¹)``; otherwise ``β`` is Student-t with ``ν = n − 3`` degrees of freedom
+    around ``β̂`` with scale² ``s²(XᵀX)⁻¹``, and ``σ² = ν s² / χ²_ν``, so ``log σ`` has mean
+    ``½(log(ν s²) − log 2 − ψ(ν/2))`` and variance ``¼ψ′(ν/2)``."""
+    g = torch.Generator().manual_seed(seed)
+    iq = 100 + 15 * torch.randn(n, generator=g, dtype=torch.float64)
+    hs = (torch.rand(n, generator=g, dtype=torch.float64) < 0.79).double()
+    y = 26 + 6 * hs + 0.56 * iq + 18 * torch.randn(n, generator=g, dtype=torch.float64)
+    X = torch.stack([torch.ones_like(iq), hs, iq], 1)
+    inv = torch.linalg.inv(X.T @ X)
+    beta = inv @ X.T @ y
+    if sigma is not None:
+        return Regression(X, y, sigma), beta, (sigma**2 * inv.diagonal()).sqrt()
+    nu = n - 3
+    s2 = float((y - X @ beta).square().sum()) / nu
+    half = torch.tensor(nu / 2, dtype=torch.float64)
+    mean_log_sigma = 0.5 * (math.log(nu * s2) - math.log(2) - torch.special.digamma(half))
+    sd_log_sigma = 0.5 * torch.special.polygamma(1, half).sqrt()
+    mean = torch.cat([beta, mean_log_sigma.reshape(1)])
+    sd = torch.cat([(s2 * inv.diagonal() * nu / (nu - 2)).sqrt(), sd_log_sigma.reshape(1)])
+    return Regression(X, y), mean, sd

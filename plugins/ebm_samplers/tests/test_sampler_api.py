@@ -291,7 +291,7 @@ def test_review_regressions():
         HMCSampler(energy, inv_mass=dense).sample(torch.zeros(2, 2), 1)
     x = HMCSampler(energy, step_size=0.2, n_leapfrog_steps=2, inv_mass=InverseMass.dense(dense)).sample(torch.zeros(2, 2), 3)
     assert torch.isfinite(x).all()
-    with pytest.raises(InputError, match="generator is on cpu but x0 is on meta"):
+    with pytest.raises(InputError, match="x0 is on the meta device, which holds shapes but no values"):
         LangevinSampler(ebmcore.energy("double_well")).sample(torch.zeros(2, 2, device="meta"), 1, generator=torch.Generator())
     x0 = torch.zeros(3, 2)
     assert MALASampler(energy).sample(x0, 0) is not x0
@@ -327,3 +327,29 @@ def test_no_graph_is_built_through_the_chain_from_an_x0_that_requires_grad(cls, 
     x0 = torch.randn(64, 3, requires_grad=True)
     x = cls(ebmcore.energy("gaussian", dim=3), fused=False, **kw).sample(x0, 5)
     assert x.grad_fn is None and not x.requires_grad
+
+
+def test_langevin_noise_scale_is_a_temperature_and_excludes_one():
+    """``noise_scale σ`` apart from the step ``h``: ``x' = x − h∇E + σξ`` is ULA at ``T = σ²/(2h)``; on a unit Gaussian
+    its stationary variance is ``σ²/(h(2 − h))``."""
+    energy = ebmcore.GaussianEnergy(dim=1, dtype=torch.float64)
+    sampler = LangevinSampler(energy, step_size=0.1, noise_scale=0.2)
+    assert sampler.resolve(torch.zeros(2, 1, dtype=torch.float64)).temperature == pytest.approx(0.04 / 0.2)
+    x = sampler.sample(torch.zeros(4000, 1, dtype=torch.float64), 200, generator=torch.Generator().manual_seed(0))
+    assert float(x.var()) == pytest.approx(0.04 / (0.1 * 1.9), rel=0.05)
+    with pytest.raises(InputError, match="give temperature or noise_scale, not both"):
+        LangevinSampler(energy, step_size=0.1, noise_scale=0.2, temperature=2.0)
+
+
+def test_a_trajectory_that_cannot_fit_in_memory_is_refused_before_sampling():
+    from ebmcore.recording import available_memory
+
+    steps = []
+    sampler = MALASampler(ebmcore.energy("gaussian", dim=1000), step_size=0.1)
+    with pytest.raises(InputError, match=r"would keep a \(10000000, 1000, 1000\) trajectory: 40\.0 TB on cpu, which has "
+                                         r".* available\..*thin=.*stream_chunks.*n_samples and chunk_size"):
+        sampler.sample(torch.zeros(1000, 1000), 10**7, return_trajectory=True, callback=lambda *args: steps.append(1))
+    assert steps == []  # before the first step
+    assert 0 < available_memory(torch.device("cpu")) < 4e13 and available_memory(torch.device("meta")) is None
+    small = sampler.sample(torch.zeros(10, 1000), 3, return_trajectory=True)  # what fits runs as before
+    assert small.trajectory.shape == (3, 10, 1000)

@@ -1,0 +1,154 @@
+"""What ``ebm train`` writes for an image model: a grid of images and energy histograms (PNG, matplotlib's Agg
+backend, through :mod:`ebmcore.plotting`), and the AIS estimate of the held-out log-likelihood."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from torch import Tensor
+
+from ebmcore import EnergyModel
+from ebmcore.plotting import _pyplot
+
+__all__ = ["plot_image_grid", "plot_energy_histograms", "ais_log_likelihood", "sample_quality", "image_report"]
+
+
+def plot_image_grid(path: Path, images: Tensor, pixel_range: tuple[float, float], title: str, columns: int = 10) -> None:
+    """Up to ``columns²`` images ``(N, C, H, W)`` (on ``pixel_range``, clipped to it) in a square grid."""
+    plt = _pyplot()
+    images = images.detach().float().cpu()[: columns * columns].clamp(*pixel_range)
+    n, c, h, w = images.shape
+    rows = math.ceil(n / columns)
+    canvas = torch.full((c, rows * (h + 1) + 1, columns * (w + 1) + 1), float(pixel_range[1]))
+    for i in range(n):
+        r, q = divmod(i, columns)
+        canvas[:, 1 + r * (h + 1):1 + r * (h + 1) + h, 1 + q * (w + 1):1 + q * (w + 1) + w] = images[i]
+    fig, ax = plt.subplots(figsize=(6, 6 * rows / columns + 0.4))
+    low, high = pixel_range
+    if c == 1:  # dark strokes on a light background, as digits are drawn
+        ax.imshow(canvas[0].numpy(), cmap="gray_r", vmin=low, vmax=high, interpolation="nearest")
+    else:
+        ax.imshow(((canvas - low) / (high - low)).permute(1, 2, 0).numpy(), interpolation="nearest")
+    ax.set_axis_off()
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_energy_histograms(path: Path, energies: Sequence[tuple[str, Tensor]], title: str) -> None:
+    """Overlaid histograms of ``E`` for each ``(label, energies)``: data against samples."""
+    plt = _pyplot()
+    values = [(label, e.detach().double().cpu()) for label, e in energies]
+    everything = torch.cat([v for _, v in values])
+    low, high = float(everything.quantile(0.005)), float(everything.quantile(0.995))
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, v in values:
+        ax.hist(v.clamp(low, high).numpy(), bins=50, range=(low, high), alpha=0.5, density=True, label=label)
+    ax.set_xlabel("energy E(x)")
+    ax.set_ylabel("density")
+    ax.set_title(title, fontsize=10)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def ais_log_likelihood(energy: EnergyModel, train: Tensor, test: Tensor, *, n_chains: int, n_temperatures: int,
+                       seed: int, bounds: tuple[float, float] | None = None, min_scale: float = 0.1) -> dict[str, Any]:
+    """Held-out mean ``log p(x) = −E(x) − log Z`` (nats per example, and per dimension) with ``log Z`` from AIS
+    (:func:`ebm_samplers.ais.estimate_log_z`): on the box ``bounds`` (images: the density restricted to ``[−1, 1]^d``),
+    else from the base ``N(mean, std²)`` of ``train`` per dimension, std at least ``min_scale``. Its standard error is
+    that of ``log Z`` (the test mean's own is ``test_mean_se``); ``reliable`` is False when the weights' effective
+    sample size is under a tenth of the chains (the delta-method error is then itself unreliable)."""
+    from ebm_samplers.ais import estimate_log_z
+
+    generator = torch.Generator(device=train.device).manual_seed(seed)
+    where = {"bounds": bounds} if bounds is not None else {"loc": train.mean(0), "scale": train.std(0).clamp_min(min_scale)}
+    result = estimate_log_z(energy, n_chains, n_temperatures, event_shape=tuple(train.shape[1:]), generator=generator,
+                            **where)
+    with torch.no_grad():
+        e = torch.cat([energy.compute_energy(chunk) for chunk in test.split(1024)]).double()
+    d = test[0].numel()
+    mean = float(-e.mean()) - result.log_z
+    return {"test_log_likelihood": mean, "test_log_likelihood_per_dim": mean / d,
+            "standard_error": result.standard_error, "test_mean_se": float(e.std() / math.sqrt(len(e))),
+            "reliable": result.effective_sample_size >= 0.1 * n_chains,
+            "log_z": result.summary()}
+
+
+def _nearest(queries: Tensor, reference: Tensor) -> tuple[Tensor, Tensor]:
+    """RMS distance per pixel to the nearest ``reference`` image, and its index: ``(n,)`` each."""
+    q, r = queries.flatten(1).double(), reference.flatten(1).double()
+    distances = torch.cat([torch.cdist(chunk, r) for chunk in q.split(512)])
+    best, index = distances.min(1)
+    return best / math.sqrt(q.shape[1]), index
+
+
+def sample_quality(samples: Tensor, train: Tensor, test: Tensor, labels: Tensor | None) -> dict[str, Any]:
+    """Sample-quality measures on the model range: the RMS distance from each sample to its nearest training image
+    (against the same for held-out images: much smaller means copies, much larger means off the data), the pixel
+    mean and std of samples and data, and with ``labels`` (of ``train``) the class counts of the samples' nearest
+    training images (how many classes the samples cover)."""
+    d_samples, index = _nearest(samples, train)
+    d_test, _ = _nearest(test, train)
+    report: dict[str, Any] = {
+        "nearest_train_rms_samples": float(d_samples.mean()), "nearest_train_rms_test": float(d_test.mean()),
+        "pixel_mean_samples": float(samples.mean()), "pixel_mean_data": float(test.mean()),
+        "pixel_std_samples": float(samples.std()), "pixel_std_data": float(test.std()),
+    }
+    if labels is not None:
+        counts = torch.bincount(labels.to(index.device)[index].long(), minlength=int(labels.max()) + 1)
+        report["nearest_train_class_counts"] = counts.tolist()
+        report["classes_covered"] = int((counts > 0).sum())
+    return report
+
+
+def image_report(energy: EnergyModel, loss: Any, train: Tensor, test: Tensor, pixel_range: tuple[float, float], out: Path,
+                 *, plots: bool, n_steps: int, ais_chains: int, ais_temperatures: int, seed: int,
+                 labels: Tensor | None = None, n_samples: int = 100) -> dict[str, Any]:
+    """Fresh samples of the trained ``energy`` (``n_steps`` of the loss's sampler from its noise, or from uniform noise
+    on ``[−1, 1]``) written to ``samples.pt``/``.npz`` on ``pixel_range``; with ``plots``: ``samples.png``,
+    ``buffer.png`` (a PCD replay buffer), ``data.png`` and ``energy_histogram.png``; returns the metrics: sample
+    quality (:func:`sample_quality`), mean energies, and the AIS held-out log-likelihood (``ais_chains > 0``)."""
+    from ebmcore import registry, runfiles
+    from ebm_losses import images
+
+    device = train.device
+    g = torch.Generator(device=device).manual_seed(seed)
+    noise = getattr(loss, "_noise", None)
+    if noise is not None and getattr(loss, "noise_location", None) is not None:
+        x0 = noise(n_samples, train, g)
+    else:
+        x0 = torch.rand((n_samples, *train.shape[1:]), generator=g, device=device, dtype=train.dtype) * 2 - 1
+    spec = getattr(loss, "sampler_spec", "langevin")
+    options = dict(getattr(loss, "sampler_options", {})) if isinstance(spec, str) else {}
+    sampler = registry.get("sampler", spec if isinstance(spec, str) else "langevin")(energy, **options)
+    samples = sampler.sample(x0, n_steps, generator=g).detach() if n_steps else x0
+    runfiles.save_samples(out, "samples", images.to_pixel_range(samples, pixel_range))
+    buffer = getattr(loss, "buffer", None)
+    with torch.no_grad():
+        e_test, e_samples = energy.compute_energy(test).double(), energy.compute_energy(samples).double()
+        e_buffer = None if buffer is None else energy.compute_energy(buffer[:len(test)]).double()
+    if plots:
+        plot_image_grid(out / "samples.png", images.to_pixel_range(samples, pixel_range), pixel_range,
+                        f"{n_steps} steps of {spec if isinstance(spec, str) else 'the sampler'} from noise")
+        plot_image_grid(out / "data.png", images.to_pixel_range(test, pixel_range), pixel_range, "held-out data")
+        curves = [("held-out data", e_test), ("fresh samples", e_samples)]
+        if buffer is not None:
+            plot_image_grid(out / "buffer.png", images.to_pixel_range(buffer, pixel_range), pixel_range, "replay buffer")
+            curves.append(("replay buffer", e_buffer))
+        plot_energy_histograms(out / "energy_histogram.png", curves, "energies of data and samples")
+    metrics: dict[str, Any] = {
+        "image_shape": list(train.shape[1:]), "pixel_range": list(pixel_range), "model_range": [-1.0, 1.0],
+        "mean_energy_test": float(e_test.mean()), "mean_energy_samples": float(e_samples.mean()),
+        "mean_energy_buffer": None if e_buffer is None else float(e_buffer.mean()),
+        "sample_quality": sample_quality(samples, train, test, labels),
+    }
+    if ais_chains:
+        metrics["ais"] = ais_log_likelihood(energy, train, test, n_chains=ais_chains, n_temperatures=ais_temperatures,
+                                            seed=seed, bounds=(-1.0, 1.0))
+    return metrics

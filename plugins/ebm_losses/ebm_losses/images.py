@@ -1,0 +1,161 @@
+"""Image data for ``ebm train``: arrays in ``.npz``/``.pt`` files, a folder of PNG files, or scikit-learn's digits.
+
+Every loader returns images ``(N, C, H, W)`` as stored (no scaling) and the range their pixels are
+on (:class:`ImageSet`). :func:`to_model_range` maps that range linearly onto ``[−1, 1]``, the range
+the models train on; :func:`to_pixel_range` is its inverse, for plots. :func:`split` shuffles with
+a seed and holds out a test set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from ebmcore.errors import ConfigError, InputError
+
+__all__ = ["ImageSet", "DIGITS", "load", "load_array", "load_png_folder", "load_digits", "is_image_source",
+           "to_model_range", "to_pixel_range", "split"]
+
+DIGITS = "digits"
+"""The name of scikit-learn's handwritten digits (1,797 grey 8×8 images, pixels 0–16; ``pip install ebm-losses[images]``)."""
+
+_ARRAY_KEYS = ("images", "x", "data", "samples")
+
+
+@dataclass(frozen=True)
+class ImageSet:
+    """``images: (N, C, H, W)`` float32 as stored, ``pixel_range = (low, high)`` of the stored values, optional
+    ``labels: (N,)`` (kept for reports, never used for training)."""
+
+    images: Tensor
+    pixel_range: tuple[float, float]
+    labels: Tensor | None = None
+
+
+def is_image_source(name: str) -> bool:
+    """Whether a ``[data] dataset`` value names image data rather than a 2-d toy set or a point file."""
+    return name == DIGITS or Path(name).is_dir() or name.endswith((".npz", ".pt")) and _looks_like_images(Path(name))
+
+
+def _looks_like_images(path: Path) -> bool:
+    try:
+        return path.is_file() and _read_array(path).dim() >= 3
+    except (ConfigError, OSError, ValueError, RuntimeError):
+        return False
+
+
+def _as_nchw(values: Tensor, source: str) -> Tensor:
+    """``(N, H, W)`` gains a channel; ``(N, H, W, C)`` with ``C`` in 1, 3, 4 and ``C > 4`` pixels wide becomes ``(N, C, H, W)``."""
+    if values.dim() == 3:
+        return values.unsqueeze(1)
+    if values.dim() == 4 and values.shape[1] not in (1, 3, 4) and values.shape[-1] in (1, 3, 4):
+        return values.permute(0, 3, 1, 2).contiguous()
+    if values.dim() == 4:
+        return values
+    raise ConfigError(f"{source}: expected images (N, H, W), (N, C, H, W) or (N, H, W, C), got shape {tuple(values.shape)}.")
+
+
+def _default_range(values: Tensor) -> tuple[float, float]:
+    """``(0, 255)`` for integer pixels, ``(0, 1)`` for floats within it, otherwise the data's min and max."""
+    if not values.is_floating_point():
+        return (0.0, 255.0)
+    low, high = float(values.min()), float(values.max())
+    return (0.0, 1.0) if low >= 0.0 and high <= 1.0 else (low, high)
+
+
+def _read_array(path: Path, key: str | None = None) -> Tensor:
+    if path.suffix == ".pt":
+        obj = torch.load(path, weights_only=True)
+        if isinstance(obj, dict):
+            found = key or next((k for k in _ARRAY_KEYS if k in obj), None)
+            if found is None or found not in obj:
+                raise ConfigError(f"{path}: no array under {key or ' / '.join(_ARRAY_KEYS)}; its keys are {sorted(obj)}.")
+            obj = obj[found]
+        if not isinstance(obj, Tensor):
+            raise ConfigError(f"{path}: expected a tensor, got {type(obj).__name__}.")
+        return obj
+    import numpy as np
+
+    with np.load(path) as arrays:
+        found = key or next((k for k in _ARRAY_KEYS if k in arrays), None) or (arrays.files[0] if len(arrays.files) == 1 else None)
+        if found is None or found not in arrays:
+            raise ConfigError(f"{path}: no array under {key or ' / '.join(_ARRAY_KEYS)}; it holds {arrays.files}.")
+        return torch.from_numpy(arrays[found].copy())
+
+
+def load_array(path: str | Path, key: str | None = None) -> ImageSet:
+    """Images from a ``.npz`` (array ``images``, ``x``, ``data`` or ``samples``, or its only array) or a ``.pt`` (a tensor,
+    or a dict holding one under those keys); ``key`` picks another array."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"no such file {path}.")
+    raw = _read_array(path, key)
+    values = _as_nchw(raw, str(path))
+    return ImageSet(values.float(), _default_range(raw))
+
+
+def load_png_folder(path: str | Path) -> ImageSet:
+    """Every ``*.png`` in the folder ``path`` (sorted by name; all of one size and mode), pixels ``0–255``."""
+    import numpy as np
+
+    try:
+        from PIL import Image
+    except ImportError:
+        raise ConfigError("reading PNG files needs Pillow: pip install 'ebm-losses[images]'.") from None
+    path = Path(path)
+    files = sorted(path.glob("*.png"))
+    if not files:
+        raise ConfigError(f"{path}: no .png files in this folder.")
+    arrays = []
+    for f in files:
+        with Image.open(f) as image:
+            arrays.append(np.asarray(image.convert("L") if image.mode in ("L", "P", "1", "I;16") else image.convert("RGB")))
+    shapes = {a.shape for a in arrays}
+    if len(shapes) > 1:
+        raise ConfigError(f"{path}: the PNG files differ in size or mode ({sorted(shapes)}); resize them to one shape.")
+    values = _as_nchw(torch.from_numpy(np.stack(arrays)), str(path))
+    return ImageSet(values.float(), (0.0, 255.0))
+
+
+def load_digits() -> ImageSet:
+    """scikit-learn's handwritten digits: ``(1797, 1, 8, 8)``, pixels ``0–16``, labels ``0–9`` (no download)."""
+    try:
+        from sklearn.datasets import load_digits as sklearn_digits
+    except ImportError:
+        raise ConfigError("the digits data set needs scikit-learn: pip install 'ebm-losses[images]'.") from None
+    bunch = sklearn_digits()
+    return ImageSet(torch.from_numpy(bunch.images).float().unsqueeze(1), (0.0, 16.0), torch.from_numpy(bunch.target))
+
+
+def load(name: str) -> ImageSet:
+    """``digits``, a folder of PNG files, or a ``.npz``/``.pt`` array file."""
+    if name == DIGITS:
+        return load_digits()
+    if Path(name).is_dir():
+        return load_png_folder(name)
+    return load_array(name)
+
+
+def to_model_range(images: Tensor, pixel_range: tuple[float, float]) -> Tensor:
+    """Map pixels on ``pixel_range = (low, high)`` linearly onto ``[−1, 1]``."""
+    low, high = pixel_range
+    if not high > low:
+        raise InputError(f"pixel_range must have high > low, got {pixel_range}.")
+    return (images - low) * (2.0 / (high - low)) - 1.0
+
+
+def to_pixel_range(images: Tensor, pixel_range: tuple[float, float]) -> Tensor:
+    """The inverse of :func:`to_model_range`: ``[−1, 1]`` back onto ``pixel_range`` (values outside are not clipped)."""
+    low, high = pixel_range
+    return (images + 1.0) * ((high - low) / 2.0) + low
+
+
+def split(images: Tensor, n_test: int, seed: int) -> tuple[Tensor, Tensor]:
+    """Shuffle ``images`` with ``seed`` (a local generator) and hold out ``n_test`` of them: ``(train, test)``."""
+    if not 0 < n_test < images.shape[0]:
+        raise InputError(f"n_test must be between 1 and {images.shape[0] - 1} for {images.shape[0]} images, got {n_test}.")
+    order = torch.randperm(images.shape[0], generator=torch.Generator().manual_seed(seed))
+    return images[order[n_test:]], images[order[:n_test]]

@@ -1,0 +1,97 @@
+"""Annealed importance sampling against exact log partition functions."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from ebmcore import EnergyModel, GaussianEnergy, GaussianMixtureEnergy
+from ebmcore.errors import InputError
+from ebm_samplers.ais import estimate_log_z as ais, sigmoid_betas
+
+
+def _gaussian(d: int, seed: int) -> tuple[GaussianEnergy, float]:
+    """An unnormalised Gaussian ``½(x−m)ᵀP(x−m)`` with a random SPD covariance; exact ``log Z = d/2·log 2π + ½ log det Σ``."""
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(d, d, generator=g, dtype=torch.float64)
+    cov = a @ a.T / d + 0.5 * torch.eye(d, dtype=torch.float64)
+    mean = torch.randn(d, generator=g, dtype=torch.float64)
+    return GaussianEnergy(mean, covariance=cov), 0.5 * d * math.log(2 * math.pi) + 0.5 * float(torch.logdet(cov))
+
+
+@pytest.mark.parametrize("d, transition", [(2, "mala"), (10, "mala"), (10, "hmc")])
+def test_ais_matches_the_exact_log_z_of_gaussians(d, transition):
+    energy, exact = _gaussian(d, seed=d)
+    result = ais(energy, n_chains=512, n_temperatures=200, transition=transition, scale=2.0,
+                 generator=torch.Generator().manual_seed(1))
+    assert 0 < result.standard_error < 0.1
+    assert abs(result.log_z - exact) < 4 * result.standard_error + 1e-3, (result.log_z, exact, result.standard_error)
+    # the mean log weight is a lower bound in expectation (Jensen)
+    assert result.mean_log_weight < exact + 4 * result.mean_log_weight_se
+    assert 0.3 < result.acceptance_rate < 0.95
+    assert result.log_weights.shape == (512,) and result.samples.shape == (512, d)
+
+
+@pytest.mark.parametrize("d", [2, 5])
+def test_ais_matches_the_normalised_gaussian_mixture(d):
+    """``GaussianMixtureEnergy`` is normalised (``exp(−E)`` is the density), so ``log Z = 0``; three separated modes."""
+    means = torch.stack([torch.full((d,), -3.0), torch.zeros(d), torch.full((d,), 3.0)]).double()
+    energy = GaussianMixtureEnergy(means, stds=torch.tensor([0.5, 0.8, 0.6]).double(), weights=torch.tensor([0.2, 0.5, 0.3]))
+    result = ais(energy, n_chains=512, n_temperatures=300, scale=3.0, generator=torch.Generator().manual_seed(2))
+    assert result.standard_error < 0.15
+    assert abs(result.log_z) < 4 * result.standard_error + 1e-3, (result.log_z, result.standard_error)
+
+
+def test_one_temperature_is_plain_importance_sampling_from_the_base():
+    """With ``β = (0, 1)`` the weights are ``p/p₀`` at base draws: for the base itself every weight is ``log Z₀``."""
+    energy = GaussianEnergy(torch.zeros(3, dtype=torch.float64), covariance=4.0 * torch.eye(3, dtype=torch.float64))
+    result = ais(energy, n_chains=64, betas=[0.0, 1.0], scale=2.0, generator=torch.Generator().manual_seed(0))
+    exact = 1.5 * math.log(2 * math.pi * 4.0)
+    torch.testing.assert_close(result.log_weights, torch.full((64,), exact, dtype=torch.float64))
+    assert result.standard_error == pytest.approx(0.0, abs=1e-12) and result.effective_sample_size == pytest.approx(64)
+
+
+def test_sigmoid_schedule_and_bad_arguments():
+    betas = sigmoid_betas(10)
+    assert betas[0] == 0.0 and betas[-1] == 1.0 and len(betas) == 11 and all(b > a for a, b in zip(betas, betas[1:]))
+    energy = GaussianEnergy(dim=2, dtype=torch.float64)
+    with pytest.raises(InputError, match="betas must increase"):
+        ais(energy, betas=[0.0, 0.7, 0.5, 1.0])
+    with pytest.raises(InputError, match="transition must be one of mala, hmc"):
+        ais(energy, transition="nuts")
+    with pytest.raises(InputError, match="n_chains must be an integer >= 2"):
+        ais(energy, n_chains=1)
+
+
+class _ImageQuadratic(EnergyModel):
+    """``E(x) = ½ Σ (x / s)²`` over images ``(1, 4, 4)``: ``log Z = 16·(log s + ½ log 2π)``."""
+
+    event_shape = (1, 4, 4)
+
+    def __init__(self, s: float) -> None:
+        super().__init__()
+        self.register_buffer("s", torch.tensor(s, dtype=torch.float64))
+
+    def compute_energy(self, x):
+        return 0.5 * (x / self.s).square().sum((1, 2, 3))
+
+
+def test_ais_takes_image_shaped_states():
+    result = ais(_ImageQuadratic(0.3), n_chains=256, n_temperatures=100, loc=torch.zeros(1, 4, 4), scale=1.0,
+                 generator=torch.Generator().manual_seed(3))
+    exact = 16 * (math.log(0.3) + 0.5 * math.log(2 * math.pi))
+    assert result.samples.shape == (256, 1, 4, 4)
+    assert abs(result.log_z - exact) < 4 * result.standard_error + 1e-3, (result.log_z, exact, result.standard_error)
+
+
+def test_ais_on_a_box_matches_the_truncated_gaussian():
+    """``bounds``: ``exp(−x²/(2s²))`` on ``[−1, 1]^16`` has ``log Z = d·log(s√(2π)·(Φ(1/s) − Φ(−1/s)))``; moves leaving
+    the box are rejected, so the final states stay inside."""
+    s = 0.6
+    energy = _ImageQuadratic(s)
+    exact = 16 * math.log(s * math.sqrt(2 * math.pi) * math.erf(1 / (s * math.sqrt(2))))
+    result = ais(energy, n_chains=256, n_temperatures=100, bounds=(-1.0, 1.0), generator=torch.Generator().manual_seed(4))
+    assert bool((result.samples.abs() <= 1).all())
+    assert abs(result.log_z - exact) < 4 * result.standard_error + 1e-3, (result.log_z, exact, result.standard_error)
