@@ -14,7 +14,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["unavailable", "plot_landscape", "plot_traces", "plot_autocorrelation", "plot_curve", "plot_density"]
+__all__ = ["unavailable", "save_figure", "plot_landscape", "plot_traces", "plot_autocorrelation", "plot_curve",
+           "plot_density"]
 
 
 def unavailable() -> str | None:
@@ -35,7 +36,7 @@ def _pyplot() -> Any:
     return plt
 
 
-def _save(fig: Any, path: Path) -> None:
+def save_figure(fig: Any, path: Path) -> None:
     """Write ``fig`` as a PNG to ``path`` atomically (:func:`ebmcore.runfiles.write_bytes`), and close it."""
     from ebmcore.runfiles import write_bytes
 
@@ -76,7 +77,7 @@ def plot_landscape(path: Path, energy_fn: Callable[[Tensor], Tensor], samples: T
     ax.scatter(shown[:, 0].numpy(), shown[:, 1].numpy(), s=2, c="white", alpha=0.5, linewidths=0)
     ax.set(title=title, xlabel="x₁", ylabel="x₂", xlim=lim[:2], ylim=lim[2:])
     fig.tight_layout()
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def plot_traces(path: Path, trajectory: Tensor, n_chains: int = 4, n_coords: int = 2) -> None:
@@ -92,7 +93,7 @@ def plot_traces(path: Path, trajectory: Tensor, n_chains: int = 4, n_coords: int
     axes[-1, 0].set_xlabel("kept step")
     fig.suptitle("traces (first chains)")
     fig.tight_layout()
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def plot_autocorrelation(path: Path, autocorrelation: Tensor, n_coords: int = 2) -> None:
@@ -106,7 +107,7 @@ def plot_autocorrelation(path: Path, autocorrelation: Tensor, n_coords: int = 2)
     ax.set(xlabel="lag", ylabel="autocorrelation", title="autocorrelation (mean over chains)")
     ax.legend()
     fig.tight_layout()
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def plot_curve(path: Path, steps: list[int], values: list[float], title: str, ylabel: str) -> None:
@@ -121,7 +122,7 @@ def plot_curve(path: Path, steps: list[int], values: list[float], title: str, yl
     ax.set(xlabel="step", ylabel=ylabel, title=title)
     ax.legend()
     fig.tight_layout()
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def plot_density(path: Path, energy_fn: Callable[[Tensor], Tensor], data: Tensor, title: str) -> None:
@@ -139,4 +140,4 @@ def plot_density(path: Path, energy_fn: Callable[[Tensor], Tensor], data: Tensor
     axes[1].imshow(density.numpy(), origin="lower", extent=lim, cmap="magma", aspect="auto")
     axes[1].set(title=title, xlabel="x₁")
     fig.tight_layout()
-    _save(fig, path)
+    save_figure(fig, path)

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from ebmcore import EnergyModel
-from ebmcore.plotting import _pyplot
+from ebmcore.plotting import _pyplot, save_figure
 
 __all__ = ["plot_image_grid", "plot_energy_histograms", "ais_log_likelihood", "sample_quality", "image_report"]
 
@@ -35,8 +35,7 @@ def plot_image_grid(path: Path, images: Tensor, pixel_range: tuple[float, float]
     ax.set_axis_off()
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def plot_energy_histograms(path: Path, energies: Sequence[tuple[str, Tensor]], title: str) -> None:
@@ -53,8 +52,7 @@ def plot_energy_histograms(path: Path, energies: Sequence[tuple[str, Tensor]], t
     ax.set_title(title, fontsize=10)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def ais_log_likelihood(energy: EnergyModel, train: Tensor, test: Tensor, *, n_chains: int, n_temperatures: int,
