@@ -14,12 +14,14 @@ rm -rf "$VENV"
 "$PYTHON" -m venv "$VENV"
 PIP="$VENV/bin/pip"
 
-"$PIP" install -q torch==2.13.0 torchebm==0.8.9 jax blackjax numpy "setuptools>=70.1" wheel
+"$PIP" install -q torch==2.13.0 torchebm==0.8.9 jax blackjax numpy "setuptools>=77" wheel
 
 editables=(-e "$ROOT")
 for plugin in "$ROOT"/plugins/*/; do
     if [[ -f "$plugin/pyproject.toml" ]]; then
-        editables+=(-e "${plugin%/}")
+        spec="${plugin%/}"
+        [[ "$(basename "$spec")" == ebm_losses ]] && spec="$spec[images]"  # image_step.py: scikit-learn's digits
+        editables+=(-e "$spec")
     fi
 done
 "$PIP" install -q --no-build-isolation "${editables[@]}"

@@ -46,7 +46,7 @@ __all__ = [
 CHUNK_VALUES = 1 << 16
 """How many draws the statistics hold at once: a block of event elements with all their draws (a whole
 element at least, since ranks pool every chain), and chunks of chains within it (for the FFTs). Memory grows
-with this, not with the trajectory: about 60 bytes per value of a block."""
+with this, not with the trajectory: about 100 bytes per value of a block."""
 
 _LAYOUT = "(n_draws, n_chains, *event_shape)"
 _MIN_DRAWS = 4

@@ -14,8 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["unavailable", "save_figure", "plot_landscape", "plot_traces", "plot_autocorrelation", "plot_curve",
-           "plot_density"]
+__all__ = ["unavailable", "pyplot", "save_figure", "plot_landscape", "plot_traces", "plot_autocorrelation", "plot_curve", "plot_density"]
 
 
 def unavailable() -> str | None:
@@ -27,7 +26,7 @@ def unavailable() -> str | None:
     return None
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -44,7 +43,7 @@ def save_figure(fig: Any, path: Path) -> None:
     try:
         fig.savefig(buffer, dpi=110, format="png")
     finally:
-        _pyplot().close(fig)
+        pyplot().close(fig)
     write_bytes(path, buffer.getbuffer())
 
 
@@ -63,7 +62,7 @@ def _limits(points: Tensor, pad: float = 0.15) -> tuple[float, float, float, flo
 
 def plot_landscape(path: Path, energy_fn: Callable[[Tensor], Tensor], samples: Tensor, title: str) -> None:
     """Energy contours of a 2-d energy with the samples over them."""
-    plt = _pyplot()
+    plt = pyplot()
     pts = samples.detach().double().cpu()
     lim = _limits(pts)
     xx, yy, grid = _grid(lim)
@@ -82,7 +81,7 @@ def plot_landscape(path: Path, energy_fn: Callable[[Tensor], Tensor], samples: T
 
 def plot_traces(path: Path, trajectory: Tensor, n_chains: int = 4, n_coords: int = 2) -> None:
     """Trace plots of the first chains, one panel per coordinate; ``trajectory: (n_kept, n_chains, d)``."""
-    plt = _pyplot()
+    plt = pyplot()
     traj = trajectory.detach().float().cpu().flatten(2)
     k = min(n_coords, traj.shape[2])
     fig, axes = plt.subplots(k, 1, figsize=(8, 2.2 * k), squeeze=False)
@@ -98,7 +97,7 @@ def plot_traces(path: Path, trajectory: Tensor, n_chains: int = 4, n_coords: int
 
 def plot_autocorrelation(path: Path, autocorrelation: Tensor, n_coords: int = 2) -> None:
     """Mean autocorrelation over chains by lag; ``autocorrelation: (n_lags, n_chains, d)``."""
-    plt = _pyplot()
+    plt = pyplot()
     acf = autocorrelation.detach().float().cpu().flatten(2).mean(1)
     fig, ax = plt.subplots(figsize=(7, 3.5))
     for i in range(min(n_coords, acf.shape[1])):
@@ -112,7 +111,7 @@ def plot_autocorrelation(path: Path, autocorrelation: Tensor, n_coords: int = 2)
 
 def plot_curve(path: Path, steps: list[int], values: list[float], title: str, ylabel: str) -> None:
     """A training curve with a moving average."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 3.5))
     ax.plot(steps, values, lw=0.5, alpha=0.5, label="per step")
     if len(values) >= 20:
@@ -127,7 +126,7 @@ def plot_curve(path: Path, steps: list[int], values: list[float], title: str, yl
 
 def plot_density(path: Path, energy_fn: Callable[[Tensor], Tensor], data: Tensor, title: str) -> None:
     """The data (2-d histogram) next to the learned density ``exp(−E)`` normalised on the same grid."""
-    plt = _pyplot()
+    plt = pyplot()
     pts = data.detach().double().cpu()
     lim = _limits(pts)
     xx, yy, grid = _grid(lim)

@@ -249,11 +249,13 @@ def test_public_gradient_is_detached_unless_create_graph():
 
 
 @pytest.mark.parametrize("name", ["gaussian", "double_well", "harmonic", "rosenbrock", "ackley", "rastrigin", "mlp"])
-def test_energies_compute_shapes_on_the_meta_device_and_sampling_there_is_refused(name):
+def test_energies_evaluate_on_the_meta_device_for_shapes_and_sampling_there_is_refused(name):
     energy = ebmcore.energy(name, dim=3).to("meta")
     x = torch.empty(5, 3, device="meta")
-    e, g = energy.compute_energy(x), energy.compute_gradient(x, False)
-    assert (e.shape, e.device.type, g.shape) == ((5,), "meta", (5, 3))
+    e, g = energy.compute_energy_and_gradient(x)  # the unchecked methods: shapes without values
+    assert (e.shape, e.device.type) == ((5,), "meta") and energy.compute_gradient(x).shape == (5, 3)
+    with pytest.raises(InputError, match="x is on the meta device.*the unchecked compute_\\* methods take meta tensors"):
+        energy.energy_and_gradient(x)  # the checked ones check values, which meta tensors lack
     sampler = ebmcore.registry.get("sampler", "langevin")(energy, step_size=0.1)
     with pytest.raises(InputError, match="x0 is on the meta device.*Sample on 'cpu' or 'cuda'"):
         sampler.sample(x, 3)

@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BENCHMARK_JSONS = [  # later runs replace earlier ones workload by workload
     ROOT / "benchmarks" / "results" / "2026-11-21-cpu-1thread-final.json",        # every workload, per-step loop
     ROOT / "benchmarks" / "results" / "2026-11-21-cpu-1thread-fused-avx512.json",  # W1-W3, S1, S4 with the fused chains
+    ROOT / "benchmarks" / "results" / "2026-11-25-cpu-1thread-neural.json",       # W4-W8, S8: closed-form MLP gradient, fused NUTS
 ]
 DPI = 110
 COLORS = {"ULA": "#1b9e77", "MALA": "#d95f02", "HMC": "#7570b3", "NUTS": "#e7298a", "PT": "#66a61e"}
@@ -276,10 +277,12 @@ def benchmarks(out: Path, quick: bool) -> Path:
     ax.set_yticks(ys.numpy(), names, fontsize=8)
     ax.invert_yaxis()
     meta = runs[0]["meta"]
+    days = sorted({run["meta"]["date"][:10] for run in runs})
+    dates = days[0] if len(days) == 1 else f"{days[0]} to {days[-1]}"
     commits = ", ".join(f"{'/'.join(w for w, (_, m) in workloads.items() if m is run['meta'])} at {run['meta']['git']['commit']}"
                         for run in runs[::-1])
     ax.set(xlabel="ratio of median times (> 1: ebm faster; log scale)",
-           title=f"ebm against torchebm 0.8.9 and BlackJAX 1.7.1, CPU, {meta['threads']} thread, {meta['date'][:10]}\n"
+           title=f"ebm against torchebm 0.8.9 and BlackJAX 1.7.1, CPU, {meta['threads']} thread, {dates}\n"
                  f"({commits})")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()

@@ -4,7 +4,7 @@ An energy whose ``compute_energy`` is a chain ``Linear → activation → … �
 optionally negated) has ``∇ₓE`` in closed form: the forward pass, then the chain rule backwards with the same
 ATen kernels autograd would call (``addmm``/``mm`` and ``silu_backward``, ``tanh_backward``, …). Done here on
 buffers reused from step to step, with no graph and no autograd engine, the result equals autograd's to the last
-bit and costs less (W4: about 1.5× at 10,000 chains, 1 thread). :func:`plan` recognises the chain by tracing
+bit and costs less (see the performance guide, W4). :func:`plan` recognises the chain by tracing
 ``compute_energy`` with ``torch.fx`` once per model, and checks at every bind that the plan still gives the
 model's energy; anything else keeps autograd.
 """

