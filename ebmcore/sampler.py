@@ -70,7 +70,8 @@ def check_run_arguments(x0: Any, n_steps: int, burn_in: int = 0, thin: int = 1, 
                          f"use torch.Generator(device={str(x0.device)!r}).manual_seed(...).")
     if isinstance(x0, Tensor) and x0.device.type == "meta":
         raise InputError("x0 is on the meta device, which holds shapes but no values: a chain cannot run there. "
-                         "Sample on 'cpu' or 'cuda' (energy.to(device), x0.to(device)); energies evaluate on meta for shapes.")
+                         "Sample on 'cpu' or 'cuda' (energy.to(device), x0.to(device)); an energy's compute_* methods take meta "
+                         "tensors, for shapes.")
 
 
 @dataclass

@@ -96,10 +96,7 @@ def check_gradient_output(grad: Any, x: Tensor, *, owner: str) -> Tensor:
 
 
 def check_finite(values: Tensor, *, what: str, x: Tensor | None = None, fix: str = "") -> Tensor:
-    """Raise :class:`NonFiniteError` naming the rows where ``values`` is NaN or infinite (one host sync).
-    Tensors on the ``meta`` device hold shapes but no values: there is nothing to check."""
-    if values.device.type == "meta":
-        return values
+    """Raise :class:`NonFiniteError` naming the rows where ``values`` is NaN or infinite (one host sync)."""
     bad = ~torch.isfinite(values)
     if values.dim() > 1:
         bad = bad.flatten(1).any(1)

@@ -26,6 +26,7 @@ import ebmcore
 from ebmcore import chunks, distributed, registry, runfiles
 from ebmcore.config import load_job_config, non_negative, parse_device, positive, seed_range
 from ebmcore.errors import ConfigError, RunFileError
+from ebmcore.recording import available_memory
 
 from ebm_samplers import draws, run_report
 from ebm_samplers.adaptation import cannot_warm_up, warmup
@@ -145,32 +146,25 @@ def _initial(config: dict[str, Any], energy: ebmcore.EnergyModel, size: int, gen
     return config["sampler"]["init_scale"] * torch.randn((size, *(energy.event_shape or (2,))), generator=generator, device=device)
 
 
-def _machine_memory(device: torch.device) -> int | None:
-    """Bytes of memory of ``device`` (the host's RAM for the CPU), None where unknown."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).total_memory
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
 def check_size(config: dict[str, Any], energy: ebmcore.EnergyModel, device: torch.device) -> None:
-    """Refuse, before any work, a run whose kept draws cannot fit in memory: the trajectory ``(n_steps // thin,
-    n_chains, *event)`` and the diagnostics' working copies (about 3 times more) against the device's memory."""
+    """Refuse, before the warm-up, a run whose kept draws cannot fit in memory: the trajectory ``(n_steps // thin,
+    n_chains, *event)``, and its copy in the draws file, against the memory the device has available
+    (:func:`ebmcore.recording.available_memory`)."""
     s = config["sampler"]
     if config["run"]["n_samples"]:  # a stream holds one chunk at a time
         return
     event = energy.event_shape or (2,)
-    values = (s["n_steps"] // s["thin"]) * s["n_chains"] * max(1, int(torch.Size(event).numel()))
-    needed = 4 * values * torch.get_default_dtype().itemsize
-    memory = _machine_memory(device)
-    if memory is not None and needed > memory:
+    copies = 1 if config["output"]["draws"] == "none" else 2
+    values = (s["n_steps"] // s["thin"]) * s["n_chains"] * int(torch.Size(event).numel())
+    needed = copies * values * torch.get_default_dtype().itemsize
+    available = available_memory(device)
+    if available is not None and needed > available:
         raise ConfigError(
             f"{config['source']} [sampler]: n_steps = {s['n_steps']} // thin = {s['thin']} kept draws of n_chains = "
-            f"{s['n_chains']} chains of shape {tuple(event)} need about {needed / 1e9:,.1f} GB (the draws, and the "
-            f"diagnostics' working copies), more than the {memory / 1e9:,.1f} GB of {device}; lower n_steps or n_chains, "
-            "raise thin, or stream independent chains to disk with [run] n_samples.")
+            f"{s['n_chains']} chains of shape {tuple(event)} need about {needed / 1e9:,.1f} GB (the draws"
+            f"{', and their copy in the draws file' if copies == 2 else ''}), more than the {available / 1e9:,.1f} GB "
+            f"available on {device}; lower n_steps or n_chains, raise thin, or stream independent chains to disk with "
+            "[run] n_samples.")
 
 
 def run(config: dict[str, Any], out: Path, *, resume: bool = False, overwrite: bool = False,
