@@ -286,9 +286,9 @@ def ebm_path(sampler: Any, x: Any) -> str:
     run = sampler.prepare(x, None, {})
     if run.chain is None:
         return run.path
-    op = f"{sampler.energy.op}_{sampler.algorithm.name}_chain"
-    chosen = ebmcore.explain(op, x, backend=sampler.energy.backend).chosen
-    return f"fused chain {op} ({chosen.backend if chosen else '?'})"
+    op = f"{sampler.energy.op}_{sampler.algorithm.name}_chain" if hasattr(sampler.energy, "op") else "feedforward_langevin_chain"
+    chosen = ebmcore.explain(op, x, backend=getattr(sampler.energy, "backend", None)).chosen
+    return run.path.replace("fused chain", f"fused chain {op} ({chosen.backend if chosen else '?'})", 1)
 
 
 def ebm_sampling(p: Problem, fused: bool | None = None, autocast: Any = None) -> Case:

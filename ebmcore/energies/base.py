@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Optional
 
 import torch
 from torch import Tensor, nn
@@ -35,6 +35,7 @@ class EnergyFunctions(NamedTuple):
     gradient: Callable[[Tensor], Tensor]
     energy_and_gradient: Callable[[Tensor], tuple[Tensor, Tensor]]
     path: str = ""  # how the gradient is computed, for reports ("" when nothing to say)
+    feedforward_plan: Optional[feedforward.FeedForward] = None  # the closed-form plan, for kernels that run the network themselves
 
 
 class EnergyModel(nn.Module):
@@ -100,7 +101,7 @@ class EnergyModel(nn.Module):
                     return slow(x) if autocast_enabled(device_type) else fast(x)
 
                 return EnergyFunctions(self.compute_energy, lambda x: energy_and_gradient(x)[1],
-                                       energy_and_gradient, plan.describe())
+                                       energy_and_gradient, plan.describe(), plan)
             return EnergyFunctions(self.compute_energy, self.compute_gradient, self.compute_energy_and_gradient,
                                    f"autograd ({why})")
         return EnergyFunctions(self.compute_energy, self.compute_gradient, self.compute_energy_and_gradient)

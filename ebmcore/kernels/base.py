@@ -22,6 +22,9 @@ class Kernel:
     reference backend uses 0. ``max_event_size``: the most elements per chain
     the kernel takes (fused chain kernels that hold a chain in registers);
     callers check it before choosing the kernel's path (None: no limit).
+    ``refuses(*static_args) -> reason | None``: why the kernel cannot take an
+    op's static arguments, e.g. a network with an activation it lacks (None:
+    it takes any); callers ask before choosing the kernel's path.
     """
 
     op: str
@@ -31,6 +34,7 @@ class Kernel:
     min_compute_capability: tuple[int, int] | None = None
     priority: int = 0
     max_event_size: int | None = None
+    refuses: Callable[..., str | None] | None = None
 
     def mismatch(self, device: torch.device, dtype: torch.dtype, capability: tuple[int, int] | None) -> str | None:
         """Why this kernel cannot take inputs on ``device`` with ``dtype`` (None if it can)."""

@@ -4,7 +4,8 @@ Both implement, for the analytic energies of ``csrc/ebm/energies.h`` (:data:`ebm
 ``gaussian``, ``double_well``, ``rosenbrock`` and ``harmonic``), the ops ``<energy>_energy`` and
 ``<energy>_gradient``, the fused chains
 ``<energy>_langevin_chain``, ``<energy>_hmc_chain`` and ``<energy>_nuts_chain`` (signatures in :mod:`ebmcore.kernels.ops`),
-and ``langevin_step`` and ``langevin_step_philox``.
+and ``langevin_step`` and ``langevin_step_philox``. The host build also runs Langevin chains of
+feed-forward networks (``feedforward_langevin_chain``: float32, SiLU, tanh, sigmoid or ReLU layers).
 
 Priorities: on CUDA every kernel outranks the ``torch`` reference (10 against 0). On the CPU the
 plain energy, gradient and step kernels rank below it (-10: selected only by name, e.g.
@@ -27,7 +28,7 @@ from ebmcore.kernels import torch_backend
 from ebmcore.kernels.base import Kernel, KernelBackend
 from ebm_cuda import library
 from ebm_cuda.energies import LAYOUTS
-from ebm_cuda.ops import MAX_CUDA_CHAIN_DIM, call
+from ebm_cuda.ops import FEEDFORWARD_ACTIVATIONS, MAX_CUDA_CHAIN_DIM, call
 
 __all__ = ["CudaBackend", "HostBackend", "CUDA_DTYPES", "HOST_DTYPES"]
 
@@ -122,6 +123,28 @@ def langevin_step_philox(x: Tensor, grad: Tensor, step_size: Any, noise_scale: A
     return call("langevin_step_philox", _flat(x), _flat(grad), h, s, hv, sv, seed, offset).view(x.shape)
 
 
+def _network_refusal(network: Any) -> str | None:
+    """Why ``feedforward_langevin_chain`` cannot run ``network`` (an ``ebmcore.energies.feedforward.FeedForward``)."""
+    hidden = network.layers[:-1]
+    if not hidden:
+        return "needs a hidden layer (this energy is linear)"
+    names = sorted({layer.activation.name for layer in hidden} - set(FEEDFORWARD_ACTIVATIONS))
+    if names:
+        return f"has no {', '.join(names)} (it takes {', '.join(FEEDFORWARD_ACTIVATIONS)})"
+    return None
+
+
+def feedforward_langevin_chain(x: Tensor, network: Any, *, n_steps: int, step_size: Any, noise_scale: Any, seed: int,
+                               offset: int) -> Tensor:
+    """``n_steps`` Langevin steps of the feed-forward energy ``network`` (``FeedForward``); ``x: (n, d)`` float32."""
+    h, hv = _scalar_or_vector(step_size)
+    s, sv = _scalar_or_vector(noise_scale)
+    layers = network.layers
+    return call("feedforward_langevin_chain", x, [layer.linear.weight for layer in layers], [layer.linear.bias for layer in layers],
+                [FEEDFORWARD_ACTIVATIONS.index(layer.activation.name) for layer in layers[:-1]], float(network.sign),
+                n_steps, h, s, hv, sv, seed, offset)
+
+
 def _kernels(device: str, dtypes: tuple[torch.dtype, ...], plain: int, fused: int, max_chain: int | None,
              capability: tuple[int, int] | None) -> list[Kernel]:
     def kernel(op: str, fn: Callable[..., Any], priority: int, max_event_size: int | None = None) -> Kernel:
@@ -154,7 +177,9 @@ class HostBackend(KernelBackend):
     """The host build of the same kernels: float16, bfloat16, float32 and float64 states on the CPU."""
 
     def __init__(self) -> None:
-        super().__init__("cpu_fused", _kernels("cpu", HOST_DTYPES, -10, 10, None, None),
+        network_chain = Kernel("feedforward_langevin_chain", feedforward_langevin_chain, ("cpu",), (torch.float32,), None, 10,
+                               refuses=_network_refusal)
+        super().__init__("cpu_fused", [*_kernels("cpu", HOST_DTYPES, -10, 10, None, None), network_chain],
                          description="ebm-cuda: the kernels built for the CPU (fused chains, vectorised over chains)")
 
     def unavailable_reason(self) -> str | None:

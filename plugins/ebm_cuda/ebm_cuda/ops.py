@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -24,7 +24,7 @@ from ebm_cuda import library
 from ebm_cuda.energies import KINDS, LAYOUTS
 from ebm_cuda.library import DTYPE_CODES, EnergySpec
 
-__all__ = ["KINDS", "MAX_CUDA_CHAIN_DIM", "call", "math_dtype", "normal", "philox4x32", "uniform"]
+__all__ = ["KINDS", "FEEDFORWARD_ACTIVATIONS", "MAX_CUDA_CHAIN_DIM", "call", "math_dtype", "normal", "philox4x32", "uniform"]
 
 _LAYOUT_OF_CODE = {layout.code: layout for layout in LAYOUTS.values()}
 MAX_CUDA_CHAIN_DIM = 64
@@ -241,6 +241,59 @@ def _(x, kind, v0, v1, a, b, n_steps, step_size, step_sizes, max_tree_depth, inv
     steps = x.new_empty((n,), dtype=torch.int64)
     return (torch.empty_like(x), x.new_empty((n,), dtype=math_dtype(x.dtype)), x.new_empty((n,), dtype=torch.int32), steps,
             torch.empty_like(steps))
+
+
+FEEDFORWARD_ACTIVATIONS = ("silu", "tanh", "sigmoid", "relu")
+"""The hidden-layer activations of ``feedforward_langevin_chain``, in the order of their codes (``ebm/feedforward_host.h``)."""
+
+
+def _feedforward_langevin_chain(x: Tensor, weights: Sequence[Tensor], biases: Sequence[Optional[Tensor]], activations: Sequence[int],
+                                sign: float, n_steps: int, step_size: float, noise_scale: float, step_sizes: Optional[Tensor],
+                                noise_scales: Optional[Tensor], seed: int, offset: int) -> Tensor:
+    """``n_steps`` Langevin steps of ``E(x) = sign · (W_L f(… f(W_1 x + b_1) …) + b_L)`` in one launch (host build,
+    float32). ``weights[l]: (out_l, in_l)`` with ``in_0 = d`` and ``out_L = 1``; ``biases[l]: (out_l,)`` or None;
+    ``activations``: one code of :data:`FEEDFORWARD_ACTIVATIONS` per hidden layer. The noise is the stream's, as in
+    ``langevin_chain``. Returns the new ``x: (n, d)``."""
+    x = _check(x, "feedforward_langevin_chain")
+    _check_stream(seed, offset)
+    if x.device.type != "cpu" or x.dtype != torch.float32:
+        raise InputError(f"ebm_cuda.feedforward_langevin_chain: float32 states on the CPU only, got {x.dtype} on {x.device}.")
+    n_hidden = len(weights) - 1
+    if n_hidden < 1 or len(biases) != len(weights) or len(activations) != n_hidden:
+        raise InputError(f"ebm_cuda.feedforward_langevin_chain: give at least two layers, one bias (or None) per layer and one "
+                         f"activation per hidden layer; got {len(weights)} weights, {len(biases)} biases, {len(activations)} activations.")
+    widths = [x.shape[1]]
+    for l, w in enumerate(weights):
+        if w.dim() != 2 or w.shape[1] != widths[-1] or (l == n_hidden and w.shape[0] != 1):
+            raise InputError(f"ebm_cuda.feedforward_langevin_chain: weights[{l}] of shape {tuple(w.shape)} does not follow width "
+                             f"{widths[-1]}" + (" into one output" if l == n_hidden else "") + ".")
+        widths.append(w.shape[0])
+    if n_steps < 0:
+        raise InputError(f"ebm_cuda.feedforward_langevin_chain: n_steps must be >= 0, got {n_steps}.")
+    if n_steps == 0:
+        return x.clone()
+    keep = [w.detach().to(torch.float32).contiguous() for w in weights]
+    keep += [b.detach().to(torch.float32).contiguous() for b in biases if b is not None]
+    w_ptrs = (ctypes.c_void_p * len(weights))(*(t.data_ptr() for t in keep[:len(weights)]))
+    bias_iter = iter(keep[len(weights):])
+    b_ptrs = (ctypes.c_void_p * len(biases))(*(None if b is None else next(bias_iter).data_ptr() for b in biases))
+    acts = (ctypes.c_int * n_hidden)(*activations)
+    widths_arr = (ctypes.c_int64 * len(widths))(*widths)
+    out = torch.empty_like(x)
+    hv, sv = _vector(step_sizes, x, "step_sizes"), _vector(noise_scales, x, "noise_scales")
+    library.host().call("feedforward_langevin_chain", n_hidden, widths_arr, w_ptrs, b_ptrs, acts, float(sign), x.data_ptr(),
+                        out.data_ptr(), x.shape[0], n_steps, step_size, noise_scale, _ptr(hv), _ptr(sv), seed, offset,
+                        torch.get_num_threads())
+    return out
+
+
+feedforward_langevin_chain = torch.library.custom_op("ebm_cuda::feedforward_langevin_chain", _feedforward_langevin_chain, mutates_args=())
+_IMPLS["feedforward_langevin_chain"] = _feedforward_langevin_chain
+
+
+@feedforward_langevin_chain.register_fake
+def _(x, weights, biases, activations, sign, n_steps, step_size, noise_scale, step_sizes, noise_scales, seed, offset):
+    return torch.empty_like(x)
 
 
 def _langevin_step_philox(x: Tensor, grad: Tensor, step_size: float, noise_scale: float, step_sizes: Optional[Tensor],

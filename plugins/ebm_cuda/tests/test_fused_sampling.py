@@ -133,8 +133,16 @@ def test_hmc_uses_the_fused_chain_by_default():
 
 
 def test_ula_on_a_neural_energy_can_draw_its_noise_in_the_step_kernel():
+    class GeluEnergy(ebmcore.EnergyModel):  # GELU: no network chain kernel, so the per-step loop
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Sequential(torch.nn.Linear(2, 16), torch.nn.GELU(), torch.nn.Linear(16, 1))
+
+        def compute_energy(self, x):
+            return self.net(x).squeeze(-1)
+
     torch.manual_seed(0)
-    energy = ebmcore.energy("mlp", dim=2)
+    energy = GeluEnergy()
     x0 = torch.randn(64, 2)
     sampler = LangevinSampler(energy, step_size=0.01)
     assert "langevin_step_philox" in sampler.prepare(x0, None, {}).path  # CPU: not automatic

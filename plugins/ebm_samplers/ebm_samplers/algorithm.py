@@ -121,11 +121,12 @@ def init_gradient_state(x: Tensor, fns: EnergyFunctions) -> GradientState:
     return GradientState(x, energy, grad)
 
 
-def chain_kernel(op: str, energy: EnergyModel, x: Tensor, fused: bool | None) -> Kernel | str:
+def chain_kernel(op: str, energy: EnergyModel, x: Tensor, fused: bool | None, *static: Any) -> Kernel | str:
     """The kernel of the fused ``op`` (:data:`ebmcore.kernels.ops.FUSED_OPS`, provided by a backend such as
     ``ebm-cuda``) for states ``x``, or why none can run here; the per-step loop is what it competes with. ``"<energy>_..."`` ops
     need an analytic energy (``<energy>`` is its ``op``). With ``fused=None`` (automatic) a kernel
-    is used only if it does not rank below the per-step loop (priority >= 0); ``fused=True`` takes any that can run."""
+    is used only if it does not rank below the per-step loop (priority >= 0); ``fused=True`` takes any that can run.
+    ``static``: the op's arguments that a kernel may refuse (:attr:`ebmcore.kernels.Kernel.refuses`)."""
     if op.startswith("<energy>"):
         if not isinstance(energy, AnalyticEnergy):
             return f"{type(energy).__name__} is not an analytic energy"
@@ -136,6 +137,9 @@ def chain_kernel(op: str, energy: EnergyModel, x: Tensor, fused: bool | None) ->
         return f"no kernel for {op}: {str(exc).splitlines()[0]}"
     if kernel.max_event_size is not None and x[0].numel() > kernel.max_event_size:
         return f"the {op} kernel takes at most {kernel.max_event_size} elements per chain, got {x[0].numel()}"
+    refusal = kernel.refuses(*static) if kernel.refuses is not None else None
+    if refusal:
+        return f"the {op} kernel {refusal}"
     if kernel.priority < 0 and fused is None:
         return f"the {op} kernel ranks below the per-step loop here (priority {kernel.priority}); fused=True forces it"
     return kernel

@@ -104,17 +104,27 @@ def build_kernel(integrator: Integrator | None = None, compile: bool = False) ->
 
 def build_chain(energy: EnergyModel, fns: EnergyFunctions, x: Tensor, params: Params, fused_setting: bool | None,
                 integrator: Integrator) -> Chain | str:
-    """Many ULA steps per launch with the ``<energy>_langevin_chain`` kernel; for other energies, one
-    ``langevin_step_philox`` kernel per step (the noise drawn inside it). Euler–Maruyama only."""
+    """Many ULA steps per launch: the ``<energy>_langevin_chain`` kernel of an analytic energy, or the
+    ``feedforward_langevin_chain`` kernel of a feed-forward network (``fns.feedforward_plan``); for other
+    energies, one ``langevin_step_philox`` kernel per step (the noise drawn inside it). Euler–Maruyama only."""
     if not isinstance(integrator, EulerMaruyama):
         return f"the integrator is {integrator.name}, the fused chain is Euler–Maruyama"
     h = params.step_size
     s = noise_scale(h, params.temperature)
-    chain = chain_kernel("<energy>_langevin_chain", energy, x, fused_setting)
-    if not isinstance(chain, str):
-        chain_fn, args = chain.fn, energy.kernel_args()
-        return lambda state, n, seed, offset: (
-            State(chain_fn(state.x, *args, n_steps=n, step_size=h, noise_scale=s, seed=seed, offset=offset)), ChainInfo(None, None))
+    if fns.feedforward_plan is not None:
+        network = fns.feedforward_plan
+        chain = chain_kernel("feedforward_langevin_chain", energy, x, fused_setting, network)
+        if not isinstance(chain, str):
+            network_fn = chain.fn
+            return lambda state, n, seed, offset: (
+                State(network_fn(state.x, network, n_steps=n, step_size=h, noise_scale=s, seed=seed, offset=offset)),
+                ChainInfo(None, None))
+    else:
+        chain = chain_kernel("<energy>_langevin_chain", energy, x, fused_setting)
+        if not isinstance(chain, str):
+            chain_fn, args = chain.fn, energy.kernel_args()
+            return lambda state, n, seed, offset: (
+                State(chain_fn(state.x, *args, n_steps=n, step_size=h, noise_scale=s, seed=seed, offset=offset)), ChainInfo(None, None))
     step = chain_kernel("langevin_step_philox", energy, x, fused_setting)
     if isinstance(step, str):
         return f"{chain}; {step}"

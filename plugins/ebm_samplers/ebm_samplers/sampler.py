@@ -116,7 +116,7 @@ class AlgorithmSampler(Sampler):
         state = self.algorithm.init(x, fns)
         kernel = self.kernel()
         chain, path = self._chain(fns, x, params, every_step)
-        if chain is None and fns.path:
+        if fns.path:
             path = f"{path}; gradient: {fns.path}"
         if self.algorithm.energy_of is not None:
             energy_of = lambda s: self.algorithm.energy_of(s, fns, **self.options)  # noqa: E731

@@ -11,6 +11,7 @@
 
 #include "ebm/chains.h"
 #include "ebm/dispatch.h"
+#include "ebm/feedforward_host.h"
 
 namespace {
 
@@ -237,6 +238,44 @@ void nuts_chain_host(const ebm_energy* spec, const S* x, S* out, int64_t n, int6
   }
 }
 
+// Langevin chains of a feed-forward energy (ebm/feedforward_host.h): each tile of TILE chains runs all
+// n_steps with its state, activations and gradient in cache; the noise is the stream's, as in
+// langevin_chain_host, so a chain here and there differ only by rounding in the gradient.
+void feedforward_langevin_host(const ebm::ff::Network& net, const float* x, float* out, int64_t n, int64_t n_steps, double h,
+                               double s, const void* h_vec, const void* s_vec, uint64_t seed, uint64_t offset, int threads) {
+  static_assert(ebm::ff::ROWS == TILE, "a feed-forward tile is a Philox tile");
+  const ebm::Stream rng(seed);
+  const int d = net.widths[0], stride = 16 * ebm::ff::blocks(d);
+#pragma omp parallel num_threads(threads)
+  {
+    ebm::ff::Workspace ws(net);
+    alignas(64) float z[4][TILE];
+    float* xs = (float*)ws.x.data();
+    const float* g = (const float*)ws.grad.data();
+#pragma omp for schedule(static)
+    for (int64_t i0 = 0; i0 < n; i0 += TILE) {
+      const int m = (int)std::min<int64_t>(TILE, n - i0);
+      std::fill(xs, xs + TILE * stride, 0.0f);
+      for (int lane = 0; lane < m; ++lane)
+        for (int j = 0; j < d; ++j) xs[lane * stride + j] = x[(i0 + lane) * d + j];
+      const Tile<float> hl = load_lanes<float>(h_vec, (float)h, i0, m), sl = load_lanes<float>(s_vec, (float)s, i0, m);
+      for (int64_t t = 0; t < n_steps; ++t) {
+        ebm::ff::gradient(net, ws);
+        for (int b = 0; b < (d + 3) / 4; ++b) {
+          tile_normals(rng, (uint32_t)b, i0, offset + (uint64_t)t, z, 4 * b + 2 < d);
+          for (int l = 0; l < 4 && 4 * b + l < d; ++l)
+            for (int lane = 0; lane < TILE; ++lane) {
+              const int k = lane * stride + 4 * b + l;
+              xs[k] = ebm::langevin_move<float>(xs[k], g[k], hl.v[lane], sl.v[lane], z[l][lane]);
+            }
+        }
+      }
+      for (int lane = 0; lane < m; ++lane)
+        for (int j = 0; j < d; ++j) out[(i0 + lane) * d + j] = xs[lane * stride + j];
+    }
+  }
+}
+
 template <typename S>
 void langevin_update_host(const S* x, const S* grad, S* out, int64_t n, int d, double h, double s, const void* h_vec,
                           const void* s_vec, uint64_t seed, uint64_t offset, int threads) {
@@ -316,6 +355,21 @@ int ebm_host_langevin_step(int dtype, void* out, const void* x, const void* grad
                            int d, double h, double s, const void* h_vec, const void* s_vec, int threads) {
   EBM_HOST_DTYPES(dtype, S, langevin_step_host<S>((S*)out, (const S*)x, (const S*)grad, (const S*)noise, n, d, h, s,
                                                   h_vec, s_vec, threads))
+  return 0;
+}
+
+int ebm_host_feedforward_langevin_chain(int n_hidden, const int64_t* widths, const float* const* weights,
+                                        const float* const* biases, const int* activations, double sign, const float* x,
+                                        float* out, int64_t n, int64_t n_steps, double h, double s, const void* h_vec,
+                                        const void* s_vec, uint64_t seed, uint64_t offset, int threads) {
+  if (n_hidden < 1) return fail("a feed-forward chain needs at least one hidden layer");
+  for (int l = 0; l <= n_hidden; ++l)
+    if (widths[l] < 1 || widths[l] > (1 << 16)) return fail("layer widths must be in [1, 65536]");
+  for (int l = 0; l < n_hidden; ++l)
+    if (activations[l] < 0 || activations[l] >= ebm::ff::N_ACTIVATIONS) return fail("unknown activation code");
+  if (n_steps < 0) return fail("n_steps must be >= 0");
+  const ebm::ff::Network net(n_hidden, widths, weights, biases, activations, (float)sign);
+  feedforward_langevin_host(net, x, out, n, n_steps, h, s, h_vec, s_vec, seed, offset, threads);
   return 0;
 }
 

@@ -1,0 +1,141 @@
+"""The ``feedforward_langevin_chain`` kernel: Langevin chains of a feed-forward network run inside the host build.
+
+Held to the reference path: autograd's gradient of the same network and the stream's noise
+(``ebm_cuda.reference.normal``), step for step; and, through the sampler, to the law of the per-step loop.
+"""
+
+import pytest
+import torch
+from torch import nn
+
+import ebmcore
+from ebmcore.energies import feedforward
+from ebmcore.errors import InputError
+from ebm_cuda import ops, reference
+from ebm_cuda.backends import feedforward_langevin_chain
+from ebm_samplers import LangevinSampler
+
+ACTIVATIONS = {"silu": nn.SiLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "relu": nn.ReLU}
+
+
+class Net(ebmcore.EnergyModel):
+    def __init__(self, net: nn.Module, sign: float = 1.0) -> None:
+        super().__init__()
+        self.net, self.sign = net, sign
+
+    def compute_energy(self, x):
+        e = self.net(x).squeeze(-1)
+        return -e if self.sign < 0 else e
+
+
+def _network(d, widths, activation, *, bias=True, seed=0):
+    torch.manual_seed(seed)
+    layers, prev = [], d
+    for w in widths:
+        layers += [nn.Linear(prev, w, bias=bias), ACTIVATIONS[activation]()]
+        prev = w
+    return nn.Sequential(*layers, nn.Linear(prev, 1, bias=bias))
+
+
+def _autograd_chain(energy, x, n_steps, h, s, seed, offset=0):
+    """The reference: ``x − h∇E(x) + s·ξ_t`` with autograd's gradient and the stream's normals."""
+    for t in range(n_steps):
+        x = x - h * energy.gradient(x) + s * reference.normal(x.shape[0], x.shape[1], seed, offset + t)
+    return x
+
+
+@pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
+@pytest.mark.parametrize("d, widths, n, bias, sign", [(2, [64, 64], 100, True, 1.0), (3, [20, 33], 37, True, -1.0),
+                                                      (17, [5], 16, False, 1.0), (1, [40, 7, 24], 1, True, 1.0)],
+                         ids=["w4-shape", "odd-widths-negated", "wide-input-no-bias", "three-hidden-one-chain"])
+def test_the_chain_follows_autograd_and_the_stream(activation, d, widths, n, bias, sign):
+    energy = Net(_network(d, widths, activation, bias=bias), sign)
+    x0 = torch.randn(n, d, generator=torch.Generator().manual_seed(1))
+    network, why = feedforward.plan(energy, x0)
+    assert network is not None, why
+    out = feedforward_langevin_chain(x0, network, n_steps=6, step_size=0.02, noise_scale=0.2, seed=11, offset=5)
+    expected = _autograd_chain(energy, x0, 6, 0.02, 0.2, 11, 5)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=2e-6)  # float32 rounding in a different order
+
+
+def test_per_chain_step_sizes_and_noise_scales():
+    energy = Net(_network(2, [32, 32], "silu"))
+    x0 = torch.randn(40, 2)
+    network, _ = feedforward.plan(energy, x0)
+    h, s = torch.linspace(0.01, 0.05, 40), torch.linspace(0.1, 0.3, 40)
+    out = feedforward_langevin_chain(x0, network, n_steps=3, step_size=h, noise_scale=s, seed=3, offset=0)
+    x = x0
+    for t in range(3):
+        x = x - h[:, None] * energy.gradient(x) + s[:, None] * reference.normal(40, 2, 3, t)
+    torch.testing.assert_close(out, x, rtol=1e-5, atol=2e-6)
+
+
+def test_a_nonfinite_chain_stays_apart_and_threads_change_nothing():
+    energy = Net(_network(2, [64, 64], "silu"))
+    x0 = torch.randn(50, 2)
+    x0[7, 1] = float("nan")
+    network, _ = feedforward.plan(energy, x0[:4])
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = feedforward_langevin_chain(x0, network, n_steps=5, step_size=0.01, noise_scale=0.1, seed=0, offset=0)
+        torch.set_num_threads(2)
+        two = feedforward_langevin_chain(x0, network, n_steps=5, step_size=0.01, noise_scale=0.1, seed=0, offset=0)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(one[torch.arange(50) != 7], two[torch.arange(50) != 7])
+    assert torch.isnan(one[7]).all() and torch.isfinite(one[torch.arange(50) != 7]).all()
+
+
+def test_langevin_sampler_takes_the_network_chain_by_default():
+    energy = Net(_network(2, [64, 64], "silu"))
+    x0 = torch.randn(64, 2)
+    sampler = LangevinSampler(energy, step_size=0.01)
+    path = sampler.prepare(x0, None, {}).path
+    assert path.startswith("fused chain") and "feed-forward network 2-64-64-1" in path
+    out = sampler.sample(x0, 4, burn_in=2, generator=torch.Generator().manual_seed(2))
+    seed = int(torch.randint(0, 2**62, (), generator=torch.Generator().manual_seed(2)))  # the key a fused run draws
+    torch.testing.assert_close(out, _autograd_chain(energy, x0, 6, 0.01, 0.02 ** 0.5, seed), rtol=1e-5, atol=2e-6)
+
+
+def test_the_network_chain_samples_a_known_law():
+    """A ReLU network whose energy is ``|x₁| + |x₂|``: the density is Laplace(0, 1) per coordinate (mean 0, variance 2,
+    E x⁴ = 24). 4,000 chains, 500 steps of h = 0.01 from N(0, I): each coordinate's mean is within 5 standard errors
+    (√(2/4000) = 0.022) of 0 and its variance within 5 standard errors (√(20/4000) = 0.071) of 2, on both paths."""
+    net = nn.Sequential(nn.Linear(2, 4, bias=False), nn.ReLU(), nn.Linear(4, 1, bias=False))
+    with torch.no_grad():
+        net[0].weight.copy_(torch.tensor([[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0], [0.0, -1.0]]))
+        net[2].weight.fill_(1.0)
+    energy = Net(net)
+    x0 = torch.randn(4000, 2, generator=torch.Generator().manual_seed(0))
+    assert LangevinSampler(energy, step_size=0.01).prepare(x0, None, {}).chain is not None
+    for fused in (None, False):
+        x = LangevinSampler(energy, step_size=0.01, fused=fused).sample(x0, 500, generator=torch.Generator().manual_seed(1))
+        assert (x.mean(0).abs() < 5 * (2 / 4000) ** 0.5).all(), (fused, x.mean(0))
+        assert ((x.var(0) - 2).abs() < 5 * (20 / 4000) ** 0.5).all(), (fused, x.var(0))
+
+
+def test_networks_the_kernel_cannot_run_keep_the_per_step_loop():
+    gelu = Net(nn.Sequential(nn.Linear(2, 8), nn.GELU(), nn.Linear(8, 1)))
+    path = LangevinSampler(gelu, step_size=0.01).prepare(torch.randn(4, 2), None, {}).path
+    assert "feedforward_langevin_chain kernel has no gelu(none)" in path and path.startswith("per-step loop")
+    double = Net(_network(2, [8], "silu").double())
+    path = LangevinSampler(double, step_size=0.01).prepare(torch.randn(4, 2, dtype=torch.float64), None, {}).path
+    assert path.startswith("per-step loop (no kernel for feedforward_langevin_chain")  # float32 only
+
+
+def test_the_op_checks_its_arguments():
+    x = torch.randn(8, 3)
+    w = [torch.randn(4, 3), torch.randn(1, 4)]
+    b = [None, None]
+    with pytest.raises(InputError, match=r"weights\[0\] of shape \(4, 2\) does not follow width 3"):
+        ops._feedforward_langevin_chain(x, [torch.randn(4, 2), w[1]], b, [0], 1.0, 1, 0.01, 0.1, None, None, 0, 0)
+    with pytest.raises(InputError, match="into one output"):
+        ops._feedforward_langevin_chain(x, [w[0], torch.randn(2, 4)], b, [0], 1.0, 1, 0.01, 0.1, None, None, 0, 0)
+    with pytest.raises(InputError, match="one activation per hidden layer"):
+        ops._feedforward_langevin_chain(x, w, b, [], 1.0, 1, 0.01, 0.1, None, None, 0, 0)
+    with pytest.raises(InputError, match="float32 states on the CPU only"):
+        ops._feedforward_langevin_chain(x.double(), w, b, [0], 1.0, 1, 0.01, 0.1, None, None, 0, 0)
+    with pytest.raises(ops.library.KernelError, match="unknown activation code"):
+        ops._feedforward_langevin_chain(x, w, b, [9], 1.0, 1, 0.01, 0.1, None, None, 0, 0)
+    assert torch.equal(ops._feedforward_langevin_chain(x, w, b, [0], 1.0, 0, 0.01, 0.1, None, None, 0, 0), x)
