@@ -569,8 +569,9 @@ def loss_case(p: Problem, loss_fn: Callable[[Any, Any], tuple[Any, Any]]) -> Cas
     return Case(run, check, reset)
 
 
-def ebm_loss(p: Problem, autocast: Any = None) -> Case:
-    """W5: ``ebm_losses.ContrastiveDivergence("langevin", n_steps, sampler_options={"step_size": h})``;
+def ebm_loss(p: Problem, autocast: Any = None, fused: bool | None = None) -> Case:
+    """W5: ``ebm_losses.ContrastiveDivergence("langevin", n_steps, sampler_options={"step_size": h})``
+    (``ebm-step``: with ``"fused": False``, the per-step loop drawing torchebm's noise);
     W6: ``SlicedScoreMatching(n_projections, projection=...)``; W7: ``DenoisingScoreMatching(sigma)``;
     all called as ``loss(energy, data, generator=g)`` on W4's ``EnergyModel`` wrapper of the MLP. With
     ``autocast`` (``ebm-bf16``): the loss under ``torch.autocast("cpu", autocast)`` and CD's sampler with
@@ -583,7 +584,8 @@ def ebm_loss(p: Problem, autocast: Any = None) -> Case:
 
     w, energy = p.w, ebm_energy(p)
     if w.kind == "cd":
-        options = {"step_size": w.step_size} | ({"autocast": autocast} if autocast is not None else {})
+        options = {"step_size": w.step_size} | ({"autocast": autocast} if autocast is not None else {}) | \
+            ({"fused": fused} if fused is not None else {})
         loss = ebm_losses.ContrastiveDivergence("langevin", w.n_steps, sampler_options=options)
     elif w.kind == "ssm":
         loss = ebm_losses.SlicedScoreMatching(n_projections=w.n_projections, projection=w.projection)
@@ -595,7 +597,10 @@ def ebm_loss(p: Problem, autocast: Any = None) -> Case:
             value = loss(energy, data, generator=g).float()
         return value, getattr(loss, "last_negatives", None)
 
-    return loss_case(p, loss_fn)
+    case = loss_case(p, loss_fn)
+    if w.kind == "cd":
+        case.path = ebm_path(loss.sampler_for(energy), p.x0)
+    return case
 
 
 def torchebm_loss(p: Problem) -> Case:
@@ -622,10 +627,11 @@ def torchebm_loss(p: Problem) -> Case:
     return loss_case(p, loss_fn)
 
 
-def reference_loss(p: Problem) -> float:
+def reference_loss(p: Problem, stream: bool = False) -> float:
     """The loss written out in plain torch from its definition, with the same random draws in the same
     order (one ``torch.Generator(seed 1)``), on the initial MLP: a third implementation to check both against.
-    W5: ULA ``x <- x - h grad E(x) + sqrt(2h) xi`` from the data, ``mean E(data) - mean E(x)``; W6:
+    W5: ULA ``x <- x - h grad E(x) + sqrt(2h) xi`` from the data, ``mean E(data) - mean E(x)``; with ``stream``,
+    ``xi`` is the Philox stream a fused chain draws (keyed by one draw from the generator, ``ebm_cuda.reference``); W6:
     ``mean(1/2 (v.grad E)^2 - v.(hess E) v)`` with ``v ~ N(0, I)``; W7:
     ``1/2 mean |grad E(x + sigma eps) - eps/sigma|^2``."""
     import torch
@@ -642,8 +648,12 @@ def reference_loss(p: Problem) -> float:
 
     if w.kind == "cd":
         x = data.clone()
-        for _ in range(w.n_steps):
-            xi = torch.randn(x.shape, generator=g, dtype=x.dtype)
+        if stream:
+            from ebm_cuda import reference
+
+            key = int(torch.randint(0, 2**62, (), generator=g))  # what ebmcore.sampler.stream_seed draws
+        for t in range(w.n_steps):
+            xi = reference.normal(*x.shape, key, t) if stream else torch.randn(x.shape, generator=g, dtype=x.dtype)
             x = x - w.step_size * grad_e(x) + (2 * w.step_size) ** 0.5 * xi
         with torch.no_grad():
             return float(net(data).mean() - net(x).mean())
@@ -800,7 +810,9 @@ def build_case(lib: str, p: Problem) -> Case | None:
         if p.w.target != "mlp" or p.w.kind not in BF16_KINDS:
             return None
         return ebm_loss(p, torch.bfloat16) if p.w.kind in LOSS_KINDS else ebm_sampling(p, autocast=torch.bfloat16)
-    if p.w.kind in LOSS_KINDS:  # no BlackJAX losses; no ebm-step (CD's MLP sampler has no fused chain)
+    if p.w.kind in LOSS_KINDS:  # no BlackJAX losses; ebm-step: W5's negatives by the per-step loop
+        if lib == "ebm-step":
+            return ebm_loss(p, fused=False) if p.w.kind == "cd" else None
         return {"ebm": ebm_loss, "torchebm": torchebm_loss}.get(lib, lambda _: None)(p)
     if p.w.kind == "nuts":  # ebm: the fused chain where ebm-cuda provides one (no ebm-step variant)
         return {"ebm": ebm_nuts, "blackjax": blackjax_nuts}.get(lib, lambda _: None)(p)  # torchebm has no NUTS
@@ -996,7 +1008,8 @@ def loss_figures(p: Problem, out: dict, ref: dict | None, reference: float) -> d
 def format_figures(w: Workload, fig: dict) -> str:
     parts = []
     if "loss" in fig:
-        parts.append(f"loss {fig['loss']:.6g} (formula {fig['loss_formula']:.6g}), grad norm {fig['grad_norm']:.5g}")
+        noise = f" with the {fig['formula_noise']}" if "formula_noise" in fig else ""
+        parts.append(f"loss {fig['loss']:.6g} (formula{noise} {fig['loss_formula']:.6g}), grad norm {fig['grad_norm']:.5g}")
         if fig.get("nonfinite"):
             parts.append("**non-finite**")
         if "loss_rel_diff_vs_ebm" in fig:
@@ -1071,7 +1084,10 @@ def run_workload(w: Workload, libs: list[str], repeats: int) -> dict:
         out = case.check()
         compare = lib in ("torchebm", "ebm-bf16") and ref is not None  # same torch.Generator stream as ebm-step
         if w.kind in LOSS_KINDS:
-            fig = loss_figures(p, out, ref if compare else None, reference)
+            fused_cd = w.kind == "cd" and case.path.startswith("fused")  # its noise: the Philox stream
+            fig = loss_figures(p, out, ref if compare else None, reference_loss(p, stream=True) if fused_cd else reference)
+            if fused_cd:
+                fig["formula_noise"] = "Philox stream"
         elif w.kind == "nuts":
             fig = nuts_figures(p, out)
             seeds = NUTS_ESS_SEEDS[:2] if w.n_steps < 50 else NUTS_ESS_SEEDS  # --quick: keep it short

@@ -67,6 +67,7 @@ from pathlib import Path
 from ebmcore import runfiles
 from ebmcore.cli import main
 
+signal.signal(signal.SIGINT, signal.default_int_handler)  # a job started in the background inherits SIGINT ignored
 target, nth, signal_name = {target!r}, {nth!r}, {signal_name!r}
 real = runfiles.write_bytes
 seen = 0
