@@ -5,7 +5,8 @@ Both implement, for the analytic energies of ``csrc/ebm/energies.h`` (:data:`ebm
 ``<energy>_gradient``, the fused chains
 ``<energy>_langevin_chain``, ``<energy>_hmc_chain`` and ``<energy>_nuts_chain`` (signatures in :mod:`ebmcore.kernels.ops`),
 and ``langevin_step`` and ``langevin_step_philox``. The host build also runs Langevin chains of
-feed-forward networks (``feedforward_langevin_chain``: float32, SiLU, tanh, sigmoid or ReLU layers).
+feed-forward networks (``feedforward_langevin_chain``: float32, SiLU, tanh, sigmoid or ReLU layers) and
+their denoising score matching loss with its weight gradients (``feedforward_denoising_score_matching``).
 
 Priorities: on CUDA every kernel outranks the ``torch`` reference (10 against 0). On the CPU the
 plain energy, gradient and step kernels rank below it (-10: selected only by name, e.g.
@@ -26,7 +27,7 @@ from torch import Tensor
 
 from ebmcore.kernels import torch_backend
 from ebmcore.kernels.base import Kernel, KernelBackend
-from ebm_cuda import library
+from ebm_cuda import library, ops
 from ebm_cuda.energies import LAYOUTS
 from ebm_cuda.ops import FEEDFORWARD_ACTIVATIONS, MAX_CUDA_CHAIN_DIM, call
 
@@ -145,6 +146,16 @@ def feedforward_langevin_chain(x: Tensor, network: Any, *, n_steps: int, step_si
                 n_steps, h, s, hv, sv, seed, offset)
 
 
+def feedforward_denoising_score_matching(x: Tensor, target: Tensor, scale: Tensor | None,
+                                         network: Any) -> tuple[Tensor, list[Tensor], list[Tensor | None]]:
+    """``(1/2n) Σᵣ |aᵣ∇E(xᵣ) − bᵣ|²`` of the feed-forward energy ``network`` with its weight and bias gradients
+    (``ebm_cuda.ops.feedforward_denoising_score_matching``); ``x``, ``target``: ``(n, d)`` float32, ``scale``: ``(n,)`` or None."""
+    layers = network.layers
+    return ops.feedforward_denoising_score_matching(
+        x, target, scale, [layer.linear.weight for layer in layers], [layer.linear.bias for layer in layers],
+        [FEEDFORWARD_ACTIVATIONS.index(layer.activation.name) for layer in layers[:-1]], float(network.sign))
+
+
 def _kernels(device: str, dtypes: tuple[torch.dtype, ...], plain: int, fused: int, max_chain: int | None,
              capability: tuple[int, int] | None) -> list[Kernel]:
     def kernel(op: str, fn: Callable[..., Any], priority: int, max_event_size: int | None = None) -> Kernel:
@@ -177,9 +188,10 @@ class HostBackend(KernelBackend):
     """The host build of the same kernels: float16, bfloat16, float32 and float64 states on the CPU."""
 
     def __init__(self) -> None:
-        network_chain = Kernel("feedforward_langevin_chain", feedforward_langevin_chain, ("cpu",), (torch.float32,), None, 10,
-                               refuses=_network_refusal)
-        super().__init__("cpu_fused", [*_kernels("cpu", HOST_DTYPES, -10, 10, None, None), network_chain],
+        network_kernels = [Kernel(op, fn, ("cpu",), (torch.float32,), None, 10, refuses=_network_refusal) for op, fn in
+                           (("feedforward_langevin_chain", feedforward_langevin_chain),
+                            ("feedforward_denoising_score_matching", feedforward_denoising_score_matching))]
+        super().__init__("cpu_fused", [*_kernels("cpu", HOST_DTYPES, -10, 10, None, None), *network_kernels],
                          description="ebm-cuda: the kernels built for the CPU (fused chains, vectorised over chains)")
 
     def unavailable_reason(self) -> str | None:

@@ -64,6 +64,11 @@ class Library:
                               c_double, c_double, c_void_p, c_void_p, c_uint64, c_uint64, c_int]
             chain.restype = c_int
             self._functions["feedforward_langevin_chain"] = chain
+            dsm = self._lib.ebm_host_feedforward_dsm
+            dsm.argtypes = [c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_double, c_void_p, c_void_p, c_void_p, c_int64,
+                            c_void_p, c_void_p, c_void_p, c_int]
+            dsm.restype = c_int
+            self._functions["feedforward_dsm"] = dsm
         philox = getattr(self._lib, f"ebm_{prefix}_philox")
         philox.argtypes = [c_void_p, c_void_p, c_void_p, c_int64] + ([c_void_p] if prefix == "cuda" else [])
         philox.restype = c_int

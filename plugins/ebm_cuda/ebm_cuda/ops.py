@@ -24,7 +24,7 @@ from ebm_cuda import library
 from ebm_cuda.energies import KINDS, LAYOUTS
 from ebm_cuda.library import DTYPE_CODES, EnergySpec
 
-__all__ = ["KINDS", "FEEDFORWARD_ACTIVATIONS", "MAX_CUDA_CHAIN_DIM", "call", "math_dtype", "normal", "philox4x32", "uniform"]
+__all__ = ["KINDS", "FEEDFORWARD_ACTIVATIONS", "MAX_CUDA_CHAIN_DIM", "call", "feedforward_denoising_score_matching", "math_dtype", "normal", "philox4x32", "uniform"]
 
 _LAYOUT_OF_CODE = {layout.code: layout for layout in LAYOUTS.values()}
 MAX_CUDA_CHAIN_DIM = 64
@@ -258,33 +258,73 @@ def _feedforward_langevin_chain(x: Tensor, weights: Sequence[Tensor], biases: Se
     _check_stream(seed, offset)
     if x.device.type != "cpu" or x.dtype != torch.float32:
         raise InputError(f"ebm_cuda.feedforward_langevin_chain: float32 states on the CPU only, got {x.dtype} on {x.device}.")
-    n_hidden = len(weights) - 1
-    if n_hidden < 1 or len(biases) != len(weights) or len(activations) != n_hidden:
-        raise InputError(f"ebm_cuda.feedforward_langevin_chain: give at least two layers, one bias (or None) per layer and one "
-                         f"activation per hidden layer; got {len(weights)} weights, {len(biases)} biases, {len(activations)} activations.")
-    widths = [x.shape[1]]
-    for l, w in enumerate(weights):
-        if w.dim() != 2 or w.shape[1] != widths[-1] or (l == n_hidden and w.shape[0] != 1):
-            raise InputError(f"ebm_cuda.feedforward_langevin_chain: weights[{l}] of shape {tuple(w.shape)} does not follow width "
-                             f"{widths[-1]}" + (" into one output" if l == n_hidden else "") + ".")
-        widths.append(w.shape[0])
+    _network_shapes("feedforward_langevin_chain", x, weights, biases, activations)
     if n_steps < 0:
         raise InputError(f"ebm_cuda.feedforward_langevin_chain: n_steps must be >= 0, got {n_steps}.")
     if n_steps == 0:
         return x.clone()
-    keep = [w.detach().to(torch.float32).contiguous() for w in weights]
-    keep += [b.detach().to(torch.float32).contiguous() for b in biases if b is not None]
-    w_ptrs = (ctypes.c_void_p * len(weights))(*(t.data_ptr() for t in keep[:len(weights)]))
-    bias_iter = iter(keep[len(weights):])
-    b_ptrs = (ctypes.c_void_p * len(biases))(*(None if b is None else next(bias_iter).data_ptr() for b in biases))
-    acts = (ctypes.c_int * n_hidden)(*activations)
-    widths_arr = (ctypes.c_int64 * len(widths))(*widths)
+    network, _keep = _network(weights, biases, activations)
     out = torch.empty_like(x)
     hv, sv = _vector(step_sizes, x, "step_sizes"), _vector(noise_scales, x, "noise_scales")
-    library.host().call("feedforward_langevin_chain", n_hidden, widths_arr, w_ptrs, b_ptrs, acts, float(sign), x.data_ptr(),
-                        out.data_ptr(), x.shape[0], n_steps, step_size, noise_scale, _ptr(hv), _ptr(sv), seed, offset,
-                        torch.get_num_threads())
+    library.host().call("feedforward_langevin_chain", *network, float(sign), x.data_ptr(), out.data_ptr(), x.shape[0], n_steps,
+                        step_size, noise_scale, _ptr(hv), _ptr(sv), seed, offset, torch.get_num_threads())
     return out
+
+
+def _network_shapes(what: str, x: Tensor, weights: Sequence[Tensor], biases: Sequence[Optional[Tensor]],
+                    activations: Sequence[int]) -> None:
+    """Check that the layers chain from ``x: (n, d)`` to one output."""
+    n_hidden = len(weights) - 1
+    if n_hidden < 1 or len(biases) != len(weights) or len(activations) != n_hidden:
+        raise InputError(f"ebm_cuda.{what}: give at least two layers, one bias (or None) per layer and one "
+                         f"activation per hidden layer; got {len(weights)} weights, {len(biases)} biases, {len(activations)} activations.")
+    width = x.shape[1]
+    for l, w in enumerate(weights):
+        if w.dim() != 2 or w.shape[1] != width or (l == n_hidden and w.shape[0] != 1):
+            raise InputError(f"ebm_cuda.{what}: weights[{l}] of shape {tuple(w.shape)} does not follow width "
+                             f"{width}" + (" into one output" if l == n_hidden else "") + ".")
+        if biases[l] is not None and biases[l].shape != (w.shape[0],):
+            raise InputError(f"ebm_cuda.{what}: biases[{l}] of shape {tuple(biases[l].shape)} does not fit weights[{l}] "
+                             f"{tuple(w.shape)}.")
+        width = w.shape[0]
+
+
+def _network(weights: Sequence[Tensor], biases: Sequence[Optional[Tensor]], activations: Sequence[int]) -> tuple[tuple, list]:
+    """The C description ``(n_hidden, widths, weight pointers, bias pointers, activation codes)`` of checked layers,
+    and the float32 tensors it points into (keep them alive)."""
+    keep = [w.detach().to(torch.float32).contiguous() for w in weights]
+    bias_tensors = [None if b is None else b.detach().to(torch.float32).contiguous() for b in biases]
+    widths = [keep[0].shape[1], *(w.shape[0] for w in keep)]
+    described = (len(weights) - 1, (ctypes.c_int64 * len(widths))(*widths),
+                 (ctypes.c_void_p * len(keep))(*(t.data_ptr() for t in keep)),
+                 (ctypes.c_void_p * len(bias_tensors))(*(None if b is None else b.data_ptr() for b in bias_tensors)),
+                 (ctypes.c_int * len(activations))(*activations))
+    return described, keep + [b for b in bias_tensors if b is not None]
+
+
+def feedforward_denoising_score_matching(x: Tensor, target: Tensor, scale: Optional[Tensor], weights: Sequence[Tensor],
+                                         biases: Sequence[Optional[Tensor]], activations: Sequence[int],
+                                         sign: float) -> tuple[Tensor, list[Optional[Tensor]], list[Optional[Tensor]]]:
+    """``L = (1/2n) Σᵣ |aᵣ∇E(xᵣ) − bᵣ|²`` for the feed-forward energy of ``feedforward_langevin_chain`` (host build,
+    float32), with its gradient in every weight and bias, in one pass over tiles of the batch. ``x``, ``target``
+    (``b``): ``(n, d)``; ``scale`` (``a``): ``(n,)`` or None for ones. Returns ``(L: (), weight grads, bias grads)``
+    (None where a layer has no bias, and for the output bias, which does not move ``∇E``, as autograd leaves it).
+    Not an autograd op: the caller attaches the gradients."""
+    x = _check(x, "feedforward_denoising_score_matching")
+    if x.device.type != "cpu" or x.dtype != torch.float32:
+        raise InputError(f"ebm_cuda.feedforward_denoising_score_matching: float32 inputs on the CPU only, got {x.dtype} on {x.device}.")
+    _network_shapes("feedforward_denoising_score_matching", x, weights, biases, activations)
+    target = _like(target, x, "target")
+    scale = None if scale is None else _vector(scale, x, "scale")
+    network, _keep = _network(weights, biases, activations)
+    grad_w = [torch.empty(w.shape, dtype=torch.float32) for w in weights]
+    grad_b = [None if b is None or l == len(biases) - 1 else torch.empty(b.shape, dtype=torch.float32) for l, b in enumerate(biases)]
+    loss = ctypes.c_double(0.0)
+    library.host().call("feedforward_dsm", *network, float(sign), x.data_ptr(), target.data_ptr(), _ptr(scale), x.shape[0],
+                        ctypes.byref(loss), (ctypes.c_void_p * len(grad_w))(*(g.data_ptr() for g in grad_w)),
+                        (ctypes.c_void_p * len(grad_b))(*(None if g is None else g.data_ptr() for g in grad_b)),
+                        torch.get_num_threads())
+    return torch.tensor(loss.value, dtype=torch.float32), grad_w, grad_b
 
 
 feedforward_langevin_chain = torch.library.custom_op("ebm_cuda::feedforward_langevin_chain", _feedforward_langevin_chain, mutates_args=())

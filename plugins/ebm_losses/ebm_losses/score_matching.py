@@ -9,14 +9,16 @@ and sum over the event dimensions.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Optional, Sequence
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from ebmcore import EnergyModel, Loss
 from ebmcore.energies import feedforward
-from ebmcore.errors import InputError
+from ebmcore.errors import BackendUnavailableError, InputError, UnknownComponentError
+from ebmcore.kernels import Kernel, resolve_kernel
 from ebmcore.validation import check_energy_output, check_positive
 
 __all__ = ["ScoreMatching", "SlicedScoreMatching", "DenoisingScoreMatching", "projections"]
@@ -40,6 +42,38 @@ def projections(kind: str, shape: tuple[int, ...], *, like: Tensor, generator: t
 
 def _flat_sum(t: Tensor) -> Tensor:
     return t.flatten(1).sum(1)
+
+
+class _KernelGradients(torch.autograd.Function):
+    """A loss value whose gradients in ``params`` a kernel computed with it: backward scales them by the
+    incoming gradient (first order only)."""
+
+    @staticmethod
+    def forward(ctx, value: Tensor, grads: list, *params: Tensor) -> Tensor:  # noqa: D102
+        ctx.grads = grads
+        return value.clone()
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_output: Tensor):  # noqa: D102
+        return (None, None, *(None if g is None else g * grad_output for g in ctx.grads))
+
+
+def _network_loss_kernel(op: str, plan: feedforward.FeedForward, x: Tensor) -> Kernel | None:
+    """The kernel of ``op`` (``ebm-cuda``'s host build) for the feed-forward ``plan`` at inputs ``x``, or None where none
+    runs it (another device or dtype, autocast, an activation it lacks): the loss then differentiates in torch."""
+    if torch.is_autocast_enabled(x.device.type):
+        return None
+    try:
+        kernel = resolve_kernel(op, x.device, x.dtype)
+    except (BackendUnavailableError, UnknownComponentError):
+        return None
+    return None if kernel.refuses is not None and kernel.refuses(plan) else kernel
+
+
+def _network_params(plan: feedforward.FeedForward) -> list[Optional[Tensor]]:
+    """Every layer's weight and bias (None where there is none), in the order the loss kernels return gradients."""
+    return [t for layer in plan.layers for t in (layer.linear.weight, layer.linear.bias)]
 
 
 def _gradient(energy: EnergyModel, x: Tensor) -> Tensor:
@@ -153,6 +187,14 @@ class DenoisingScoreMatching(Loss):
         sigma_b = sigma.view(-1, *([1] * (x.dim() - 1)))
         noisy = x + sigma_b * eps
         plan = None if getattr(energy, "noise_conditional", False) else feedforward.plan(energy, noisy)[0]
+        kernel = None if plan is None else _network_loss_kernel("feedforward_denoising_score_matching", plan, noisy)
+        if kernel is not None:  # the loss and its weight gradients in one pass of a kernel (ebm-cuda, CPU float32)
+            single = self.sigmas.numel() == 1
+            value, grad_w, grad_b = kernel.fn(noisy, eps / sigma_b if single else eps, None if single else sigma, plan)
+            params = _network_params(plan)
+            grads = [g for pair in zip(grad_w, grad_b) for g in pair]
+            present = [(p, g) for p, g in zip(params, grads) if p is not None]
+            return _KernelGradients.apply(value.to(x.dtype), [g for _, g in present], *(p for p, _ in present))
         if plan is not None:  # ∇E by the chain rule, differentiable in θ: one backward pass for the loss
             grad = plan.score_terms(noisy)[0]
         elif getattr(energy, "noise_conditional", False):  # E(x, σ), as annealed Langevin samples it

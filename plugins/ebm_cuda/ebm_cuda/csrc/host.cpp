@@ -276,6 +276,53 @@ void feedforward_langevin_host(const ebm::ff::Network& net, const float* x, floa
   }
 }
 
+// Denoising score matching of a feed-forward energy (ebm/feedforward_host.h): the loss (1/2n) Σ |a ∇E(x) − b|²
+// and its gradient in the weights, tiles of TILE rows summed per thread, then across threads.
+void feedforward_dsm_host(const ebm::ff::Network& net, const float* x, const float* target, const float* scale, int64_t n,
+                          double* loss, float* const* grad_weights, float* const* grad_biases, int threads) {
+  const int L = net.n_hidden, d = net.widths[0], stride = 16 * ebm::ff::blocks(d);
+  for (int l = 0; l <= L; ++l) {
+    std::fill(grad_weights[l], grad_weights[l] + (size_t)(l < L ? net.widths[l + 1] : 1) * net.widths[l], 0.0f);
+    if (l < L && grad_biases[l]) std::fill(grad_biases[l], grad_biases[l] + net.widths[l + 1], 0.0f);
+  }
+  double total = 0.0;
+#pragma omp parallel num_threads(threads)
+  {
+    ebm::ff::ScoreWorkspace ws(net);
+    float* xs = (float*)ws.h[0].data();
+#pragma omp for schedule(static)
+    for (int64_t i0 = 0; i0 < n; i0 += TILE) {
+      const int m = (int)std::min<int64_t>(TILE, n - i0);
+      std::fill(xs, xs + TILE * stride, 0.0f);
+      for (int lane = 0; lane < m; ++lane)
+        for (int j = 0; j < d; ++j) xs[lane * stride + j] = x[(i0 + lane) * d + j];
+      ebm::ff::denoising_tile(net, ws, target, scale, m, i0);
+    }
+#pragma omp critical
+    {
+      total += ws.loss;
+      for (int l = 0; l < L; ++l) {
+        const int in = net.widths[l], out = net.widths[l + 1], ib = ebm::ff::blocks(in);
+        const float* dw = (const float*)ws.dW[l].data();
+        for (int j = 0; j < out; ++j)
+          for (int k = 0; k < in; ++k) grad_weights[l][(size_t)j * in + k] += dw[(size_t)j * ib * 16 + k];
+        if (grad_biases[l])
+          for (int j = 0; j < out; ++j) grad_biases[l][j] += ((const float*)ws.db[l].data())[j];
+      }
+      for (int j = 0; j < net.widths[L]; ++j) grad_weights[L][j] += ((const float*)ws.dw_out.data())[j];
+    }
+  }
+  const float inv = n > 0 ? 1.0f / (float)n : 0.0f;
+  for (int l = 0; l < L; ++l) {
+    for (int64_t i = 0; i < (int64_t)net.widths[l + 1] * net.widths[l]; ++i) grad_weights[l][i] *= inv;
+    if (grad_biases[l])
+      for (int j = 0; j < net.widths[l + 1]; ++j) grad_biases[l][j] *= inv;
+  }
+  const float out_scale = inv * net.sign;
+  for (int j = 0; j < net.widths[L]; ++j) grad_weights[L][j] *= out_scale;
+  *loss = n > 0 ? total / (double)n : 0.0;
+}
+
 template <typename S>
 void langevin_update_host(const S* x, const S* grad, S* out, int64_t n, int d, double h, double s, const void* h_vec,
                           const void* s_vec, uint64_t seed, uint64_t offset, int threads) {
@@ -370,6 +417,19 @@ int ebm_host_feedforward_langevin_chain(int n_hidden, const int64_t* widths, con
   if (n_steps < 0) return fail("n_steps must be >= 0");
   const ebm::ff::Network net(n_hidden, widths, weights, biases, activations, (float)sign);
   feedforward_langevin_host(net, x, out, n, n_steps, h, s, h_vec, s_vec, seed, offset, threads);
+  return 0;
+}
+
+int ebm_host_feedforward_dsm(int n_hidden, const int64_t* widths, const float* const* weights, const float* const* biases,
+                             const int* activations, double sign, const float* x, const float* target, const float* scale,
+                             int64_t n, double* loss, float* const* grad_weights, float* const* grad_biases, int threads) {
+  if (n_hidden < 1) return fail("a feed-forward loss needs at least one hidden layer");
+  for (int l = 0; l <= n_hidden; ++l)
+    if (widths[l] < 1 || widths[l] > (1 << 16)) return fail("layer widths must be in [1, 65536]");
+  for (int l = 0; l < n_hidden; ++l)
+    if (activations[l] < 0 || activations[l] >= ebm::ff::N_ACTIVATIONS) return fail("unknown activation code");
+  const ebm::ff::Network net(n_hidden, widths, weights, biases, activations, (float)sign);
+  feedforward_dsm_host(net, x, target, scale, n, loss, grad_weights, grad_biases, threads);
   return 0;
 }
 

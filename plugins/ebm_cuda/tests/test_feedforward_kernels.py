@@ -1,7 +1,9 @@
-"""The ``feedforward_langevin_chain`` kernel: Langevin chains of a feed-forward network run inside the host build.
+"""The feed-forward kernels of the host build: ``feedforward_langevin_chain`` (Langevin chains of a network run inside
+the kernel) and ``feedforward_denoising_score_matching`` (the loss with its weight gradients in one pass).
 
 Held to the reference path: autograd's gradient of the same network and the stream's noise
-(``ebm_cuda.reference.normal``), step for step; and, through the sampler, to the law of the per-step loop.
+(``ebm_cuda.reference.normal``), step for step; through the sampler, to a known law; the loss and its gradients
+to autograd's in float64, and through ``DenoisingScoreMatching`` to the torch path of the same loss.
 """
 
 import pytest
@@ -13,6 +15,7 @@ from ebmcore.energies import feedforward
 from ebmcore.errors import InputError
 from ebm_cuda import ops, reference
 from ebm_cuda.backends import feedforward_langevin_chain
+from ebm_losses import DenoisingScoreMatching
 from ebm_samplers import LangevinSampler
 
 ACTIVATIONS = {"silu": nn.SiLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "relu": nn.ReLU}
@@ -139,3 +142,64 @@ def test_the_op_checks_its_arguments():
     with pytest.raises(ops.library.KernelError, match="unknown activation code"):
         ops._feedforward_langevin_chain(x, w, b, [9], 1.0, 1, 0.01, 0.1, None, None, 0, 0)
     assert torch.equal(ops._feedforward_langevin_chain(x, w, b, [0], 1.0, 0, 0.01, 0.1, None, None, 0, 0), x)
+
+
+@pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
+@pytest.mark.parametrize("d, widths, n, bias, sign, scaled", [(2, [64, 64], 300, True, 1.0, False), (3, [20, 33], 37, True, -1.0, True),
+                                                              (17, [5], 16, False, 1.0, False), (1, [40, 7, 24], 5, True, 1.0, True)],
+                         ids=["w7-shape", "odd-widths-negated-scaled", "wide-input-no-bias", "three-hidden-scaled"])
+def test_the_denoising_loss_and_its_gradients_equal_autograds(activation, d, widths, n, bias, sign, scaled):
+    """``(1/2n) Σ |a∇E(x) − b|²`` and its weight and bias gradients against nested autograd in float64."""
+    net = _network(d, widths, activation, bias=bias).double()
+    g = torch.Generator().manual_seed(2)
+    x, b = torch.randn(n, d, generator=g, dtype=torch.float64), torch.randn(n, d, generator=g, dtype=torch.float64)
+    a = torch.rand(n, generator=g, dtype=torch.float64) + 0.5 if scaled else None
+    xg = x.clone().requires_grad_(True)
+    (grad,) = torch.autograd.grad(sign * net(xg).sum(), xg, create_graph=True)
+    residual = (a[:, None] * grad if scaled else grad) - b
+    expected = 0.5 * (residual * residual).sum(1).mean()
+    expected.backward()
+    linears = [m for m in net if isinstance(m, nn.Linear)]
+    value, grad_w, grad_b = ops.feedforward_denoising_score_matching(
+        x.float(), b.float(), None if a is None else a.float(), [m.weight.float() for m in linears],
+        [None if m.bias is None else m.bias.float() for m in linears], [ops.FEEDFORWARD_ACTIVATIONS.index(activation)] * len(widths), sign)
+    torch.testing.assert_close(value.double(), expected.detach(), rtol=2e-6, atol=1e-7)
+    for m, gw, gb in zip(linears, grad_w, grad_b):
+        scale = m.weight.grad.abs().max() + 1e-12  # float32 rounding, relative to the layer's largest entry
+        torch.testing.assert_close(gw.double() / scale, m.weight.grad / scale, rtol=0, atol=2e-5)
+        if m.bias is not None and m is not linears[-1]:
+            torch.testing.assert_close(gb.double() / scale, m.bias.grad / scale, rtol=0, atol=2e-5)
+        else:  # no bias, or the output bias (it does not move ∇E: autograd leaves no gradient)
+            assert gb is None and (m.bias is None or m.bias.grad is None)
+
+
+@pytest.mark.parametrize("sigmas", [{"sigma": 0.1}, {"sigmas": [0.05, 0.2, 0.5]}], ids=["one-level", "several-levels"])
+def test_denoising_score_matching_takes_the_kernel_and_matches_the_torch_path(sigmas):
+    energy = Net(_network(2, [64, 64], "silu"))
+    data = torch.randn(200, 2, generator=torch.Generator().manual_seed(5))
+    loss = DenoisingScoreMatching(**sigmas)
+    results = {}
+    for backends in (("cpu_fused", "torch"), ("torch",)):
+        with ebmcore.use_backend(*backends):
+            value = loss(energy, data, generator=torch.Generator().manual_seed(1))
+            assert ("_KernelGradients" in type(value.grad_fn).__name__) == (backends[0] == "cpu_fused")  # which path ran
+            energy.zero_grad(set_to_none=True)
+            (2.0 * value).backward()  # the incoming gradient scales the kernel's
+            results[backends[0]] = (value.detach(), [p.grad for p in energy.parameters()])
+    assert [g is None for g in results["cpu_fused"][1]] == [g is None for g in results["torch"][1]]  # the output bias: None
+    assert type(results["cpu_fused"][0]) is torch.Tensor and results["cpu_fused"][0].dtype == torch.float32
+    torch.testing.assert_close(results["cpu_fused"][0], results["torch"][0], rtol=1e-5, atol=1e-6)
+    for fused, reference_grad in zip(results["cpu_fused"][1], results["torch"][1]):
+        if reference_grad is not None:
+            torch.testing.assert_close(fused, reference_grad, rtol=1e-4, atol=1e-6 * reference_grad.abs().max().item())
+
+
+def test_the_denoising_kernel_checks_its_arguments():
+    x = torch.randn(8, 3)
+    w, b = [torch.randn(4, 3), torch.randn(1, 4)], [torch.randn(4), None]
+    with pytest.raises(InputError, match=r"biases\[0\] of shape \(5,\) does not fit"):
+        ops.feedforward_denoising_score_matching(x, x, None, w, [torch.randn(5), None], [0], 1.0)
+    with pytest.raises(InputError, match="target must have the shape of x"):
+        ops.feedforward_denoising_score_matching(x, x[:, :2], None, w, b, [0], 1.0)
+    with pytest.raises(InputError, match=r"scale must have shape \(n_chains,\)"):
+        ops.feedforward_denoising_score_matching(x, x, torch.ones(3), w, b, [0], 1.0)
