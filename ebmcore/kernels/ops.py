@@ -82,6 +82,8 @@ FUSED_OPS: dict[str, str] = {
                                   "step_size: float | (n,), noise_scale: float | (n,), seed: int, offset: int) -> x': (n, d)",
     "feedforward_denoising_score_matching": "(x: (n, d), target: (n, d), scale: (n,) | None, network: FeedForward) -> "
                                             "(loss: (), weight gradients: [(out, in)], bias gradients: [(out,) | None])",
+    "feedforward_sliced_score_matching": "(x: (n, d), v: (n, d), network: FeedForward) -> "
+                                         "(loss: (), weight gradients: [(out, in)], bias gradients: [(out,) | None])",
 }
 """Ops with no ``torch`` reference: many steps per launch, the noise drawn inside the kernel from a
 counter-based stream keyed by ``seed`` at steps ``offset, offset + 1, ...`` (``ebm-cuda`` defines it:
@@ -89,7 +91,8 @@ Philox4x32-10, ``ebm_cuda.reference``). ``<energy>`` is an :class:`~ebmcore.ener
 ``op`` and ``energy_args`` its ``kernel_args()``; ``feedforward_langevin_chain`` runs the network of a
 feed-forward energy (``EnergyFunctions.feedforward_plan``) itself, and ``feedforward_denoising_score_matching``
 computes ``(1/2n) Σ |a ∇E(x) − b|²`` of such a network with its gradients in the weights (``DenoisingScoreMatching``
-calls it). Samplers call them when a backend provides them
+calls it), ``feedforward_sliced_score_matching`` likewise ``(1/n) Σ ½(vᵀ∇E)² − vᵀ∇²E v`` (``SlicedScoreMatching``).
+Samplers call them when a backend provides them
 (``MCMCSampler(fused=...)``) and otherwise run their per-step loop, so forcing ``EBM_BACKEND=torch``
 selects the reference path."""
 

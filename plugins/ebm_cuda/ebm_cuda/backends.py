@@ -6,7 +6,8 @@ Both implement, for the analytic energies of ``csrc/ebm/energies.h`` (:data:`ebm
 ``<energy>_langevin_chain``, ``<energy>_hmc_chain`` and ``<energy>_nuts_chain`` (signatures in :mod:`ebmcore.kernels.ops`),
 and ``langevin_step`` and ``langevin_step_philox``. The host build also runs Langevin chains of
 feed-forward networks (``feedforward_langevin_chain``: float32, SiLU, tanh, sigmoid or ReLU layers) and
-their denoising score matching loss with its weight gradients (``feedforward_denoising_score_matching``).
+their denoising and sliced score matching losses with their weight gradients
+(``feedforward_denoising_score_matching``, ``feedforward_sliced_score_matching``).
 
 Priorities: on CUDA every kernel outranks the ``torch`` reference (10 against 0). On the CPU the
 plain energy, gradient and step kernels rank below it (-10: selected only by name, e.g.
@@ -156,6 +157,15 @@ def feedforward_denoising_score_matching(x: Tensor, target: Tensor, scale: Tenso
         [FEEDFORWARD_ACTIVATIONS.index(layer.activation.name) for layer in layers[:-1]], float(network.sign))
 
 
+def feedforward_sliced_score_matching(x: Tensor, v: Tensor, network: Any) -> tuple[Tensor, list[Tensor], list[Tensor | None]]:
+    """``(1/n) Σᵣ ½(vᵣᵀ∇E(xᵣ))² − vᵣᵀ∇²E(xᵣ)vᵣ`` of the feed-forward energy ``network`` with its weight and bias
+    gradients (``ebm_cuda.ops.feedforward_sliced_score_matching``); ``x``, ``v``: ``(n, d)`` float32."""
+    layers = network.layers
+    return ops.feedforward_sliced_score_matching(
+        x, v, [layer.linear.weight for layer in layers], [layer.linear.bias for layer in layers],
+        [FEEDFORWARD_ACTIVATIONS.index(layer.activation.name) for layer in layers[:-1]], float(network.sign))
+
+
 def _kernels(device: str, dtypes: tuple[torch.dtype, ...], plain: int, fused: int, max_chain: int | None,
              capability: tuple[int, int] | None) -> list[Kernel]:
     def kernel(op: str, fn: Callable[..., Any], priority: int, max_event_size: int | None = None) -> Kernel:
@@ -190,7 +200,8 @@ class HostBackend(KernelBackend):
     def __init__(self) -> None:
         network_kernels = [Kernel(op, fn, ("cpu",), (torch.float32,), None, 10, refuses=_network_refusal) for op, fn in
                            (("feedforward_langevin_chain", feedforward_langevin_chain),
-                            ("feedforward_denoising_score_matching", feedforward_denoising_score_matching))]
+                            ("feedforward_denoising_score_matching", feedforward_denoising_score_matching),
+                            ("feedforward_sliced_score_matching", feedforward_sliced_score_matching))]
         super().__init__("cpu_fused", [*_kernels("cpu", HOST_DTYPES, -10, 10, None, None), *network_kernels],
                          description="ebm-cuda: the kernels built for the CPU (fused chains, vectorised over chains)")
 

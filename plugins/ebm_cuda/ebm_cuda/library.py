@@ -69,6 +69,11 @@ class Library:
                             c_void_p, c_void_p, c_void_p, c_int]
             dsm.restype = c_int
             self._functions["feedforward_dsm"] = dsm
+            ssm = self._lib.ebm_host_feedforward_ssm
+            ssm.argtypes = [c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_double, c_void_p, c_void_p, c_int64, c_void_p,
+                            c_void_p, c_void_p, c_int]
+            ssm.restype = c_int
+            self._functions["feedforward_ssm"] = ssm
         philox = getattr(self._lib, f"ebm_{prefix}_philox")
         philox.argtypes = [c_void_p, c_void_p, c_void_p, c_int64] + ([c_void_p] if prefix == "cuda" else [])
         philox.restype = c_int

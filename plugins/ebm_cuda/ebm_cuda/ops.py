@@ -24,7 +24,7 @@ from ebm_cuda import library
 from ebm_cuda.energies import KINDS, LAYOUTS
 from ebm_cuda.library import DTYPE_CODES, EnergySpec
 
-__all__ = ["KINDS", "FEEDFORWARD_ACTIVATIONS", "MAX_CUDA_CHAIN_DIM", "call", "feedforward_denoising_score_matching", "math_dtype", "normal", "philox4x32", "uniform"]
+__all__ = ["KINDS", "FEEDFORWARD_ACTIVATIONS", "MAX_CUDA_CHAIN_DIM", "call", "feedforward_denoising_score_matching", "feedforward_sliced_score_matching", "math_dtype", "normal", "philox4x32", "uniform"]
 
 _LAYOUT_OF_CODE = {layout.code: layout for layout in LAYOUTS.values()}
 MAX_CUDA_CHAIN_DIM = 64
@@ -310,18 +310,42 @@ def feedforward_denoising_score_matching(x: Tensor, target: Tensor, scale: Optio
     (``b``): ``(n, d)``; ``scale`` (``a``): ``(n,)`` or None for ones. Returns ``(L: (), weight grads, bias grads)``
     (None where a layer has no bias, and for the output bias, which does not move ``∇E``, as autograd leaves it).
     Not an autograd op: the caller attaches the gradients."""
-    x = _check(x, "feedforward_denoising_score_matching")
-    if x.device.type != "cpu" or x.dtype != torch.float32:
-        raise InputError(f"ebm_cuda.feedforward_denoising_score_matching: float32 inputs on the CPU only, got {x.dtype} on {x.device}.")
-    _network_shapes("feedforward_denoising_score_matching", x, weights, biases, activations)
+    x = _network_input(x, "feedforward_denoising_score_matching", weights, biases, activations)
     target = _like(target, x, "target")
     scale = None if scale is None else _vector(scale, x, "scale")
+    return _network_loss("feedforward_dsm", weights, biases, activations, sign, x.data_ptr(), target.data_ptr(), _ptr(scale),
+                         x.shape[0])
+
+
+def feedforward_sliced_score_matching(x: Tensor, v: Tensor, weights: Sequence[Tensor], biases: Sequence[Optional[Tensor]],
+                                      activations: Sequence[int], sign: float) -> tuple[Tensor, list[Tensor], list[Optional[Tensor]]]:
+    """``L = (1/n) Σᵣ ½(vᵣᵀ∇E(xᵣ))² − vᵣᵀ∇²E(xᵣ)vᵣ`` (sliced score matching, one direction ``vᵣ`` per row) for the
+    feed-forward energy of ``feedforward_langevin_chain`` (host build, float32), with its gradient in every weight
+    and bias, in one pass: the derivatives along ``v`` carried forwards, then reverse mode through them (no
+    Hessian is formed). ``x``, ``v``: ``(n, d)``. Returns what :func:`feedforward_denoising_score_matching` does."""
+    x = _network_input(x, "feedforward_sliced_score_matching", weights, biases, activations)
+    v = _like(v, x, "v")
+    return _network_loss("feedforward_ssm", weights, biases, activations, sign, x.data_ptr(), v.data_ptr(), x.shape[0])
+
+
+def _network_input(x: Tensor, what: str, weights: Sequence[Tensor], biases: Sequence[Optional[Tensor]],
+                   activations: Sequence[int]) -> Tensor:
+    x = _check(x, what)
+    if x.device.type != "cpu" or x.dtype != torch.float32:
+        raise InputError(f"ebm_cuda.{what}: float32 inputs on the CPU only, got {x.dtype} on {x.device}.")
+    _network_shapes(what, x, weights, biases, activations)
+    return x
+
+
+def _network_loss(name: str, weights: Sequence[Tensor], biases: Sequence[Optional[Tensor]], activations: Sequence[int],
+                  sign: float, *inputs: object) -> tuple[Tensor, list[Tensor], list[Optional[Tensor]]]:
+    """Run the loss kernel ``name`` on ``inputs``: ``(loss: (), weight grads, bias grads)`` (no output-bias gradient)."""
     network, _keep = _network(weights, biases, activations)
     grad_w = [torch.empty(w.shape, dtype=torch.float32) for w in weights]
     grad_b = [None if b is None or l == len(biases) - 1 else torch.empty(b.shape, dtype=torch.float32) for l, b in enumerate(biases)]
     loss = ctypes.c_double(0.0)
-    library.host().call("feedforward_dsm", *network, float(sign), x.data_ptr(), target.data_ptr(), _ptr(scale), x.shape[0],
-                        ctypes.byref(loss), (ctypes.c_void_p * len(grad_w))(*(g.data_ptr() for g in grad_w)),
+    library.host().call(name, *network, float(sign), *inputs, ctypes.byref(loss),
+                        (ctypes.c_void_p * len(grad_w))(*(g.data_ptr() for g in grad_w)),
                         (ctypes.c_void_p * len(grad_b))(*(None if g is None else g.data_ptr() for g in grad_b)),
                         torch.get_num_threads())
     return torch.tensor(loss.value, dtype=torch.float32), grad_w, grad_b

@@ -1,9 +1,10 @@
 """The feed-forward kernels of the host build: ``feedforward_langevin_chain`` (Langevin chains of a network run inside
-the kernel) and ``feedforward_denoising_score_matching`` (the loss with its weight gradients in one pass).
+the kernel), ``feedforward_denoising_score_matching`` and ``feedforward_sliced_score_matching`` (the losses with their
+weight gradients in one pass).
 
 Held to the reference path: autograd's gradient of the same network and the stream's noise
 (``ebm_cuda.reference.normal``), step for step; through the sampler, to a known law; the loss and its gradients
-to autograd's in float64, and through ``DenoisingScoreMatching`` to the torch path of the same loss.
+to autograd's in float64 (nested for the Hessian), and through the loss classes to the torch path of the same loss.
 """
 
 import pytest
@@ -15,7 +16,7 @@ from ebmcore.energies import feedforward
 from ebmcore.errors import InputError
 from ebm_cuda import ops, reference
 from ebm_cuda.backends import feedforward_langevin_chain
-from ebm_losses import DenoisingScoreMatching
+from ebm_losses import DenoisingScoreMatching, SlicedScoreMatching
 from ebm_samplers import LangevinSampler
 
 ACTIVATIONS = {"silu": nn.SiLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "relu": nn.ReLU}
@@ -203,3 +204,60 @@ def test_the_denoising_kernel_checks_its_arguments():
         ops.feedforward_denoising_score_matching(x, x[:, :2], None, w, b, [0], 1.0)
     with pytest.raises(InputError, match=r"scale must have shape \(n_chains,\)"):
         ops.feedforward_denoising_score_matching(x, x, torch.ones(3), w, b, [0], 1.0)
+
+
+@pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
+@pytest.mark.parametrize("d, widths, n, bias, sign", [(2, [64, 64], 300, True, 1.0), (3, [20, 33], 37, True, -1.0),
+                                                      (17, [5], 16, False, 1.0), (1, [40, 7, 24], 5, True, 1.0)],
+                         ids=["w6-shape", "odd-widths-negated", "wide-input-no-bias", "three-hidden"])
+def test_the_sliced_loss_and_its_gradients_equal_autograds(activation, d, widths, n, bias, sign):
+    """``(1/n) Σ ½(vᵀ∇E)² − vᵀ∇²E v`` and its weight and bias gradients against three levels of autograd in float64
+    (the third derivatives of every activation enter)."""
+    net = _network(d, widths, activation, bias=bias).double()
+    g = torch.Generator().manual_seed(3)
+    x, v = torch.randn(n, d, generator=g, dtype=torch.float64), torch.randn(n, d, generator=g, dtype=torch.float64)
+    xg = x.clone().requires_grad_(True)
+    (grad,) = torch.autograd.grad(sign * net(xg).sum(), xg, create_graph=True)
+    gv = (grad * v).sum(1)
+    (hv,) = torch.autograd.grad(gv.sum(), xg, create_graph=True)
+    expected = (0.5 * gv * gv - (hv * v).sum(1)).mean()
+    expected.backward()
+    linears = [m for m in net if isinstance(m, nn.Linear)]
+    value, grad_w, grad_b = ops.feedforward_sliced_score_matching(
+        x.float(), v.float(), [m.weight.float() for m in linears], [None if m.bias is None else m.bias.float() for m in linears],
+        [ops.FEEDFORWARD_ACTIVATIONS.index(activation)] * len(widths), sign)
+    torch.testing.assert_close(value.double(), expected.detach(), rtol=1e-5, atol=1e-6)
+    for m, gw, gb in zip(linears, grad_w, grad_b):
+        scale = m.weight.grad.abs().max() + 1e-12
+        torch.testing.assert_close(gw.double() / scale, m.weight.grad / scale, rtol=0, atol=5e-5)
+        if m.bias is not None and m is not linears[-1]:
+            torch.testing.assert_close(gb.double() / scale, m.bias.grad / scale, rtol=0, atol=5e-5)
+        else:
+            assert gb is None and (m.bias is None or m.bias.grad is None)
+
+
+@pytest.mark.parametrize("options", [{"projection": "gaussian"}, {"n_projections": 3, "projection": "rademacher"}],
+                         ids=["gaussian", "three-rademacher"])
+def test_sliced_score_matching_takes_the_kernel_and_matches_the_torch_path(options):
+    energy = Net(_network(2, [64, 64], "silu"))
+    data = torch.randn(200, 2, generator=torch.Generator().manual_seed(5))
+    loss = SlicedScoreMatching(**options)
+    results = {}
+    for backends in (("cpu_fused", "torch"), ("torch",)):
+        with ebmcore.use_backend(*backends):
+            value = loss(energy, data, generator=torch.Generator().manual_seed(1))
+            assert ("_KernelGradients" in type(value.grad_fn).__name__) == (backends[0] == "cpu_fused")
+            energy.zero_grad(set_to_none=True)
+            (3.0 * value).backward()
+            results[backends[0]] = (value.detach(), [p.grad for p in energy.parameters()])
+    torch.testing.assert_close(results["cpu_fused"][0], results["torch"][0], rtol=1e-5, atol=1e-6)
+    assert [g is None for g in results["cpu_fused"][1]] == [g is None for g in results["torch"][1]]
+    for fused, reference_grad in zip(results["cpu_fused"][1], results["torch"][1]):
+        if reference_grad is not None:
+            torch.testing.assert_close(fused, reference_grad, rtol=1e-4, atol=1e-5 * reference_grad.abs().max().item())
+
+
+def test_variance_reduced_sliced_score_matching_keeps_the_torch_path():
+    energy = Net(_network(2, [8], "silu"))
+    value = SlicedScoreMatching(variance_reduction=True)(energy, torch.randn(16, 2), generator=torch.Generator().manual_seed(0))
+    assert "_KernelGradients" not in type(value.grad_fn).__name__

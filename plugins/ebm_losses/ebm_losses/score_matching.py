@@ -71,9 +71,11 @@ def _network_loss_kernel(op: str, plan: feedforward.FeedForward, x: Tensor) -> K
     return None if kernel.refuses is not None and kernel.refuses(plan) else kernel
 
 
-def _network_params(plan: feedforward.FeedForward) -> list[Optional[Tensor]]:
-    """Every layer's weight and bias (None where there is none), in the order the loss kernels return gradients."""
-    return [t for layer in plan.layers for t in (layer.linear.weight, layer.linear.bias)]
+def _kernel_loss(plan: feedforward.FeedForward, value: Tensor, grad_w: list[Tensor], grad_b: list[Optional[Tensor]]) -> Tensor:
+    """A loss kernel's value, differentiable in the network's weights and biases through the gradients it returned."""
+    pairs = [(t, g) for layer, gw, gb in zip(plan.layers, grad_w, grad_b)
+             for t, g in ((layer.linear.weight, gw), (layer.linear.bias, gb)) if t is not None]
+    return _KernelGradients.apply(value, [g for _, g in pairs], *(t for t, _ in pairs))
 
 
 def _gradient(energy: EnergyModel, x: Tensor) -> Tensor:
@@ -140,6 +142,11 @@ class SlicedScoreMatching(Loss):
         if self.n_projections > 1:
             x = x.repeat(self.n_projections, *([1] * (x.dim() - 1)))
         plan = feedforward.plan(energy, x)[0]
+        kernel = None if plan is None or self.variance_reduction else \
+            _network_loss_kernel("feedforward_sliced_score_matching", plan, x)
+        if kernel is not None:  # the loss and its weight gradients in one pass of a kernel (ebm-cuda, CPU float32)
+            v = projections(self.projection, tuple(x.shape), like=x, generator=generator)
+            return _kernel_loss(plan, *kernel.fn(x, v, plan))
         if plan is not None:  # ∇E and vᵀ∇²E v by the chain rule: one backward pass for the loss, not three levels
             v = projections(self.projection, tuple(x.shape), like=x, generator=generator)
             grad, vhv = plan.score_terms(x, v)
@@ -190,11 +197,7 @@ class DenoisingScoreMatching(Loss):
         kernel = None if plan is None else _network_loss_kernel("feedforward_denoising_score_matching", plan, noisy)
         if kernel is not None:  # the loss and its weight gradients in one pass of a kernel (ebm-cuda, CPU float32)
             single = self.sigmas.numel() == 1
-            value, grad_w, grad_b = kernel.fn(noisy, eps / sigma_b if single else eps, None if single else sigma, plan)
-            params = _network_params(plan)
-            grads = [g for pair in zip(grad_w, grad_b) for g in pair]
-            present = [(p, g) for p, g in zip(params, grads) if p is not None]
-            return _KernelGradients.apply(value.to(x.dtype), [g for _, g in present], *(p for p, _ in present))
+            return _kernel_loss(plan, *kernel.fn(noisy, eps / sigma_b if single else eps, None if single else sigma, plan))
         if plan is not None:  # ∇E by the chain rule, differentiable in θ: one backward pass for the loss
             grad = plan.score_terms(noisy)[0]
         elif getattr(energy, "noise_conditional", False):  # E(x, σ), as annealed Langevin samples it

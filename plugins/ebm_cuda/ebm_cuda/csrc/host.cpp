@@ -238,6 +238,23 @@ void nuts_chain_host(const ebm_energy* spec, const S* x, S* out, int64_t n, int6
   }
 }
 
+// Rows i0 .. i0 + m − 1 of x: (n, d) into a tile of rows of `stride` floats, zero elsewhere.
+void load_rows(float* tile, int stride, const float* x, int64_t i0, int m, int d) {
+  std::fill(tile, tile + TILE * stride, 0.0f);
+  for (int lane = 0; lane < m; ++lane)
+    for (int j = 0; j < d; ++j) tile[lane * stride + j] = x[(i0 + lane) * d + j];
+}
+
+// Checks shared by the feed-forward entry points; "" when the network is well formed.
+const char* network_problem(int n_hidden, const int64_t* widths, const int* activations) {
+  if (n_hidden < 1) return "a feed-forward network needs at least one hidden layer";
+  for (int l = 0; l <= n_hidden; ++l)
+    if (widths[l] < 1 || widths[l] > (1 << 16)) return "layer widths must be in [1, 65536]";
+  for (int l = 0; l < n_hidden; ++l)
+    if (activations[l] < 0 || activations[l] >= ebm::ff::N_ACTIVATIONS) return "unknown activation code";
+  return "";
+}
+
 // Langevin chains of a feed-forward energy (ebm/feedforward_host.h): each tile of TILE chains runs all
 // n_steps with its state, activations and gradient in cache; the noise is the stream's, as in
 // langevin_chain_host, so a chain here and there differ only by rounding in the gradient.
@@ -255,9 +272,7 @@ void feedforward_langevin_host(const ebm::ff::Network& net, const float* x, floa
 #pragma omp for schedule(static)
     for (int64_t i0 = 0; i0 < n; i0 += TILE) {
       const int m = (int)std::min<int64_t>(TILE, n - i0);
-      std::fill(xs, xs + TILE * stride, 0.0f);
-      for (int lane = 0; lane < m; ++lane)
-        for (int j = 0; j < d; ++j) xs[lane * stride + j] = x[(i0 + lane) * d + j];
+      load_rows(xs, stride, x, i0, m, d);
       const Tile<float> hl = load_lanes<float>(h_vec, (float)h, i0, m), sl = load_lanes<float>(s_vec, (float)s, i0, m);
       for (int64_t t = 0; t < n_steps; ++t) {
         ebm::ff::gradient(net, ws);
@@ -276,11 +291,13 @@ void feedforward_langevin_host(const ebm::ff::Network& net, const float* x, floa
   }
 }
 
-// Denoising score matching of a feed-forward energy (ebm/feedforward_host.h): the loss (1/2n) Σ |a ∇E(x) − b|²
-// and its gradient in the weights, tiles of TILE rows summed per thread, then across threads.
-void feedforward_dsm_host(const ebm::ff::Network& net, const float* x, const float* target, const float* scale, int64_t n,
-                          double* loss, float* const* grad_weights, float* const* grad_biases, int threads) {
-  const int L = net.n_hidden, d = net.widths[0], stride = 16 * ebm::ff::blocks(d);
+// A loss of a feed-forward energy and its gradient in the weights (ebm/feedforward_host.h), summed over tiles of
+// TILE rows: run_tile(ws, i0, m) loads a tile into the thread's workspace and adds its loss and gradients there;
+// the threads' sums are then added, and divided by n (the output weights' also multiplied by the energy's sign).
+template <typename Workspace, typename RunTile>
+void network_loss_host(const ebm::ff::Network& net, int64_t n, RunTile run_tile, double* loss, float* const* grad_weights,
+                       float* const* grad_biases, int threads) {
+  const int L = net.n_hidden;
   for (int l = 0; l <= L; ++l) {
     std::fill(grad_weights[l], grad_weights[l] + (size_t)(l < L ? net.widths[l + 1] : 1) * net.widths[l], 0.0f);
     if (l < L && grad_biases[l]) std::fill(grad_biases[l], grad_biases[l] + net.widths[l + 1], 0.0f);
@@ -288,16 +305,9 @@ void feedforward_dsm_host(const ebm::ff::Network& net, const float* x, const flo
   double total = 0.0;
 #pragma omp parallel num_threads(threads)
   {
-    ebm::ff::ScoreWorkspace ws(net);
-    float* xs = (float*)ws.h[0].data();
+    Workspace ws(net);
 #pragma omp for schedule(static)
-    for (int64_t i0 = 0; i0 < n; i0 += TILE) {
-      const int m = (int)std::min<int64_t>(TILE, n - i0);
-      std::fill(xs, xs + TILE * stride, 0.0f);
-      for (int lane = 0; lane < m; ++lane)
-        for (int j = 0; j < d; ++j) xs[lane * stride + j] = x[(i0 + lane) * d + j];
-      ebm::ff::denoising_tile(net, ws, target, scale, m, i0);
-    }
+    for (int64_t i0 = 0; i0 < n; i0 += TILE) run_tile(ws, i0, (int)std::min<int64_t>(TILE, n - i0));
 #pragma omp critical
     {
       total += ws.loss;
@@ -318,8 +328,7 @@ void feedforward_dsm_host(const ebm::ff::Network& net, const float* x, const flo
     if (grad_biases[l])
       for (int j = 0; j < net.widths[l + 1]; ++j) grad_biases[l][j] *= inv;
   }
-  const float out_scale = inv * net.sign;
-  for (int j = 0; j < net.widths[L]; ++j) grad_weights[L][j] *= out_scale;
+  for (int j = 0; j < net.widths[L]; ++j) grad_weights[L][j] *= inv * net.sign;
   *loss = n > 0 ? total / (double)n : 0.0;
 }
 
@@ -409,11 +418,7 @@ int ebm_host_feedforward_langevin_chain(int n_hidden, const int64_t* widths, con
                                         const float* const* biases, const int* activations, double sign, const float* x,
                                         float* out, int64_t n, int64_t n_steps, double h, double s, const void* h_vec,
                                         const void* s_vec, uint64_t seed, uint64_t offset, int threads) {
-  if (n_hidden < 1) return fail("a feed-forward chain needs at least one hidden layer");
-  for (int l = 0; l <= n_hidden; ++l)
-    if (widths[l] < 1 || widths[l] > (1 << 16)) return fail("layer widths must be in [1, 65536]");
-  for (int l = 0; l < n_hidden; ++l)
-    if (activations[l] < 0 || activations[l] >= ebm::ff::N_ACTIVATIONS) return fail("unknown activation code");
+  if (*network_problem(n_hidden, widths, activations)) return fail(network_problem(n_hidden, widths, activations));
   if (n_steps < 0) return fail("n_steps must be >= 0");
   const ebm::ff::Network net(n_hidden, widths, weights, biases, activations, (float)sign);
   feedforward_langevin_host(net, x, out, n, n_steps, h, s, h_vec, s_vec, seed, offset, threads);
@@ -423,13 +428,27 @@ int ebm_host_feedforward_langevin_chain(int n_hidden, const int64_t* widths, con
 int ebm_host_feedforward_dsm(int n_hidden, const int64_t* widths, const float* const* weights, const float* const* biases,
                              const int* activations, double sign, const float* x, const float* target, const float* scale,
                              int64_t n, double* loss, float* const* grad_weights, float* const* grad_biases, int threads) {
-  if (n_hidden < 1) return fail("a feed-forward loss needs at least one hidden layer");
-  for (int l = 0; l <= n_hidden; ++l)
-    if (widths[l] < 1 || widths[l] > (1 << 16)) return fail("layer widths must be in [1, 65536]");
-  for (int l = 0; l < n_hidden; ++l)
-    if (activations[l] < 0 || activations[l] >= ebm::ff::N_ACTIVATIONS) return fail("unknown activation code");
+  if (*network_problem(n_hidden, widths, activations)) return fail(network_problem(n_hidden, widths, activations));
   const ebm::ff::Network net(n_hidden, widths, weights, biases, activations, (float)sign);
-  feedforward_dsm_host(net, x, target, scale, n, loss, grad_weights, grad_biases, threads);
+  const int d = net.widths[0], stride = 16 * ebm::ff::blocks(d);
+  network_loss_host<ebm::ff::ScoreWorkspace>(net, n, [&](ebm::ff::ScoreWorkspace& ws, int64_t i0, int m) {
+    load_rows((float*)ws.h[0].data(), stride, x, i0, m, d);
+    ebm::ff::denoising_tile(net, ws, target, scale, m, i0);
+  }, loss, grad_weights, grad_biases, threads);
+  return 0;
+}
+
+int ebm_host_feedforward_ssm(int n_hidden, const int64_t* widths, const float* const* weights, const float* const* biases,
+                             const int* activations, double sign, const float* x, const float* v, int64_t n, double* loss,
+                             float* const* grad_weights, float* const* grad_biases, int threads) {
+  if (*network_problem(n_hidden, widths, activations)) return fail(network_problem(n_hidden, widths, activations));
+  const ebm::ff::Network net(n_hidden, widths, weights, biases, activations, (float)sign);
+  const int d = net.widths[0], stride = 16 * ebm::ff::blocks(d);
+  network_loss_host<ebm::ff::SlicedWorkspace>(net, n, [&](ebm::ff::SlicedWorkspace& ws, int64_t i0, int m) {
+    load_rows((float*)ws.h[0].data(), stride, x, i0, m, d);
+    load_rows((float*)ws.hd[0].data(), stride, v, i0, m, d);
+    ebm::ff::sliced_tile(net, ws, m);
+  }, loss, grad_weights, grad_biases, threads);
   return 0;
 }
 

@@ -41,15 +41,16 @@ constexpr int SMALL_INPUT = 8;  // inputs up to this many: the last product of t
 // exp(x) for float32, ~2 ulp (Cody–Waite reduction, degree-6 polynomial), clamped to finite results outside
 // [-87.3, 88.7] (all that sigmoid, SiLU and tanh need).
 inline v16 vexp(v16 x) {
-#if defined(__AVX512F__)  // one instruction each (NaN becomes the bound: a NaN chain stays NaN through its state)
+#if defined(__AVX512F__)  // clamp, round and scale by 2^n in one instruction each (NaN becomes the bound: a NaN chain
+                          // stays NaN through its state)
   x = (v16)_mm512_min_ps(_mm512_max_ps((__m512)x, (__m512)splat(-87.3f)), (__m512)splat(88.7f));
+  const v16 n = (v16)_mm512_roundscale_ps((__m512)(x * 1.44269504088896341f), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 #else
   x = x < -87.3f ? splat(-87.3f) : x;
   x = x > 88.7f ? splat(88.7f) : x;
-#endif
   const v16 magic = splat(12582912.0f);  // 1.5·2^23: adding it rounds to an integer
-  const v16 t = x * 1.44269504088896341f + magic;
-  const v16 n = t - magic;
+  const v16 n = (x * 1.44269504088896341f + magic) - magic;
+#endif
   v16 r = x - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
   v16 p = splat(1.9875691500e-4f);
@@ -59,10 +60,14 @@ inline v16 vexp(v16 x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
+#if defined(__AVX512F__)
+  return (v16)_mm512_scalef_ps((__m512)p, (__m512)n);
+#else
   const v16i e = (__builtin_convertvector(n, v16i) + 127) << 23;
   v16 scale;
   memcpy(&scale, &e, sizeof scale);
   return p * scale;
+#endif
 }
 
 // 1 / y: with AVX-512 the 14-bit estimate and one Newton step (within 2 ulp, a third of a division's cost).
@@ -118,6 +123,47 @@ inline void activate2(v16 z, v16* a, v16* d1, v16* d2) {
     *a = z > 0.0f ? z : v16{};
     *d1 = z > 0.0f ? splat(1.0f) : v16{};
     *d2 = v16{};
+  }
+}
+
+// f(z) and its first three derivatives (sliced score matching differentiates vᵀ∇²E v in the parameters).
+template <int ACT>
+inline void activate3(v16 z, v16* a, v16* d1, v16* d2, v16* d3) {
+  if (ACT == SILU) {  // with s' = s(1 − s): f' = s + z s', f'' = s'(2 + z(1 − 2s)), f''' = s'((1 − 2s)(3 + z(1 − 2s)) − 2 z s')
+    const v16 s = reciprocal(1.0f + vexp(-z)), sp = s - s * s, q = 1.0f - 2.0f * s;
+    *a = z * s;
+    *d1 = s + z * sp;
+    *d2 = sp * (2.0f + z * q);
+    *d3 = sp * (q * (3.0f + z * q) - 2.0f * z * sp);
+  } else if (ACT == TANH) {  // t' = 1 − t², t'' = −2t t', t''' = t'(6t² − 2)
+    const v16 t = 1.0f - 2.0f * reciprocal(vexp(2.0f * z) + 1.0f), tp = 1.0f - t * t;
+    *a = t;
+    *d1 = tp;
+    *d2 = -2.0f * t * tp;
+    *d3 = tp * (6.0f * t * t - 2.0f);
+  } else if (ACT == SIGMOID) {  // s' = s(1 − s), s'' = s'(1 − 2s), s''' = s'(1 − 6s + 6s²)
+    const v16 s = reciprocal(1.0f + vexp(-z)), sp = s - s * s;
+    *a = s;
+    *d1 = sp;
+    *d2 = sp * (1.0f - 2.0f * s);
+    *d3 = sp * (1.0f - 6.0f * s + 6.0f * s * s);
+  } else {  // RELU
+    *a = z > 0.0f ? z : v16{};
+    *d1 = z > 0.0f ? splat(1.0f) : v16{};
+    *d2 = v16{};
+    *d3 = v16{};
+  }
+}
+
+inline void activate3_rows(int act, const v16* z, int nb, v16* a, v16* d1, v16* d2, v16* d3) {
+  for (int i = 0; i < ROWS * nb; ++i) {
+    const v16 zz = z[i];
+    switch (act) {
+      case SILU: activate3<SILU>(zz, &a[i], &d1[i], &d2[i], &d3[i]); break;
+      case TANH: activate3<TANH>(zz, &a[i], &d1[i], &d2[i], &d3[i]); break;
+      case SIGMOID: activate3<SIGMOID>(zz, &a[i], &d1[i], &d2[i], &d3[i]); break;
+      default: activate3<RELU>(zz, &a[i], &d1[i], &d2[i], &d3[i]);
+    }
   }
 }
 
@@ -178,24 +224,35 @@ inline void product_strip(const float* A, int lda, int K, const v16* B, int nb, 
 }
 
 // C[j][kb] += Σ_r P[r][j] · Q[r][kb] over the ROWS rows of a tile (a weight's gradient, outer products summed):
-// P rows of ldp floats (j < rows_out), Q and C rows of qb blocks.
+// P rows of ldp floats (j < rows_out), Q and C rows of qb blocks. JR rows × KB blocks of C per pass.
+template <int JR, int KB>
+inline void outer_strip(const float* P, int ldp, int j0, const v16* Q, int qb, int kb0, v16* C) {
+  v16 acc[JR][KB];
+  for (int j = 0; j < JR; ++j)
+    for (int k = 0; k < KB; ++k) acc[j][k] = C[(j0 + j) * qb + kb0 + k];
+  for (int r = 0; r < ROWS; ++r) {
+    v16 q[KB];
+    for (int k = 0; k < KB; ++k) q[k] = Q[r * qb + kb0 + k];
+    for (int j = 0; j < JR; ++j) {
+      const float p = P[r * ldp + j0 + j];
+      for (int k = 0; k < KB; ++k) acc[j][k] += p * q[k];
+    }
+  }
+  for (int j = 0; j < JR; ++j)
+    for (int k = 0; k < KB; ++k) C[(j0 + j) * qb + kb0 + k] = acc[j][k];
+}
+
+template <int JR>
+inline void outer_rows(const float* P, int ldp, int j0, const v16* Q, int qb, v16* C) {
+  int kb = 0;
+  for (; kb + 4 <= qb; kb += 4) outer_strip<JR, 4>(P, ldp, j0, Q, qb, kb, C);
+  for (; kb < qb; ++kb) outer_strip<JR, 1>(P, ldp, j0, Q, qb, kb, C);
+}
+
 inline void accumulate_outer(const float* P, int ldp, int rows_out, const v16* Q, int qb, v16* C) {
   int j0 = 0;
-  for (; j0 + 4 <= rows_out; j0 += 4)
-    for (int kb = 0; kb < qb; ++kb) {
-      v16 acc[4] = {C[(j0 + 0) * qb + kb], C[(j0 + 1) * qb + kb], C[(j0 + 2) * qb + kb], C[(j0 + 3) * qb + kb]};
-      for (int r = 0; r < ROWS; ++r) {
-        const v16 q = Q[r * qb + kb];
-        for (int j = 0; j < 4; ++j) acc[j] += P[r * ldp + j0 + j] * q;
-      }
-      for (int j = 0; j < 4; ++j) C[(j0 + j) * qb + kb] = acc[j];
-    }
-  for (; j0 < rows_out; ++j0)
-    for (int kb = 0; kb < qb; ++kb) {
-      v16 acc = C[j0 * qb + kb];
-      for (int r = 0; r < ROWS; ++r) acc += P[r * ldp + j0] * Q[r * qb + kb];
-      C[j0 * qb + kb] = acc;
-    }
+  for (; j0 + 4 <= rows_out; j0 += 4) outer_rows<4>(P, ldp, j0, Q, qb, C);
+  for (; j0 < rows_out; ++j0) outer_rows<1>(P, ldp, j0, Q, qb, C);
 }
 
 inline void product(const float* A, int lda, int K, const v16* B, int nb, const v16* bias, v16* C) {
@@ -421,6 +478,103 @@ inline void denoising_tile(const Network& net, ScoreWorkspace& ws, const float* 
       product((const float*)zbar, 16 * ob, net.widths[l], net.backward[l - 1].data(), ib, nullptr, nh);
       sbar = ns;
       hbar = nh;
+    }
+  }
+}
+
+// ---- sliced score matching: L = (1/n) Σ_r ½ u_r² − w_r with u = vᵀ∇E(x), w = vᵀ∇²E(x) v, and its gradient ----
+//
+// u and w are the first and second derivatives of E(x + t v) at t = 0: forward in t, ż_l = W_l ḣ_{l−1},
+// ḣ_l = f'(z_l) ż_l, z̈_l = W_l ḧ_{l−1}, ḧ_l = f''(z_l) ż_l² + f'(z_l) z̈_l (ḣ_0 = v, ḧ_0 = 0), u = top · ḣ_L,
+// w = top · ḧ_L. Reverse from ḣ̄_L = u·top, ḧ̄_L = −top: z̈̄ = ḧ̄ f', ż̄ = 2 ḧ̄ f'' ż + ḣ̄ f',
+// z̄ = ḧ̄ (f''' ż² + f'' z̈) + ḣ̄ f'' ż + h̄ f'; ∂W_l += z̄ h_{l−1}ᵀ + ż̄ ḣ_{l−1}ᵀ + z̈̄ ḧ_{l−1}ᵀ, ∂b_l += z̄; the adjoints
+// of level l − 1 are W_lᵀ times z̄, ż̄, z̈̄.
+
+struct SlicedWorkspace {
+  std::vector<std::vector<v16>> dW, db, h, hd, hdd, zd, zdd, d1, d2, d3;  // h[0] = x, hd[0] = v (the caller's)
+  std::vector<v16> dw_out, hbar, hdbar, hddbar, zbar, zdbar, zddbar;
+  double loss = 0.0;
+
+  explicit SlicedWorkspace(const Network& net) {
+    const int L = net.n_hidden;
+    int widest = 1;
+    for (int w : net.widths) widest = w > widest ? w : widest;
+    for (int l = 0; l <= L; ++l) {
+      const size_t rows = (size_t)ROWS * blocks(net.widths[l]);
+      for (auto* b : {&h, &hd, &hdd, &zd, &zdd, &d1, &d2, &d3}) b->emplace_back(rows, v16{});
+    }
+    for (int l = 0; l < L; ++l) {
+      dW.emplace_back((size_t)net.widths[l + 1] * blocks(net.widths[l]), v16{});
+      db.emplace_back((size_t)blocks(net.widths[l + 1]), v16{});
+    }
+    dw_out.assign((size_t)blocks(net.widths[L]), v16{});
+    for (auto* b : {&hbar, &hdbar, &hddbar, &zbar, &zdbar, &zddbar}) b->assign((size_t)ROWS * blocks(widest), v16{});
+  }
+};
+
+// The tile's rows in ws.h[0] (x) and ws.hd[0] (v); rows from m on are padding (no contribution).
+inline void sliced_tile(const Network& net, SlicedWorkspace& ws, int m) {
+  const int L = net.n_hidden;
+  for (int l = 0; l < L; ++l) {  // level l -> l + 1: primal, first and second derivative in t
+    const int ob = blocks(net.widths[l + 1]), lda = 16 * blocks(net.widths[l]), K = net.widths[l];
+    v16* z = ws.h[l + 1].data();
+    product((const float*)ws.h[l].data(), lda, K, net.forward[l].data(), ob, net.bias[l].data(), z);
+    activate3_rows(net.activations[l], z, ob, z, ws.d1[l + 1].data(), ws.d2[l + 1].data(), ws.d3[l + 1].data());
+    v16 *zd = ws.zd[l + 1].data(), *zdd = ws.zdd[l + 1].data();
+    product((const float*)ws.hd[l].data(), lda, K, net.forward[l].data(), ob, nullptr, zd);
+    if (l == 0)
+      std::fill(zdd, zdd + ROWS * ob, v16{});
+    else
+      product((const float*)ws.hdd[l].data(), lda, K, net.forward[l].data(), ob, nullptr, zdd);
+    const v16 *f1 = ws.d1[l + 1].data(), *f2 = ws.d2[l + 1].data();
+    for (int i = 0; i < ROWS * ob; ++i) {
+      ws.hd[l + 1][i] = f1[i] * zd[i];
+      ws.hdd[l + 1][i] = f2[i] * zd[i] * zd[i] + f1[i] * zdd[i];
+    }
+  }
+  const int ob = blocks(net.widths[L]);
+  float ubar[ROWS], wbar[ROWS];  // ∂L_r/∂u = u, ∂L_r/∂w = −1 (zero for padding rows)
+  for (int r = 0; r < ROWS; ++r) {
+    v16 u = v16{}, w = v16{};
+    for (int j = 0; j < ob; ++j) {
+      u += net.top[j] * ws.hd[L][r * ob + j];
+      w += net.top[j] * ws.hdd[L][r * ob + j];
+    }
+    const float uu = sum(u), ww = sum(w);
+    if (r < m) ws.loss += 0.5 * (double)uu * uu - (double)ww;
+    ubar[r] = r < m ? uu : 0.0f;
+    wbar[r] = r < m ? -1.0f : 0.0f;
+  }
+  for (int r = 0; r < ROWS; ++r)
+    for (int j = 0; j < ob; ++j) {
+      const int i = r * ob + j;
+      ws.dw_out[j] += ubar[r] * ws.hd[L][i] + wbar[r] * ws.hdd[L][i];
+      ws.hdbar[i] = ubar[r] * net.top[j];
+      ws.hddbar[i] = wbar[r] * net.top[j];
+      ws.hbar[i] = v16{};
+    }
+  for (int l = L; l >= 1; --l) {
+    const int nb = blocks(net.widths[l]), ib = blocks(net.widths[l - 1]), width = net.widths[l];
+    const v16 *f1 = ws.d1[l].data(), *f2 = ws.d2[l].data(), *f3 = ws.d3[l].data(), *zd = ws.zd[l].data(),
+              *zdd = ws.zdd[l].data();
+    for (int i = 0; i < ROWS * nb; ++i) {
+      const v16 a2 = ws.hddbar[i], a1 = ws.hdbar[i], a0 = ws.hbar[i];
+      ws.zddbar[i] = a2 * f1[i];
+      ws.zdbar[i] = 2.0f * a2 * f2[i] * zd[i] + a1 * f1[i];
+      ws.zbar[i] = a2 * (f3[i] * zd[i] * zd[i] + f2[i] * zdd[i]) + a1 * f2[i] * zd[i] + a0 * f1[i];
+    }
+    const int ldz = 16 * nb;
+    accumulate_outer((const float*)ws.zbar.data(), ldz, width, ws.h[l - 1].data(), ib, ws.dW[l - 1].data());
+    accumulate_outer((const float*)ws.zdbar.data(), ldz, width, ws.hd[l - 1].data(), ib, ws.dW[l - 1].data());
+    if (l >= 2)
+      accumulate_outer((const float*)ws.zddbar.data(), ldz, width, ws.hdd[l - 1].data(), ib, ws.dW[l - 1].data());
+    for (int r = 0; r < ROWS; ++r)
+      for (int j = 0; j < nb; ++j) ws.db[l - 1][j] += ws.zbar[r * nb + j];
+    if (l >= 2) {
+      const v16* W = net.backward[l - 1].data();
+      product((const float*)ws.zbar.data(), ldz, width, W, ib, nullptr, ws.hbar.data());
+      product((const float*)ws.zdbar.data(), ldz, width, W, ib, nullptr, ws.hdbar.data());
+      product((const float*)ws.zddbar.data(), ldz, width, W, ib, nullptr, ws.hddbar.data());
     }
   }
 }
