@@ -56,6 +56,8 @@ class _KernelGradients(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_output: Tensor):  # noqa: D102
+        if grad_output.device.type == "cpu" and float(grad_output) == 1.0:  # loss.backward(): hand the gradients over
+            return (None, None, *ctx.grads)
         return (None, None, *(None if g is None else g * grad_output for g in ctx.grads))
 
 

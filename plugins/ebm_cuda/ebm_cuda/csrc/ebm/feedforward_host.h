@@ -374,31 +374,28 @@ inline void gradient(const Network& net, Workspace& ws) {
 // then reverse mode through the primal and the tangent: τ̄_l = σ̄_l f'(z_l), z̄_l = σ̄_l f''(z_l) τ_l + h̄_l f'(z_l),
 // ∂W_l += τ̄_l σ_{l−1}ᵀ + z̄_l h_{l−1}ᵀ, ∂b_l += z̄_l, σ̄_{l−1} = W_lᵀ τ̄_l, h̄_{l−1} = W_lᵀ z̄_l.
 
-// One thread's sums: ∂W_l as out_l rows of blocks(in_l), ∂b_l, ∂w_out; and the tile buffers.
+// One thread's sums: ∂W_l as out_l rows of blocks(in_l), ∂b_l, ∂w_out; and the tile buffers. The reverse pass
+// needs, per level, σ̄_l and τ̄_l = σ̄_l f'(z_l): those are the backward pass of ∇E itself (σ̄_L = top, then
+// σ̄_{l−1} = W_lᵀ τ̄_l), so they are kept from it (gamma: σ̄_l, delta: τ̄_l) rather than computed twice.
 struct ScoreWorkspace {
-  std::vector<std::vector<v16>> dW, db, h, d1, d2, tau, sigma;  // h[0], sigma[0]: the inputs x and c
-  std::vector<v16> dw_out, delta0, delta1, bar0, bar1, hbar0, hbar1;
+  std::vector<std::vector<v16>> dW, db, h, d1, d2, tau, sigma, gamma, delta;  // h[0], sigma[0]: the inputs x and c
+  std::vector<v16> dw_out, hbar0, hbar1;
   double loss = 0.0;
 
   explicit ScoreWorkspace(const Network& net) {
     const int L = net.n_hidden;
     int widest = 1;
     for (int w : net.widths) widest = w > widest ? w : widest;
-    const size_t wide = (size_t)ROWS * blocks(widest);
     for (int l = 0; l <= L; ++l) {
       const size_t rows = (size_t)ROWS * blocks(net.widths[l]);
-      h.emplace_back(rows, v16{});
-      sigma.emplace_back(rows, v16{});
-      d1.emplace_back(rows, v16{});
-      d2.emplace_back(rows, v16{});
-      tau.emplace_back(rows, v16{});
+      for (auto* b : {&h, &sigma, &d1, &d2, &tau, &gamma, &delta}) b->emplace_back(rows, v16{});
     }
     for (int l = 0; l < L; ++l) {
       dW.emplace_back((size_t)net.widths[l + 1] * blocks(net.widths[l]), v16{});
       db.emplace_back((size_t)blocks(net.widths[l + 1]), v16{});
     }
     dw_out.assign((size_t)blocks(net.widths[L]), v16{});
-    for (auto* b : {&delta0, &delta1, &bar0, &bar1, &hbar0, &hbar1}) b->assign(wide, v16{});
+    for (auto* b : {&hbar0, &hbar1}) b->assign((size_t)ROWS * blocks(widest), v16{});
   }
 };
 
@@ -413,22 +410,20 @@ inline void denoising_tile(const Network& net, ScoreWorkspace& ws, const float* 
             net.bias[l].data(), z);
     activate2_rows(net.activations[l], z, ob, z, ws.d1[l + 1].data(), ws.d2[l + 1].data());
   }
-  // ∇E: δ_L = top · f'(z_L), δ_{l−1} = (δ_l W_l) f'(z_{l−1}), ∇E = δ_1 W_0
+  // ∇E backwards: delta_L = top · f'(z_L); gamma_{l−1} = delta_l W_l, delta_{l−1} = gamma_{l−1} f'(z_{l−1}); ∇E = delta_1 W_0
   {
     const int ob = blocks(net.widths[L]);
-    v16* e = ws.delta0.data();
     for (int r = 0; r < ROWS; ++r)
-      for (int j = 0; j < ob; ++j) e[r * ob + j] = net.top[j] * ws.d1[L][r * ob + j];
+      for (int j = 0; j < ob; ++j) ws.delta[L][r * ob + j] = net.top[j] * ws.d1[L][r * ob + j];
     for (int l = L - 1; l >= 1; --l) {
       const int ib = blocks(net.widths[l]), lb = blocks(net.widths[l + 1]);
-      v16* g = (e == ws.delta0.data()) ? ws.delta1.data() : ws.delta0.data();
-      product((const float*)e, 16 * lb, net.widths[l + 1], net.backward[l].data(), ib, nullptr, g);
-      for (int i = 0; i < ROWS * ib; ++i) g[i] *= ws.d1[l][i];
-      e = g;
+      v16 *g = ws.gamma[l].data(), *e = ws.delta[l].data();
+      product((const float*)ws.delta[l + 1].data(), 16 * lb, net.widths[l + 1], net.backward[l].data(), ib, nullptr, g);
+      for (int i = 0; i < ROWS * ib; ++i) e[i] = g[i] * ws.d1[l][i];
     }
     // c = a (a ∇E − b) into sigma[0]; the loss
     v16* c = ws.sigma[0].data();
-    product((const float*)e, 16 * blocks(net.widths[1]), net.widths[1], net.backward[0].data(), db0, nullptr, c);
+    product((const float*)ws.delta[1].data(), 16 * blocks(net.widths[1]), net.widths[1], net.backward[0].data(), db0, nullptr, c);
     float* cf = (float*)c;
     for (int r = 0; r < ROWS; ++r) {
       const float ar = r < m ? (a ? a[i0 + r] : 1.0f) : 0.0f;
@@ -454,17 +449,15 @@ inline void denoising_tile(const Network& net, ScoreWorkspace& ws, const float* 
     for (int r = 0; r < ROWS; ++r)
       for (int j = 0; j < ob; ++j) ws.dw_out[j] += ws.sigma[L][r * ob + j];
   }
-  const v16* sbar = nullptr;  // σ̄_l (nullptr: top, the same for every row)
   const v16* hbar = nullptr;  // h̄_l (nullptr: zero)
   for (int l = L; l >= 1; --l) {
     const int ob = blocks(net.widths[l]), ib = blocks(net.widths[l - 1]);
-    v16* tbar = (sbar == ws.bar0.data()) ? ws.bar1.data() : ws.bar0.data();
+    const v16* tbar = ws.delta[l].data();
     v16* zbar = (hbar == ws.hbar0.data()) ? ws.hbar1.data() : ws.hbar0.data();
     for (int r = 0; r < ROWS; ++r)
       for (int j = 0; j < ob; ++j) {
         const int i = r * ob + j;
-        const v16 sb = sbar ? sbar[i] : net.top[j];
-        tbar[i] = sb * ws.d1[l][i];
+        const v16 sb = l == L ? net.top[j] : ws.gamma[l][i];
         zbar[i] = sb * ws.d2[l][i] * ws.tau[l][i] + (hbar ? hbar[i] * ws.d1[l][i] : v16{});
       }
     accumulate_outer((const float*)tbar, 16 * ob, net.widths[l], ws.sigma[l - 1].data(), ib, ws.dW[l - 1].data());
@@ -472,11 +465,8 @@ inline void denoising_tile(const Network& net, ScoreWorkspace& ws, const float* 
     for (int r = 0; r < ROWS; ++r)
       for (int j = 0; j < ob; ++j) ws.db[l - 1][j] += zbar[r * ob + j];
     if (l >= 2) {
-      v16* ns = (tbar == ws.bar0.data()) ? ws.bar1.data() : ws.bar0.data();
       v16* nh = (zbar == ws.hbar0.data()) ? ws.hbar1.data() : ws.hbar0.data();
-      product((const float*)tbar, 16 * ob, net.widths[l], net.backward[l - 1].data(), ib, nullptr, ns);
       product((const float*)zbar, 16 * ob, net.widths[l], net.backward[l - 1].data(), ib, nullptr, nh);
-      sbar = ns;
       hbar = nh;
     }
   }
