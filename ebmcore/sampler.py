@@ -200,7 +200,9 @@ class Sampler(ABC):
         run = self.prepare(x, generator, tunables, every_step=callback is not None)
         log.debug("%s: %d chains of shape %s, %s", type(self).__name__, x.shape[0], tuple(x.shape[1:]), run.path)
         grad = getattr(run.state, "grad", None)
-        self.check_initial_energy(x, run.energy_of(run.state), grad if isinstance(grad, Tensor) else None)
+        with torch.no_grad():  # the energy at x0 for the check only: no graph through the model's parameters
+            energy0 = run.energy_of(run.state)
+        self.check_initial_energy(x, energy0, grad if isinstance(grad, Tensor) else None)
         recording = return_trajectory or return_diagnostics or return_stats
         recorder = Recorder(x, n_steps // thin, trajectory=return_trajectory, diagnostics=return_diagnostics,
                             energy_of=run.energy_of, stats=return_stats)

@@ -10,6 +10,7 @@ from importlib import metadata as importlib_metadata
 from pathlib import Path
 
 import pytest
+import torch
 
 import ebmcore
 from ebmcore import plugins
@@ -152,3 +153,13 @@ def test_quiet_and_verbose_set_the_level_of_the_library_messages(tmp_path, capsy
     # one logger per package, named after it: the core's and every plugin's
     assert {"ebmcore", "ebm_samplers", "ebm_losses", "ebm_cuda"} <= set(logs.package_loggers())
     assert logging.getLogger("ebm_samplers").getEffectiveLevel() == logging.WARNING
+
+
+@pytest.mark.skipif(torch.version.cuda is not None, reason="the page shows the listing of a CPU-only torch build")
+def test_the_backends_listing_of_backends_md_is_what_ebm_prints(capsys):
+    page = (Path(__file__).resolve().parents[1] / "docs" / "backends.md").read_text()
+    shown = page.split("    $ ebm backends\n", 1)[1].split("    ```", 1)[0]
+    capsys.readouterr()
+    main(["backends"])
+    printed = capsys.readouterr().out
+    assert [line.removeprefix("    ") for line in shown.rstrip("\n").split("\n")] == printed.rstrip("\n").split("\n")
