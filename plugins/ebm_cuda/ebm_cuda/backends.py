@@ -7,7 +7,8 @@ Both implement, for the analytic energies of ``csrc/ebm/energies.h`` (:data:`ebm
 and ``langevin_step`` and ``langevin_step_philox``. The host build also runs Langevin chains of
 feed-forward networks (``feedforward_langevin_chain``: float32, SiLU, tanh, sigmoid or ReLU layers) and
 their denoising and sliced score matching losses with their weight gradients
-(``feedforward_denoising_score_matching``, ``feedforward_sliced_score_matching``).
+(``feedforward_denoising_score_matching``, ``feedforward_sliced_score_matching``), and the energies with the weight
+gradient of a loss linear or quadratic in them (``feedforward_energy_gradients``: contrastive divergence).
 
 Priorities: on CUDA every kernel outranks the ``torch`` reference (10 against 0). On the CPU the
 plain energy, gradient and step kernels rank below it (-10: selected only by name, e.g.
@@ -166,6 +167,16 @@ def feedforward_sliced_score_matching(x: Tensor, v: Tensor, network: Any) -> tup
         [FEEDFORWARD_ACTIVATIONS.index(layer.activation.name) for layer in layers[:-1]], float(network.sign))
 
 
+def feedforward_energy_gradients(x: Tensor, a: Tensor, b: Tensor | None,
+                                 network: Any) -> tuple[Tensor, list[Tensor], list[Tensor | None]]:
+    """``E(x)`` and ``Σᵣ (aᵣ + bᵣE(xᵣ)) ∂E(xᵣ)/∂θ`` for the weights and biases of the feed-forward energy ``network``
+    (``ebm_cuda.ops.feedforward_energy_gradients``); ``x: (n, d)``, ``a``, ``b``: ``(n,)`` float32."""
+    layers = network.layers
+    return ops.feedforward_energy_gradients(
+        x, a, b, [layer.linear.weight for layer in layers], [layer.linear.bias for layer in layers],
+        [FEEDFORWARD_ACTIVATIONS.index(layer.activation.name) for layer in layers[:-1]], float(network.sign))
+
+
 def _kernels(device: str, dtypes: tuple[torch.dtype, ...], plain: int, fused: int, max_chain: int | None,
              capability: tuple[int, int] | None) -> list[Kernel]:
     def kernel(op: str, fn: Callable[..., Any], priority: int, max_event_size: int | None = None) -> Kernel:
@@ -201,7 +212,8 @@ class HostBackend(KernelBackend):
         network_kernels = [Kernel(op, fn, ("cpu",), (torch.float32,), None, 10, refuses=_network_refusal) for op, fn in
                            (("feedforward_langevin_chain", feedforward_langevin_chain),
                             ("feedforward_denoising_score_matching", feedforward_denoising_score_matching),
-                            ("feedforward_sliced_score_matching", feedforward_sliced_score_matching))]
+                            ("feedforward_sliced_score_matching", feedforward_sliced_score_matching),
+                            ("feedforward_energy_gradients", feedforward_energy_gradients))]
         super().__init__("cpu_fused", [*_kernels("cpu", HOST_DTYPES, -10, 10, None, None), *network_kernels],
                          description="ebm-cuda: the kernels built for the CPU (fused chains, vectorised over chains)")
 

@@ -74,6 +74,11 @@ class Library:
                             c_void_p, c_void_p, c_int]
             ssm.restype = c_int
             self._functions["feedforward_ssm"] = ssm
+            energy_gradient = self._lib.ebm_host_feedforward_energy_gradient
+            energy_gradient.argtypes = [c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_double, c_void_p, c_void_p, c_void_p,
+                                        c_int64, c_void_p, c_void_p, c_void_p, c_int]
+            energy_gradient.restype = c_int
+            self._functions["feedforward_energy_gradient"] = energy_gradient
         philox = getattr(self._lib, f"ebm_{prefix}_philox")
         philox.argtypes = [c_void_p, c_void_p, c_void_p, c_int64] + ([c_void_p] if prefix == "cuda" else [])
         philox.restype = c_int

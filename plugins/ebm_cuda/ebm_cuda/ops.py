@@ -24,7 +24,7 @@ from ebm_cuda import library
 from ebm_cuda.energies import KINDS, LAYOUTS
 from ebm_cuda.library import DTYPE_CODES, EnergySpec
 
-__all__ = ["KINDS", "FEEDFORWARD_ACTIVATIONS", "MAX_CUDA_CHAIN_DIM", "call", "feedforward_denoising_score_matching", "feedforward_sliced_score_matching", "math_dtype", "normal", "philox4x32", "uniform"]
+__all__ = ["KINDS", "FEEDFORWARD_ACTIVATIONS", "MAX_CUDA_CHAIN_DIM", "call", "feedforward_denoising_score_matching", "feedforward_sliced_score_matching", "feedforward_energy_gradients", "math_dtype", "normal", "philox4x32", "uniform"]
 
 _LAYOUT_OF_CODE = {layout.code: layout for layout in LAYOUTS.values()}
 MAX_CUDA_CHAIN_DIM = 64
@@ -326,6 +326,28 @@ def feedforward_sliced_score_matching(x: Tensor, v: Tensor, weights: Sequence[Te
     x = _network_input(x, "feedforward_sliced_score_matching", weights, biases, activations)
     v = _like(v, x, "v")
     return _network_loss("feedforward_ssm", weights, biases, activations, sign, x.data_ptr(), v.data_ptr(), x.shape[0])
+
+
+def feedforward_energy_gradients(x: Tensor, a: Tensor, b: Optional[Tensor], weights: Sequence[Tensor],
+                                 biases: Sequence[Optional[Tensor]], activations: Sequence[int],
+                                 sign: float) -> tuple[Tensor, list[Tensor], list[Optional[Tensor]]]:
+    """``E(x): (n,)`` of the feed-forward energy of ``feedforward_langevin_chain`` (host build, float32) and
+    ``Σᵣ cᵣ ∂E(xᵣ)/∂θ`` for every weight and bias ``θ``, with ``cᵣ = aᵣ + bᵣ E(xᵣ)`` (``b`` None: zero), in one pass:
+    the gradient of a loss linear or quadratic in the energies, ``c = ∂loss/∂E``. ``x: (n, d)``, ``a``, ``b``: ``(n,)``.
+    Returns ``(E, weight grads, bias grads)`` (None where a layer has no bias)."""
+    x = _network_input(x, "feedforward_energy_gradients", weights, biases, activations)
+    a, b = _vector(a, x, "a"), _vector(b, x, "b")
+    network, _keep = _network(weights, biases, activations)
+    energies = x.new_empty(x.shape[0])
+    grad_w = [torch.empty(w.shape, dtype=torch.float32) for w in weights]
+    grad_b = [None if t is None else torch.empty(t.shape, dtype=torch.float32) for t in biases[:-1]]
+    library.host().call("feedforward_energy_gradient", *network, float(sign), x.data_ptr(), a.data_ptr(), _ptr(b), x.shape[0],
+                        energies.data_ptr(), (ctypes.c_void_p * len(grad_w))(*(g.data_ptr() for g in grad_w)),
+                        (ctypes.c_void_p * len(grad_b))(*(None if g is None else g.data_ptr() for g in grad_b)),
+                        torch.get_num_threads())
+    c = a if b is None else a + b * energies
+    out_bias = None if biases[-1] is None else (float(sign) * c.sum()).reshape(1)  # ∂E/∂b_out = sign
+    return energies, grad_w, [*grad_b, out_bias]
 
 
 def _network_input(x: Tensor, what: str, weights: Sequence[Tensor], biases: Sequence[Optional[Tensor]],

@@ -41,6 +41,11 @@ def _network(d, widths, activation, *, bias=True, seed=0):
     return nn.Sequential(*layers, nn.Linear(prev, 1, bias=bias))
 
 
+def _graph_has(node, name: str) -> bool:
+    """Whether the autograd graph from ``node`` has a node whose type name contains ``name``."""
+    return node is not None and (name in type(node).__name__ or any(_graph_has(n, name) for n, _ in node.next_functions))
+
+
 def _autograd_chain(energy, x, n_steps, h, s, seed, offset=0):
     """The reference: ``x − h∇E(x) + s·ξ_t`` with autograd's gradient and the stream's normals."""
     for t in range(n_steps):
@@ -183,7 +188,7 @@ def test_denoising_score_matching_takes_the_kernel_and_matches_the_torch_path(si
     for backends in (("cpu_fused", "torch"), ("torch",)):
         with ebmcore.use_backend(*backends):
             value = loss(energy, data, generator=torch.Generator().manual_seed(1))
-            assert ("_KernelGradients" in type(value.grad_fn).__name__) == (backends[0] == "cpu_fused")  # which path ran
+            assert ("_GivenGradients" in type(value.grad_fn).__name__) == (backends[0] == "cpu_fused")  # which path ran
             energy.zero_grad(set_to_none=True)
             (2.0 * value).backward()  # the incoming gradient scales the kernel's
             results[backends[0]] = (value.detach(), [p.grad for p in energy.parameters()])
@@ -246,7 +251,7 @@ def test_sliced_score_matching_takes_the_kernel_and_matches_the_torch_path(optio
     for backends in (("cpu_fused", "torch"), ("torch",)):
         with ebmcore.use_backend(*backends):
             value = loss(energy, data, generator=torch.Generator().manual_seed(1))
-            assert ("_KernelGradients" in type(value.grad_fn).__name__) == (backends[0] == "cpu_fused")
+            assert ("_GivenGradients" in type(value.grad_fn).__name__) == (backends[0] == "cpu_fused")
             energy.zero_grad(set_to_none=True)
             (3.0 * value).backward()
             results[backends[0]] = (value.detach(), [p.grad for p in energy.parameters()])
@@ -260,4 +265,52 @@ def test_sliced_score_matching_takes_the_kernel_and_matches_the_torch_path(optio
 def test_variance_reduced_sliced_score_matching_keeps_the_torch_path():
     energy = Net(_network(2, [8], "silu"))
     value = SlicedScoreMatching(variance_reduction=True)(energy, torch.randn(16, 2), generator=torch.Generator().manual_seed(0))
-    assert "_KernelGradients" not in type(value.grad_fn).__name__
+    assert "_GivenGradients" not in type(value.grad_fn).__name__
+
+
+@pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
+@pytest.mark.parametrize("d, widths, n, bias, sign, quadratic", [(2, [64, 64], 300, True, 1.0, False), (3, [20, 33], 37, True, -1.0, True),
+                                                                 (17, [5], 16, False, 1.0, True), (1, [40, 7, 24], 5, True, 1.0, False)],
+                         ids=["w5-shape", "odd-widths-negated-quadratic", "wide-input-no-bias-quadratic", "three-hidden"])
+def test_the_energies_and_their_weighted_gradient_equal_autograds(activation, d, widths, n, bias, sign, quadratic):
+    """``E(x)`` and ``Σ (aᵣ + bᵣEᵣ) ∂Eᵣ/∂θ`` (the gradient of ``Σ aᵣEᵣ + ½bᵣEᵣ²``) against autograd in float64, every
+    weight and bias (the output bias included)."""
+    net = _network(d, widths, activation, bias=bias).double()
+    g = torch.Generator().manual_seed(4)
+    x, a = torch.randn(n, d, generator=g, dtype=torch.float64), torch.randn(n, generator=g, dtype=torch.float64)
+    b = torch.rand(n, generator=g, dtype=torch.float64) if quadratic else None
+    energies = sign * net(x).squeeze(-1)
+    (a * energies + (0.5 * b * energies ** 2 if quadratic else 0)).sum().backward()
+    linears = [m for m in net if isinstance(m, nn.Linear)]
+    got, grad_w, grad_b = ops.feedforward_energy_gradients(
+        x.float(), a.float(), None if b is None else b.float(), [m.weight.float() for m in linears],
+        [None if m.bias is None else m.bias.float() for m in linears], [ops.FEEDFORWARD_ACTIVATIONS.index(activation)] * len(widths), sign)
+    torch.testing.assert_close(got.double(), energies.detach(), rtol=1e-5, atol=1e-6)
+    for m, gw, gb in zip(linears, grad_w, grad_b):
+        scale = m.weight.grad.abs().max() + 1e-12
+        torch.testing.assert_close(gw.double() / scale, m.weight.grad / scale, rtol=0, atol=2e-5)
+        if m.bias is None:
+            assert gb is None
+        else:
+            torch.testing.assert_close(gb.double(), m.bias.grad, rtol=1e-4, atol=2e-5 * m.bias.grad.abs().max().item())
+
+
+@pytest.mark.parametrize("loss_name, options", [("contrastive_divergence", {"regularization": 0.1}),
+                                                ("persistent_contrastive_divergence", {"buffer_size": 64})],
+                         ids=["cd-regularised", "pcd"])
+def test_contrastive_divergence_takes_the_kernel_and_matches_the_torch_path(loss_name, options):
+    """Same negatives (the per-step loop, fused=False), the weight gradient by the kernel or by autograd."""
+    energy = Net(_network(2, [64, 64], "silu"))
+    data = torch.randn(100, 2, generator=torch.Generator().manual_seed(5))
+    results = {}
+    for backends in (("cpu_fused", "torch"), ("torch",)):
+        loss = ebmcore.registry.get("loss", loss_name)(n_steps=5, sampler_options={"step_size": 0.01, "fused": False}, **options)
+        with ebmcore.use_backend(*backends):
+            value = loss(energy, data, generator=torch.Generator().manual_seed(1))
+            assert _graph_has(value.grad_fn, "_GivenGradients") == (backends[0] == "cpu_fused")  # which path ran
+            energy.zero_grad(set_to_none=True)
+            value.backward()
+            results[backends[0]] = (value.detach(), [p.grad for p in energy.parameters()])
+    torch.testing.assert_close(results["cpu_fused"][0], results["torch"][0])
+    for fused, reference_grad in zip(results["cpu_fused"][1], results["torch"][1]):
+        torch.testing.assert_close(fused, reference_grad, rtol=1e-4, atol=1e-5 * reference_grad.abs().max().item())

@@ -16,6 +16,7 @@ from ebmcore import EnergyFunctions, EnergyModel, Loss, Sampler, registry
 from ebmcore.energies import feedforward
 from ebmcore.errors import InputError
 from ebmcore.validation import check_energy_output, check_positive
+from ebm_losses.network_kernels import kernel_loss, network_kernel
 
 __all__ = ["ContrastiveDivergence", "PersistentContrastiveDivergence", "ClippedGradientEnergy"]
 
@@ -116,16 +117,35 @@ class ContrastiveDivergence(Loss):
         negatives = self.negatives(energy, self._starts(data, generator), generator)
         self._after(negatives)
         self.last_negatives = negatives
-        if feedforward.plan(energy, data)[0] is not None:  # rows independent, output (n,): one pass over both batches
-            e_pos, e_neg = energy.compute_energy(torch.cat((data, negatives))).split((len(data), len(negatives)))
+        plan = feedforward.plan(energy, data)[0]
+        if plan is not None:  # rows independent, output (n,): one pass over both batches
+            both = torch.cat((data, negatives))
+            kernel = network_kernel("feedforward_energy_gradients", plan, both)
+            if kernel is not None:  # ebm-cuda: the energies and the loss's weight gradient in one native pass
+                return self._kernel_loss(kernel, plan, both, len(data))
+            e_pos, e_neg = energy.compute_energy(both).split((len(data), len(negatives)))
         else:  # the model may mix rows (batch norm): each batch on its own
             owner = type(energy).__name__
             e_pos = check_energy_output(energy.compute_energy(data), data, owner=owner)
             e_neg = check_energy_output(energy.compute_energy(negatives), negatives, owner=owner)
+        return self._value(e_pos, e_neg)
+
+    def _value(self, e_pos: Tensor, e_neg: Tensor) -> Tensor:
+        """``mean E(x⁺) − mean E(x⁻)`` (+ ``regularization · (mean E(x⁺)² + mean E(x⁻)²)``)."""
         loss = e_pos.mean() - e_neg.mean()
         if self.regularization:
             loss = loss + self.regularization * (e_pos.square().mean() + e_neg.square().mean())
         return loss
+
+    def _kernel_loss(self, kernel: Any, plan: feedforward.FeedForward, both: Tensor, n_pos: int) -> Tensor:
+        """The loss of :meth:`_value` by ``feedforward_energy_gradients``: ``∂loss/∂Eᵣ = aᵣ + bᵣEᵣ`` with ``a = ±1/n``
+        and ``b = 2·regularization/n`` for the rows of each batch."""
+        n_neg = both.shape[0] - n_pos
+        sign = both.new_empty(both.shape[0])
+        sign[:n_pos], sign[n_pos:] = 1.0 / n_pos, -1.0 / n_neg
+        b = sign.abs() * (2.0 * self.regularization) if self.regularization else None
+        energies, grad_w, grad_b = kernel.fn(both, sign, b, plan)
+        return kernel_loss(plan, self._value(*energies.split((n_pos, n_neg))), grad_w, grad_b)
 
 
 class PersistentContrastiveDivergence(ContrastiveDivergence):

@@ -9,16 +9,15 @@ and sum over the event dimensions.
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import Sequence
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
 from ebmcore import EnergyModel, Loss
 from ebmcore.energies import feedforward
-from ebmcore.errors import BackendUnavailableError, InputError, UnknownComponentError
-from ebmcore.kernels import Kernel, resolve_kernel
+from ebmcore.errors import InputError
+from ebm_losses.network_kernels import kernel_loss, network_kernel
 from ebmcore.validation import check_energy_output, check_positive
 
 __all__ = ["ScoreMatching", "SlicedScoreMatching", "DenoisingScoreMatching", "projections"]
@@ -42,42 +41,6 @@ def projections(kind: str, shape: tuple[int, ...], *, like: Tensor, generator: t
 
 def _flat_sum(t: Tensor) -> Tensor:
     return t.flatten(1).sum(1)
-
-
-class _KernelGradients(torch.autograd.Function):
-    """A loss value whose gradients in ``params`` a kernel computed with it: backward scales them by the
-    incoming gradient (first order only)."""
-
-    @staticmethod
-    def forward(ctx, value: Tensor, grads: list, *params: Tensor) -> Tensor:  # noqa: D102
-        ctx.grads = grads
-        return value.clone()
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_output: Tensor):  # noqa: D102
-        if grad_output.device.type == "cpu" and float(grad_output) == 1.0:  # loss.backward(): hand the gradients over
-            return (None, None, *ctx.grads)
-        return (None, None, *(None if g is None else g * grad_output for g in ctx.grads))
-
-
-def _network_loss_kernel(op: str, plan: feedforward.FeedForward, x: Tensor) -> Kernel | None:
-    """The kernel of ``op`` (``ebm-cuda``'s host build) for the feed-forward ``plan`` at inputs ``x``, or None where none
-    runs it (another device or dtype, autocast, an activation it lacks): the loss then differentiates in torch."""
-    if torch.is_autocast_enabled(x.device.type):
-        return None
-    try:
-        kernel = resolve_kernel(op, x.device, x.dtype)
-    except (BackendUnavailableError, UnknownComponentError):
-        return None
-    return None if kernel.refuses is not None and kernel.refuses(plan) else kernel
-
-
-def _kernel_loss(plan: feedforward.FeedForward, value: Tensor, grad_w: list[Tensor], grad_b: list[Optional[Tensor]]) -> Tensor:
-    """A loss kernel's value, differentiable in the network's weights and biases through the gradients it returned."""
-    pairs = [(t, g) for layer, gw, gb in zip(plan.layers, grad_w, grad_b)
-             for t, g in ((layer.linear.weight, gw), (layer.linear.bias, gb)) if t is not None]
-    return _KernelGradients.apply(value, [g for _, g in pairs], *(t for t, _ in pairs))
 
 
 def _gradient(energy: EnergyModel, x: Tensor) -> Tensor:
@@ -145,10 +108,10 @@ class SlicedScoreMatching(Loss):
             x = x.repeat(self.n_projections, *([1] * (x.dim() - 1)))
         plan = feedforward.plan(energy, x)[0]
         kernel = None if plan is None or self.variance_reduction else \
-            _network_loss_kernel("feedforward_sliced_score_matching", plan, x)
+            network_kernel("feedforward_sliced_score_matching", plan, x)
         if kernel is not None:  # the loss and its weight gradients in one pass of a kernel (ebm-cuda, CPU float32)
             v = projections(self.projection, tuple(x.shape), like=x, generator=generator)
-            return _kernel_loss(plan, *kernel.fn(x, v, plan))
+            return kernel_loss(plan, *kernel.fn(x, v, plan))
         if plan is not None:  # ∇E and vᵀ∇²E v by the chain rule: one backward pass for the loss, not three levels
             v = projections(self.projection, tuple(x.shape), like=x, generator=generator)
             grad, vhv = plan.score_terms(x, v)
@@ -196,10 +159,10 @@ class DenoisingScoreMatching(Loss):
         sigma_b = sigma.view(-1, *([1] * (x.dim() - 1)))
         noisy = x + sigma_b * eps
         plan = None if getattr(energy, "noise_conditional", False) else feedforward.plan(energy, noisy)[0]
-        kernel = None if plan is None else _network_loss_kernel("feedforward_denoising_score_matching", plan, noisy)
+        kernel = None if plan is None else network_kernel("feedforward_denoising_score_matching", plan, noisy)
         if kernel is not None:  # the loss and its weight gradients in one pass of a kernel (ebm-cuda, CPU float32)
             single = self.sigmas.numel() == 1
-            return _kernel_loss(plan, *kernel.fn(noisy, eps / sigma_b if single else eps, None if single else sigma, plan))
+            return kernel_loss(plan, *kernel.fn(noisy, eps / sigma_b if single else eps, None if single else sigma, plan))
         if plan is not None:  # ∇E by the chain rule, differentiable in θ: one backward pass for the loss
             grad = plan.score_terms(noisy)[0]
         elif getattr(energy, "noise_conditional", False):  # E(x, σ), as annealed Langevin samples it

@@ -293,10 +293,10 @@ void feedforward_langevin_host(const ebm::ff::Network& net, const float* x, floa
 
 // A loss of a feed-forward energy and its gradient in the weights (ebm/feedforward_host.h), summed over tiles of
 // TILE rows: run_tile(ws, i0, m) loads a tile into the thread's workspace and adds its loss and gradients there;
-// the threads' sums are then added, and divided by n (the output weights' also multiplied by the energy's sign).
+// the threads' sums are then added, and multiplied by scale (the output weights' also by the energy's sign).
 template <typename Workspace, typename RunTile>
-void network_loss_host(const ebm::ff::Network& net, int64_t n, RunTile run_tile, double* loss, float* const* grad_weights,
-                       float* const* grad_biases, int threads) {
+void network_loss_host(const ebm::ff::Network& net, int64_t n, double scale, RunTile run_tile, double* loss,
+                       float* const* grad_weights, float* const* grad_biases, int threads) {
   const int L = net.n_hidden;
   for (int l = 0; l <= L; ++l) {
     std::fill(grad_weights[l], grad_weights[l] + (size_t)(l < L ? net.widths[l + 1] : 1) * net.widths[l], 0.0f);
@@ -322,14 +322,14 @@ void network_loss_host(const ebm::ff::Network& net, int64_t n, RunTile run_tile,
       for (int j = 0; j < net.widths[L]; ++j) grad_weights[L][j] += ((const float*)ws.dw_out.data())[j];
     }
   }
-  const float inv = n > 0 ? 1.0f / (float)n : 0.0f;
+  const float inv = (float)scale;
   for (int l = 0; l < L; ++l) {
     for (int64_t i = 0; i < (int64_t)net.widths[l + 1] * net.widths[l]; ++i) grad_weights[l][i] *= inv;
     if (grad_biases[l])
       for (int j = 0; j < net.widths[l + 1]; ++j) grad_biases[l][j] *= inv;
   }
   for (int j = 0; j < net.widths[L]; ++j) grad_weights[L][j] *= inv * net.sign;
-  *loss = n > 0 ? total / (double)n : 0.0;
+  *loss = total * scale;
 }
 
 template <typename S>
@@ -431,7 +431,7 @@ int ebm_host_feedforward_dsm(int n_hidden, const int64_t* widths, const float* c
   if (*network_problem(n_hidden, widths, activations)) return fail(network_problem(n_hidden, widths, activations));
   const ebm::ff::Network net(n_hidden, widths, weights, biases, activations, (float)sign);
   const int d = net.widths[0], stride = 16 * ebm::ff::blocks(d);
-  network_loss_host<ebm::ff::ScoreWorkspace>(net, n, [&](ebm::ff::ScoreWorkspace& ws, int64_t i0, int m) {
+  network_loss_host<ebm::ff::ScoreWorkspace>(net, n, n > 0 ? 1.0 / (double)n : 0.0, [&](ebm::ff::ScoreWorkspace& ws, int64_t i0, int m) {
     load_rows((float*)ws.h[0].data(), stride, x, i0, m, d);
     ebm::ff::denoising_tile(net, ws, target, scale, m, i0);
   }, loss, grad_weights, grad_biases, threads);
@@ -444,11 +444,26 @@ int ebm_host_feedforward_ssm(int n_hidden, const int64_t* widths, const float* c
   if (*network_problem(n_hidden, widths, activations)) return fail(network_problem(n_hidden, widths, activations));
   const ebm::ff::Network net(n_hidden, widths, weights, biases, activations, (float)sign);
   const int d = net.widths[0], stride = 16 * ebm::ff::blocks(d);
-  network_loss_host<ebm::ff::SlicedWorkspace>(net, n, [&](ebm::ff::SlicedWorkspace& ws, int64_t i0, int m) {
+  network_loss_host<ebm::ff::SlicedWorkspace>(net, n, n > 0 ? 1.0 / (double)n : 0.0, [&](ebm::ff::SlicedWorkspace& ws, int64_t i0, int m) {
     load_rows((float*)ws.h[0].data(), stride, x, i0, m, d);
     load_rows((float*)ws.hd[0].data(), stride, v, i0, m, d);
     ebm::ff::sliced_tile(net, ws, m);
   }, loss, grad_weights, grad_biases, threads);
+  return 0;
+}
+
+int ebm_host_feedforward_energy_gradient(int n_hidden, const int64_t* widths, const float* const* weights,
+                                         const float* const* biases, const int* activations, double sign, const float* x,
+                                         const float* a, const float* b, int64_t n, float* energies,
+                                         float* const* grad_weights, float* const* grad_biases, int threads) {
+  if (*network_problem(n_hidden, widths, activations)) return fail(network_problem(n_hidden, widths, activations));
+  const ebm::ff::Network net(n_hidden, widths, weights, biases, activations, (float)sign);
+  const int d = net.widths[0], stride = 16 * ebm::ff::blocks(d);
+  double unused = 0.0;
+  network_loss_host<ebm::ff::ScoreWorkspace>(net, n, 1.0, [&](ebm::ff::ScoreWorkspace& ws, int64_t i0, int m) {
+    load_rows((float*)ws.h[0].data(), stride, x, i0, m, d);
+    ebm::ff::energy_gradient_tile(net, ws, a, b, energies, m, i0);
+  }, &unused, grad_weights, grad_biases, threads);
   return 0;
 }
 

@@ -271,6 +271,7 @@ struct Network {
   std::vector<int> activations;   // one per hidden layer
   std::vector<std::vector<v16>> forward, backward, bias;
   std::vector<v16> top;           // sign · w_out: ∂E/∂(last hidden activation)
+  float top_bias = 0.0f;          // sign · b_out
   std::vector<v16> input_columns; // for d <= SMALL_INPUT: column i of W_0 in blocks(out_0) blocks
 
   // weights[l]: (widths[l+1], widths[l]) row-major; weights[n_hidden]: (1, widths[n_hidden]); biases may be null.
@@ -303,6 +304,7 @@ struct Network {
     const int last = widths[n_hidden];
     top.assign((size_t)blocks(last), v16{});
     for (int j = 0; j < last; ++j) ((float*)top.data())[j] = sign * weights[n_hidden][j];
+    if (biases[n_hidden]) top_bias = sign * biases[n_hidden][0];
   }
 };
 
@@ -468,6 +470,47 @@ inline void denoising_tile(const Network& net, ScoreWorkspace& ws, const float* 
       v16* nh = (zbar == ws.hbar0.data()) ? ws.hbar1.data() : ws.hbar0.data();
       product((const float*)zbar, 16 * ob, net.widths[l], net.backward[l - 1].data(), ib, nullptr, nh);
       hbar = nh;
+    }
+  }
+}
+
+// ---- E(x_r) and Σ_r c_r ∇_θ E(x_r) with c_r = a_r + b_r E(x_r): the gradient in the weights of a loss that is
+// linear or quadratic in the energies (contrastive divergence with its energy regularisation), in one pass ----
+
+// The tile's rows in ws.h[0] (x); energies written to e (rows i0 .. i0 + m − 1); b may be null (zero). Reuses the
+// DSM workspace: per level the activation h, f'(z) in d1, and the backward pass in delta (∂/∂z) and gamma (∂/∂h).
+inline void energy_gradient_tile(const Network& net, ScoreWorkspace& ws, const float* a, const float* b, float* e, int m,
+                                 int64_t i0) {
+  const int L = net.n_hidden;
+  for (int l = 0; l < L; ++l) {
+    const int ob = blocks(net.widths[l + 1]);
+    v16* z = ws.d1[l + 1].data();
+    product((const float*)ws.h[l].data(), 16 * blocks(net.widths[l]), net.widths[l], net.forward[l].data(), ob,
+            net.bias[l].data(), z);
+    activate_rows(net.activations[l], z, ob, nullptr, ws.h[l + 1].data());  // z <- f'(z), h <- f(z)
+  }
+  const int ob = blocks(net.widths[L]);
+  for (int r = 0; r < ROWS; ++r) {
+    v16 acc = v16{};
+    for (int j = 0; j < ob; ++j) acc += net.top[j] * ws.h[L][r * ob + j];
+    const float energy = sum(acc) + net.top_bias;
+    const float cr = r < m ? a[i0 + r] + (b ? b[i0 + r] * energy : 0.0f) : 0.0f;
+    if (r < m) e[i0 + r] = energy;
+    for (int j = 0; j < ob; ++j) {
+      const int i = r * ob + j;
+      ws.delta[L][i] = cr * (net.top[j] * ws.d1[L][i]);
+      ws.dw_out[j] += cr * ws.h[L][i];
+    }
+  }
+  for (int l = L; l >= 1; --l) {
+    const int nb = blocks(net.widths[l]), ib = blocks(net.widths[l - 1]);
+    accumulate_outer((const float*)ws.delta[l].data(), 16 * nb, net.widths[l], ws.h[l - 1].data(), ib, ws.dW[l - 1].data());
+    for (int r = 0; r < ROWS; ++r)
+      for (int j = 0; j < nb; ++j) ws.db[l - 1][j] += ws.delta[l][r * nb + j];
+    if (l >= 2) {
+      v16 *g = ws.gamma[l - 1].data(), *dl = ws.delta[l - 1].data();
+      product((const float*)ws.delta[l].data(), 16 * nb, net.widths[l], net.backward[l - 1].data(), ib, nullptr, g);
+      for (int i = 0; i < ROWS * ib; ++i) dl[i] = g[i] * ws.d1[l - 1][i];
     }
   }
 }
