@@ -310,6 +310,8 @@ def _trace(energy: nn.Module) -> tuple[Optional[FeedForward], str]:
         act: Optional[Activation] = None
         if node.op == "call_module":
             module = root.get_submodule(node.target)
+            if module._forward_pre_hooks or module._forward_hooks:  # weight_norm and the like recompute the weight
+                return None, f"module {type(module).__name__} has forward hooks (weight_norm, spectral_norm, ...)"
             if type(module) is nn.Linear:
                 if linear is not None or reduced:
                     return None, "two Linear layers without an activation between them"

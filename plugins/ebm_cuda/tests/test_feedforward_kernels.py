@@ -7,6 +7,8 @@ Held to the reference path: autograd's gradient of the same network and the stre
 to autograd's in float64 (nested for the Hessian), and through the loss classes to the torch path of the same loss.
 """
 
+import warnings
+
 import pytest
 import torch
 from torch import nn
@@ -314,3 +316,80 @@ def test_contrastive_divergence_takes_the_kernel_and_matches_the_torch_path(loss
     torch.testing.assert_close(results["cpu_fused"][0], results["torch"][0])
     for fused, reference_grad in zip(results["cpu_fused"][1], results["torch"][1]):
         torch.testing.assert_close(fused, reference_grad, rtol=1e-4, atol=1e-5 * reference_grad.abs().max().item())
+
+
+def _losses():
+    return [DenoisingScoreMatching(0.1), SlicedScoreMatching(projection="gaussian"),
+            ebmcore.registry.get("loss", "contrastive_divergence")(n_steps=3, sampler_options={"step_size": 0.01, "fused": False},
+                                                                 regularization=0.1)]
+
+
+@pytest.mark.parametrize("index", [0, 1, 2], ids=["dsm", "ssm", "cd"])
+def test_second_derivatives_through_a_kernel_loss_equal_the_torch_paths(index):
+    """A gradient penalty: ``L + Σ|∂L/∂θ|²`` differentiated again (``create_graph=True``) is the same on both paths."""
+    data = torch.randn(64, 2, generator=torch.Generator().manual_seed(6))
+    results = {}
+    for backends in (("cpu_fused", "torch"), ("torch",)):
+        energy = Net(_network(2, [16, 16], "silu"))
+        with ebmcore.use_backend(*backends):
+            value = _losses()[index](energy, data, generator=torch.Generator().manual_seed(1))
+            params = list(energy.parameters())
+            grads = torch.autograd.grad(value, params, create_graph=True, allow_unused=True)
+            total = value + sum((g * g).sum() for g in grads if g is not None)
+            total.backward()
+        results[backends[0]] = [p.grad for p in params]
+    for fused, reference_grad in zip(results["cpu_fused"], results["torch"]):
+        assert (fused is None) == (reference_grad is None)
+        if reference_grad is not None:
+            torch.testing.assert_close(fused, reference_grad, rtol=1e-4, atol=1e-5 * reference_grad.abs().max().item())
+
+
+def test_a_kernel_loss_keeps_autograds_safety_checks():
+    energy = Net(_network(2, [16, 16], "silu"))
+    data = torch.randn(32, 2)
+    value = DenoisingScoreMatching(0.1)(energy, data, generator=torch.Generator().manual_seed(0))
+    value.backward()
+    with pytest.raises(RuntimeError, match="second time"):  # no retain_graph
+        value.backward()
+    value = DenoisingScoreMatching(0.1)(energy, data, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        energy.net[0].weight.add_(1.0)  # the weights change before the backward pass
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        value.backward()
+
+
+def test_under_no_grad_the_losses_take_the_torch_path():
+    energy = Net(_network(2, [16, 16], "silu"))
+    with torch.no_grad():
+        value = DenoisingScoreMatching(0.1)(energy, torch.randn(32, 2), generator=torch.Generator().manual_seed(0))
+    assert value.grad_fn is None and torch.isfinite(value)
+
+
+def test_an_ambient_autocast_keeps_the_network_in_torch():
+    energy = Net(_network(2, [16, 16], "silu"))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        path = LangevinSampler(energy, step_size=0.01).prepare(torch.randn(4, 2), None, {}).path
+    assert "torch.autocast is on" in path and path.startswith("per-step loop")
+
+
+def test_hooked_layers_keep_autograd():
+    """weight_norm recomputes the weight in a forward pre-hook: the plan would differentiate a stale copy."""
+    net = _network(2, [8], "silu")
+    with warnings.catch_warnings():  # deprecated in favour of parametrizations (whose modules the plan refuses by type)
+        warnings.simplefilter("ignore", FutureWarning)
+        net[0] = torch.nn.utils.weight_norm(net[0])
+    assert "forward hooks" in feedforward.why_not(Net(net), torch.randn(4, 2))
+
+
+def test_the_loss_kernels_give_the_same_bits_for_the_same_thread_count():
+    net = _network(2, [64, 64], "silu")
+    x, v = torch.randn(1000, 2, generator=torch.Generator().manual_seed(0)), torch.randn(1000, 2)
+    W, B = [m.weight for m in net if isinstance(m, nn.Linear)], [m.bias for m in net if isinstance(m, nn.Linear)]
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(4)
+        runs = [ops.feedforward_sliced_score_matching(x, v, W, B, [0, 0], 1.0) for _ in range(6)]
+    finally:
+        torch.set_num_threads(threads)
+    for value, grad_w, _ in runs[1:]:
+        assert torch.equal(value, runs[0][0]) and all(torch.equal(a, b) for a, b in zip(grad_w, runs[0][1]))

@@ -120,14 +120,14 @@ class ContrastiveDivergence(Loss):
         plan = feedforward.plan(energy, data)[0]
         if plan is not None:  # rows independent, output (n,): one pass over both batches
             both = torch.cat((data, negatives))
+            plan_loss = lambda: self._value(*energy.compute_energy(both).split((len(data), len(negatives))))  # noqa: E731
             kernel = network_kernel("feedforward_energy_gradients", plan, both)
-            if kernel is not None:  # ebm-cuda: the energies and the loss's weight gradient in one native pass
-                return self._kernel_loss(kernel, plan, both, len(data))
-            e_pos, e_neg = energy.compute_energy(both).split((len(data), len(negatives)))
-        else:  # the model may mix rows (batch norm): each batch on its own
-            owner = type(energy).__name__
-            e_pos = check_energy_output(energy.compute_energy(data), data, owner=owner)
-            e_neg = check_energy_output(energy.compute_energy(negatives), negatives, owner=owner)
+            if kernel is None:
+                return plan_loss()
+            return self._kernel_loss(kernel, plan, both, len(data), plan_loss)  # ebm-cuda: energies and gradient natively
+        owner = type(energy).__name__  # the model may mix rows (batch norm): each batch on its own
+        e_pos = check_energy_output(energy.compute_energy(data), data, owner=owner)
+        e_neg = check_energy_output(energy.compute_energy(negatives), negatives, owner=owner)
         return self._value(e_pos, e_neg)
 
     def _value(self, e_pos: Tensor, e_neg: Tensor) -> Tensor:
@@ -137,7 +137,8 @@ class ContrastiveDivergence(Loss):
             loss = loss + self.regularization * (e_pos.square().mean() + e_neg.square().mean())
         return loss
 
-    def _kernel_loss(self, kernel: Any, plan: feedforward.FeedForward, both: Tensor, n_pos: int) -> Tensor:
+    def _kernel_loss(self, kernel: Any, plan: feedforward.FeedForward, both: Tensor, n_pos: int,
+                     recompute: Callable[[], Tensor]) -> Tensor:
         """The loss of :meth:`_value` by ``feedforward_energy_gradients``: ``∂loss/∂Eᵣ = aᵣ + bᵣEᵣ`` with ``a = ±1/n``
         and ``b = 2·regularization/n`` for the rows of each batch."""
         n_neg = both.shape[0] - n_pos
@@ -145,7 +146,7 @@ class ContrastiveDivergence(Loss):
         sign[:n_pos], sign[n_pos:] = 1.0 / n_pos, -1.0 / n_neg
         b = sign.abs() * (2.0 * self.regularization) if self.regularization else None
         energies, grad_w, grad_b = kernel.fn(both, sign, b, plan)
-        return kernel_loss(plan, self._value(*energies.split((n_pos, n_neg))), grad_w, grad_b)
+        return kernel_loss(plan, self._value(*energies.split((n_pos, n_neg))), grad_w, grad_b, recompute=recompute)
 
 
 class PersistentContrastiveDivergence(ContrastiveDivergence):

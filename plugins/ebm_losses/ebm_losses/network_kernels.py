@@ -7,11 +7,10 @@ find such a kernel (:func:`network_kernel`) and hand the gradients it computed w
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Callable, Optional
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
 from ebmcore.energies import feedforward
 from ebmcore.errors import BackendUnavailableError, UnknownComponentError
@@ -21,9 +20,10 @@ __all__ = ["network_kernel", "kernel_loss"]
 
 
 def network_kernel(op: str, plan: feedforward.FeedForward, x: Tensor) -> Optional[Kernel]:
-    """The kernel of ``op`` for the feed-forward ``plan`` at inputs ``x: (n, d)``, or None where none runs it (another
-    device or dtype, autocast, an activation it lacks, inputs that need a gradient themselves)."""
-    if torch.is_autocast_enabled(x.device.type) or (x.requires_grad and torch.is_grad_enabled()):
+    """The kernel of ``op`` for the feed-forward ``plan`` at inputs ``x: (n, d)``, or None where none runs it or it
+    does not pay: another device or dtype, autocast, an activation it lacks, inputs that need a gradient themselves,
+    or grad mode off (the kernels compute weight gradients; the torch path then computes the value alone)."""
+    if not torch.is_grad_enabled() or x.requires_grad or torch.is_autocast_enabled(x.device.type):
         return None
     try:
         kernel = resolve_kernel(op, x.device, x.dtype)
@@ -32,31 +32,34 @@ def network_kernel(op: str, plan: feedforward.FeedForward, x: Tensor) -> Optiona
     return None if kernel.refuses is not None and kernel.refuses(plan) else kernel
 
 
-def _pairs(plan: feedforward.FeedForward, grad_w: list[Tensor], grad_b: list[Optional[Tensor]]) -> list[tuple[Tensor, Any]]:
-    """(parameter, its gradient) for every weight and bias the network has, in layer order."""
-    return [(t, g) for layer, gw, gb in zip(plan.layers, grad_w, grad_b)
-            for t, g in ((layer.linear.weight, gw), (layer.linear.bias, gb)) if t is not None]
-
-
 class _GivenGradients(torch.autograd.Function):
-    """A loss value whose gradients in ``params`` a kernel computed with it: backward scales them by the
-    incoming gradient (first order only)."""
+    """A loss value whose gradients in ``params`` a kernel computed with it: backward scales them by the incoming
+    gradient. The parameters are saved, so changing them in place before the backward pass, or a second backward
+    pass without ``retain_graph``, raises as autograd does. Under ``create_graph=True`` the loss is recomputed by
+    ``recompute`` (the torch path) and differentiated with its graph, so higher derivatives stay right."""
 
     @staticmethod
-    def forward(ctx, value: Tensor, grads: list, *params: Tensor) -> Tensor:  # noqa: D102
-        ctx.grads = grads
+    def forward(ctx, value: Tensor, grads: list, recompute: Callable[[], Tensor], *params: Tensor) -> Tensor:  # noqa: D102
+        ctx.save_for_backward(*params)
+        ctx.grads, ctx.recompute = grads, recompute
         return value.clone()
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, grad_output: Tensor):  # noqa: D102
-        if grad_output.device.type == "cpu" and float(grad_output) == 1.0:  # loss.backward(): hand the gradients over
-            return (None, None, *ctx.grads)
-        return (None, None, *(None if g is None else g * grad_output for g in ctx.grads))
+        params = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph=True
+            with torch.enable_grad():
+                loss = ctx.recompute()
+            grads = torch.autograd.grad(loss, params, grad_output, create_graph=True, allow_unused=True)
+            return (None, None, None, *grads)
+        return (None, None, None, *(g * grad_output for g in ctx.grads))
 
 
-def kernel_loss(plan: feedforward.FeedForward, value: Tensor, grad_w: list[Tensor], grad_b: list[Optional[Tensor]]) -> Tensor:
+def kernel_loss(plan: feedforward.FeedForward, value: Tensor, grad_w: list[Tensor], grad_b: list[Optional[Tensor]], *,
+                recompute: Callable[[], Tensor]) -> Tensor:
     """A loss kernel's ``value: ()``, differentiable in the network's weights and biases through the gradients it
-    returned with it."""
-    pairs = _pairs(plan, grad_w, grad_b)
-    return _GivenGradients.apply(value, [g for _, g in pairs], *(t for t, _ in pairs))
+    returned with it (``grad_w``, ``grad_b``: per layer, None for an absent bias or one without a gradient).
+    ``recompute()``: the same loss by the torch path, for ``create_graph=True``."""
+    pairs = [(t, g) for layer, gw, gb in zip(plan.layers, grad_w, grad_b)
+             for t, g in ((layer.linear.weight, gw), (layer.linear.bias, gb)) if t is not None and g is not None]
+    return _GivenGradients.apply(value, [g for _, g in pairs], recompute, *(t for t, _ in pairs))

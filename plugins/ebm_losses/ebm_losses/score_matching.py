@@ -107,20 +107,21 @@ class SlicedScoreMatching(Loss):
         if self.n_projections > 1:
             x = x.repeat(self.n_projections, *([1] * (x.dim() - 1)))
         plan = feedforward.plan(energy, x)[0]
-        kernel = None if plan is None or self.variance_reduction else \
-            network_kernel("feedforward_sliced_score_matching", plan, x)
-        if kernel is not None:  # the loss and its weight gradients in one pass of a kernel (ebm-cuda, CPU float32)
-            v = projections(self.projection, tuple(x.shape), like=x, generator=generator)
-            return kernel_loss(plan, *kernel.fn(x, v, plan))
         if plan is not None:  # ∇E and vᵀ∇²E v by the chain rule: one backward pass for the loss, not three levels
             v = projections(self.projection, tuple(x.shape), like=x, generator=generator)
-            grad, vhv = plan.score_terms(x, v)
-        else:
-            x = x.requires_grad_(True)
-            grad = _gradient(energy, x)
-            v = projections(self.projection, tuple(x.shape), like=x, generator=generator)
-            (hv,) = torch.autograd.grad(_flat_sum(grad * v).sum(), x, create_graph=True)
-            vhv = _flat_sum(hv * v)
+            plan_loss = lambda: self._value(*plan.score_terms(x, v), v)  # noqa: E731
+            kernel = None if self.variance_reduction else network_kernel("feedforward_sliced_score_matching", plan, x)
+            if kernel is None:
+                return plan_loss()
+            return kernel_loss(plan, *kernel.fn(x, v, plan), recompute=plan_loss)  # ebm-cuda: loss and gradients natively
+        x = x.requires_grad_(True)
+        grad = _gradient(energy, x)
+        v = projections(self.projection, tuple(x.shape), like=x, generator=generator)
+        (hv,) = torch.autograd.grad(_flat_sum(grad * v).sum(), x, create_graph=True)
+        return self._value(grad, _flat_sum(hv * v), v)
+
+    def _value(self, grad: Tensor, vhv: Tensor, v: Tensor) -> Tensor:
+        """``mean(½(vᵀ∇E)² − vᵀ∇²E v)`` (or ``½|∇E|²`` first, with variance reduction) from ``∇E``, ``vᵀ∇²E v: (n,)``."""
         gv = _flat_sum(grad * v)
         second = 0.5 * (_flat_sum(grad * grad) if self.variance_reduction else gv * gv)
         return (second - vhv).mean()
@@ -158,19 +159,25 @@ class DenoisingScoreMatching(Loss):
             sigma = self.sigmas.to(dtype=x.dtype, device=x.device)[idx]
         sigma_b = sigma.view(-1, *([1] * (x.dim() - 1)))
         noisy = x + sigma_b * eps
+        single = self.sigmas.numel() == 1
         plan = None if getattr(energy, "noise_conditional", False) else feedforward.plan(energy, noisy)[0]
-        kernel = None if plan is None else network_kernel("feedforward_denoising_score_matching", plan, noisy)
-        if kernel is not None:  # the loss and its weight gradients in one pass of a kernel (ebm-cuda, CPU float32)
-            single = self.sigmas.numel() == 1
-            return kernel_loss(plan, *kernel.fn(noisy, eps / sigma_b if single else eps, None if single else sigma, plan))
         if plan is not None:  # ∇E by the chain rule, differentiable in θ: one backward pass for the loss
-            grad = plan.score_terms(noisy)[0]
-        elif getattr(energy, "noise_conditional", False):  # E(x, σ), as annealed Langevin samples it
+            plan_loss = lambda: self._value(plan.score_terms(noisy)[0], eps, sigma_b)  # noqa: E731
+            kernel = network_kernel("feedforward_denoising_score_matching", plan, noisy)
+            if kernel is None:
+                return plan_loss()
+            return kernel_loss(plan, *kernel.fn(noisy, eps / sigma_b if single else eps, None if single else sigma, plan),
+                               recompute=plan_loss)  # ebm-cuda: the loss and its weight gradients natively
+        if getattr(energy, "noise_conditional", False):  # E(x, σ), as annealed Langevin samples it
             noisy.requires_grad_(True)
             e = check_energy_output(energy.compute_energy(noisy, sigma), noisy, owner=type(energy).__name__)
             (grad,) = torch.autograd.grad(e.sum(), noisy, create_graph=True)
         else:
             grad = _gradient(energy, noisy.requires_grad_(True))
-        # one level: ½|∇E − ε/σ|²; several: weighted by σ², ½|σ∇E − ε|² (the same at one level, times σ²)
+        return self._value(grad, eps, sigma_b)
+
+    def _value(self, grad: Tensor, eps: Tensor, sigma_b: Tensor) -> Tensor:
+        """One level: ``½ mean |∇E − ε/σ|²``; several: weighted by ``σ²``, ``½ mean |σ∇E − ε|²`` (the same at one
+        level, times σ²)."""
         residual = grad - eps / sigma_b if self.sigmas.numel() == 1 else sigma_b * grad - eps
         return 0.5 * _flat_sum(residual * residual).mean()

@@ -113,7 +113,8 @@ def build_chain(energy: EnergyModel, fns: EnergyFunctions, x: Tensor, params: Pa
     s = noise_scale(h, params.temperature)
     if fns.feedforward_plan is not None:
         network = fns.feedforward_plan
-        chain = chain_kernel("feedforward_langevin_chain", energy, x, fused_setting, network)
+        chain = ("torch.autocast is on: the network runs in torch under it" if torch.is_autocast_enabled(x.device.type)
+                 else chain_kernel("feedforward_langevin_chain", energy, x, fused_setting, network))
         if not isinstance(chain, str):
             network_fn = chain.fn
             return lambda state, n, seed, offset: (

@@ -4,7 +4,13 @@
 // ebm_cuda/library.py; every function returns 0, or 1 with a message in ebm_host_last_error().
 #include <stdio.h>
 #include <algorithm>
+#include <memory>
 #include <vector>
+#if defined(_OPENMP)
+#include <omp.h>
+#else
+static int omp_get_thread_num() { return 0; }
+#endif
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
@@ -302,25 +308,28 @@ void network_loss_host(const ebm::ff::Network& net, int64_t n, double scale, Run
     std::fill(grad_weights[l], grad_weights[l] + (size_t)(l < L ? net.widths[l + 1] : 1) * net.widths[l], 0.0f);
     if (l < L && grad_biases[l]) std::fill(grad_biases[l], grad_biases[l] + net.widths[l + 1], 0.0f);
   }
-  double total = 0.0;
+  // each thread's sums kept apart, then added in thread order: the same bits for the same thread count
+  std::vector<std::unique_ptr<Workspace>> parts((size_t)std::max(threads, 1));
 #pragma omp parallel num_threads(threads)
   {
-    Workspace ws(net);
+    auto ws = std::make_unique<Workspace>(net);
 #pragma omp for schedule(static)
-    for (int64_t i0 = 0; i0 < n; i0 += TILE) run_tile(ws, i0, (int)std::min<int64_t>(TILE, n - i0));
-#pragma omp critical
-    {
-      total += ws.loss;
-      for (int l = 0; l < L; ++l) {
-        const int in = net.widths[l], out = net.widths[l + 1], ib = ebm::ff::blocks(in);
-        const float* dw = (const float*)ws.dW[l].data();
-        for (int j = 0; j < out; ++j)
-          for (int k = 0; k < in; ++k) grad_weights[l][(size_t)j * in + k] += dw[(size_t)j * ib * 16 + k];
-        if (grad_biases[l])
-          for (int j = 0; j < out; ++j) grad_biases[l][j] += ((const float*)ws.db[l].data())[j];
-      }
-      for (int j = 0; j < net.widths[L]; ++j) grad_weights[L][j] += ((const float*)ws.dw_out.data())[j];
+    for (int64_t i0 = 0; i0 < n; i0 += TILE) run_tile(*ws, i0, (int)std::min<int64_t>(TILE, n - i0));
+    parts[(size_t)omp_get_thread_num()] = std::move(ws);
+  }
+  double total = 0.0;
+  for (const auto& ws : parts) {
+    if (!ws) continue;  // OpenMP gave fewer threads than asked
+    total += ws->loss;
+    for (int l = 0; l < L; ++l) {
+      const int in = net.widths[l], out = net.widths[l + 1], ib = ebm::ff::blocks(in);
+      const float* dw = (const float*)ws->dW[l].data();
+      for (int j = 0; j < out; ++j)
+        for (int k = 0; k < in; ++k) grad_weights[l][(size_t)j * in + k] += dw[(size_t)j * ib * 16 + k];
+      if (grad_biases[l])
+        for (int j = 0; j < out; ++j) grad_biases[l][j] += ((const float*)ws->db[l].data())[j];
     }
+    for (int j = 0; j < net.widths[L]; ++j) grad_weights[L][j] += ((const float*)ws->dw_out.data())[j];
   }
   const float inv = (float)scale;
   for (int l = 0; l < L; ++l) {
