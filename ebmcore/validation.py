@@ -97,11 +97,11 @@ def check_gradient_output(grad: Any, x: Tensor, *, owner: str) -> Tensor:
 
 def check_finite(values: Tensor, *, what: str, x: Tensor | None = None, fix: str = "") -> Tensor:
     """Raise :class:`NonFiniteError` naming the rows where ``values`` is NaN or infinite (one host sync)."""
+    if bool(torch.isfinite(values).all()):
+        return values
     bad = ~torch.isfinite(values)
     if values.dim() > 1:
         bad = bad.flatten(1).any(1)
-    if not bool(bad.any()):
-        return values
     rows = bad.nonzero().flatten()
     shown = rows[:5].tolist()
     msg = f"{what} is non-finite (NaN or inf) for {rows.numel()} of {bad.numel()} rows, first at rows {shown}."

@@ -188,10 +188,9 @@ class FeedForward:
             for layer in self.layers:
                 h = F.linear(h, layer.linear.weight, layer.linear.bias)
                 if layer.activation is not None:
-                    out = torch.empty_like(h)
-                    layer.activation.forward(h, out)
-                    h = out
-            return h.squeeze(-1) * self.sign
+                    h = layer.activation.apply(h)  # the same ATen kernel as the module's
+            h = h.squeeze(-1)
+            return h if self.sign == 1.0 else h * self.sign
 
     def score_terms(self, x: Tensor, v: Optional[Tensor] = None) -> tuple[Tensor, Optional[Tensor]]:
         """``(∇ₓE(x): (n, d), vᵀ∇²ₓE(x) v: (n,) or None)`` as differentiable expressions of the parameters (and
