@@ -48,6 +48,24 @@ def _graph_has(node, name: str) -> bool:
     return node is not None and (name in type(node).__name__ or any(_graph_has(n, name) for n, _ in node.next_functions))
 
 
+def _assert_layer_gradients(linears, grad_w, grad_b, *, output_bias: bool):
+    """The kernel's float32 gradients against autograd's float64 ``.grad`` of every layer, relative to each layer's largest
+    weight gradient; ``output_bias``: whether the output bias has a gradient (not where the loss depends on ∇E only)."""
+    for m, gw, gb in zip(linears, grad_w, grad_b):
+        scale = m.weight.grad.abs().max() + 1e-12
+        torch.testing.assert_close(gw.double() / scale, m.weight.grad / scale, rtol=0, atol=5e-5)
+        if m.bias is None or (m is linears[-1] and not output_bias):
+            assert gb is None and (m.bias is None or m.bias.grad is None)
+        else:
+            torch.testing.assert_close(gb.double() / scale, m.bias.grad / scale, rtol=0, atol=5e-5)
+
+
+def _linears_and_codes(net, activation, widths):
+    linears = [m for m in net if isinstance(m, nn.Linear)]
+    return (linears, [m.weight.float() for m in linears], [None if m.bias is None else m.bias.float() for m in linears],
+            [ops.FEEDFORWARD_ACTIVATIONS.index(activation)] * len(widths))
+
+
 def _autograd_chain(energy, x, n_steps, h, s, seed, offset=0):
     """The reference: ``x − h∇E(x) + s·ξ_t`` with autograd's gradient and the stream's normals."""
     for t in range(n_steps):
@@ -167,39 +185,11 @@ def test_the_denoising_loss_and_its_gradients_equal_autograds(activation, d, wid
     residual = (a[:, None] * grad if scaled else grad) - b
     expected = 0.5 * (residual * residual).sum(1).mean()
     expected.backward()
-    linears = [m for m in net if isinstance(m, nn.Linear)]
-    value, grad_w, grad_b = ops.feedforward_denoising_score_matching(
-        x.float(), b.float(), None if a is None else a.float(), [m.weight.float() for m in linears],
-        [None if m.bias is None else m.bias.float() for m in linears], [ops.FEEDFORWARD_ACTIVATIONS.index(activation)] * len(widths), sign)
+    linears, weights, biases, codes = _linears_and_codes(net, activation, widths)
+    value, grad_w, grad_b = ops.feedforward_denoising_score_matching(x.float(), b.float(), None if a is None else a.float(),
+                                                                     weights, biases, codes, sign)
     torch.testing.assert_close(value.double(), expected.detach(), rtol=2e-6, atol=1e-7)
-    for m, gw, gb in zip(linears, grad_w, grad_b):
-        scale = m.weight.grad.abs().max() + 1e-12  # float32 rounding, relative to the layer's largest entry
-        torch.testing.assert_close(gw.double() / scale, m.weight.grad / scale, rtol=0, atol=2e-5)
-        if m.bias is not None and m is not linears[-1]:
-            torch.testing.assert_close(gb.double() / scale, m.bias.grad / scale, rtol=0, atol=2e-5)
-        else:  # no bias, or the output bias (it does not move ∇E: autograd leaves no gradient)
-            assert gb is None and (m.bias is None or m.bias.grad is None)
-
-
-@pytest.mark.parametrize("sigmas", [{"sigma": 0.1}, {"sigmas": [0.05, 0.2, 0.5]}], ids=["one-level", "several-levels"])
-def test_denoising_score_matching_takes_the_kernel_and_matches_the_torch_path(sigmas):
-    energy = Net(_network(2, [64, 64], "silu"))
-    data = torch.randn(200, 2, generator=torch.Generator().manual_seed(5))
-    loss = DenoisingScoreMatching(**sigmas)
-    results = {}
-    for backends in (("cpu_fused", "torch"), ("torch",)):
-        with ebmcore.use_backend(*backends):
-            value = loss(energy, data, generator=torch.Generator().manual_seed(1))
-            assert ("_GivenGradients" in type(value.grad_fn).__name__) == (backends[0] == "cpu_fused")  # which path ran
-            energy.zero_grad(set_to_none=True)
-            (2.0 * value).backward()  # the incoming gradient scales the kernel's
-            results[backends[0]] = (value.detach(), [p.grad for p in energy.parameters()])
-    assert [g is None for g in results["cpu_fused"][1]] == [g is None for g in results["torch"][1]]  # the output bias: None
-    assert type(results["cpu_fused"][0]) is torch.Tensor and results["cpu_fused"][0].dtype == torch.float32
-    torch.testing.assert_close(results["cpu_fused"][0], results["torch"][0], rtol=1e-5, atol=1e-6)
-    for fused, reference_grad in zip(results["cpu_fused"][1], results["torch"][1]):
-        if reference_grad is not None:
-            torch.testing.assert_close(fused, reference_grad, rtol=1e-4, atol=1e-6 * reference_grad.abs().max().item())
+    _assert_layer_gradients(linears, grad_w, grad_b, output_bias=False)
 
 
 def test_the_denoising_kernel_checks_its_arguments():
@@ -229,39 +219,10 @@ def test_the_sliced_loss_and_its_gradients_equal_autograds(activation, d, widths
     (hv,) = torch.autograd.grad(gv.sum(), xg, create_graph=True)
     expected = (0.5 * gv * gv - (hv * v).sum(1)).mean()
     expected.backward()
-    linears = [m for m in net if isinstance(m, nn.Linear)]
-    value, grad_w, grad_b = ops.feedforward_sliced_score_matching(
-        x.float(), v.float(), [m.weight.float() for m in linears], [None if m.bias is None else m.bias.float() for m in linears],
-        [ops.FEEDFORWARD_ACTIVATIONS.index(activation)] * len(widths), sign)
+    linears, weights, biases, codes = _linears_and_codes(net, activation, widths)
+    value, grad_w, grad_b = ops.feedforward_sliced_score_matching(x.float(), v.float(), weights, biases, codes, sign)
     torch.testing.assert_close(value.double(), expected.detach(), rtol=1e-5, atol=1e-6)
-    for m, gw, gb in zip(linears, grad_w, grad_b):
-        scale = m.weight.grad.abs().max() + 1e-12
-        torch.testing.assert_close(gw.double() / scale, m.weight.grad / scale, rtol=0, atol=5e-5)
-        if m.bias is not None and m is not linears[-1]:
-            torch.testing.assert_close(gb.double() / scale, m.bias.grad / scale, rtol=0, atol=5e-5)
-        else:
-            assert gb is None and (m.bias is None or m.bias.grad is None)
-
-
-@pytest.mark.parametrize("options", [{"projection": "gaussian"}, {"n_projections": 3, "projection": "rademacher"}],
-                         ids=["gaussian", "three-rademacher"])
-def test_sliced_score_matching_takes_the_kernel_and_matches_the_torch_path(options):
-    energy = Net(_network(2, [64, 64], "silu"))
-    data = torch.randn(200, 2, generator=torch.Generator().manual_seed(5))
-    loss = SlicedScoreMatching(**options)
-    results = {}
-    for backends in (("cpu_fused", "torch"), ("torch",)):
-        with ebmcore.use_backend(*backends):
-            value = loss(energy, data, generator=torch.Generator().manual_seed(1))
-            assert ("_GivenGradients" in type(value.grad_fn).__name__) == (backends[0] == "cpu_fused")
-            energy.zero_grad(set_to_none=True)
-            (3.0 * value).backward()
-            results[backends[0]] = (value.detach(), [p.grad for p in energy.parameters()])
-    torch.testing.assert_close(results["cpu_fused"][0], results["torch"][0], rtol=1e-5, atol=1e-6)
-    assert [g is None for g in results["cpu_fused"][1]] == [g is None for g in results["torch"][1]]
-    for fused, reference_grad in zip(results["cpu_fused"][1], results["torch"][1]):
-        if reference_grad is not None:
-            torch.testing.assert_close(fused, reference_grad, rtol=1e-4, atol=1e-5 * reference_grad.abs().max().item())
+    _assert_layer_gradients(linears, grad_w, grad_b, output_bias=False)
 
 
 def test_variance_reduced_sliced_score_matching_keeps_the_torch_path():
@@ -283,56 +244,56 @@ def test_the_energies_and_their_weighted_gradient_equal_autograds(activation, d,
     b = torch.rand(n, generator=g, dtype=torch.float64) if quadratic else None
     energies = sign * net(x).squeeze(-1)
     (a * energies + (0.5 * b * energies ** 2 if quadratic else 0)).sum().backward()
-    linears = [m for m in net if isinstance(m, nn.Linear)]
-    got, grad_w, grad_b = ops.feedforward_energy_gradients(
-        x.float(), a.float(), None if b is None else b.float(), [m.weight.float() for m in linears],
-        [None if m.bias is None else m.bias.float() for m in linears], [ops.FEEDFORWARD_ACTIVATIONS.index(activation)] * len(widths), sign)
+    linears, weights, biases, codes = _linears_and_codes(net, activation, widths)
+    got, grad_w, grad_b = ops.feedforward_energy_gradients(x.float(), a.float(), None if b is None else b.float(), weights, biases,
+                                                           codes, sign)
     torch.testing.assert_close(got.double(), energies.detach(), rtol=1e-5, atol=1e-6)
-    for m, gw, gb in zip(linears, grad_w, grad_b):
-        scale = m.weight.grad.abs().max() + 1e-12
-        torch.testing.assert_close(gw.double() / scale, m.weight.grad / scale, rtol=0, atol=2e-5)
-        if m.bias is None:
-            assert gb is None
-        else:
-            torch.testing.assert_close(gb.double(), m.bias.grad, rtol=1e-4, atol=2e-5 * m.bias.grad.abs().max().item())
+    _assert_layer_gradients(linears, grad_w, grad_b, output_bias=True)
 
 
-@pytest.mark.parametrize("loss_name, options", [("contrastive_divergence", {"regularization": 0.1}),
-                                                ("persistent_contrastive_divergence", {"buffer_size": 64})],
-                         ids=["cd-regularised", "pcd"])
-def test_contrastive_divergence_takes_the_kernel_and_matches_the_torch_path(loss_name, options):
-    """Same negatives (the per-step loop, fused=False), the weight gradient by the kernel or by autograd."""
+LOSSES = {  # name: a fresh loss (CD's negatives by the per-step loop, fused=False: the same on both paths)
+    "dsm-one-level": lambda: DenoisingScoreMatching(0.1),
+    "dsm-several-levels": lambda: DenoisingScoreMatching(sigmas=[0.05, 0.2, 0.5]),
+    "ssm-gaussian": lambda: SlicedScoreMatching(projection="gaussian"),
+    "ssm-three-rademacher": lambda: SlicedScoreMatching(3, projection="rademacher"),
+    "cd-regularised": lambda: ebmcore.registry.get("loss", "contrastive_divergence")(
+        n_steps=5, sampler_options={"step_size": 0.01, "fused": False}, regularization=0.1),
+    "pcd": lambda: ebmcore.registry.get("loss", "persistent_contrastive_divergence")(
+        n_steps=5, sampler_options={"step_size": 0.01, "fused": False}, buffer_size=64),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LOSSES))
+def test_each_loss_takes_its_kernel_and_matches_the_torch_path(name):
+    """The value, and the gradients of 2·value (the incoming gradient scales the kernel's), on both paths."""
     energy = Net(_network(2, [64, 64], "silu"))
-    data = torch.randn(100, 2, generator=torch.Generator().manual_seed(5))
+    data = torch.randn(200, 2, generator=torch.Generator().manual_seed(5))
     results = {}
     for backends in (("cpu_fused", "torch"), ("torch",)):
-        loss = ebmcore.registry.get("loss", loss_name)(n_steps=5, sampler_options={"step_size": 0.01, "fused": False}, **options)
+        loss = LOSSES[name]()
         with ebmcore.use_backend(*backends):
             value = loss(energy, data, generator=torch.Generator().manual_seed(1))
             assert _graph_has(value.grad_fn, "_GivenGradients") == (backends[0] == "cpu_fused")  # which path ran
             energy.zero_grad(set_to_none=True)
-            value.backward()
+            (2.0 * value).backward()
             results[backends[0]] = (value.detach(), [p.grad for p in energy.parameters()])
-    torch.testing.assert_close(results["cpu_fused"][0], results["torch"][0])
+    assert results["cpu_fused"][0].dtype == torch.float32
+    torch.testing.assert_close(results["cpu_fused"][0], results["torch"][0], rtol=1e-5, atol=1e-6)
+    assert [g is None for g in results["cpu_fused"][1]] == [g is None for g in results["torch"][1]]  # score matching: no output-bias gradient
     for fused, reference_grad in zip(results["cpu_fused"][1], results["torch"][1]):
-        torch.testing.assert_close(fused, reference_grad, rtol=1e-4, atol=1e-5 * reference_grad.abs().max().item())
+        if reference_grad is not None:
+            torch.testing.assert_close(fused, reference_grad, rtol=1e-4, atol=1e-5 * reference_grad.abs().max().item())
 
 
-def _losses():
-    return [DenoisingScoreMatching(0.1), SlicedScoreMatching(projection="gaussian"),
-            ebmcore.registry.get("loss", "contrastive_divergence")(n_steps=3, sampler_options={"step_size": 0.01, "fused": False},
-                                                                 regularization=0.1)]
-
-
-@pytest.mark.parametrize("index", [0, 1, 2], ids=["dsm", "ssm", "cd"])
-def test_second_derivatives_through_a_kernel_loss_equal_the_torch_paths(index):
+@pytest.mark.parametrize("name", ["dsm-one-level", "ssm-gaussian", "cd-regularised"])
+def test_second_derivatives_through_a_kernel_loss_equal_the_torch_paths(name):
     """A gradient penalty: ``L + Σ|∂L/∂θ|²`` differentiated again (``create_graph=True``) is the same on both paths."""
     data = torch.randn(64, 2, generator=torch.Generator().manual_seed(6))
     results = {}
     for backends in (("cpu_fused", "torch"), ("torch",)):
         energy = Net(_network(2, [16, 16], "silu"))
         with ebmcore.use_backend(*backends):
-            value = _losses()[index](energy, data, generator=torch.Generator().manual_seed(1))
+            value = LOSSES[name]()(energy, data, generator=torch.Generator().manual_seed(1))
             params = list(energy.parameters())
             grads = torch.autograd.grad(value, params, create_graph=True, allow_unused=True)
             total = value + sum((g * g).sum() for g in grads if g is not None)
