@@ -113,10 +113,14 @@ def when(run: Run) -> str:
     return run.date.strftime("%Y-%m-%d %H:%M %z")
 
 
+def modified_code(run: Run) -> list[str]:
+    """The files that differed from the run's commit, results files left out (a run writes its own)."""
+    return [p for p in run.meta.get("git", {}).get("modified") or [] if not p.startswith("benchmarks/results/")]
+
+
 def commit(run: Run) -> str:
-    git = run.meta.get("git", {})
-    text = f"`{git.get('commit', '?')}`"
-    if git.get("modified"):
+    text = f"`{run.meta.get('git', {}).get('commit', '?')}`"
+    if modified_code(run):
         text += " + uncommitted changes"
     return text
 
@@ -365,7 +369,7 @@ def runs_table(chosen: dict[str, Run], results_dir: Path, readme: Path) -> list[
             rel = os.path.relpath(printed, Path(readme).parent).replace(os.sep, "/")
             name += f" (printed output: [`{printed.name}`]({rel}))"
         versions = ", ".join(f"{k} {v}" for k, v in m.get("versions", {}).items() if k != "jax_devices")
-        modified = m.get("git", {}).get("modified") or []
+        modified = modified_code(run)
         cm = commit(run).replace(" + uncommitted changes", "")
         if modified:
             cm += " + uncommitted changes in " + ", ".join(f"`{p}`" for p in modified)

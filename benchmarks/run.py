@@ -1209,7 +1209,8 @@ def git_state() -> dict:
         except Exception:  # noqa: BLE001 - informational only
             return "?"
 
-    dirty = [l[3:] for l in git("status", "--porcelain", "--untracked-files=no").splitlines()]
+    dirty = [l[3:] for l in git("status", "--porcelain", "--untracked-files=no").splitlines()
+             if not l[3:].startswith("benchmarks/results/")]  # results files (this run's own output) are not code
     return {"commit": git("rev-parse", "--short", "HEAD").strip(), "modified": dirty}
 
 
