@@ -87,18 +87,16 @@ FUSED_OPS: dict[str, str] = {
     "feedforward_energy_gradients": "(x: (n, d), a: (n,), b: (n,) | None, network: FeedForward) -> "
                                     "(energies: (n,), weight gradients: [(out, in)], bias gradients: [(out,) | None])",
 }
-"""Ops with no ``torch`` reference: many steps per launch, the noise drawn inside the kernel from a
-counter-based stream keyed by ``seed`` at steps ``offset, offset + 1, ...`` (``ebm-cuda`` defines it:
-Philox4x32-10, ``ebm_cuda.reference``). ``<energy>`` is an :class:`~ebmcore.energies.AnalyticEnergy`'s
-``op`` and ``energy_args`` its ``kernel_args()``; ``feedforward_langevin_chain`` runs the network of a
-feed-forward energy (``EnergyFunctions.feedforward_plan``) itself, and ``feedforward_denoising_score_matching``
-computes ``(1/2n) Σ |a ∇E(x) − b|²`` of such a network with its gradients in the weights (``DenoisingScoreMatching``
-calls it), ``feedforward_sliced_score_matching`` likewise ``(1/n) Σ ½(vᵀ∇E)² − vᵀ∇²E v`` (``SlicedScoreMatching``),
-and ``feedforward_energy_gradients`` the energies with ``Σ (aᵣ + bᵣEᵣ) ∂Eᵣ/∂θ``, the weight gradient of a loss
-linear or quadratic in them (``ContrastiveDivergence``).
-Samplers call them when a backend provides them
-(``MCMCSampler(fused=...)``) and otherwise run their per-step loop, so forcing ``EBM_BACKEND=torch``
-selects the reference path."""
+"""Ops with no ``torch`` reference. The chains run many steps per launch, the noise drawn inside the kernel
+from a counter-based stream keyed by ``seed`` at steps ``offset, offset + 1, ...`` (``ebm-cuda`` defines it:
+Philox4x32-10, ``ebm_cuda.reference``); ``<energy>`` is an :class:`~ebmcore.energies.AnalyticEnergy`'s ``op``
+and ``energy_args`` its ``kernel_args()``. The ``feedforward_*`` ops run the network of a feed-forward energy
+(``EnergyFunctions.feedforward_plan``) themselves: ``feedforward_langevin_chain`` its ULA chains;
+``feedforward_denoising_score_matching`` ``(1/2n) Σ |a ∇E(x) − b|²`` and ``feedforward_sliced_score_matching``
+``(1/n) Σ ½(vᵀ∇E)² − vᵀ∇²E v`` with their gradients in the weights; ``feedforward_energy_gradients`` the
+energies with ``Σ (aᵣ + bᵣEᵣ) ∂Eᵣ/∂θ``, the weight gradient of a loss linear or quadratic in them. Samplers
+and losses call them when a backend provides them (``MCMCSampler(fused=...)``, the losses of ``ebm-losses``)
+and otherwise run their torch path, so forcing ``EBM_BACKEND=torch`` selects the reference path."""
 
 
 def op_spec(op: str) -> OpSpec:
