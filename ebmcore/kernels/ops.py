@@ -80,6 +80,8 @@ FUSED_OPS: dict[str, str] = {
     "langevin_step_philox": "(x: (n, d), grad: (n, d), step_size, noise_scale, seed: int, offset: int) -> x': (n, d)",
     "feedforward_langevin_chain": "(x: (n, d), network: ebmcore.energies.feedforward.FeedForward, n_steps: int, "
                                   "step_size: float | (n,), noise_scale: float | (n,), seed: int, offset: int) -> x': (n, d)",
+    "conv_langevin_chain": "(x: (n, C, H, W), plan: ConvPlan, n_steps: int, step_size: float | (n,), "
+                           "noise_scale: float | (n,), seed: int, offset: int) -> x': (n, C, H, W)",
     "feedforward_denoising_score_matching": "(x: (n, d), target: (n, d), scale: (n,) | None, network: FeedForward) -> "
                                             "(loss: (), weight gradients: [(out, in)], bias gradients: [(out,) | None])",
     "feedforward_sliced_score_matching": "(x: (n, d), v: (n, d), network: FeedForward) -> "
@@ -94,7 +96,9 @@ and ``energy_args`` its ``kernel_args()``. The ``feedforward_*`` ops run the net
 (``EnergyFunctions.feedforward_plan``) themselves: ``feedforward_langevin_chain`` its ULA chains;
 ``feedforward_denoising_score_matching`` ``(1/2n) Σ |a ∇E(x) − b|²`` and ``feedforward_sliced_score_matching``
 ``(1/n) Σ ½(vᵀ∇E)² − vᵀ∇²E v`` with their gradients in the weights; ``feedforward_energy_gradients`` the
-energies with ``Σ (aᵣ + bᵣEᵣ) ∂Eᵣ/∂θ``, the weight gradient of a loss linear or quadratic in them. Samplers
+energies with ``Σ (aᵣ + bᵣEᵣ) ∂Eᵣ/∂θ``, the weight gradient of a loss linear or quadratic in them.
+``conv_langevin_chain`` runs the ULA chains of a small convolutional network (3×3 convolutions, spatial mean,
+linear head) given by an energy's ``conv_plan()`` (``ebm_losses.ConvEnergy``). Samplers
 and losses call them when a backend provides them (``MCMCSampler(fused=...)``, the losses of ``ebm-losses``)
 and otherwise run their torch path, so forcing ``EBM_BACKEND=torch`` selects the reference path."""
 

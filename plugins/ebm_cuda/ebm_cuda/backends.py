@@ -148,6 +148,23 @@ def feedforward_langevin_chain(x: Tensor, network: Any, *, n_steps: int, step_si
                 n_steps, h, s, hv, sv, seed, offset)
 
 
+def _conv_refusal(plan: Any) -> str | None:
+    """Why ``conv_langevin_chain`` cannot run ``plan`` (an ``ebm_losses.ConvPlan``)."""
+    if plan.activation not in FEEDFORWARD_ACTIVATIONS:
+        return f"has no {plan.activation} (it takes {', '.join(FEEDFORWARD_ACTIVATIONS)})"
+    if any(w.dtype != torch.float32 for w in plan.weights):
+        return "takes float32 weights"
+    return None
+
+
+def conv_langevin_chain(x: Tensor, plan: Any, *, n_steps: int, step_size: Any, noise_scale: Any, seed: int, offset: int) -> Tensor:
+    """``n_steps`` Langevin steps of the convolutional energy ``plan`` (``ebm_losses.ConvPlan``); ``x: (n, C, H, W)`` float32."""
+    h, hv = _scalar_or_vector(step_size)
+    s, sv = _scalar_or_vector(noise_scale)
+    return call("conv_langevin_chain", x, [*plan.weights, plan.head_weight], [*plan.biases, plan.head_bias], list(plan.strides),
+                FEEDFORWARD_ACTIVATIONS.index(plan.activation), 1.0, n_steps, h, s, hv, sv, seed, offset)
+
+
 def feedforward_denoising_score_matching(x: Tensor, target: Tensor, scale: Tensor | None,
                                          network: Any) -> tuple[Tensor, list[Tensor], list[Tensor | None]]:
     """``(1/2n) Σᵣ |aᵣ∇E(xᵣ) − bᵣ|²`` of the feed-forward energy ``network`` with its weight and bias gradients
@@ -214,6 +231,8 @@ class HostBackend(KernelBackend):
                             ("feedforward_denoising_score_matching", feedforward_denoising_score_matching),
                             ("feedforward_sliced_score_matching", feedforward_sliced_score_matching),
                             ("feedforward_energy_gradients", feedforward_energy_gradients))]
+        network_kernels.append(Kernel("conv_langevin_chain", conv_langevin_chain, ("cpu",), (torch.float32,), None, 10,
+                                      refuses=_conv_refusal))
         super().__init__("cpu_fused", [*_kernels("cpu", HOST_DTYPES, -10, 10, None, None), *network_kernels],
                          description="ebm-cuda: the kernels built for the CPU (fused chains, vectorised over chains)")
 

@@ -64,6 +64,11 @@ class Library:
                               c_double, c_double, c_void_p, c_void_p, c_uint64, c_uint64, c_int]
             chain.restype = c_int
             self._functions["feedforward_langevin_chain"] = chain
+            conv = self._lib.ebm_host_conv_langevin_chain
+            conv.argtypes = [c_int, c_void_p, c_int, c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_double, c_void_p, c_void_p,
+                             c_int64, c_int64, c_double, c_double, c_void_p, c_void_p, c_uint64, c_uint64, c_int]
+            conv.restype = c_int
+            self._functions["conv_langevin_chain"] = conv
             dsm = self._lib.ebm_host_feedforward_dsm
             dsm.argtypes = [c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_double, c_void_p, c_void_p, c_void_p, c_int64,
                             c_void_p, c_void_p, c_void_p, c_int]

@@ -382,6 +382,61 @@ def _(x, weights, biases, activations, sign, n_steps, step_size, noise_scale, st
     return torch.empty_like(x)
 
 
+def _conv_langevin_chain(x: Tensor, weights: Sequence[Tensor], biases: Sequence[Optional[Tensor]], strides: Sequence[int],
+                         activation: int, sign: float, n_steps: int, step_size: float, noise_scale: float,
+                         step_sizes: Optional[Tensor], noise_scales: Optional[Tensor], seed: int, offset: int) -> Tensor:
+    """``n_steps`` Langevin steps of the convolutional energy ``E(x) = sign · (w · mean_p f(conv_L(… f(conv_1(x)) …)) + b)``
+    in one launch (host build, float32): ``x: (n, C, H, W)``; ``weights[l]: (C_{l+1}, C_l, 3, 3)`` for each 3×3
+    convolution (padding 1, stride ``strides[l]``) and ``weights[-1]: (1, C_L)`` the head; ``biases[l]: (C_{l+1},)`` or
+    None (the head's is unused: it does not move ``∇E``); ``activation``: a code of :data:`FEEDFORWARD_ACTIVATIONS`
+    after every convolution. The noise is the stream's for element ``j`` of the flattened image (C-order), as in
+    ``langevin_chain``. Returns the new ``x``."""
+    if x.dim() != 4:
+        raise InputError(f"ebm_cuda.conv_langevin_chain: x must be (n, C, H, W), got shape {tuple(x.shape)}.")
+    _check_stream(seed, offset)
+    if x.device.type != "cpu" or x.dtype != torch.float32:
+        raise InputError(f"ebm_cuda.conv_langevin_chain: float32 states on the CPU only, got {x.dtype} on {x.device}.")
+    if n_steps < 0:
+        raise InputError(f"ebm_cuda.conv_langevin_chain: n_steps must be >= 0, got {n_steps}.")
+    n_layers = len(weights) - 1
+    channels = [x.shape[1]]
+    if n_layers < 1 or len(biases) != len(weights) or len(strides) != n_layers:
+        raise InputError(f"ebm_cuda.conv_langevin_chain: give at least one convolution and the head, one bias (or None) per "
+                         f"layer and one stride per convolution; got {len(weights)} weights, {len(biases)} biases, "
+                         f"{len(strides)} strides.")
+    for l, w in enumerate(weights):
+        fits = (w.shape == (1, channels[-1]) if l == n_layers else (w.dim() == 4 and w.shape[1:] == (channels[-1], 3, 3)))
+        if not fits:
+            raise InputError(f"ebm_cuda.conv_langevin_chain: weights[{l}] of shape {tuple(w.shape)} does not follow "
+                             f"{channels[-1]} channels" + (" into one output (1, C)." if l == n_layers else " (a 3×3 kernel: (C_out, C_in, 3, 3))."))
+        if l < n_layers and biases[l] is not None and biases[l].shape != (w.shape[0],):
+            raise InputError(f"ebm_cuda.conv_langevin_chain: biases[{l}] of shape {tuple(biases[l].shape)} does not fit "
+                             f"weights[{l}] {tuple(w.shape)}.")
+        channels.append(w.shape[0])
+    x = x.contiguous()
+    if n_steps == 0:
+        return x.clone()
+    keep = [w.detach().to(torch.float32).contiguous() for w in weights]
+    bias_tensors = [None if b is None else b.detach().to(torch.float32).contiguous() for b in biases[:-1]] + [None]
+    out = torch.empty_like(x)
+    hv, sv = _vector(step_sizes, x, "step_sizes"), _vector(noise_scales, x, "noise_scales")
+    library.host().call("conv_langevin_chain", n_layers, (ctypes.c_int64 * len(channels[:-1]))(*channels[:-1]), x.shape[2], x.shape[3],
+                        (ctypes.c_int * n_layers)(*strides), (ctypes.c_void_p * len(keep))(*(t.data_ptr() for t in keep)),
+                        (ctypes.c_void_p * len(bias_tensors))(*(None if b is None else b.data_ptr() for b in bias_tensors)),
+                        (ctypes.c_int * n_layers)(*([activation] * n_layers)), float(sign), x.data_ptr(), out.data_ptr(),
+                        x.shape[0], n_steps, step_size, noise_scale, _ptr(hv), _ptr(sv), seed, offset, torch.get_num_threads())
+    return out
+
+
+conv_langevin_chain = torch.library.custom_op("ebm_cuda::conv_langevin_chain", _conv_langevin_chain, mutates_args=())
+_IMPLS["conv_langevin_chain"] = _conv_langevin_chain
+
+
+@conv_langevin_chain.register_fake
+def _(x, weights, biases, strides, activation, sign, n_steps, step_size, noise_scale, step_sizes, noise_scales, seed, offset):
+    return torch.empty_like(x)
+
+
 def _langevin_step_philox(x: Tensor, grad: Tensor, step_size: float, noise_scale: float, step_sizes: Optional[Tensor],
                          noise_scales: Optional[Tensor], seed: int, offset: int) -> Tensor:
     """One Langevin step ``x − h·grad + s·ξ`` with ``ξ`` drawn in the kernel (step ``offset`` of the stream)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
@@ -11,7 +12,7 @@ from ebmcore import EnergyModel
 from ebmcore.energies.mlp import ACTIVATIONS
 from ebmcore.errors import InputError
 
-__all__ = ["ConvEnergy"]
+__all__ = ["ConvEnergy", "ConvPlan"]
 
 
 def _positive_ints(value: Any, name: str) -> list[int]:
@@ -19,6 +20,21 @@ def _positive_ints(value: Any, name: str) -> list[int]:
     if not values or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values):
         raise InputError(f"ConvEnergy: {name} must be positive integers, got {value!r}.")
     return values
+
+
+@dataclass(frozen=True)
+class ConvPlan:
+    """The layers of a :class:`ConvEnergy` for kernels that run the network themselves (``conv_langevin_chain``):
+    ``weights[l]: (C_{l+1}, C_l, 3, 3)`` and ``biases[l]: (C_{l+1},)`` of the 3×3 convolutions (padding 1, stride
+    ``strides[l]``), ``activation`` (a name of :data:`ebmcore.energies.mlp.ACTIVATIONS`) after each, then the spatial
+    mean and the head ``head_weight: (1, C_L)``, ``head_bias: (1,)``; ``E = head(mean(features))``."""
+
+    weights: tuple[Tensor, ...]
+    biases: tuple[Tensor, ...]
+    strides: tuple[int, ...]
+    activation: str
+    head_weight: Tensor
+    head_bias: Tensor
 
 
 class ConvEnergy(EnergyModel):
@@ -44,6 +60,7 @@ class ConvEnergy(EnergyModel):
         if activation not in ACTIVATIONS:
             raise InputError(f"ConvEnergy: unknown activation {activation!r}; choose one of {', '.join(ACTIVATIONS)}.")
         self.event_shape = tuple(shape)
+        self.activation = activation
         self.spectral_norm = bool(spectral_norm)
         build_on = "meta" if seed is not None else device
         layers: list[nn.Module] = []
@@ -74,3 +91,16 @@ class ConvEnergy(EnergyModel):
     def compute_energy(self, x: Tensor) -> Tensor:
         """``x: (n, C, H, W)`` -> ``(n,)``."""
         return self.head(self.features(x).mean((-2, -1))).squeeze(-1)
+
+    def conv_plan(self) -> ConvPlan | str:
+        """The layers as a :class:`ConvPlan`, or why a kernel must not run them itself: ``spectral_norm`` (the
+        weights are re-normalised on every forward pass), hooks on a module, an overridden :meth:`compute_energy`."""
+        if self.spectral_norm:
+            return "spectral_norm re-normalises the weights on every forward pass"
+        if type(self).compute_energy is not ConvEnergy.compute_energy:
+            return f"{type(self).__name__} overrides compute_energy"
+        if any(m._forward_hooks or m._forward_pre_hooks for m in self.modules()):
+            return "a module of the network has forward hooks"
+        convs = [m for m in self.features if isinstance(m, nn.Conv2d)]
+        return ConvPlan(tuple(m.weight for m in convs), tuple(m.bias for m in convs), tuple(m.stride[0] for m in convs),
+                        self.activation, self.head.weight, self.head.bias)

@@ -104,14 +104,27 @@ def build_kernel(integrator: Integrator | None = None, compile: bool = False) ->
 
 def build_chain(energy: EnergyModel, fns: EnergyFunctions, x: Tensor, params: Params, fused_setting: bool | None,
                 integrator: Integrator) -> Chain | str:
-    """Many ULA steps per launch: the ``<energy>_langevin_chain`` kernel of an analytic energy, or the
-    ``feedforward_langevin_chain`` kernel of a feed-forward network (``fns.feedforward_plan``); for other
-    energies, one ``langevin_step_philox`` kernel per step (the noise drawn inside it). Euler–Maruyama only."""
+    """Many ULA steps per launch: the ``<energy>_langevin_chain`` kernel of an analytic energy, the
+    ``feedforward_langevin_chain`` kernel of a feed-forward network (``fns.feedforward_plan``), or the
+    ``conv_langevin_chain`` kernel of an energy with a ``conv_plan()`` method (duck-typed: it returns the layers, e.g.
+    ``ebm_losses.ConvPlan``, or a string saying why a kernel must not run them; ``ebm_losses.ConvEnergy`` has one);
+    for other energies, one ``langevin_step_philox`` kernel per step (the noise drawn inside it). Euler–Maruyama only."""
     if not isinstance(integrator, EulerMaruyama):
         return f"the integrator is {integrator.name}, the fused chain is Euler–Maruyama"
     h = params.step_size
     s = noise_scale(h, params.temperature)
-    if fns.feedforward_plan is not None:
+    conv_plan = getattr(energy, "conv_plan", None)
+    if callable(conv_plan):
+        plan = conv_plan()
+        chain = (plan if isinstance(plan, str) else
+                 "torch.autocast is on: the network runs in torch under it" if torch.is_autocast_enabled(x.device.type)
+                 else chain_kernel("conv_langevin_chain", energy, x, fused_setting, plan))
+        if not isinstance(chain, str):
+            conv_fn = chain.fn
+            return lambda state, n, seed, offset: (
+                State(conv_fn(state.x, plan, n_steps=n, step_size=h, noise_scale=s, seed=seed, offset=offset)),
+                ChainInfo(None, None))
+    elif fns.feedforward_plan is not None:
         network = fns.feedforward_plan
         chain = ("torch.autocast is on: the network runs in torch under it" if torch.is_autocast_enabled(x.device.type)
                  else chain_kernel("feedforward_langevin_chain", energy, x, fused_setting, network))

@@ -16,6 +16,7 @@ static int omp_get_thread_num() { return 0; }
 #endif
 
 #include "ebm/chains.h"
+#include "ebm/conv_host.h"
 #include "ebm/dispatch.h"
 #include "ebm/feedforward_host.h"
 
@@ -297,6 +298,48 @@ void feedforward_langevin_host(const ebm::ff::Network& net, const float* x, floa
   }
 }
 
+// Langevin chains of a convolutional energy (ebm/conv_host.h): each thread takes tiles of TILE images, and at every
+// step the gradient of each image, then the move of the tile with the stream's normals for element
+// j = c·H·W + y·W + x (the (C, H, W) order of the state), as in feedforward_langevin_host.
+void conv_langevin_host(const ebm::conv::Network& net, const float* x, float* out, int64_t n, int64_t n_steps, double h, double s,
+                        const void* h_vec, const void* s_vec, uint64_t seed, uint64_t offset, int threads) {
+  const ebm::Stream rng(seed);
+  const ebm::conv::Layer& first = net.layers[0];
+  const int C = first.c_in, HW = first.h_in * first.w_in, d = C * HW;
+#pragma omp parallel num_threads(threads)
+  {
+    ebm::conv::Workspace ws(net);
+    std::vector<float> xs((size_t)TILE * d), gs((size_t)TILE * d);
+    alignas(64) float z[4][TILE];
+#pragma omp for schedule(static)
+    for (int64_t i0 = 0; i0 < n; i0 += TILE) {
+      const int m = (int)std::min<int64_t>(TILE, n - i0);
+      std::copy(x + i0 * d, x + (i0 + m) * d, xs.data());
+      const Tile<float> hl = load_lanes<float>(h_vec, (float)h, i0, m), sl = load_lanes<float>(s_vec, (float)s, i0, m);
+      for (int64_t t = 0; t < n_steps; ++t) {
+        for (int r = 0; r < m; ++r) {
+          const float* xr = xs.data() + (size_t)r * d;
+          for (int c = 0; c < C; ++c)
+            for (int p = 0; p < HW; ++p) ws.image[(size_t)p * C + c] = xr[c * HW + p];
+          ebm::conv::gradient(net, ws);
+          float* gr = gs.data() + (size_t)r * d;
+          for (int c = 0; c < C; ++c)
+            for (int p = 0; p < HW; ++p) gr[c * HW + p] = ws.grad[(size_t)p * C + c];
+        }
+        for (int b = 0; b < (d + 3) / 4; ++b) {
+          tile_normals(rng, (uint32_t)b, i0, offset + (uint64_t)t, z, 4 * b + 2 < d);
+          for (int l = 0; l < 4 && 4 * b + l < d; ++l)
+            for (int lane = 0; lane < m; ++lane) {
+              const size_t k = (size_t)lane * d + 4 * b + l;
+              xs[k] = ebm::langevin_move<float>(xs[k], gs[k], hl.v[lane], sl.v[lane], z[l][lane]);
+            }
+        }
+      }
+      std::copy(xs.data(), xs.data() + (size_t)m * d, out + i0 * d);
+    }
+  }
+}
+
 // A loss of a feed-forward energy and its gradient in the weights (ebm/feedforward_host.h), summed over tiles of
 // TILE rows: run_tile(ws, i0, m) loads a tile into the thread's workspace and adds its loss and gradients there;
 // the threads' sums are then added, and multiplied by scale (the output weights' also by the energy's sign).
@@ -431,6 +474,24 @@ int ebm_host_feedforward_langevin_chain(int n_hidden, const int64_t* widths, con
   if (n_steps < 0) return fail("n_steps must be >= 0");
   const ebm::ff::Network net(n_hidden, widths, weights, biases, activations, (float)sign);
   feedforward_langevin_host(net, x, out, n, n_steps, h, s, h_vec, s_vec, seed, offset, threads);
+  return 0;
+}
+
+int ebm_host_conv_langevin_chain(int n_layers, const int64_t* channels, int height, int width, const int* strides,
+                                 const float* const* weights, const float* const* biases, const int* activations, double sign,
+                                 const float* x, float* out, int64_t n, int64_t n_steps, double h, double s, const void* h_vec,
+                                 const void* s_vec, uint64_t seed, uint64_t offset, int threads) {
+  if (n_layers < 1) return fail("a convolutional energy needs at least one convolution");
+  if (height < 1 || width < 1 || height > (1 << 12) || width > (1 << 12)) return fail("image height and width must be in [1, 4096]");
+  for (int l = 0; l <= n_layers; ++l)
+    if (channels[l] < 1 || channels[l] > (1 << 12)) return fail("channel counts must be in [1, 4096]");
+  for (int l = 0; l < n_layers; ++l) {
+    if (strides[l] < 1) return fail("strides must be >= 1");
+    if (activations[l] < 0 || activations[l] >= ebm::ff::N_ACTIVATIONS) return fail("unknown activation code");
+  }
+  if (n_steps < 0) return fail("n_steps must be >= 0");
+  const ebm::conv::Network net(n_layers, channels, height, width, strides, weights, biases, activations, (float)sign);
+  conv_langevin_host(net, x, out, n, n_steps, h, s, h_vec, s_vec, seed, offset, threads);
   return 0;
 }
 
