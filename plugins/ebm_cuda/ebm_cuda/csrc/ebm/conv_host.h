@@ -16,16 +16,20 @@ using ff::blocks;
 using ff::ROWS;
 using ff::v16;
 
+constexpr int K_PART = 64;
+
 inline int rounded(int rows) { return (rows + ROWS - 1) / ROWS * ROWS; }
 
-// Convolution l: c_in × h_in × w_in -> c_out × h_out × w_out. forward: K = 9·c_in rows ((ky·3 + kx)·c_in + c) of
-// blocks(c_out); backward: c_out rows of blocks(K); bias: blocks(c_out).
+// Convolution l: c_in × h_in × w_in -> c_out × h_out × w_out; an input position is `pad` floats (the image's c_in, a
+// hidden layer's channels in whole blocks of 16, copied and scattered a block at a time). forward: K = 9·pad rows
+// ((ky·3 + kx)·pad + c; zero for padding channels) of blocks(c_out); backward: c_out rows of blocks(K); bias: blocks(c_out).
 struct Layer {
-  int c_in, c_out, h_in, w_in, h_out, w_out, stride, activation, K;
+  int c_in, c_out, h_in, w_in, h_out, w_out, stride, activation, pad, K;
   std::vector<v16> forward, backward, bias;
+  std::vector<int> source;  // [p·9 + tap]: the input position output position p reads at the tap, or −1 (padding)
+  std::vector<int> reader;  // [q·9 + tap]: the output position reading input position q at the tap, or −1
 
   int positions() const { return h_out * w_out; }
-  int in_stride() const;  // floats per input position: 16·blocks(c_in), or c_in for the image
 };
 
 struct Network {
@@ -47,7 +51,8 @@ struct Network {
       layer.h_out = (h - 1) / layer.stride + 1;
       layer.w_out = (w - 1) / layer.stride + 1;
       layer.activation = activations[l];
-      layer.K = 9 * layer.c_in;
+      layer.pad = l == 0 ? layer.c_in : 16 * blocks(layer.c_in);
+      layer.K = 9 * layer.pad;
       const int ob = blocks(layer.c_out), kb = blocks(layer.K);
       layer.forward.assign((size_t)layer.K * ob, v16{});
       layer.backward.assign((size_t)layer.c_out * kb, v16{});
@@ -58,12 +63,22 @@ struct Network {
         for (int c = 0; c < layer.c_in; ++c)
           for (int k = 0; k < 9; ++k) {
             const float v = weights[l][((size_t)o * layer.c_in + c) * 9 + k];
-            const int row = k * layer.c_in + c;
+            const int row = k * layer.pad + c;
             fp[(size_t)row * ob * 16 + o] = v;
             bp[(size_t)o * kb * 16 + row] = v;
           }
       if (biases[l])
         for (int o = 0; o < layer.c_out; ++o) ((float*)layer.bias.data())[o] = biases[l][o];
+      layer.source.assign((size_t)layer.positions() * 9, -1);
+      layer.reader.assign((size_t)h * w * 9, -1);
+      for (int oy = 0; oy < layer.h_out; ++oy)
+        for (int ox = 0; ox < layer.w_out; ++ox)
+          for (int k = 0; k < 9; ++k) {
+            const int iy = oy * layer.stride - 1 + k / 3, ix = ox * layer.stride - 1 + k % 3;
+            if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
+            layer.source[(size_t)(oy * layer.w_out + ox) * 9 + k] = iy * w + ix;
+            layer.reader[(size_t)(iy * w + ix) * 9 + k] = oy * layer.w_out + ox;
+          }
       h = layer.h_out;
       w = layer.w_out;
       layers.push_back(std::move(layer));
@@ -73,8 +88,6 @@ struct Network {
     for (int c = 0; c < last.c_out; ++c) ((float*)top.data())[c] = sign * weights[n_layers][c] / (float)last.positions();
   }
 };
-
-inline int Layer::in_stride() const { return 16 * blocks(c_in); }
 
 // One thread's buffers: the image channels-last (image), per layer the im2col rows and f'(z) (deriv; f(z) in act),
 // the output gradient times the transposed weights (gcols), the input gradient (gin), and ∇ₓE channels-last (grad).
@@ -102,31 +115,39 @@ struct Workspace {
   }
 };
 
-// ∇ₓE of the image in ws.image ((h·w) positions × c channels) into ws.grad (same layout).
-inline void gradient(const Network& net, Workspace& ws) {
+inline v16 load(const float* p) {
+  v16 v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+
+inline void store(float* p, v16 v) { memcpy(p, &v, sizeof v); }
+
+// ∇ₓE of the image in ws.image ((h·w) positions × c channels) into ws.grad (same layout). The copies are loops of
+// their own: as memcpy calls (GCC's loop distribution) a few floats each would cost more than the products.
+__attribute__((optimize("no-tree-loop-distribute-patterns"))) inline void gradient(const Network& net, Workspace& ws) {
   const int n_layers = (int)net.layers.size();
   const float* in = ws.image.data();
   for (int l = 0; l < n_layers; ++l) {  // forward: im2col, z = cols · W + b, act <- f(z), deriv <- f'(z) (· top at the last)
     const Layer& L = net.layers[l];
-    const int s_in = l == 0 ? L.c_in : L.in_stride(), ob = blocks(L.c_out), P = L.positions();
-    float* cols = ws.cols[l].data();
-    for (int oy = 0; oy < L.h_out; ++oy)
-      for (int ox = 0; ox < L.w_out; ++ox) {
-        float* row = cols + (size_t)(oy * L.w_out + ox) * L.K;
-        for (int ky = 0; ky < 3; ++ky)
-          for (int kx = 0; kx < 3; ++kx) {
-            const int iy = oy * L.stride - 1 + ky, ix = ox * L.stride - 1 + kx;
-            float* dst = row + (ky * 3 + kx) * L.c_in;
-            if (iy < 0 || iy >= L.h_in || ix < 0 || ix >= L.w_in)
-              std::fill(dst, dst + L.c_in, 0.0f);
-            else
-              std::copy(in + (size_t)(iy * L.w_in + ix) * s_in, in + (size_t)(iy * L.w_in + ix) * s_in + L.c_in, dst);
-          }
-      }
+    const int ob = blocks(L.c_out), P = L.positions();
+    float* cols = ws.cols[l].data();  // im2col: row p, columns tap·pad + c
+    const int* source = L.source.data();
+    if (l > 0)
+      for (int i = 0; i < P * 9; ++i)
+        for (int b = 0; b < L.pad / 16; ++b)
+          store(cols + (size_t)i * L.pad + 16 * b, source[i] < 0 ? v16{} : load(in + (size_t)source[i] * L.pad + 16 * b));
+    else if (L.pad == 1)
+      for (int i = 0; i < P * 9; ++i) cols[i] = source[i] < 0 ? 0.0f : in[source[i]];
+    else
+      for (int i = 0; i < P * 9; ++i)
+        for (int c = 0; c < L.pad; ++c) cols[(size_t)i * L.pad + c] = source[i] < 0 ? 0.0f : in[(size_t)source[i] * L.pad + c];
     const bool last = l == n_layers - 1;
     for (int r0 = 0; r0 < P; r0 += ROWS) {
       v16* z = ws.deriv[l].data() + (size_t)r0 * ob;
-      ff::product(cols + (size_t)r0 * L.K, L.K, L.K, L.forward.data(), ob, L.bias.data(), z);
+      for (int k0 = 0; k0 < L.K; k0 += K_PART)  // W's rows in parts of K_PART: 4 blocks of them fill a third of L1
+        ff::product(cols + (size_t)r0 * L.K + k0, L.K, std::min(K_PART, L.K - k0), L.forward.data() + (size_t)k0 * ob, ob,
+                    L.bias.data(), z, k0 > 0);
       ff::activate_rows(L.activation, z, ob, last ? net.top.data() : nullptr, last ? nullptr : ws.act[l].data() + (size_t)r0 * ob);
     }
     in = (const float*)ws.act[l].data();
@@ -135,30 +156,36 @@ inline void gradient(const Network& net, Workspace& ws) {
   for (int l = n_layers - 1; l >= 0; --l) {
     const Layer& L = net.layers[l];
     const int ob = blocks(L.c_out), kb = blocks(L.K), P = L.positions();
-    const int s_in = l == 0 ? L.c_in : L.in_stride();
     float* g = l == 0 ? ws.grad.data() : (float*)ws.gin[l].data();
-    std::fill(g, g + (size_t)L.h_in * L.w_in * s_in, 0.0f);
     for (int r0 = 0; r0 < P; r0 += ROWS)
       ff::product((const float*)(ws.deriv[l].data() + (size_t)r0 * ob), 16 * ob, L.c_out, L.backward.data(), kb, nullptr,
                   ws.gcols.data() + (size_t)r0 * kb);
     const float* gc = (const float*)ws.gcols.data();
-    for (int oy = 0; oy < L.h_out; ++oy)
-      for (int ox = 0; ox < L.w_out; ++ox) {
-        const float* row = gc + (size_t)(oy * L.w_out + ox) * kb * 16;
-        for (int ky = 0; ky < 3; ++ky)
-          for (int kx = 0; kx < 3; ++kx) {
-            const int iy = oy * L.stride - 1 + ky, ix = ox * L.stride - 1 + kx;
-            if (iy < 0 || iy >= L.h_in || ix < 0 || ix >= L.w_in) continue;
-            const float* src = row + (ky * 3 + kx) * L.c_in;
-            float* dst = g + (size_t)(iy * L.w_in + ix) * s_in;
-            for (int c = 0; c < L.c_in; ++c) dst[c] += src[c];
+    if (l == 0) {  // the image's gradient gathered per input position (the few channels make a scatter slow)
+      const int Q = L.h_in * L.w_in, row = 16 * kb;
+      const int* reader = L.reader.data();
+      for (int q = 0; q < Q; ++q)
+        for (int c = 0; c < L.pad; ++c) {
+          float acc = 0.0f;
+          for (int k = 0; k < 9; ++k) {
+            const int p = reader[q * 9 + k];
+            acc += p < 0 ? 0.0f : gc[(size_t)p * row + k * L.pad + c];
           }
-      }
-    if (l > 0) {  // δ_{l−1} = (input gradient) ⊙ f'(z_{l−1}), over the previous layer's positions
-      v16* d = ws.deriv[l - 1].data();
-      const v16* gv = ws.gin[l].data();
-      for (size_t i = 0; i < (size_t)L.h_in * L.w_in * blocks(L.c_in); ++i) d[i] *= gv[i];
+          g[(size_t)q * L.pad + c] = acc;
+        }
+      continue;
     }
+    for (size_t i = 0; i < (size_t)L.h_in * L.w_in * L.pad; ++i) g[i] = 0.0f;
+    const int* source = L.source.data();  // a hidden layer's: rows of K = 16·kb floats, scattered a block at a time
+    for (int i = 0; i < P * 9; ++i)
+      if (source[i] >= 0)
+        for (int b = 0; b < L.pad / 16; ++b) {
+          float* dst = g + (size_t)source[i] * L.pad + 16 * b;
+          store(dst, load(dst) + load(gc + (size_t)i * L.pad + 16 * b));
+        }
+    v16* d = ws.deriv[l - 1].data();  // δ_{l−1} = (input gradient) ⊙ f'(z_{l−1}), over the previous layer's positions
+    const v16* gv = ws.gin[l].data();
+    for (size_t i = 0; i < (size_t)L.h_in * L.w_in * blocks(L.c_in); ++i) d[i] *= gv[i];
   }
 }
 

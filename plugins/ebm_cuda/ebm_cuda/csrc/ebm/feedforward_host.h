@@ -201,15 +201,16 @@ inline void activate_rows(int act, v16* z, int nb, const v16* top, v16* a) {
 
 // C[r][jb] = (bias[jb] or 0) + Σ_k A[r][k] · B[k][jb] for the ROWS rows of a tile: A rows of lda floats,
 // B k-major in blocks of 16 (nb blocks per k), C rows of nb blocks. RB rows × J blocks per pass: 16
-// accumulators, so the FMA latency is hidden whatever the width.
+// accumulators, so the FMA latency is hidden whatever the width. With add, C += A·B instead (bias unused): a
+// product split along K, each part's strip of B small enough to stay in L1 for all the passes over the rows.
 template <int J>
-inline void product_strip(const float* A, int lda, int K, const v16* B, int nb, int jb, const v16* bias, v16* C) {
+inline void product_strip(const float* A, int lda, int K, const v16* B, int nb, int jb, const v16* bias, v16* C, bool add) {
   constexpr int RB = 16 / J;
   static_assert(ROWS % RB == 0, "a tile is whole passes");
   for (int r0 = 0; r0 < ROWS; r0 += RB) {
     v16 acc[RB][J];
     for (int r = 0; r < RB; ++r)
-      for (int j = 0; j < J; ++j) acc[r][j] = bias ? bias[jb + j] : v16{};
+      for (int j = 0; j < J; ++j) acc[r][j] = add ? C[(r0 + r) * nb + jb + j] : bias ? bias[jb + j] : v16{};
     for (int k = 0; k < K; ++k) {
       v16 b[J];
       for (int j = 0; j < J; ++j) b[j] = B[k * nb + jb + j];
@@ -255,11 +256,11 @@ inline void accumulate_outer(const float* P, int ldp, int rows_out, const v16* Q
   for (; j0 < rows_out; ++j0) outer_rows<1>(P, ldp, j0, Q, qb, C);
 }
 
-inline void product(const float* A, int lda, int K, const v16* B, int nb, const v16* bias, v16* C) {
+inline void product(const float* A, int lda, int K, const v16* B, int nb, const v16* bias, v16* C, bool add = false) {
   int jb = 0;
-  for (; jb + 4 <= nb; jb += 4) product_strip<4>(A, lda, K, B, nb, jb, bias, C);
-  for (; jb + 2 <= nb; jb += 2) product_strip<2>(A, lda, K, B, nb, jb, bias, C);
-  for (; jb < nb; ++jb) product_strip<1>(A, lda, K, B, nb, jb, bias, C);
+  for (; jb + 4 <= nb; jb += 4) product_strip<4>(A, lda, K, B, nb, jb, bias, C, add);
+  for (; jb + 2 <= nb; jb += 2) product_strip<2>(A, lda, K, B, nb, jb, bias, C, add);
+  for (; jb < nb; ++jb) product_strip<1>(A, lda, K, B, nb, jb, bias, C, add);
 }
 
 // The network, its weights packed once per launch: for layer l (in_l -> out_l), forward[l] is W_lᵀ (in_l rows
