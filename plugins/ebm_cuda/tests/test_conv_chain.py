@@ -97,6 +97,9 @@ def test_networks_the_kernel_cannot_run_keep_the_per_step_loop():
     hooked = ConvEnergy(widths=(8,), seed=0)
     hooked.features[0].register_forward_hook(lambda module, args, out: out * 2)
     assert path(hooked).startswith("per-step loop (a module of the network has forward hooks")
+    changed = ConvEnergy(widths=(8,), seed=0)
+    changed.features[0].padding = (0, 0)
+    assert path(changed).startswith("per-step loop (a convolution was changed from 3×3, padding 1")
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert path(ConvEnergy(widths=(8,), seed=0)).startswith("per-step loop (torch.autocast is on")
 
