@@ -94,14 +94,16 @@ class ConvEnergy(EnergyModel):
 
     def conv_plan(self) -> ConvPlan | str:
         """The layers as a :class:`ConvPlan`, or why a kernel must not run them itself: ``spectral_norm`` (the
-        weights are re-normalised on every forward pass), hooks on a module, an overridden :meth:`compute_energy`, a
-        convolution changed after construction."""
+        weights are re-normalised on every forward pass), hooks or parametrizations on a module, an overridden
+        :meth:`compute_energy`, a convolution changed after construction."""
         if self.spectral_norm:
             return "spectral_norm re-normalises the weights on every forward pass"
         if type(self).compute_energy is not ConvEnergy.compute_energy:
             return f"{type(self).__name__} overrides compute_energy"
         if any(m._forward_hooks or m._forward_pre_hooks for m in self.modules()):
             return "a module of the network has forward hooks"
+        if any(nn.utils.parametrize.is_parametrized(m) for m in self.modules()):
+            return "a module of the network is parametrized (its weights are computed on every forward pass)"
         convs = [m for m in self.features if isinstance(m, nn.Conv2d)]
         if any(m.kernel_size != (3, 3) or m.padding != (1, 1) or m.dilation != (1, 1) or m.groups != 1
                or m.stride[0] != m.stride[1] for m in convs):
