@@ -416,15 +416,13 @@ def _conv_langevin_chain(x: Tensor, weights: Sequence[Tensor], biases: Sequence[
     x = x.contiguous()
     if n_steps == 0:
         return x.clone()
-    keep = [w.detach().to(torch.float32).contiguous() for w in weights]
-    bias_tensors = [None if b is None else b.detach().to(torch.float32).contiguous() for b in biases[:-1]] + [None]
+    # the C description of the layers: channels C_0 .. C_L (then the head's 1), weights, biases (the head's unused)
+    (_, channel_array, weight_ptrs, bias_ptrs, activation_codes), _keep = _network(weights, biases, [activation] * n_layers)
     out = torch.empty_like(x)
     hv, sv = _vector(step_sizes, x, "step_sizes"), _vector(noise_scales, x, "noise_scales")
-    library.host().call("conv_langevin_chain", n_layers, (ctypes.c_int64 * len(channels[:-1]))(*channels[:-1]), x.shape[2], x.shape[3],
-                        (ctypes.c_int * n_layers)(*strides), (ctypes.c_void_p * len(keep))(*(t.data_ptr() for t in keep)),
-                        (ctypes.c_void_p * len(bias_tensors))(*(None if b is None else b.data_ptr() for b in bias_tensors)),
-                        (ctypes.c_int * n_layers)(*([activation] * n_layers)), float(sign), x.data_ptr(), out.data_ptr(),
-                        x.shape[0], n_steps, step_size, noise_scale, _ptr(hv), _ptr(sv), seed, offset, torch.get_num_threads())
+    library.host().call("conv_langevin_chain", n_layers, channel_array, x.shape[2], x.shape[3], (ctypes.c_int * n_layers)(*strides),
+                        weight_ptrs, bias_ptrs, activation_codes, float(sign), x.data_ptr(), out.data_ptr(), x.shape[0], n_steps,
+                        step_size, noise_scale, _ptr(hv), _ptr(sv), seed, offset, torch.get_num_threads())
     return out
 
 

@@ -23,9 +23,10 @@ from ebmcore.energies.analytic import AnalyticEnergy
 from ebmcore.errors import BackendUnavailableError, UnknownComponentError
 from ebmcore.kernels import Kernel, resolve_kernel
 from ebmcore.sampler import Chain
+from ebm_samplers.params import IDENTITY
 
 __all__ = ["Algorithm", "Step", "Chain", "ChainInfo", "GradientState", "init_gradient_state", "DIVERGENCE_THRESHOLD",
-           "draw_then", "compiled", "chain_kernel"]
+           "draw_then", "compiled", "identity_mass_refusal", "chain_kernel"]
 
 DIVERGENCE_THRESHOLD = 1000.0
 """A transition whose energy error (``−log`` of its acceptance ratio) exceeds this is divergent (as in Stan)."""
@@ -119,6 +120,15 @@ def init_gradient_state(x: Tensor, fns: EnergyFunctions) -> GradientState:
     """The state at ``x`` (one energy-and-gradient evaluation)."""
     energy, grad = fns.energy_and_gradient(x)
     return GradientState(x, energy, grad)
+
+
+def identity_mass_refusal(params: Any) -> str | None:
+    """Why a fused Hamiltonian chain (identity mass, one temperature for all chains) cannot run ``params``, or None."""
+    if params.inv_mass is not IDENTITY:
+        return "a mass matrix is set, the fused chain uses the identity"
+    if not isinstance(params.temperature, float):
+        return "per-chain temperatures are set"
+    return None
 
 
 def chain_kernel(op: str, energy: EnergyModel, x: Tensor, fused: bool | None, *static: Any) -> Kernel | str:

@@ -17,9 +17,9 @@ from torch import Tensor
 
 from ebmcore import EnergyFunctions, EnergyModel
 from ebm_samplers.algorithm import (DIVERGENCE_THRESHOLD, Algorithm, Chain, ChainInfo, GradientState, Step, chain_kernel,
-                                    compiled, draw_then, init_gradient_state)
+                                    compiled, draw_then, init_gradient_state, identity_mass_refusal)
 from ebm_samplers.integrators import Leapfrog, SplittingIntegrator, resolve_integrator
-from ebm_samplers.params import (ChainScalar, IDENTITY, InverseMass, as_inverse_mass, checked, event_size, for_chains,
+from ebm_samplers.params import (ChainScalar, InverseMass, as_inverse_mass, checked, event_size, for_chains,
                                  optional, per_chain, positive, whole, with_fields)
 from ebm_samplers.sampler import AlgorithmSampler
 
@@ -113,10 +113,9 @@ def build_chain(energy: EnergyModel, fns: EnergyFunctions, x: Tensor, params: Pa
     temperature for all chains)."""
     if not isinstance(integrator, Leapfrog):
         return f"the integrator is {integrator.name}, the fused chain is leapfrog"
-    if params.inv_mass is not IDENTITY:
-        return "a mass matrix is set, the fused chain uses the identity"
-    if not isinstance(params.temperature, float):
-        return "per-chain temperatures are set"
+    refusal = identity_mass_refusal(params)
+    if refusal:
+        return refusal
     kernel = chain_kernel("<energy>_hmc_chain", energy, x, fused_setting)
     if isinstance(kernel, str):
         return kernel

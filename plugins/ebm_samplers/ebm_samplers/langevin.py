@@ -113,21 +113,11 @@ def build_chain(energy: EnergyModel, fns: EnergyFunctions, x: Tensor, params: Pa
         return f"the integrator is {integrator.name}, the fused chain is Euler–Maruyama"
     h = params.step_size
     s = noise_scale(h, params.temperature)
-    conv_plan = getattr(energy, "conv_plan", None)
-    if callable(conv_plan):
-        plan = conv_plan()
-        chain = (plan if isinstance(plan, str) else
+    op, network = _network_of(energy, fns)
+    if op is not None:  # a network the kernel runs itself (its plan, or why not)
+        chain = (network if isinstance(network, str) else
                  "torch.autocast is on: the network runs in torch under it" if torch.is_autocast_enabled(x.device.type)
-                 else chain_kernel("conv_langevin_chain", energy, x, fused_setting, plan))
-        if not isinstance(chain, str):
-            conv_fn = chain.fn
-            return lambda state, n, seed, offset: (
-                State(conv_fn(state.x, plan, n_steps=n, step_size=h, noise_scale=s, seed=seed, offset=offset)),
-                ChainInfo(None, None))
-    elif fns.feedforward_plan is not None:
-        network = fns.feedforward_plan
-        chain = ("torch.autocast is on: the network runs in torch under it" if torch.is_autocast_enabled(x.device.type)
-                 else chain_kernel("feedforward_langevin_chain", energy, x, fused_setting, network))
+                 else chain_kernel(op, energy, x, fused_setting, network))
         if not isinstance(chain, str):
             network_fn = chain.fn
             return lambda state, n, seed, offset: (
@@ -151,6 +141,17 @@ def build_chain(energy: EnergyModel, fns: EnergyFunctions, x: Tensor, params: Pa
         return State(y), ChainInfo(None, None)
 
     return run_steps
+
+
+def _network_of(energy: EnergyModel, fns: EnergyFunctions) -> tuple[str | None, Any]:
+    """``(op, plan or why not)`` for a network a kernel may run itself: an energy with a ``conv_plan()`` method
+    (``conv_langevin_chain``), a feed-forward plan (``feedforward_langevin_chain``); ``(None, None)`` otherwise."""
+    conv_plan = getattr(energy, "conv_plan", None)
+    if callable(conv_plan):
+        return "conv_langevin_chain", conv_plan()
+    if fns.feedforward_plan is not None:
+        return "feedforward_langevin_chain", fns.feedforward_plan
+    return None, None
 
 
 ALGORITHM = Algorithm("langevin", Params, init, build_kernel, has_acceptance=False, options=options, build_chain=build_chain)

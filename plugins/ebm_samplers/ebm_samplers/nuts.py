@@ -26,8 +26,8 @@ from torch import Tensor
 
 from ebmcore import EnergyFunctions, EnergyModel
 from ebm_samplers.algorithm import (DIVERGENCE_THRESHOLD, Algorithm, Chain, ChainInfo, GradientState, Step, chain_kernel,
-                                    init_gradient_state)
-from ebm_samplers.params import (ChainScalar, IDENTITY, as_inverse_mass, checked, event_size, for_chains, in_range, optional,
+                                    init_gradient_state, identity_mass_refusal)
+from ebm_samplers.params import (ChainScalar, as_inverse_mass, checked, event_size, for_chains, in_range, optional,
                                  per_chain, positive, whole, with_fields)
 from ebm_samplers.sampler import AlgorithmSampler
 
@@ -234,10 +234,9 @@ class FusedInfo(ChainInfo):
 def build_chain(energy: EnergyModel, fns: EnergyFunctions, x: Tensor, params: Params, fused_setting: bool | None) -> Chain | str:
     """Many iterations per launch with the ``<energy>_nuts_chain`` kernel (identity mass, one temperature for all
     chains, no jitter), each chain building its own trees."""
-    if params.inv_mass is not IDENTITY:
-        return "a mass matrix is set, the fused chain uses the identity"
-    if not isinstance(params.temperature, float):
-        return "per-chain temperatures are set"
+    refusal = identity_mass_refusal(params)
+    if refusal:
+        return refusal
     if params.jitter:
         return f"jitter={params.jitter} is set, the fused chain takes a fixed step size"
     kernel = chain_kernel("<energy>_nuts_chain", energy, x, fused_setting)
