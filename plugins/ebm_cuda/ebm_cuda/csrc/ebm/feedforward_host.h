@@ -38,28 +38,32 @@ inline float sum(v16 v) {
 
 constexpr int SMALL_INPUT = 8;  // inputs up to this many: the last product of the gradient as dot products
 
-// exp(x) for float32, ~2 ulp (Cody–Waite reduction, degree-6 polynomial), clamped to finite results outside
-// [-87.3, 88.7] (all that sigmoid, SiLU and tanh need).
-inline v16 vexp(v16 x) {
-#if defined(__AVX512F__)  // clamp, round and scale by 2^n in one instruction each (NaN becomes the bound: a NaN chain
-                          // stays NaN through its state)
-  x = (v16)_mm512_min_ps(_mm512_max_ps((__m512)x, (__m512)splat(-87.3f)), (__m512)splat(88.7f));
-  const v16 n = (v16)_mm512_roundscale_ps((__m512)(x * 1.44269504088896341f), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+// exp(S·z) for float32 and S = ±1, within 1.5 ulp: Cody–Waite reduction, a degree-6 minimax polynomial (relative
+// error 1.9e-9 before its coefficients' rounding to float32), |z| clamped to 87.3 (finite results: all that sigmoid,
+// SiLU and tanh need). The sign is folded into the constants, so exp(−z) costs no negation: with r = S·z − n ln 2
+// and q = S·r = z − S·n ln 2, the polynomial in r is one in q whose odd coefficients carry S.
+template <int S>
+inline v16 vexp(v16 z) {
+  static_assert(S == 1 || S == -1, "exp(z) or exp(-z)");
+  constexpr float L = S * 1.44269504088896341f, C1 = S * 0.693359375f, C2 = S * -2.12194440e-4f;
+#if defined(__AVX512F__)  // sign(z)·min(|z|, 87.3) in one instruction (a NaN becomes the bound; its chain stays NaN
+                          // through its state)
+  z = (v16)_mm512_range_ps((__m512)z, (__m512)splat(87.3f), 0x02);
 #else
-  x = x < -87.3f ? splat(-87.3f) : x;
-  x = x > 88.7f ? splat(88.7f) : x;
-  const v16 magic = splat(12582912.0f);  // 1.5·2^23: adding it rounds to an integer
-  const v16 n = (x * 1.44269504088896341f + magic) - magic;
+  z = z < -87.3f ? splat(-87.3f) : z;
+  z = z > 87.3f ? splat(87.3f) : z;
 #endif
-  v16 r = x - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  v16 p = splat(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  const v16 magic = splat(12582912.0f);  // 1.5·2^23: adding it rounds to an integer (an FMA and a subtraction,
+  const v16 n = (z * L + magic) - magic;  // cheaper than a round instruction)
+  v16 q = z - n * C1;
+  q = q - n * C2;
+  v16 p = splat(1.383684576e-3f);  // Horner in q: coefficient k of the polynomial in r, times S^k
+  p = p * q + S * 8.374815807e-3f;
+  p = p * q + 4.166822508e-2f;
+  p = p * q + S * 1.666641980e-1f;
+  p = p * q + 4.999999106e-1f;
+  p = p * q + (float)S;
+  p = p * q + 1.0f;
 #if defined(__AVX512F__)
   return (v16)_mm512_scalef_ps((__m512)p, (__m512)n);
 #else
@@ -80,24 +84,27 @@ inline v16 reciprocal(v16 y) {
 #endif
 }
 
-// f(z) into *a (when a is given) and f'(z) · g into *d: one exp per element.
+inline v16 vsigmoid(v16 z) { return reciprocal(1.0f + vexp<-1>(z)); }
+inline v16 vtanh(v16 z) { return 1.0f - 2.0f * reciprocal(vexp<1>(z + z) + 1.0f); }
+
+// f(z) into *a and f'(z) into *d: one exp per element.
 template <int ACT>
-inline void activate(v16 z, v16 g, v16* a, v16* d) {
-  if (ACT == SILU) {
-    const v16 s = reciprocal(1.0f + vexp(-z));
-    if (a) *a = z * s;
-    *d = g * (s * (1.0f + z * (1.0f - s)));
+inline void activate(v16 z, v16* a, v16* d) {
+  if (ACT == SILU) {  // f' = s + z s (1 − s) = s + f (1 − s)
+    const v16 s = vsigmoid(z);
+    *a = z * s;
+    *d = *a * (1.0f - s) + s;
   } else if (ACT == TANH) {
-    const v16 t = 1.0f - 2.0f * reciprocal(vexp(2.0f * z) + 1.0f);
-    if (a) *a = t;
-    *d = g * (1.0f - t * t);
+    const v16 t = vtanh(z);
+    *a = t;
+    *d = 1.0f - t * t;
   } else if (ACT == SIGMOID) {
-    const v16 s = reciprocal(1.0f + vexp(-z));
-    if (a) *a = s;
-    *d = g * (s * (1.0f - s));
+    const v16 s = vsigmoid(z);
+    *a = s;
+    *d = s - s * s;
   } else {  // RELU
-    if (a) *a = z > 0.0f ? z : v16{};
-    *d = z > 0.0f ? g : v16{};
+    *a = z > 0.0f ? z : v16{};
+    *d = z > 0.0f ? splat(1.0f) : v16{};
   }
 }
 
@@ -105,17 +112,17 @@ inline void activate(v16 z, v16 g, v16* a, v16* d) {
 template <int ACT>
 inline void activate2(v16 z, v16* a, v16* d1, v16* d2) {
   if (ACT == SILU) {
-    const v16 s = reciprocal(1.0f + vexp(-z)), f = z * s;
+    const v16 s = vsigmoid(z), f = z * s;
     *a = f;
     *d1 = s * (1.0f + z * (1.0f - s));
     *d2 = (s - s * s) * (2.0f + z - 2.0f * f);
   } else if (ACT == TANH) {
-    const v16 t = 1.0f - 2.0f * reciprocal(vexp(2.0f * z) + 1.0f);
+    const v16 t = vtanh(z);
     *a = t;
     *d1 = 1.0f - t * t;
     *d2 = -2.0f * t * *d1;
   } else if (ACT == SIGMOID) {
-    const v16 s = reciprocal(1.0f + vexp(-z));
+    const v16 s = vsigmoid(z);
     *a = s;
     *d1 = s * (1.0f - s);
     *d2 = *d1 * (1.0f - 2.0f * s);
@@ -130,19 +137,19 @@ inline void activate2(v16 z, v16* a, v16* d1, v16* d2) {
 template <int ACT>
 inline void activate3(v16 z, v16* a, v16* d1, v16* d2, v16* d3) {
   if (ACT == SILU) {  // with s' = s(1 − s): f' = s + z s', f'' = s'(2 + z(1 − 2s)), f''' = s'((1 − 2s)(3 + z(1 − 2s)) − 2 z s')
-    const v16 s = reciprocal(1.0f + vexp(-z)), sp = s - s * s, q = 1.0f - 2.0f * s;
+    const v16 s = vsigmoid(z), sp = s - s * s, q = 1.0f - 2.0f * s;
     *a = z * s;
     *d1 = s + z * sp;
     *d2 = sp * (2.0f + z * q);
     *d3 = sp * (q * (3.0f + z * q) - 2.0f * z * sp);
   } else if (ACT == TANH) {  // t' = 1 − t², t'' = −2t t', t''' = t'(6t² − 2)
-    const v16 t = 1.0f - 2.0f * reciprocal(vexp(2.0f * z) + 1.0f), tp = 1.0f - t * t;
+    const v16 t = vtanh(z), tp = 1.0f - t * t;
     *a = t;
     *d1 = tp;
     *d2 = -2.0f * t * tp;
     *d3 = tp * (6.0f * t * t - 2.0f);
   } else if (ACT == SIGMOID) {  // s' = s(1 − s), s'' = s'(1 − 2s), s''' = s'(1 − 6s + 6s²)
-    const v16 s = reciprocal(1.0f + vexp(-z)), sp = s - s * s;
+    const v16 s = vsigmoid(z), sp = s - s * s;
     *a = s;
     *d1 = sp;
     *d2 = sp * (1.0f - 2.0f * s);
@@ -180,14 +187,28 @@ inline void activate2_rows(int act, const v16* z, int nb, v16* a, v16* d1, v16* 
   }
 }
 
-// Over the ROWS × nb vectors z of a layer: z <- f'(z) · (top, or 1), and a <- f(z) unless a is null.
-template <int ACT>
+// Over the ROWS × nb vectors z of a layer: with top (the last hidden layer) z <- f'(z) · top; without,
+// a <- f(z) and z <- f'(z).
+template <int ACT, bool TOP>
 inline void activate_rows(v16* z, int nb, const v16* top, v16* a) {
   for (int r = 0; r < ROWS; ++r)
     for (int j = 0; j < nb; ++j) {
       const int i = r * nb + j;
-      activate<ACT>(z[i], top ? top[j] : splat(1.0f), a ? &a[i] : nullptr, &z[i]);
+      v16 f, d;
+      activate<ACT>(z[i], &f, &d);
+      if (TOP) {
+        z[i] = d * top[j];
+      } else {
+        a[i] = f;
+        z[i] = d;
+      }
     }
+}
+
+template <int ACT>
+inline void activate_rows(v16* z, int nb, const v16* top, v16* a) {
+  if (top) return activate_rows<ACT, true>(z, nb, top, nullptr);
+  activate_rows<ACT, false>(z, nb, nullptr, a);
 }
 
 inline void activate_rows(int act, v16* z, int nb, const v16* top, v16* a) {
