@@ -103,6 +103,8 @@ WORKLOADS: dict[str, Workload] = {
         Workload("W7", "denoising score matching loss, forward + backward, MLP energy 2-64-64-1 SiLU", "dsm", "mlp", 2,
                  1_024, 0, 0.0, inner=50, sigma=0.1),
         Workload("W8", "NUTS, 20-d standard Gaussian", "nuts", "standard", 20, 100, 200, 0.5, max_tree_depth=10),
+        Workload("W8K", "NUTS, 20-d standard Gaussian, 1,000 chains (W8 at 10x the chains)", "nuts", "standard", 20,
+                 1_000, 200, 0.5, max_tree_depth=10),
         Workload("S1", "one Langevin step, 1,000 chains, dim 10 (W1's Gaussian)", "langevin_step", "gaussian", 10, 1_000, 1,
                  0.01, inner=200, guide="8.2 ms CPU"),
         Workload("S2", "one HMC step, 1,000 chains, dim 10 (standard Gaussian, step 0.1, 10 leapfrog)", "hmc_step",

@@ -125,6 +125,38 @@ def test_stale_plans_and_other_models_keep_autograd():
     assert Scaled().bind(x).path == "autograd (module Softsign has no closed-form derivative here)"
 
 
+class Counted(ebmcore.EnergyModel):
+    """Counts its ``compute_energy`` calls (in a list: an int attribute would itself be state the probe watches)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(2, 4), nn.Tanh(), nn.Linear(4, 1))
+        self.calls = [0]
+        self.negate = False
+
+    def compute_energy(self, x):
+        self.calls[0] += 1
+        e = self.net(x).squeeze(-1)
+        return -e if self.negate else e
+
+
+def test_the_probe_runs_again_only_after_the_model_changed():
+    x = torch.randn(20, 2)
+    energy = Counted()
+    assert feedforward.plan(energy, x)[0] is not None
+    probed = energy.calls[0]
+    assert feedforward.plan(energy, x)[0] is not None and energy.calls[0] == probed  # unchanged: no second probe
+    changes = [lambda: energy.net[0].weight.detach().mul_(1.5),  # an optimizer step: the version moves
+               lambda: energy.net[2].register_parameter("bias", nn.Parameter(torch.zeros(1))),  # a new tensor
+               lambda: energy.train(False),
+               lambda: setattr(energy.net[1], "note", "any scalar attribute")]
+    for change in changes:
+        change()
+        assert feedforward.plan(energy, x)[0] is not None and energy.calls[0] == probed + 1
+        probed += 1
+    energy.negate = True  # the flag the trace baked in: probed again, and refused
+    assert feedforward.plan(energy, x)[0] is None
+
 def test_autocast_steps_aside():
     mlp = ebmcore.MLPEnergy(2, (16,), seed=0)
     x = torch.randn(10, 2)

@@ -366,22 +366,34 @@ def _is_squeeze(node: torch.fx.Node) -> bool:
     return False
 
 
-# model -> (fingerprint, plan or None, why): a cache only (weak keys; pickling or copying a model never sees it)
+# model -> [fingerprint, plan or None, why, state at the last successful probe]: a cache only (weak keys; pickling or copying a model never sees it)
 _TRACED: "weakref.WeakKeyDictionary[nn.Module, tuple]" = weakref.WeakKeyDictionary()
 
 
-def _fingerprint(energy: nn.Module) -> tuple:
-    return (type(energy), tuple(id(m) for m in energy.modules()))
+_SCALARS = (bool, int, float, str, type(None))
+
+
+def _state(modules: tuple[nn.Module, ...]) -> tuple:
+    """What a probe's verdict depends on besides the trace: each module's scalar attributes (its training mode,
+    a flag that ``compute_energy`` branches on), and each parameter's and buffer's storage and version (an
+    optimizer step changes it)."""
+    return tuple(v for m in modules for v in m.__dict__.values() if isinstance(v, _SCALARS)), \
+        tuple((t.data_ptr(), t._version) for m in modules for t in (*m._parameters.values(), *m._buffers.values())
+              if t is not None)
 
 
 def plan(energy: nn.Module, like: Tensor) -> tuple[Optional[FeedForward], str]:
     """``(plan, "")`` when ``energy.compute_energy`` is a feed-forward chain and the plan reproduces its energy
-    at a few rows of ``like: (n, d)``; otherwise ``(None, why)``. Traces once per model (cached on it)."""
+    at a few rows of ``like: (n, d)``; otherwise ``(None, why)``. Traces once per model (cached on it), and
+    probes again only when the model's parameters, buffers or training modes have changed since its last
+    successful probe (a sampler's bind and a loss's call in one training step probe once)."""
     if like.dim() != 2 or like.shape[0] == 0 or not like.is_floating_point():
         return None, "inputs are not a floating (n, d) batch"
     cached = _TRACED.get(energy)
-    if cached is None or cached[0] != _fingerprint(energy):
-        cached = (_fingerprint(energy), *_trace(energy))
+    modules = tuple(energy.modules())
+    fingerprint = (type(energy), tuple(id(m) for m in modules))
+    if cached is None or cached[0] != fingerprint:
+        cached = [fingerprint, *_trace(energy), None]
         _TRACED[energy] = cached
     ff, why = cached[1], cached[2]
     if ff is None:
@@ -390,10 +402,13 @@ def plan(energy: nn.Module, like: Tensor) -> tuple[Optional[FeedForward], str]:
     weight = first.weight
     if first.in_features != like.shape[1] or weight.dtype != like.dtype or weight.device != like.device:
         return None, "the first layer does not take these inputs (shape, dtype or device)"
-    probe = like[:4].detach()
-    with torch.no_grad():
-        if not torch.equal(ff.energy(probe), energy.compute_energy(probe)):
-            return None, "the traced plan does not reproduce compute_energy (it depends on more than its layers)"
+    state = _state(modules)
+    if cached[3] != state:
+        probe = like[:4].detach()
+        with torch.no_grad():
+            if not torch.equal(ff.energy(probe), energy.compute_energy(probe)):
+                return None, "the traced plan does not reproduce compute_energy (it depends on more than its layers)"
+        cached[3] = state
     return ff, ""
 
 
