@@ -179,6 +179,35 @@ class Sampler(ABC):
         return Run(state, lambda s: self.step(s, generator=generator, **tunables), energy_of,
                    path=f"per-step loop ({type(self).__name__}.step)")
 
+    def advance(self, x: Tensor, n_steps: int, *, generator: torch.Generator | None = None) -> Tensor:
+        """The states ``(n_chains, *event_shape)`` after ``n_steps`` steps from ``x``, which the caller has checked:
+        what ``sample(x, n_steps, generator=generator)`` returns, to the bit, without its checks of ``x`` and of
+        the energy there, and without recording. The hot path for a loss that runs a sampler at every training
+        step on data it has checked (contrastive divergence): one fused-chain call where one runs. Chains that
+        became non-finite are warned about, as by :meth:`sample`."""
+        run = self.prepare(x, generator, {})
+        state = run.state
+        if run.chain is not None:
+            state, _ = run.chain(state, n_steps, stream_seed(generator, x.device), 0)
+        else:
+            for _ in range(n_steps):
+                state, _ = run.step(state)
+        self.warn_nonfinite(state.x)
+        return state.x.clone() if state.x is x else state.x
+
+    def warn_nonfinite(self, x: Tensor) -> Tensor:
+        """The indices of the chains of ``x: (n_chains, ...)`` that are not finite (one host sync), with a
+        :class:`NonFiniteChainsWarning` naming them when there are any."""
+        if bool(torch.isfinite(x).all()):
+            return torch.empty(0, dtype=torch.long, device=x.device)
+        nonfinite = (~torch.isfinite(x.flatten(1)).all(1)).nonzero().flatten()
+        if nonfinite.numel():
+            warnings.warn(
+                f"{type(self).__name__}: {nonfinite.numel()} of {x.shape[0]} chains became non-finite "
+                f"(chains {nonfinite[:10].tolist()}{' ...' if nonfinite.numel() > 10 else ''}); they are left as they are. "
+                "Reduce step_size, or use MALA/HMC, which reject such moves.", NonFiniteChainsWarning, stacklevel=3)
+        return nonfinite
+
     def sample(self, x0: Tensor, n_steps: int, *, burn_in: int = 0, thin: int = 1, return_trajectory: bool = False,
                return_diagnostics: bool = False, return_stats: bool = False, generator: torch.Generator | None = None,
                progress: bool = False, callback: Callable[[int, Any, Any], None] | None = None,
@@ -234,12 +263,7 @@ class Sampler(ABC):
         wall = time.perf_counter() - start
         if run.chain is not None:
             stream.offset += done
-        nonfinite = (~torch.isfinite(state.x.flatten(1)).all(1)).nonzero().flatten()
-        if nonfinite.numel():
-            warnings.warn(
-                f"{type(self).__name__}: {nonfinite.numel()} of {x.shape[0]} chains became non-finite "
-                f"(chains {nonfinite[:10].tolist()}{' ...' if nonfinite.numel() > 10 else ''}); they are left as they are. "
-                "Reduce step_size, or use MALA/HMC, which reject such moves.", NonFiniteChainsWarning, stacklevel=2)
+        nonfinite = self.warn_nonfinite(state.x)
         final = state.x.clone() if state.x is x else state.x  # never hand back the caller's own tensor
         if not recording:
             return final

@@ -145,9 +145,10 @@ def test_the_probe_runs_again_only_after_the_model_changed():
     energy = Counted()
     assert feedforward.plan(energy, x)[0] is not None
     probed = energy.calls[0]
-    assert feedforward.plan(energy, x)[0] is not None and energy.calls[0] == probed  # unchanged: no second probe
-    changes = [lambda: energy.net[0].weight.detach().mul_(1.5),  # an optimizer step: the version moves
-               lambda: energy.net[2].register_parameter("bias", nn.Parameter(torch.zeros(1))),  # a new tensor
+    with torch.no_grad():
+        energy.net[0].weight.mul_(1.5)  # an optimizer step: the plan reads the new weights, the verdict stands
+    assert feedforward.plan(energy, x)[0] is not None and energy.calls[0] == probed
+    changes = [lambda: energy.net[2].register_parameter("bias", nn.Parameter(torch.zeros(1))),  # another tensor
                lambda: energy.train(False),
                lambda: setattr(energy.net[1], "note", "any scalar attribute")]
     for change in changes:
@@ -156,6 +157,7 @@ def test_the_probe_runs_again_only_after_the_model_changed():
         probed += 1
     energy.negate = True  # the flag the trace baked in: probed again, and refused
     assert feedforward.plan(energy, x)[0] is None
+
 
 def test_autocast_steps_aside():
     mlp = ebmcore.MLPEnergy(2, (16,), seed=0)

@@ -375,18 +375,17 @@ _SCALARS = (bool, int, float, str, type(None))
 
 def _state(modules: tuple[nn.Module, ...]) -> tuple:
     """What a probe's verdict depends on besides the trace: each module's scalar attributes (its training mode,
-    a flag that ``compute_energy`` branches on), and each parameter's and buffer's storage and version (an
-    optimizer step changes it)."""
+    a flag that ``compute_energy`` branches on) and which tensors its parameters and buffers are. Not their
+    values: the plan reads the layers' weights when it runs, so an optimizer step leaves the verdict standing."""
     return tuple(v for m in modules for v in m.__dict__.values() if isinstance(v, _SCALARS)), \
-        tuple((t.data_ptr(), t._version) for m in modules for t in (*m._parameters.values(), *m._buffers.values())
-              if t is not None)
+        tuple(t.data_ptr() for m in modules for t in (*m._parameters.values(), *m._buffers.values()) if t is not None)
 
 
 def plan(energy: nn.Module, like: Tensor) -> tuple[Optional[FeedForward], str]:
     """``(plan, "")`` when ``energy.compute_energy`` is a feed-forward chain and the plan reproduces its energy
     at a few rows of ``like: (n, d)``; otherwise ``(None, why)``. Traces once per model (cached on it), and
-    probes again only when the model's parameters, buffers or training modes have changed since its last
-    successful probe (a sampler's bind and a loss's call in one training step probe once)."""
+    probes again only when the model's scalar attributes (training modes, flags), or which tensors are its
+    parameters and buffers, have changed since its last successful probe: not at every training step."""
     if like.dim() != 2 or like.shape[0] == 0 or not like.is_floating_point():
         return None, "inputs are not a floating (n, d) batch"
     cached = _TRACED.get(energy)

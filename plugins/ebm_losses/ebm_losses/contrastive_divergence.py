@@ -103,8 +103,10 @@ class ContrastiveDivergence(Loss):
         return sampler
 
     def negatives(self, energy: EnergyModel, start: Tensor, generator: torch.Generator | None = None) -> Tensor:
-        """Run the sampler from ``start`` and return detached negatives."""
-        return self.sampler_for(energy).sample(start.detach(), self.n_steps, generator=generator).detach()
+        """Run the sampler from ``start`` (checked data, or chains kept from past steps) and return detached
+        negatives: ``Sampler.advance``, the samples ``sample`` would give without its per-call checks (a
+        non-finite energy shows in the loss, which training checks)."""
+        return self.sampler_for(energy).advance(start.detach(), self.n_steps, generator=generator).detach()
 
     def _starts(self, data: Tensor, generator: torch.Generator | None) -> Tensor:
         return data

@@ -353,3 +353,28 @@ def test_a_trajectory_that_cannot_fit_in_memory_is_refused_before_sampling():
     assert 0 < available_memory(torch.device("cpu")) < 4e13 and available_memory(torch.device("meta")) is None
     small = sampler.sample(torch.zeros(10, 1000), 3, return_trajectory=True)  # what fits runs as before
     assert small.trajectory.shape == (3, 10, 1000)
+
+
+MLP_ENERGY = lambda: ebmcore.MLPEnergy(2, (16, 16), seed=0)  # noqa: E731  # fused on the CPU through its feed-forward plan
+
+
+@pytest.mark.parametrize("cls, kw", ALL, ids=IDS)
+@pytest.mark.parametrize("fused", [None, False], ids=["default", "per-step"])
+@pytest.mark.parametrize("make_energy", [lambda: ebmcore.energy("double_well", dim=2), MLP_ENERGY], ids=["analytic", "mlp"])
+def test_advance_gives_what_sample_gives_without_its_checks(cls, kw, fused, make_energy):
+    sampler = cls(make_energy(), fused=fused, **kw)
+    x0 = _x0()
+    expected = sampler.sample(x0, 7, generator=torch.Generator().manual_seed(3))
+    got = sampler.advance(x0, 7, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(got, expected)
+    still = sampler.advance(x0, 0, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(still, x0) and still is not x0  # never the caller's own tensor
+
+
+def test_advance_warns_about_chains_that_blew_up():
+    sampler = LangevinSampler(ebmcore.energy("double_well", dim=2), step_size=0.02)
+    x0 = _x0()
+    x0[5] = 8.0  # diverges, as in test_ula_chains_that_blow_up_are_reported_not_clamped
+    with pytest.warns(NonFiniteChainsWarning, match=r"1 of 128 chains became non-finite \(chains \[5\]\)"):
+        out = sampler.advance(x0, 30, generator=torch.Generator().manual_seed(0))
+    assert not torch.isfinite(out[5]).all() and torch.isfinite(out[torch.arange(128) != 5]).all()
