@@ -367,7 +367,7 @@ def _is_squeeze(node: torch.fx.Node) -> bool:
 
 
 # model -> [fingerprint, plan or None, why, state at the last successful probe]: a cache only (weak keys; pickling or copying a model never sees it)
-_TRACED: "weakref.WeakKeyDictionary[nn.Module, tuple]" = weakref.WeakKeyDictionary()
+_TRACED: "weakref.WeakKeyDictionary[nn.Module, list]" = weakref.WeakKeyDictionary()
 
 
 _SCALARS = frozenset((bool, int, float, str, type(None)))
@@ -376,8 +376,8 @@ _SCALARS = frozenset((bool, int, float, str, type(None)))
 def _state(modules: tuple[nn.Module, ...]) -> tuple:
     """What a probe's verdict depends on besides the trace: each module's attributes of type bool, int, float,
     str or None (its training mode, a flag that ``compute_energy`` branches on) and which tensors its parameters
-    and buffers are. Not their
-    values: the plan reads the layers' weights when it runs, so an optimizer step leaves the verdict standing."""
+    and buffers are. Not their values: the plan reads the layers' weights when it runs, so an optimizer step
+    leaves the verdict standing."""
     return tuple(v for m in modules for v in m.__dict__.values() if type(v) in _SCALARS), \
         tuple(t.data_ptr() for m in modules for t in (*m._parameters.values(), *m._buffers.values()) if t is not None)
 
