@@ -180,32 +180,43 @@ class Sampler(ABC):
                    path=f"per-step loop ({type(self).__name__}.step)")
 
     def advance(self, x: Tensor, n_steps: int, *, generator: torch.Generator | None = None) -> Tensor:
-        """The states ``(n_chains, *event_shape)`` after ``n_steps`` steps from ``x``, which the caller has checked:
-        what ``sample(x, n_steps, generator=generator)`` returns, to the bit, without its checks of ``x`` and of
-        the energy there, and without recording. The hot path for a loss that runs a sampler at every training
-        step on data it has checked (contrastive divergence): one fused-chain call where one runs. Chains that
-        became non-finite are warned about, as by :meth:`sample`."""
+        """The states ``(n_chains, *event_shape)`` after ``n_steps`` steps from ``x``: what
+        ``sample(x, n_steps, generator=generator)`` returns, to the bit (for an energy that draws no random
+        numbers of its own), for a loss that runs a sampler at every
+        training step (contrastive divergence). It checks ``x`` (shape, dtype, device, finite) and, where the
+        initial state carries them, the energy and gradient there, as ``sample`` does, but it does not evaluate
+        the energy only to check it (ULA's state has none: one forward pass saved per call), and it records
+        nothing. Chains that became non-finite are warned about, as by ``sample``. A sampler that overrides
+        ``sample`` is run by its own ``sample``."""
+        if type(self).sample is not Sampler.sample:
+            return self.sample(x, n_steps, generator=generator)
+        check_run_arguments(x, n_steps, generator=generator)
+        x = self.check_initial_state(x).detach()
         run = self.prepare(x, generator, {})
         state = run.state
+        energy, grad = getattr(state, "energy", None), getattr(state, "grad", None)
+        if isinstance(energy, Tensor):
+            self.check_initial_energy(x, energy, grad if isinstance(grad, Tensor) else None)
         if run.chain is not None:
-            state, _ = run.chain(state, n_steps, stream_seed(generator, x.device), 0)
+            seed = stream_seed(generator, x.device)  # drawn as sample draws it, whatever n_steps
+            if n_steps:
+                state, _ = run.chain(state, n_steps, seed, 0)
         else:
             for _ in range(n_steps):
                 state, _ = run.step(state)
-        self.warn_nonfinite(state.x)
+        self._warn_nonfinite(state.x)
         return state.x.clone() if state.x is x else state.x
 
-    def warn_nonfinite(self, x: Tensor) -> Tensor:
+    def _warn_nonfinite(self, x: Tensor) -> Tensor:
         """The indices of the chains of ``x: (n_chains, ...)`` that are not finite (one host sync), with a
-        :class:`NonFiniteChainsWarning` naming them when there are any."""
+        :class:`NonFiniteChainsWarning` naming them when there are any (for the caller of ``sample``/``advance``)."""
         if bool(torch.isfinite(x).all()):
             return torch.empty(0, dtype=torch.long, device=x.device)
         nonfinite = (~torch.isfinite(x.flatten(1)).all(1)).nonzero().flatten()
-        if nonfinite.numel():
-            warnings.warn(
-                f"{type(self).__name__}: {nonfinite.numel()} of {x.shape[0]} chains became non-finite "
-                f"(chains {nonfinite[:10].tolist()}{' ...' if nonfinite.numel() > 10 else ''}); they are left as they are. "
-                "Reduce step_size, or use MALA/HMC, which reject such moves.", NonFiniteChainsWarning, stacklevel=3)
+        warnings.warn(
+            f"{type(self).__name__}: {nonfinite.numel()} of {x.shape[0]} chains became non-finite "
+            f"(chains {nonfinite[:10].tolist()}{' ...' if nonfinite.numel() > 10 else ''}); they are left as they are. "
+            "Reduce step_size, or use MALA/HMC, which reject such moves.", NonFiniteChainsWarning, stacklevel=3)
         return nonfinite
 
     def sample(self, x0: Tensor, n_steps: int, *, burn_in: int = 0, thin: int = 1, return_trajectory: bool = False,
@@ -263,7 +274,7 @@ class Sampler(ABC):
         wall = time.perf_counter() - start
         if run.chain is not None:
             stream.offset += done
-        nonfinite = self.warn_nonfinite(state.x)
+        nonfinite = self._warn_nonfinite(state.x)
         final = state.x.clone() if state.x is x else state.x  # never hand back the caller's own tensor
         if not recording:
             return final

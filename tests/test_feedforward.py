@@ -1,5 +1,6 @@
 """The closed-form gradient of feed-forward energies (ebmcore.energies.feedforward) against autograd."""
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -150,13 +151,26 @@ def test_the_probe_runs_again_only_after_the_model_changed():
     assert feedforward.plan(energy, x)[0] is not None and energy.calls[0] == probed
     changes = [lambda: energy.net[2].register_parameter("bias", nn.Parameter(torch.zeros(1))),  # another tensor
                lambda: energy.train(False),
-               lambda: setattr(energy.net[1], "note", "any scalar attribute")]
+               lambda: setattr(energy.net[1], "note", "any scalar attribute"),
+               lambda: setattr(energy.net[1], "config", object())]  # any other attribute, by identity
     for change in changes:
         change()
         assert feedforward.plan(energy, x)[0] is not None and energy.calls[0] == probed + 1
         probed += 1
-    energy.negate = True  # the flag the trace baked in: probed again, and refused
+    energy.negate = np.bool_(True)  # the flag the trace baked in (a numpy bool): probed again, and refused
     assert feedforward.plan(energy, x)[0] is None
+    energy.negate = False
+    assert feedforward.plan(energy, x)[0] is not None
+    handle = energy.net[2].register_forward_hook(lambda module, args, out: 2 * out)  # traced again, and refused
+    assert feedforward.plan(energy, x) == (None, "module Linear has forward hooks (weight_norm, spectral_norm, ...)")
+    handle.remove()
+    assert feedforward.plan(energy, x)[0] is not None
+    handle = nn.modules.module.register_module_forward_hook(lambda module, args, out: out)
+    try:
+        assert feedforward.plan(energy, x)[1].startswith("global forward hooks are registered")
+    finally:
+        handle.remove()
+    assert feedforward.plan(energy, x)[0] is not None
 
 
 def test_autocast_steps_aside():

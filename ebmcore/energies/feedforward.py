@@ -5,8 +5,8 @@ optionally negated) has ``∇ₓE`` in closed form: the forward pass, then the c
 ATen kernels autograd would call (``addmm``/``mm`` and ``silu_backward``, ``tanh_backward``, …). Done here on
 buffers reused from step to step, with no graph and no autograd engine, the result equals autograd's to the last
 bit and costs less (see the performance guide, W4). :func:`plan` recognises the chain by tracing
-``compute_energy`` with ``torch.fx`` once per model, and checks at every bind that the plan still gives the
-model's energy; anything else keeps autograd.
+``compute_energy`` with ``torch.fx`` once per model structure, and checks on a few rows that the plan gives the
+model's energy, again whenever the model's attributes or tensors change; anything else keeps autograd.
 """
 
 from __future__ import annotations
@@ -293,6 +293,8 @@ class _Root(nn.Module):
 
 
 def _trace(energy: nn.Module) -> tuple[Optional[FeedForward], str]:
+    if any(getattr(nn.modules.module, name, None) for name in ("_global_forward_hooks", "_global_forward_pre_hooks")):
+        return None, "global forward hooks are registered (torch.nn.modules.module.register_module_forward_hook)"
     root = _Root(energy)
     try:
         graph = torch.fx.symbolic_trace(root).graph
@@ -373,25 +375,34 @@ _TRACED: "weakref.WeakKeyDictionary[nn.Module, list]" = weakref.WeakKeyDictionar
 _SCALARS = frozenset((bool, int, float, str, type(None)))
 
 
+def _fingerprint(energy: nn.Module, modules: tuple[nn.Module, ...]) -> tuple:
+    """The model's structure, which the trace depends on: its modules and their types (a parametrization
+    changes the type), their forward hooks and the global ones (``weight_norm`` is a hook)."""
+    hooks = tuple(tuple(getattr(nn.modules.module, name, ())) for name in ("_global_forward_hooks", "_global_forward_pre_hooks"))
+    return type(energy), tuple((id(m), type(m), tuple(m._forward_hooks), tuple(m._forward_pre_hooks)) for m in modules), hooks
+
+
 def _state(modules: tuple[nn.Module, ...]) -> tuple:
-    """What a probe's verdict depends on besides the trace: each module's attributes of type bool, int, float,
-    str or None (its training mode, a flag that ``compute_energy`` branches on) and which tensors its parameters
-    and buffers are. Not their values: the plan reads the layers' weights when it runs, so an optimizer step
-    leaves the verdict standing."""
-    return tuple(v for m in modules for v in m.__dict__.values() if type(v) in _SCALARS), \
+    """What a probe's verdict depends on besides the structure: every attribute of every module, by value for
+    bool, int, float, str and None (its training mode, a flag ``compute_energy`` branches on) and by identity
+    otherwise (a new array, enum or config object), and which tensors its parameters and buffers are. Not the
+    tensors' values: the plan reads the layers' weights when it runs, so an optimizer step leaves the verdict
+    standing. A container changed in place (a list, a dict) is not seen."""
+    return tuple((k, v if type(v) in _SCALARS else id(v)) for m in modules for k, v in m.__dict__.items()), \
         tuple(t.data_ptr() for m in modules for t in (*m._parameters.values(), *m._buffers.values()) if t is not None)
 
 
 def plan(energy: nn.Module, like: Tensor) -> tuple[Optional[FeedForward], str]:
     """``(plan, "")`` when ``energy.compute_energy`` is a feed-forward chain and the plan reproduces its energy
-    at a few rows of ``like: (n, d)``; otherwise ``(None, why)``. Traces once per model (cached on it), and
-    probes again only when the model's scalar attributes (training modes, flags), or which tensors are its
-    parameters and buffers, have changed since its last successful probe: not at every training step."""
+    at a few rows of ``like: (n, d)``; otherwise ``(None, why)``. Traces once per model structure (its modules,
+    their types and hooks; cached on the model), and probes again only when the model's attributes or
+    parameter and buffer tensors have changed since its last successful probe (:func:`_state`): not at every
+    training step, since the plan reads the weights when it runs."""
     if like.dim() != 2 or like.shape[0] == 0 or not like.is_floating_point():
         return None, "inputs are not a floating (n, d) batch"
     cached = _TRACED.get(energy)
     modules = tuple(energy.modules())
-    fingerprint = (type(energy), tuple(id(m) for m in modules))
+    fingerprint = _fingerprint(energy, modules)
     if cached is None or cached[0] != fingerprint:
         cached = [fingerprint, *_trace(energy), None]
         _TRACED[energy] = cached
@@ -404,6 +415,7 @@ def plan(energy: nn.Module, like: Tensor) -> tuple[Optional[FeedForward], str]:
         return None, "the first layer does not take these inputs (shape, dtype or device)"
     state = _state(modules)
     if cached[3] != state:
+        cached[3] = None
         probe = like[:4].detach()
         with torch.no_grad():
             if not torch.equal(ff.energy(probe), energy.compute_energy(probe)):

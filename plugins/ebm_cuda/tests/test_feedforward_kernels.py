@@ -251,6 +251,24 @@ def test_the_energies_and_their_weighted_gradient_equal_autograds(activation, d,
     _assert_layer_gradients(linears, grad_w, grad_b, output_bias=True)
 
 
+@pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
+def test_a_nan_row_gives_a_nan_energy_and_loss_as_in_torch(activation):
+    """A NaN input must not come out finite (torch's activations keep a NaN; a finite energy with NaN weight
+    gradients would slip past a training loop's check of the loss)."""
+    net = _network(2, [64, 64], activation)
+    x = torch.randn(40, 2, generator=torch.Generator().manual_seed(5))
+    x[9, 0] = float("nan")
+    _, weights, biases, codes = _linears_and_codes(net, activation, [64, 64])
+    energies, _, _ = ops.feedforward_energy_gradients(x, torch.ones(40), None, weights, biases, codes, 1.0)
+    assert torch.isnan(energies[9]) and torch.isfinite(energies[torch.arange(40) != 9]).all()
+    # the score-matching losses see x through ∇E only, which under ReLU depends on x through its mask alone (a
+    # NaN falls on the zero side, in torch's threshold_backward too): NaN for the smooth activations only
+    loss, _, _ = ops.feedforward_denoising_score_matching(x, torch.zeros(40, 2), None, weights, biases, codes, 1.0)
+    assert bool(torch.isnan(loss)) == (activation != "relu")
+    loss, _, _ = ops.feedforward_sliced_score_matching(x, torch.ones(40, 2), weights, biases, codes, 1.0)
+    assert bool(torch.isnan(loss)) == (activation != "relu")
+
+
 LOSSES = {  # name: a fresh loss (CD's negatives by the per-step loop, fused=False: the same on both paths)
     "dsm-one-level": lambda: DenoisingScoreMatching(0.1),
     "dsm-several-levels": lambda: DenoisingScoreMatching(sigmas=[0.05, 0.2, 0.5]),

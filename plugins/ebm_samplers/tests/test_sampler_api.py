@@ -364,17 +364,43 @@ MLP_ENERGY = lambda: ebmcore.MLPEnergy(2, (16, 16), seed=0)  # noqa: E731  # fus
 def test_advance_gives_what_sample_gives_without_its_checks(cls, kw, fused, make_energy):
     sampler = cls(make_energy(), fused=fused, **kw)
     x0 = _x0()
-    expected = sampler.sample(x0, 7, generator=torch.Generator().manual_seed(3))
-    got = sampler.advance(x0, 7, generator=torch.Generator().manual_seed(3))
-    assert torch.equal(got, expected)
-    still = sampler.advance(x0, 0, generator=torch.Generator().manual_seed(3))
-    assert torch.equal(still, x0) and still is not x0  # never the caller's own tensor
+    fused_chain = sampler.prepare(x0, None, {}).chain is not None
+    if fused is None and cls is LangevinSampler:  # ebm-cuda's host build runs both energies' ULA chains
+        assert fused_chain, sampler.prepare(x0, None, {}).path
+    g_sample, g_advance = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    expected = sampler.sample(x0, 7, generator=g_sample)
+    got = sampler.advance(x0, 7, generator=g_advance)
+    assert torch.equal(got, expected) and torch.equal(g_advance.get_state(), g_sample.get_state())
+    still = sampler.advance(x0, 0, generator=g_advance)
+    sampler.sample(x0, 0, generator=g_sample)
+    assert torch.equal(still, x0) and still.data_ptr() != x0.data_ptr()  # never the caller's own storage
+    assert torch.equal(g_advance.get_state(), g_sample.get_state())
 
 
-def test_advance_warns_about_chains_that_blew_up():
+def test_advance_checks_its_inputs_and_warns_about_chains_that_blew_up():
     sampler = LangevinSampler(ebmcore.energy("double_well", dim=2), step_size=0.02)
     x0 = _x0()
+    with pytest.raises(InputError, match="generator"):
+        sampler.advance(x0, 3, generator=7)
+    with pytest.raises(InputError, match="shape"):
+        sampler.advance(x0[:, :1], 3)
+    bad = x0.clone()
+    bad[4] = float("nan")
+    with pytest.raises(NonFiniteError, match=r"rows \[4\]"):
+        sampler.advance(bad, 3)
     x0[5] = 8.0  # diverges, as in test_ula_chains_that_blow_up_are_reported_not_clamped
-    with pytest.warns(NonFiniteChainsWarning, match=r"1 of 128 chains became non-finite \(chains \[5\]\)"):
+    with pytest.warns(NonFiniteChainsWarning, match=r"1 of 128 chains became non-finite \(chains \[5\]\)") as caught:
         out = sampler.advance(x0, 30, generator=torch.Generator().manual_seed(0))
+    assert caught[0].filename == __file__  # reported at the caller's line
     assert not torch.isfinite(out[5]).all() and torch.isfinite(out[torch.arange(128) != 5]).all()
+    mala = MALASampler(ebmcore.energy("double_well", dim=2), step_size=0.1)
+    with pytest.raises(NonFiniteError, match="energy at the initial state"):  # where the state carries the energy
+        mala.advance(torch.full((4, 2), 1e30), 3)
+
+
+def test_advance_runs_a_sample_override():
+    class Own(LangevinSampler):
+        def sample(self, x0, n_steps, **kwargs):
+            return torch.zeros_like(x0)
+
+    assert torch.equal(Own(ebmcore.energy("double_well", dim=2), step_size=0.01).advance(_x0(), 3), torch.zeros(128, 2))

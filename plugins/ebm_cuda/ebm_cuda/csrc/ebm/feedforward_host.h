@@ -40,15 +40,14 @@ constexpr int SMALL_INPUT = 8;  // inputs up to this many: the last product of t
 
 // exp(S·z) for float32 and S = ±1, within 1.5 ulp: Cody–Waite reduction, a degree-6 minimax polynomial (relative
 // error 1.9e-9 before its coefficients' rounding to float32), |z| clamped to 87.3 (finite results: all that sigmoid,
-// SiLU and tanh need). The sign is folded into the constants, so exp(−z) costs no negation: with r = S·z − n ln 2
-// and q = S·r = z − S·n ln 2, the polynomial in r is one in q whose odd coefficients carry S.
+// SiLU and tanh need; a NaN stays NaN). The sign is folded into the constants, so exp(−z) costs no negation: with
+// r = S·z − n ln 2 and q = S·r = z − S·n ln 2, the polynomial in r is one in q whose odd coefficients carry S.
 template <int S>
 inline v16 vexp(v16 z) {
   static_assert(S == 1 || S == -1, "exp(z) or exp(-z)");
   constexpr float L = S * 1.44269504088896341f, C1 = S * 0.693359375f, C2 = S * -2.12194440e-4f;
-#if defined(__AVX512F__)  // sign(z)·min(|z|, 87.3) in one instruction (a NaN becomes the bound; its chain stays NaN
-                          // through its state)
-  z = (v16)_mm512_range_ps((__m512)z, (__m512)splat(87.3f), 0x02);
+#if defined(__AVX512F__)  // max and min return their second operand when either is NaN: a NaN stays NaN, as in torch
+  z = (v16)_mm512_min_ps((__m512)splat(87.3f), _mm512_max_ps((__m512)splat(-87.3f), (__m512)z));
 #else
   z = z < -87.3f ? splat(-87.3f) : z;
   z = z > 87.3f ? splat(87.3f) : z;
@@ -103,7 +102,7 @@ inline void activate(v16 z, v16* a, v16* d) {
     *a = s;
     *d = s - s * s;
   } else {  // RELU
-    *a = z > 0.0f ? z : v16{};
+    *a = z < 0.0f ? v16{} : z;  // a NaN stays NaN, as in torch
     *d = z > 0.0f ? splat(1.0f) : v16{};
   }
 }
@@ -127,7 +126,7 @@ inline void activate2(v16 z, v16* a, v16* d1, v16* d2) {
     *d1 = s * (1.0f - s);
     *d2 = *d1 * (1.0f - 2.0f * s);
   } else {  // RELU
-    *a = z > 0.0f ? z : v16{};
+    *a = z < 0.0f ? v16{} : z;  // a NaN stays NaN, as in torch
     *d1 = z > 0.0f ? splat(1.0f) : v16{};
     *d2 = v16{};
   }
@@ -155,7 +154,7 @@ inline void activate3(v16 z, v16* a, v16* d1, v16* d2, v16* d3) {
     *d2 = sp * (1.0f - 2.0f * s);
     *d3 = sp * (1.0f - 6.0f * s + 6.0f * s * s);
   } else {  // RELU
-    *a = z > 0.0f ? z : v16{};
+    *a = z < 0.0f ? v16{} : z;  // a NaN stays NaN, as in torch
     *d1 = z > 0.0f ? splat(1.0f) : v16{};
     *d2 = v16{};
     *d3 = v16{};
@@ -188,7 +187,7 @@ inline void activate2_rows(int act, const v16* z, int nb, v16* a, v16* d1, v16* 
 }
 
 // Over the ROWS × nb vectors z of a layer: with top (the last hidden layer) z <- f'(z) · top; without,
-// a <- f(z) and z <- f'(z).
+// a <- f(z) and z <- f'(z). Exactly one of top and a is given.
 template <int ACT, bool TOP>
 inline void activate_rows(v16* z, int nb, const v16* top, v16* a) {
   for (int r = 0; r < ROWS; ++r)
