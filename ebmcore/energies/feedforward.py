@@ -11,6 +11,7 @@ model's energy, again whenever the model's attributes or tensors change; anythin
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 import weakref
@@ -368,11 +369,8 @@ def _is_squeeze(node: torch.fx.Node) -> bool:
     return False
 
 
-# model -> [fingerprint, plan or None, why, state at the last successful probe]: a cache only (weak keys; pickling or copying a model never sees it)
+# model -> [fingerprint, plan or None, why, state key at the last successful probe, the objects it names]: a cache only (weak keys; pickling or copying a model never sees it)
 _TRACED: "weakref.WeakKeyDictionary[nn.Module, list]" = weakref.WeakKeyDictionary()
-
-
-_SCALARS = frozenset((bool, int, float, str, type(None)))
 
 
 def _fingerprint(energy: nn.Module, modules: tuple[nn.Module, ...]) -> tuple:
@@ -382,14 +380,16 @@ def _fingerprint(energy: nn.Module, modules: tuple[nn.Module, ...]) -> tuple:
     return type(energy), tuple((id(m), type(m), tuple(m._forward_hooks), tuple(m._forward_pre_hooks)) for m in modules), hooks
 
 
-def _state(modules: tuple[nn.Module, ...]) -> tuple:
-    """What a probe's verdict depends on besides the structure: every attribute of every module, by value for
-    bool, int, float, str and None (its training mode, a flag ``compute_energy`` branches on) and by identity
-    otherwise (a new array, enum or config object), and which tensors its parameters and buffers are. Not the
-    tensors' values: the plan reads the layers' weights when it runs, so an optimizer step leaves the verdict
-    standing. A container changed in place (a list, a dict) is not seen."""
-    return tuple((k, v if type(v) in _SCALARS else id(v)) for m in modules for k, v in m.__dict__.items()), \
-        tuple(t.data_ptr() for m in modules for t in (*m._parameters.values(), *m._buffers.values()) if t is not None)
+def _state(modules: tuple[nn.Module, ...]) -> tuple[tuple, tuple]:
+    """``(key, held)``: what a probe's verdict depends on besides the structure, as a key that compares cheaply,
+    and the objects it names. The key is the identity of every attribute of every module (its training mode, a
+    flag ``compute_energy`` branches on, a config object) and of every parameter and buffer, and where each
+    tensor's data lives; ``held`` keeps those objects (and the modules, which the structure names by identity)
+    alive while the key is cached, so no new object can take an old one's identity. Not the tensors' values: the plan reads the layers' weights when it runs, so an
+    optimizer step leaves the verdict standing. A container changed in place (a list, a dict) is not seen."""
+    attributes = tuple(itertools.chain.from_iterable(m.__dict__.values() for m in modules))
+    tensors = tuple(t for m in modules for t in (*m._parameters.values(), *m._buffers.values()) if t is not None)
+    return (tuple(map(id, attributes)), tuple(map(id, tensors)), tuple(t.data_ptr() for t in tensors)), (modules, attributes, tensors)
 
 
 def plan(energy: nn.Module, like: Tensor) -> tuple[Optional[FeedForward], str]:
@@ -404,7 +404,7 @@ def plan(energy: nn.Module, like: Tensor) -> tuple[Optional[FeedForward], str]:
     modules = tuple(energy.modules())
     fingerprint = _fingerprint(energy, modules)
     if cached is None or cached[0] != fingerprint:
-        cached = [fingerprint, *_trace(energy), None]
+        cached = [fingerprint, *_trace(energy), None, None]
         _TRACED[energy] = cached
     ff, why = cached[1], cached[2]
     if ff is None:
@@ -413,14 +413,14 @@ def plan(energy: nn.Module, like: Tensor) -> tuple[Optional[FeedForward], str]:
     weight = first.weight
     if first.in_features != like.shape[1] or weight.dtype != like.dtype or weight.device != like.device:
         return None, "the first layer does not take these inputs (shape, dtype or device)"
-    state = _state(modules)
-    if cached[3] != state:
-        cached[3] = None
+    key, held = _state(modules)
+    if cached[3] != key:
+        cached[3:] = [None, None]
         probe = like[:4].detach()
         with torch.no_grad():
             if not torch.equal(ff.energy(probe), energy.compute_energy(probe)):
                 return None, "the traced plan does not reproduce compute_energy (it depends on more than its layers)"
-        cached[3] = state
+        cached[3:] = [key, held]
     return ff, ""
 
 
