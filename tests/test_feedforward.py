@@ -173,6 +173,18 @@ def test_the_probe_runs_again_only_after_the_model_changed():
     assert feedforward.plan(energy, x)[0] is not None
 
 
+def test_the_plan_cache_does_not_keep_a_model_alive():
+    import gc
+    import weakref
+
+    energy = Counted()
+    assert feedforward.plan(energy, torch.randn(5, 2))[0] is not None and energy in feedforward._TRACED
+    alive = weakref.ref(energy)
+    del energy
+    gc.collect()
+    assert alive() is None
+
+
 def test_autocast_steps_aside():
     mlp = ebmcore.MLPEnergy(2, (16,), seed=0)
     x = torch.randn(10, 2)

@@ -384,12 +384,13 @@ def _state(modules: tuple[nn.Module, ...]) -> tuple[tuple, tuple]:
     """``(key, held)``: what a probe's verdict depends on besides the structure, as a key that compares cheaply,
     and the objects it names. The key is the identity of every attribute of every module (its training mode, a
     flag ``compute_energy`` branches on, a config object) and of every parameter and buffer, and where each
-    tensor's data lives; ``held`` keeps those objects (and the modules, which the structure names by identity)
-    alive while the key is cached, so no new object can take an old one's identity. Not the tensors' values: the plan reads the layers' weights when it runs, so an
+    tensor's data lives; ``held`` keeps those objects (and the submodules, which the structure names by identity;
+    not the model itself, the cache's weak key) alive while the key is cached, so no new object can take an old
+    one's identity. Not the tensors' values: the plan reads the layers' weights when it runs, so an
     optimizer step leaves the verdict standing. A container changed in place (a list, a dict) is not seen."""
     attributes = tuple(itertools.chain.from_iterable(m.__dict__.values() for m in modules))
     tensors = tuple(t for m in modules for t in (*m._parameters.values(), *m._buffers.values()) if t is not None)
-    return (tuple(map(id, attributes)), tuple(map(id, tensors)), tuple(t.data_ptr() for t in tensors)), (modules, attributes, tensors)
+    return (tuple(map(id, attributes)), tuple(map(id, tensors)), tuple(t.data_ptr() for t in tensors)), (modules[1:], attributes, tensors)
 
 
 def plan(energy: nn.Module, like: Tensor) -> tuple[Optional[FeedForward], str]:
