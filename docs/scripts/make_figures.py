@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BENCHMARK_JSONS = [  # later runs replace earlier ones workload by workload
     ROOT / "benchmarks" / "results" / "2026-11-21-cpu-1thread-final.json",        # every workload, per-step loop
     ROOT / "benchmarks" / "results" / "2026-11-21-cpu-1thread-fused-avx512.json",  # W1-W3, S1, S4 with the fused chains
-    ROOT / "benchmarks" / "results" / "2026-11-25-cpu-1thread-feedforward.json",  # W4-W8, S8: the feed-forward kernels
+    ROOT / "benchmarks" / "results" / "2026-11-25-cpu-1thread-activations.json",  # W4-W8, W8K, S8: the feed-forward kernels
 ]
 DPI = 110
 COLORS = {"ULA": "#1b9e77", "MALA": "#d95f02", "HMC": "#7570b3", "NUTS": "#e7298a", "PT": "#66a61e"}
@@ -265,7 +265,7 @@ def benchmarks(out: Path, quick: bool) -> Path:
     for wid, (w, _) in workloads.items():
         res = w["results"]
         what = w["workload"]["what"].split(",")[0].split(" (")[0].replace("one contrastive-divergence", "one CD-10")
-        names.append(f"{wid}: {what}" + (" (equal ESS)" if wid == "W8" else ""))
+        names.append(f"{wid}: {what}" + (" (equal ESS)" if w["workload"]["kind"] == "nuts" else ""))
         for peer in ratios:
             ratios[peer].append(res[peer]["median_s"] / res["ebm"]["median_s"] if peer in res else float("nan"))
     fig, ax = plt.subplots(figsize=(9, 0.36 * len(names) + 1.4))
