@@ -182,12 +182,11 @@ class Sampler(ABC):
     def advance(self, x: Tensor, n_steps: int, *, generator: torch.Generator | None = None) -> Tensor:
         """The states ``(n_chains, *event_shape)`` after ``n_steps`` steps from ``x``: what
         ``sample(x, n_steps, generator=generator)`` returns, to the bit (for an energy that draws no random
-        numbers of its own), for a loss that runs a sampler at every
-        training step (contrastive divergence). It checks ``x`` (shape, dtype, device, finite) and, where the
-        initial state carries them, the energy and gradient there, as ``sample`` does, but it does not evaluate
-        the energy only to check it (ULA's state has none: one forward pass saved per call), and it records
-        nothing. Chains that became non-finite are warned about, as by ``sample``. A sampler that overrides
-        ``sample`` is run by its own ``sample``."""
+        numbers of its own), for a loss that runs a sampler at every training step (contrastive divergence).
+        It checks ``x`` (shape, dtype, device, finite) and, where the initial state carries them, the energy
+        and gradient there, as ``sample`` does, but it does not evaluate the energy only to check it (ULA's
+        state has none: one forward pass saved per call), and it records nothing. Chains that became
+        non-finite are warned about, as by ``sample``. A sampler that overrides ``sample`` is run by it."""
         if type(self).sample is not Sampler.sample:
             return self.sample(x, n_steps, generator=generator)
         check_run_arguments(x, n_steps, generator=generator)

@@ -293,8 +293,11 @@ class _Root(nn.Module):
         return self.energy.compute_energy(x)
 
 
+_GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks")  # torch.nn.modules.module's registries
+
+
 def _trace(energy: nn.Module) -> tuple[Optional[FeedForward], str]:
-    if any(getattr(nn.modules.module, name, None) for name in ("_global_forward_hooks", "_global_forward_pre_hooks")):
+    if any(getattr(nn.modules.module, name, None) for name in _GLOBAL_HOOKS):
         return None, "global forward hooks are registered (torch.nn.modules.module.register_module_forward_hook)"
     root = _Root(energy)
     try:
@@ -369,15 +372,17 @@ def _is_squeeze(node: torch.fx.Node) -> bool:
     return False
 
 
-# model -> [fingerprint, plan or None, why, state key at the last successful probe, the objects it names]: a cache only (weak keys; pickling or copying a model never sees it)
+# model -> [fingerprint, plan or None, why, state key at the last successful probe, the objects it names]:
+# a cache only (weak keys; pickling or copying a model never sees it)
 _TRACED: "weakref.WeakKeyDictionary[nn.Module, list]" = weakref.WeakKeyDictionary()
 
 
 def _fingerprint(energy: nn.Module, modules: tuple[nn.Module, ...]) -> tuple:
     """The model's structure, which the trace depends on: its modules and their types (a parametrization
     changes the type), their forward hooks and the global ones (``weight_norm`` is a hook)."""
-    hooks = tuple(tuple(getattr(nn.modules.module, name, ())) for name in ("_global_forward_hooks", "_global_forward_pre_hooks"))
-    return type(energy), tuple((id(m), type(m), tuple(m._forward_hooks), tuple(m._forward_pre_hooks)) for m in modules), hooks
+    hooks = tuple(tuple(getattr(nn.modules.module, name, ())) for name in _GLOBAL_HOOKS)
+    return (type(energy), tuple((id(m), type(m), tuple(m._forward_hooks), tuple(m._forward_pre_hooks)) for m in modules),
+            hooks)
 
 
 def _state(modules: tuple[nn.Module, ...]) -> tuple[tuple, tuple]:
@@ -390,7 +395,8 @@ def _state(modules: tuple[nn.Module, ...]) -> tuple[tuple, tuple]:
     optimizer step leaves the verdict standing. A container changed in place (a list, a dict) is not seen."""
     attributes = tuple(itertools.chain.from_iterable(m.__dict__.values() for m in modules))
     tensors = tuple(t for m in modules for t in (*m._parameters.values(), *m._buffers.values()) if t is not None)
-    return (tuple(map(id, attributes)), tuple(map(id, tensors)), tuple(t.data_ptr() for t in tensors)), (modules[1:], attributes, tensors)
+    key = (tuple(map(id, attributes)), tuple(map(id, tensors)), tuple(t.data_ptr() for t in tensors))
+    return key, (modules[1:], attributes, tensors)
 
 
 def plan(energy: nn.Module, like: Tensor) -> tuple[Optional[FeedForward], str]:

@@ -103,9 +103,9 @@ class ContrastiveDivergence(Loss):
         return sampler
 
     def negatives(self, energy: EnergyModel, start: Tensor, generator: torch.Generator | None = None) -> Tensor:
-        """Run the sampler from ``start`` (checked data, or chains kept from past steps) and return detached
-        negatives: ``Sampler.advance``, the samples ``sample`` would give without its per-call checks (a
-        non-finite energy shows in the loss, which training checks)."""
+        """Run the sampler from ``start`` (the data, or chains kept from past steps) and return detached
+        negatives: ``Sampler.advance``, the samples ``sample`` would give, without the forward pass it makes
+        only to check the energy at the starts (a non-finite energy shows in the loss, which training checks)."""
         return self.sampler_for(energy).advance(start.detach(), self.n_steps, generator=generator).detach()
 
     def _starts(self, data: Tensor, generator: torch.Generator | None) -> Tensor:
