@@ -86,103 +86,57 @@ inline v16 reciprocal(v16 y) {
 inline v16 vsigmoid(v16 z) { return reciprocal(1.0f + vexp<-1>(z)); }
 inline v16 vtanh(v16 z) { return 1.0f - 2.0f * reciprocal(vexp<1>(z + z) + 1.0f); }
 
-// f(z) into *a and f'(z) into *d: one exp per element.
-template <int ACT>
-inline void activate(v16 z, v16* a, v16* d) {
-  if (ACT == SILU) {  // f' = s + z s (1 − s) = s + f (1 − s)
+// f(z) and its first ORDER derivatives into d[0 .. ORDER] (d[0] = f): one exp per element. ORDER 1 for ∇E, 2 for
+// the losses that differentiate ∇E in the weights, 3 for sliced score matching (it differentiates vᵀ∇²E v).
+template <int ACT, int ORDER>
+inline void activation(v16 z, v16* d) {
+  static_assert(ORDER >= 1 && ORDER <= 3, "f and up to three derivatives");
+  if constexpr (ACT == SILU) {  // s' = s(1 − s), q = 1 − 2s: f' = s + f(1 − s), f'' = s'(2 + zq), f''' = s'(q(3 + zq) − 2zs')
     const v16 s = vsigmoid(z);
-    *a = z * s;
-    *d = *a * (1.0f - s) + s;
-  } else if (ACT == TANH) {
-    const v16 t = vtanh(z);
-    *a = t;
-    *d = 1.0f - t * t;
-  } else if (ACT == SIGMOID) {
-    const v16 s = vsigmoid(z);
-    *a = s;
-    *d = s - s * s;
-  } else {  // RELU
-    *a = z < 0.0f ? v16{} : z;  // a NaN stays NaN, as in torch
-    *d = z > 0.0f ? splat(1.0f) : v16{};
-  }
-}
-
-// f(z), f'(z) and f''(z) (for losses that differentiate the gradient in the parameters).
-template <int ACT>
-inline void activate2(v16 z, v16* a, v16* d1, v16* d2) {
-  if (ACT == SILU) {
-    const v16 s = vsigmoid(z), f = z * s;
-    *a = f;
-    *d1 = s * (1.0f + z * (1.0f - s));
-    *d2 = (s - s * s) * (2.0f + z - 2.0f * f);
-  } else if (ACT == TANH) {
-    const v16 t = vtanh(z);
-    *a = t;
-    *d1 = 1.0f - t * t;
-    *d2 = -2.0f * t * *d1;
-  } else if (ACT == SIGMOID) {
-    const v16 s = vsigmoid(z);
-    *a = s;
-    *d1 = s * (1.0f - s);
-    *d2 = *d1 * (1.0f - 2.0f * s);
-  } else {  // RELU
-    *a = z < 0.0f ? v16{} : z;  // a NaN stays NaN, as in torch
-    *d1 = z > 0.0f ? splat(1.0f) : v16{};
-    *d2 = v16{};
-  }
-}
-
-// f(z) and its first three derivatives (sliced score matching differentiates vᵀ∇²E v in the parameters).
-template <int ACT>
-inline void activate3(v16 z, v16* a, v16* d1, v16* d2, v16* d3) {
-  if (ACT == SILU) {  // with s' = s(1 − s): f' = s + z s', f'' = s'(2 + z(1 − 2s)), f''' = s'((1 − 2s)(3 + z(1 − 2s)) − 2 z s')
-    const v16 s = vsigmoid(z), sp = s - s * s, q = 1.0f - 2.0f * s;
-    *a = z * s;
-    *d1 = s + z * sp;
-    *d2 = sp * (2.0f + z * q);
-    *d3 = sp * (q * (3.0f + z * q) - 2.0f * z * sp);
-  } else if (ACT == TANH) {  // t' = 1 − t², t'' = −2t t', t''' = t'(6t² − 2)
-    const v16 t = vtanh(z), tp = 1.0f - t * t;
-    *a = t;
-    *d1 = tp;
-    *d2 = -2.0f * t * tp;
-    *d3 = tp * (6.0f * t * t - 2.0f);
-  } else if (ACT == SIGMOID) {  // s' = s(1 − s), s'' = s'(1 − 2s), s''' = s'(1 − 6s + 6s²)
-    const v16 s = vsigmoid(z), sp = s - s * s;
-    *a = s;
-    *d1 = sp;
-    *d2 = sp * (1.0f - 2.0f * s);
-    *d3 = sp * (1.0f - 6.0f * s + 6.0f * s * s);
-  } else {  // RELU
-    *a = z < 0.0f ? v16{} : z;  // a NaN stays NaN, as in torch
-    *d1 = z > 0.0f ? splat(1.0f) : v16{};
-    *d2 = v16{};
-    *d3 = v16{};
-  }
-}
-
-inline void activate3_rows(int act, const v16* z, int nb, v16* a, v16* d1, v16* d2, v16* d3) {
-  for (int i = 0; i < ROWS * nb; ++i) {
-    const v16 zz = z[i];
-    switch (act) {
-      case SILU: activate3<SILU>(zz, &a[i], &d1[i], &d2[i], &d3[i]); break;
-      case TANH: activate3<TANH>(zz, &a[i], &d1[i], &d2[i], &d3[i]); break;
-      case SIGMOID: activate3<SIGMOID>(zz, &a[i], &d1[i], &d2[i], &d3[i]); break;
-      default: activate3<RELU>(zz, &a[i], &d1[i], &d2[i], &d3[i]);
+    d[0] = z * s;
+    d[1] = d[0] * (1.0f - s) + s;
+    if constexpr (ORDER >= 2) {
+      const v16 sp = s - s * s, q = 1.0f - 2.0f * s;
+      d[2] = sp * (2.0f + z * q);
+      if constexpr (ORDER >= 3) d[3] = sp * (q * (3.0f + z * q) - 2.0f * z * sp);
     }
+  } else if constexpr (ACT == TANH) {  // t' = 1 − t², t'' = −2t t', t''' = t'(6t² − 2)
+    const v16 t = vtanh(z);
+    d[0] = t;
+    d[1] = 1.0f - t * t;
+    if constexpr (ORDER >= 2) d[2] = -2.0f * t * d[1];
+    if constexpr (ORDER >= 3) d[3] = d[1] * (6.0f * t * t - 2.0f);
+  } else if constexpr (ACT == SIGMOID) {  // s' = s(1 − s), s'' = s'(1 − 2s), s''' = s'(1 − 6s + 6s²)
+    const v16 s = vsigmoid(z);
+    d[0] = s;
+    d[1] = s - s * s;
+    if constexpr (ORDER >= 2) d[2] = d[1] * (1.0f - 2.0f * s);
+    if constexpr (ORDER >= 3) d[3] = d[1] * (1.0f - 6.0f * s + 6.0f * s * s);
+  } else {  // RELU
+    d[0] = z < 0.0f ? v16{} : z;  // a NaN stays NaN, as in torch
+    d[1] = z > 0.0f ? splat(1.0f) : v16{};
+    for (int k = 2; k <= ORDER; ++k) d[k] = v16{};
   }
 }
 
-// Over the ROWS × nb vectors z of a layer: a <- f(z), d1 <- f'(z), d2 <- f''(z) (z may be a).
-inline void activate2_rows(int act, const v16* z, int nb, v16* a, v16* d1, v16* d2) {
+// Over the ROWS × nb vectors z of a layer: out[k][i] <- the k-th derivative of f at z[i], k = 0 .. ORDER (out[0]
+// may be z).
+template <int ORDER, int ACT>
+inline void activation_rows(const v16* z, int nb, v16* const* out) {
   for (int i = 0; i < ROWS * nb; ++i) {
-    const v16 zz = z[i];
-    switch (act) {
-      case SILU: activate2<SILU>(zz, &a[i], &d1[i], &d2[i]); break;
-      case TANH: activate2<TANH>(zz, &a[i], &d1[i], &d2[i]); break;
-      case SIGMOID: activate2<SIGMOID>(zz, &a[i], &d1[i], &d2[i]); break;
-      default: activate2<RELU>(zz, &a[i], &d1[i], &d2[i]);
-    }
+    v16 d[ORDER + 1];
+    activation<ACT, ORDER>(z[i], d);
+    for (int k = 0; k <= ORDER; ++k) out[k][i] = d[k];
+  }
+}
+
+template <int ORDER>
+inline void activation_rows(int act, const v16* z, int nb, v16* const* out) {
+  switch (act) {
+    case SILU: return activation_rows<ORDER, SILU>(z, nb, out);
+    case TANH: return activation_rows<ORDER, TANH>(z, nb, out);
+    case SIGMOID: return activation_rows<ORDER, SIGMOID>(z, nb, out);
+    default: return activation_rows<ORDER, RELU>(z, nb, out);
   }
 }
 
@@ -193,13 +147,13 @@ inline void activate_rows(v16* z, int nb, const v16* top, v16* a) {
   for (int r = 0; r < ROWS; ++r)
     for (int j = 0; j < nb; ++j) {
       const int i = r * nb + j;
-      v16 f, d;
-      activate<ACT>(z[i], &f, &d);
+      v16 d[2];
+      activation<ACT, 1>(z[i], d);
       if (TOP) {
-        z[i] = d * top[j];
+        z[i] = d[1] * top[j];
       } else {
-        a[i] = f;
-        z[i] = d;
+        a[i] = d[0];
+        z[i] = d[1];
       }
     }
 }
@@ -431,7 +385,8 @@ inline void denoising_tile(const Network& net, ScoreWorkspace& ws, const float* 
     v16* z = ws.h[l + 1].data();
     product((const float*)ws.h[l].data(), 16 * blocks(net.widths[l]), net.widths[l], net.forward[l].data(), ob,
             net.bias[l].data(), z);
-    activate2_rows(net.activations[l], z, ob, z, ws.d1[l + 1].data(), ws.d2[l + 1].data());
+    v16* const out[] = {z, ws.d1[l + 1].data(), ws.d2[l + 1].data()};
+    activation_rows<2>(net.activations[l], z, ob, out);
   }
   // ∇E backwards: delta_L = top · f'(z_L); gamma_{l−1} = delta_l W_l, delta_{l−1} = gamma_{l−1} f'(z_{l−1}); ∇E = delta_1 W_0
   {
@@ -573,7 +528,8 @@ inline void sliced_tile(const Network& net, SlicedWorkspace& ws, int m) {
     const int ob = blocks(net.widths[l + 1]), lda = 16 * blocks(net.widths[l]), K = net.widths[l];
     v16* z = ws.h[l + 1].data();
     product((const float*)ws.h[l].data(), lda, K, net.forward[l].data(), ob, net.bias[l].data(), z);
-    activate3_rows(net.activations[l], z, ob, z, ws.d1[l + 1].data(), ws.d2[l + 1].data(), ws.d3[l + 1].data());
+    v16* const out[] = {z, ws.d1[l + 1].data(), ws.d2[l + 1].data(), ws.d3[l + 1].data()};
+    activation_rows<3>(net.activations[l], z, ob, out);
     v16 *zd = ws.zd[l + 1].data(), *zdd = ws.zdd[l + 1].data();
     product((const float*)ws.hd[l].data(), lda, K, net.forward[l].data(), ob, nullptr, zd);
     if (l == 0)
