@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import io
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any, Callable
@@ -21,7 +22,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ebmcore.errors import RunFileError
+from ebmcore.errors import ConfigError, RunFileError
+
+log = logging.getLogger(__name__)
 
 __all__ = ["write_bytes", "write_json", "save_torch", "save_samples", "as_numpy", "load_torch", "check_run_dir",
            "make_dir", "start_run", "finished_run", "clear_run"]
@@ -162,6 +165,24 @@ def finished_run(out: Path, config: dict[str, Any], expected: Callable[[dict[str
     if saved != json.loads(json.dumps(config, default=_plain)):
         return None
     return metrics if all((out / name).is_file() for name in expected(metrics)) else None
+
+
+def reuse_or_clear(out: Path, config: dict[str, Any], expected: Callable[[dict[str, Any]], list[str]], *, resume: bool,
+                   overwrite: bool, what: str, again: str) -> dict[str, Any] | None:
+    """The start every job shares: refuse ``--resume`` with ``--overwrite`` and a run directory that is a file;
+    then the metrics of a finished ``what`` ("run", "training") of this ``config`` in ``out`` (:func:`finished_run`,
+    logged as nothing to do: ``again`` says how to redo it), or None after clearing ``out`` under ``overwrite``."""
+    if resume and overwrite:
+        raise ConfigError(f"--resume continues the {what} in the directory and --overwrite starts it afresh: give one.")
+    check_run_dir(out)
+    finished = None if overwrite else finished_run(out, config, expected)
+    if finished is not None:
+        log.info("%s holds a finished %s of this configuration, summarised below: nothing to do (pass --overwrite to %s, "
+                 "or choose another --out).", out, what, again)
+        return finished
+    if overwrite:
+        clear_run(out)
+    return None
 
 
 _RESUMABLE = ("metrics.json", "checkpoint.pt", "segments/segment-*.pt", "chunks/chunk-*.npz")

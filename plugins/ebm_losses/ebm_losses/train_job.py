@@ -170,16 +170,11 @@ def run(config: dict[str, Any], out: Path, *, resume: bool = False, overwrite: b
     directory."""
     from ebmcore import distributed
 
-    if resume and overwrite:
-        raise ConfigError("--resume continues the training in the directory and --overwrite starts it afresh: give one.")
-    runfiles.check_run_dir(out)
-    finished = None if overwrite else runfiles.finished_run(out, config, lambda metrics: ["model.pt", "checkpoint.pt"])
+    finished = runfiles.reuse_or_clear(out, config, lambda metrics: ["model.pt", "checkpoint.pt"], resume=resume,
+                                       overwrite=overwrite, what="training",
+                                       again="train again, --steps N --resume to train longer")
     if finished is not None:
-        log.info("%s holds a finished training of this configuration, summarised below: nothing to do (pass --overwrite "
-                 "to train again, --steps N --resume to train longer, or choose another --out).", out)
         return finished
-    if overwrite:
-        runfiles.clear_run(out)
     dist_run = None
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         use_cuda = config["train"]["device"].startswith("cuda")

@@ -176,18 +176,12 @@ def run(config: dict[str, Any], out: Path, *, resume: bool = False, overwrite: b
     sharded across the processes and rank 0 writes the gathered samples, metrics and plots."""
     r = config["run"]
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    if resume and overwrite:
-        raise ConfigError("--resume continues the run in the directory and --overwrite starts it afresh: give one.")
     if world_size > 1 and (r["n_samples"] or r["checkpoint_every"]):
         raise ConfigError("streaming (n_samples) and checkpoint_every are single-process features; run them without torchrun.")
-    runfiles.check_run_dir(out)
-    finished = None if overwrite else runfiles.finished_run(out, config, lambda metrics: _outputs(config, metrics))
+    finished = runfiles.reuse_or_clear(out, config, lambda metrics: _outputs(config, metrics), resume=resume,
+                                       overwrite=overwrite, what="run", again="run it again")
     if finished is not None:
-        log.info("%s holds a finished run of this configuration, summarised below: nothing to do (pass --overwrite "
-                 "to run it again, or choose another --out).", out)
         return finished
-    if overwrite:
-        runfiles.clear_run(out)
     again = "pass --resume to continue that run, --overwrite to start it afresh, or choose another --out."
     if r["n_samples"] and not resume and any((out / "chunks").glob("chunk-*.npz")):
         raise ConfigError(f"{out / 'chunks'} holds chunks already: {again}")
