@@ -133,3 +133,27 @@ def test_every_run_file_is_written_through_runfiles():
     found = [f"{p.relative_to(root)}:{node.lineno}" for p in sources if p.relative_to(root).as_posix() not in allowed
              for node in ast.walk(ast.parse(p.read_text())) if isinstance(node, ast.Call) and writes(node)]
     assert len(sources) > 40 and found == []
+
+
+def test_a_job_reuses_a_finished_run_clears_it_under_overwrite_and_refuses_both_flags(tmp_path, caplog):
+    from ebmcore.errors import ConfigError
+
+    config = {"a": 1}
+    out = tmp_path / "run"
+    with pytest.raises(ConfigError, match="--resume continues the run in the directory and --overwrite starts it afresh"):
+        runfiles.reuse_or_clear(out, config, lambda m: [], resume=True, overwrite=True, what="run", again="run it again")
+    assert runfiles.reuse_or_clear(out, config, lambda m: [], resume=False, overwrite=False, what="run", again="x") is None
+    out.mkdir()
+    runfiles.start_run(out, config)
+    runfiles.write_json(out / "metrics.json", {"done": True})
+    with caplog.at_level("INFO", logger="ebmcore.runfiles"):
+        assert runfiles.reuse_or_clear(out, config, lambda m: [], resume=False, overwrite=False, what="training",
+                                       again="train again") == {"done": True}
+    assert "holds a finished training of this configuration, summarised below: nothing to do (pass --overwrite to train " \
+           "again, or choose another --out)." in caplog.text
+    assert runfiles.reuse_or_clear(out, {"a": 2}, lambda m: [], resume=False, overwrite=False, what="run", again="x") is None
+    assert runfiles.reuse_or_clear(out, config, lambda m: [], resume=False, overwrite=True, what="run", again="x") is None
+    assert not (out / "metrics.json").exists()  # cleared: a later run cannot be taken for this one
+    (tmp_path / "file").write_text("")
+    with pytest.raises(RunFileError, match="is an existing file"):
+        runfiles.reuse_or_clear(tmp_path / "file", config, lambda m: [], resume=False, overwrite=False, what="run", again="x")
