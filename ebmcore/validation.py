@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -9,7 +10,7 @@ from torch import Tensor
 
 from ebmcore.errors import InputError, NonFiniteError
 
-__all__ = ["check_batch", "check_finite", "check_positive", "check_energy_output", "check_gradient_output",
+__all__ = ["all_finite", "check_batch", "check_finite", "check_positive", "check_energy_output", "check_gradient_output",
            "check_positive_int", "check_placement", "parameter_tensor"]
 
 
@@ -95,9 +96,23 @@ def check_gradient_output(grad: Any, x: Tensor, *, owner: str) -> Tensor:
     return grad
 
 
+def all_finite(values: Tensor) -> bool:
+    """Whether every element of ``values`` is finite, in one host sync. A NaN or an infinity always reaches the
+    sum, so a finite sum (float32, float64 for float64 values) answers at the cost of one reduction; only a sum
+    that is not finite, because of one of them or because large finite values overflowed, takes the
+    element-wise test (several kernels and a boolean temporary, about 4× the time on a small batch)."""
+    if not (values.is_floating_point() or values.is_complex()):
+        return True
+    if values.is_floating_point():
+        total = values.detach().sum(dtype=torch.float64 if values.dtype == torch.float64 else torch.float32)
+        if math.isfinite(float(total)):
+            return True
+    return bool(torch.isfinite(values).all())
+
+
 def check_finite(values: Tensor, *, what: str, x: Tensor | None = None, fix: str = "") -> Tensor:
     """Raise :class:`NonFiniteError` naming the rows where ``values`` is NaN or infinite (one host sync)."""
-    if bool(torch.isfinite(values).all()):
+    if all_finite(values):
         return values
     bad = ~torch.isfinite(values)
     if values.dim() > 1:
@@ -159,6 +174,6 @@ def parameter_tensor(value: Any, name: str, dtype: torch.dtype | None, device: A
     if t.is_complex():
         raise InputError(f"{name} must be real numbers, got dtype {t.dtype}.")
     t = t.to(dtype or (t.dtype if t.is_floating_point() else torch.get_default_dtype()))
-    if not bool(torch.isfinite(t).all()):
+    if not all_finite(t):
         raise InputError(f"{name} contains NaN or inf values.")
     return t

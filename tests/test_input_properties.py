@@ -281,3 +281,18 @@ def test_a_denoising_sigma_beyond_the_datas_dtype_is_refused():
         with pytest.raises(EBMError, match=r"sigma must lie in \[5.42e-17, 1.84e\+16\] for torch.float32 data"):
             _loss("denoising_score_matching", sigma=sigma)()
     assert bool(torch.isfinite(_loss("denoising_score_matching", sigma=1e-6)()))  # small, not absurd: a finite loss
+
+
+@given(dtype=st.sampled_from(DTYPES), shape=st.sampled_from([(0,), (7,), (3, 5), (2, 1, 4)]), seed=st.integers(0, 99),
+       scale=st.sampled_from([1.0, 1e30, 1e300]), odd=st.lists(st.sampled_from([math.nan, math.inf, -math.inf]), max_size=2))
+def test_all_finite_agrees_with_the_elementwise_test(dtype, shape, seed, scale, odd):
+    """The sum shortcut of ``ebmcore.validation.all_finite`` answers as ``isfinite(x).all()`` does, including where
+    large finite values overflow the sum (then the element-wise test decides), for every dtype."""
+    from ebmcore.validation import all_finite
+
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * scale
+    for k, value in enumerate(odd):
+        if x.numel():
+            x.view(-1)[(seed + 3 * k) % x.numel()] = value
+    x = x.to(dtype)
+    assert all_finite(x) == bool(torch.isfinite(x).all())
