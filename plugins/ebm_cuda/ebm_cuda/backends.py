@@ -8,7 +8,8 @@ and ``langevin_step`` and ``langevin_step_philox``. The host build also runs Lan
 feed-forward networks (``feedforward_langevin_chain``: float32, SiLU, tanh, sigmoid or ReLU layers) and
 their denoising and sliced score matching losses with their weight gradients
 (``feedforward_denoising_score_matching``, ``feedforward_sliced_score_matching``), and the energies with the weight
-gradient of a loss linear or quadratic in them (``feedforward_energy_gradients``: contrastive divergence).
+gradient of a loss linear or quadratic in them (``feedforward_energy_gradients``: contrastive divergence), also
+fused with the chain that draws the negatives (``feedforward_contrastive_chain``).
 
 Priorities: on CUDA every kernel outranks the ``torch`` reference (10 against 0). On the CPU the
 plain energy, gradient and step kernels rank below it (-10: selected only by name, e.g.
@@ -137,15 +138,19 @@ def _network_refusal(network: Any) -> str | None:
     return None
 
 
+def _layers(network: Any) -> tuple[list[Tensor], list[Tensor | None], list[int], float]:
+    """A feed-forward plan as the ``ebm_cuda.ops`` network arguments: weights, biases, activation codes, sign."""
+    layers = network.layers
+    return ([layer.linear.weight for layer in layers], [layer.linear.bias for layer in layers],
+            [FEEDFORWARD_ACTIVATIONS.index(layer.activation.name) for layer in layers[:-1]], float(network.sign))
+
+
 def feedforward_langevin_chain(x: Tensor, network: Any, *, n_steps: int, step_size: Any, noise_scale: Any, seed: int,
                                offset: int) -> Tensor:
     """``n_steps`` Langevin steps of the feed-forward energy ``network`` (``FeedForward``); ``x: (n, d)`` float32."""
     h, hv = _scalar_or_vector(step_size)
     s, sv = _scalar_or_vector(noise_scale)
-    layers = network.layers
-    return call("feedforward_langevin_chain", x, [layer.linear.weight for layer in layers], [layer.linear.bias for layer in layers],
-                [FEEDFORWARD_ACTIVATIONS.index(layer.activation.name) for layer in layers[:-1]], float(network.sign),
-                n_steps, h, s, hv, sv, seed, offset)
+    return call("feedforward_langevin_chain", x, *_layers(network), n_steps, h, s, hv, sv, seed, offset)
 
 
 def _conv_refusal(plan: Any) -> str | None:
@@ -169,29 +174,36 @@ def feedforward_denoising_score_matching(x: Tensor, target: Tensor, scale: Tenso
                                          network: Any) -> tuple[Tensor, list[Tensor], list[Tensor | None]]:
     """``(1/2n) Σᵣ |aᵣ∇E(xᵣ) − bᵣ|²`` of the feed-forward energy ``network`` with its weight and bias gradients
     (``ebm_cuda.ops.feedforward_denoising_score_matching``); ``x``, ``target``: ``(n, d)`` float32, ``scale``: ``(n,)`` or None."""
-    layers = network.layers
-    return ops.feedforward_denoising_score_matching(
-        x, target, scale, [layer.linear.weight for layer in layers], [layer.linear.bias for layer in layers],
-        [FEEDFORWARD_ACTIVATIONS.index(layer.activation.name) for layer in layers[:-1]], float(network.sign))
+    return ops.feedforward_denoising_score_matching(x, target, scale, *_layers(network))
 
 
 def feedforward_sliced_score_matching(x: Tensor, v: Tensor, network: Any) -> tuple[Tensor, list[Tensor], list[Tensor | None]]:
     """``(1/n) Σᵣ ½(vᵣᵀ∇E(xᵣ))² − vᵣᵀ∇²E(xᵣ)vᵣ`` of the feed-forward energy ``network`` with its weight and bias
     gradients (``ebm_cuda.ops.feedforward_sliced_score_matching``); ``x``, ``v``: ``(n, d)`` float32."""
-    layers = network.layers
-    return ops.feedforward_sliced_score_matching(
-        x, v, [layer.linear.weight for layer in layers], [layer.linear.bias for layer in layers],
-        [FEEDFORWARD_ACTIVATIONS.index(layer.activation.name) for layer in layers[:-1]], float(network.sign))
+    return ops.feedforward_sliced_score_matching(x, v, *_layers(network))
 
 
 def feedforward_energy_gradients(x: Tensor, a: Tensor, b: Tensor | None,
                                  network: Any) -> tuple[Tensor, list[Tensor], list[Tensor | None]]:
     """``E(x)`` and ``Σᵣ (aᵣ + bᵣE(xᵣ)) ∂E(xᵣ)/∂θ`` for the weights and biases of the feed-forward energy ``network``
     (``ebm_cuda.ops.feedforward_energy_gradients``); ``x: (n, d)``, ``a``, ``b``: ``(n,)`` float32."""
-    layers = network.layers
-    return ops.feedforward_energy_gradients(
-        x, a, b, [layer.linear.weight for layer in layers], [layer.linear.bias for layer in layers],
-        [FEEDFORWARD_ACTIVATIONS.index(layer.activation.name) for layer in layers[:-1]], float(network.sign))
+    return ops.feedforward_energy_gradients(x, a, b, *_layers(network))
+
+
+def feedforward_contrastive_chain(x: Tensor, network: Any, *, n_steps: int, step_size: Any, noise_scale: Any, seed: int,
+                                  offset: int, start: tuple[Any, Any], end: tuple[Any, Any]) -> tuple[Any, ...]:
+    """``feedforward_langevin_chain``'s moves with ``feedforward_energy_gradients`` at the starts and the ends, in one
+    launch (``ebm_cuda.ops.feedforward_contrastive_chain``); ``start``, ``end``: ``(a, b)``, floats or ``(n,)``
+    (``b`` None: zero). Returns ``(x', E(x), E(x'), weight grads, bias grads)``."""
+    h, hv = _scalar_or_vector(step_size)
+    s, sv = _scalar_or_vector(noise_scale)
+
+    def vector(c: Any) -> Tensor | None:
+        return c if c is None or isinstance(c, Tensor) else x.new_full(x.shape[:1], float(c))
+
+    return ops.feedforward_contrastive_chain(
+        x, (vector(start[0]), vector(start[1])), (vector(end[0]), vector(end[1])), *_layers(network), n_steps, h, s, hv, sv,
+        seed, offset)
 
 
 def _kernels(device: str, dtypes: tuple[torch.dtype, ...], plain: int, fused: int, max_chain: int | None,
@@ -230,7 +242,8 @@ class HostBackend(KernelBackend):
                            (("feedforward_langevin_chain", feedforward_langevin_chain),
                             ("feedforward_denoising_score_matching", feedforward_denoising_score_matching),
                             ("feedforward_sliced_score_matching", feedforward_sliced_score_matching),
-                            ("feedforward_energy_gradients", feedforward_energy_gradients))]
+                            ("feedforward_energy_gradients", feedforward_energy_gradients),
+                            ("feedforward_contrastive_chain", feedforward_contrastive_chain))]
         network_kernels.append(Kernel("conv_langevin_chain", conv_langevin_chain, ("cpu",), (torch.float32,), None, 10,
                                       refuses=_conv_refusal))
         super().__init__("cpu_fused", [*_kernels("cpu", HOST_DTYPES, -10, 10, None, None), *network_kernels],

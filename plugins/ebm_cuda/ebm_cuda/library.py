@@ -81,9 +81,15 @@ class Library:
             self._functions["feedforward_ssm"] = ssm
             energy_gradient = self._lib.ebm_host_feedforward_energy_gradient
             energy_gradient.argtypes = [c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_double, c_void_p, c_void_p, c_void_p,
-                                        c_int64, c_void_p, c_void_p, c_void_p, c_int]
+                                        c_int64, c_void_p, c_void_p, c_void_p, c_void_p, c_int]
             energy_gradient.restype = c_int
             self._functions["feedforward_energy_gradient"] = energy_gradient
+            contrastive = self._lib.ebm_host_feedforward_contrastive_chain
+            contrastive.argtypes = [c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_double, c_void_p, c_void_p, c_int64, c_int64,
+                                    c_double, c_double, c_void_p, c_void_p, c_uint64, c_uint64, c_void_p, c_void_p, c_void_p,
+                                    c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_int]
+            contrastive.restype = c_int
+            self._functions["feedforward_contrastive_chain"] = contrastive
         philox = getattr(self._lib, f"ebm_{prefix}_philox")
         philox.argtypes = [c_void_p, c_void_p, c_void_p, c_int64] + ([c_void_p] if prefix == "cuda" else [])
         philox.restype = c_int

@@ -24,7 +24,7 @@ from ebm_cuda import library
 from ebm_cuda.energies import KINDS, LAYOUTS
 from ebm_cuda.library import DTYPE_CODES, EnergySpec
 
-__all__ = ["KINDS", "FEEDFORWARD_ACTIVATIONS", "MAX_CUDA_CHAIN_DIM", "call", "feedforward_denoising_score_matching", "feedforward_sliced_score_matching", "feedforward_energy_gradients", "math_dtype", "normal", "philox4x32", "uniform"]
+__all__ = ["KINDS", "FEEDFORWARD_ACTIVATIONS", "MAX_CUDA_CHAIN_DIM", "call", "feedforward_denoising_score_matching", "feedforward_sliced_score_matching", "feedforward_energy_gradients", "feedforward_contrastive_chain", "math_dtype", "normal", "philox4x32", "uniform"]
 
 _LAYOUT_OF_CODE = {layout.code: layout for layout in LAYOUTS.values()}
 MAX_CUDA_CHAIN_DIM = 64
@@ -339,15 +339,51 @@ def feedforward_energy_gradients(x: Tensor, a: Tensor, b: Optional[Tensor], weig
     a, b = _vector(a, x, "a"), _vector(b, x, "b")
     network, _keep = _network(weights, biases, activations)
     energies = x.new_empty(x.shape[0])
+    grad_w, grad_b, pointers = _weight_gradients(weights, biases)
+    c_sum = ctypes.c_double(0.0)
+    library.host().call("feedforward_energy_gradient", *network, float(sign), x.data_ptr(), a.data_ptr(), _ptr(b), x.shape[0],
+                        energies.data_ptr(), ctypes.byref(c_sum), *pointers, torch.get_num_threads())
+    return energies, grad_w, [*grad_b, _output_bias_gradient(biases, sign, c_sum)]
+
+
+def feedforward_contrastive_chain(x: Tensor, start: tuple[Tensor, Optional[Tensor]], end: tuple[Tensor, Optional[Tensor]],
+                                  weights: Sequence[Tensor], biases: Sequence[Optional[Tensor]], activations: Sequence[int],
+                                  sign: float, n_steps: int, step_size: float, noise_scale: float, step_sizes: Optional[Tensor],
+                                  noise_scales: Optional[Tensor], seed: int,
+                                  offset: int) -> tuple[Tensor, Tensor, Tensor, list[Tensor], list[Optional[Tensor]]]:
+    """Contrastive divergence's chains and weight gradient in one launch (host build, float32): the ``n_steps >= 1``
+    moves of :func:`feedforward_langevin_chain` from ``x: (n, d)`` (the same states, to the bit), and, as
+    :func:`feedforward_energy_gradients` computes them, the energies at the starts and the ends and
+    ``Σᵣ cᵣ ∂E(xᵣ)/∂θ`` summed over both, with ``c = a + b·E`` for ``start = (a, b)`` at the starts and ``end = (a, b)``
+    at the ends (``(n,)`` each, ``b`` None: zero). The first move reuses the starts' pass: one gradient fewer than a
+    chain and a separate pass. Returns ``(x_end, E(x), E(x_end), weight grads, bias grads)``."""
+    x = _network_input(x, "feedforward_contrastive_chain", weights, biases, activations)
+    _check_stream(seed, offset)
+    if n_steps < 1:
+        raise InputError(f"ebm_cuda.feedforward_contrastive_chain: n_steps must be >= 1, got {n_steps}.")
+    (a0, b0), (a1, b1) = [(_vector(a, x, f"{name}[0]"), _vector(b, x, f"{name}[1]")) for name, (a, b) in (("start", start), ("end", end))]
+    network, _keep = _network(weights, biases, activations)
+    out, e0, e1 = torch.empty_like(x), x.new_empty(x.shape[0]), x.new_empty(x.shape[0])
+    hv, sv = _vector(step_sizes, x, "step_sizes"), _vector(noise_scales, x, "noise_scales")
+    grad_w, grad_b, pointers = _weight_gradients(weights, biases)
+    c_sum = ctypes.c_double(0.0)
+    library.host().call("feedforward_contrastive_chain", *network, float(sign), x.data_ptr(), out.data_ptr(), x.shape[0], n_steps,
+                        step_size, noise_scale, _ptr(hv), _ptr(sv), seed, offset, a0.data_ptr(), _ptr(b0), a1.data_ptr(), _ptr(b1),
+                        e0.data_ptr(), e1.data_ptr(), ctypes.byref(c_sum), *pointers, torch.get_num_threads())
+    return out, e0, e1, grad_w, [*grad_b, _output_bias_gradient(biases, sign, c_sum)]
+
+
+def _weight_gradients(weights: Sequence[Tensor], biases: Sequence[Optional[Tensor]]) -> tuple[list[Tensor], list[Optional[Tensor]], tuple]:
+    """Buffers for a kernel's weight and hidden-bias gradients (None where a layer has no bias), and their C pointer arrays."""
     grad_w = [torch.empty(w.shape, dtype=torch.float32) for w in weights]
     grad_b = [None if t is None else torch.empty(t.shape, dtype=torch.float32) for t in biases[:-1]]
-    library.host().call("feedforward_energy_gradient", *network, float(sign), x.data_ptr(), a.data_ptr(), _ptr(b), x.shape[0],
-                        energies.data_ptr(), (ctypes.c_void_p * len(grad_w))(*(g.data_ptr() for g in grad_w)),
-                        (ctypes.c_void_p * len(grad_b))(*(None if g is None else g.data_ptr() for g in grad_b)),
-                        torch.get_num_threads())
-    c = a if b is None else a + b * energies
-    out_bias = None if biases[-1] is None else (float(sign) * c.sum()).reshape(1)  # ∂E/∂b_out = sign
-    return energies, grad_w, [*grad_b, out_bias]
+    return grad_w, grad_b, ((ctypes.c_void_p * len(grad_w))(*(g.data_ptr() for g in grad_w)),
+                            (ctypes.c_void_p * len(grad_b))(*(None if g is None else g.data_ptr() for g in grad_b)))
+
+
+def _output_bias_gradient(biases: Sequence[Optional[Tensor]], sign: float, c_sum: ctypes.c_double) -> Optional[Tensor]:
+    """``∂/∂b_out Σᵣ cᵣ E(xᵣ) = sign · Σᵣ cᵣ`` from the kernel's ``Σᵣ cᵣ``, or None without that bias."""
+    return None if biases[-1] is None else torch.tensor([float(sign) * c_sum.value], dtype=torch.float32)
 
 
 def _network_input(x: Tensor, what: str, weights: Sequence[Tensor], biases: Sequence[Optional[Tensor]],
@@ -363,14 +399,10 @@ def _network_loss(name: str, weights: Sequence[Tensor], biases: Sequence[Optiona
                   sign: float, *inputs: object) -> tuple[Tensor, list[Tensor], list[Optional[Tensor]]]:
     """Run the loss kernel ``name`` on ``inputs``: ``(loss: (), weight grads, bias grads)`` (no output-bias gradient)."""
     network, _keep = _network(weights, biases, activations)
-    grad_w = [torch.empty(w.shape, dtype=torch.float32) for w in weights]
-    grad_b = [None if b is None or l == len(biases) - 1 else torch.empty(b.shape, dtype=torch.float32) for l, b in enumerate(biases)]
+    grad_w, grad_b, pointers = _weight_gradients(weights, biases)
     loss = ctypes.c_double(0.0)
-    library.host().call(name, *network, float(sign), *inputs, ctypes.byref(loss),
-                        (ctypes.c_void_p * len(grad_w))(*(g.data_ptr() for g in grad_w)),
-                        (ctypes.c_void_p * len(grad_b))(*(None if g is None else g.data_ptr() for g in grad_b)),
-                        torch.get_num_threads())
-    return torch.tensor(loss.value, dtype=torch.float32), grad_w, grad_b
+    library.host().call(name, *network, float(sign), *inputs, ctypes.byref(loss), *pointers, torch.get_num_threads())
+    return torch.tensor(loss.value, dtype=torch.float32), grad_w, [*grad_b, None]
 
 
 feedforward_langevin_chain = torch.library.custom_op("ebm_cuda::feedforward_langevin_chain", _feedforward_langevin_chain, mutates_args=())

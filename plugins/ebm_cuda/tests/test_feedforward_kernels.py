@@ -1,6 +1,7 @@
 """The feed-forward kernels of the host build: ``feedforward_langevin_chain`` (Langevin chains of a network run inside
 the kernel), ``feedforward_denoising_score_matching`` and ``feedforward_sliced_score_matching`` (the losses with their
-weight gradients in one pass).
+weight gradients in one pass), ``feedforward_energy_gradients`` and ``feedforward_contrastive_chain`` (contrastive
+divergence's energies and weight gradient, the latter with its chains).
 
 Held to the reference path: autograd's gradient of the same network and the stream's noise
 (``ebm_cuda.reference.normal``), step for step; through the sampler, to a known law; the loss and its gradients
@@ -252,6 +253,55 @@ def test_the_energies_and_their_weighted_gradient_equal_autograds(activation, d,
 
 
 @pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
+@pytest.mark.parametrize("d, widths, n, bias, sign, quadratic, per_chain",
+                         [(2, [64, 64], 300, True, 1.0, False, False), (3, [20, 33], 37, True, -1.0, True, True),
+                          (17, [5], 16, False, 1.0, True, False), (1, [40, 7, 24], 5, True, 1.0, False, True)],
+                         ids=["w5-shape", "odd-widths-negated-quadratic-per-chain", "wide-input-no-bias-quadratic",
+                              "three-hidden-per-chain"])
+def test_the_contrastive_chain_moves_as_the_chain_and_its_gradient_equals_autograds(activation, d, widths, n, bias, sign,
+                                                                                      quadratic, per_chain):
+    """``feedforward_contrastive_chain``: the states of ``feedforward_langevin_chain`` to the bit (its first move reuses
+    the starts' pass), the energies at both ends, and ``Σ c ∂E/∂θ`` over both ends (``c = a + bE`` at each) against
+    autograd in float64, every weight and bias."""
+    net = _network(d, widths, activation, bias=bias)
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(n, d, generator=g)
+    a0, a1 = torch.randn(n, generator=g), torch.randn(n, generator=g)
+    b0, b1 = (torch.rand(n, generator=g), torch.rand(n, generator=g)) if quadratic else (None, None)
+    h, s = (0.01 + 0.02 * torch.rand(n, generator=g), 0.1 + torch.rand(n, generator=g)) if per_chain else (0.01, 0.1)
+    hv, sv = (h, s) if per_chain else (None, None)
+    h0, s0 = (0.0, 0.0) if per_chain else (h, s)
+    linears, weights, biases, codes = _linears_and_codes(net, activation, widths)
+    out, e0, e1, grad_w, grad_b = ops.feedforward_contrastive_chain(x, (a0, b0), (a1, b1), weights, biases, codes, sign, 4, h0, s0,
+                                                                    hv, sv, 11, 3)
+    assert torch.equal(out, ops._feedforward_langevin_chain(x, weights, biases, codes, sign, 4, h0, s0, hv, sv, 11, 3))
+    net64 = _network(d, widths, activation, bias=bias).double()
+    net64.load_state_dict(net.state_dict())
+    linears64 = [m for m in net64 if isinstance(m, nn.Linear)]
+    total = 0.0
+    for ends, (a, b), got in ((x, (a0, b0), e0), (out, (a1, b1), e1)):
+        energies = sign * net64(ends.double()).squeeze(-1)
+        torch.testing.assert_close(got.double(), energies.detach(), rtol=1e-5, atol=1e-6)
+        total = total + (a.double() * energies + (0.5 * b.double() * energies ** 2 if quadratic else 0)).sum()
+    total.backward()
+    _assert_layer_gradients(linears64, grad_w, grad_b, output_bias=True)
+
+
+def test_the_contrastive_chain_checks_its_arguments():
+    x = torch.randn(8, 3)
+    w, b = [torch.randn(4, 3), torch.randn(1, 4)], [None, None]
+    ones = torch.ones(8)
+    with pytest.raises(InputError, match="n_steps must be >= 1"):
+        ops.feedforward_contrastive_chain(x, (ones, None), (ones, None), w, b, [0], 1.0, 0, 0.01, 0.1, None, None, 0, 0)
+    with pytest.raises(InputError, match=r"end\[1\] must have shape \(n_chains,\) = \(8,\)"):
+        ops.feedforward_contrastive_chain(x, (ones, None), (ones, torch.ones(7)), w, b, [0], 1.0, 2, 0.01, 0.1, None, None, 0, 0)
+    with pytest.raises(InputError, match="float32 inputs on the CPU only"):
+        ops.feedforward_contrastive_chain(x.double(), (ones, None), (ones, None), w, b, [0], 1.0, 2, 0.01, 0.1, None, None, 0, 0)
+    with pytest.raises(InputError, match="seed and offset"):
+        ops.feedforward_contrastive_chain(x, (ones, None), (ones, None), w, b, [0], 1.0, 2, 0.01, 0.1, None, None, -1, 0)
+
+
+@pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
 def test_a_nan_row_gives_a_nan_energy_and_loss_as_in_torch(activation):
     """A NaN input must not come out finite (torch's activations keep a NaN; a finite energy with NaN weight
     gradients would slip past a training loop's check of the loss)."""
@@ -364,11 +414,15 @@ def test_the_loss_kernels_give_the_same_bits_for_the_same_thread_count():
     net = _network(2, [64, 64], "silu")
     x, v = torch.randn(1000, 2, generator=torch.Generator().manual_seed(0)), torch.randn(1000, 2)
     W, B = [m.weight for m in net if isinstance(m, nn.Linear)], [m.bias for m in net if isinstance(m, nn.Linear)]
+    c = (torch.full((1000,), 1e-3), None)
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(4)
         runs = [ops.feedforward_sliced_score_matching(x, v, W, B, [0, 0], 1.0) for _ in range(6)]
+        chains = [ops.feedforward_contrastive_chain(x, c, c, W, B, [0, 0], 1.0, 3, 0.01, 0.1, None, None, 5, 0)[2:4] for _ in range(4)]
     finally:
         torch.set_num_threads(threads)
     for value, grad_w, _ in runs[1:]:
         assert torch.equal(value, runs[0][0]) and all(torch.equal(a, b) for a, b in zip(grad_w, runs[0][1]))
+    for energies, grad_w in chains[1:]:
+        assert torch.equal(energies, chains[0][0]) and all(torch.equal(a, b) for a, b in zip(grad_w, chains[0][1]))

@@ -265,6 +265,30 @@ const char* network_problem(int n_hidden, const int64_t* widths, const int* acti
 // Langevin chains of a feed-forward energy (ebm/feedforward_host.h): each tile of TILE chains runs all
 // n_steps with its state, activations and gradient in cache; the noise is the stream's, as in
 // langevin_chain_host, so a chain here and there differ only by rounding in the gradient.
+// One Langevin move of the tile of chains i0 .. i0 + TILE − 1 in ws.x, by the gradient in ws.grad, with the stream's
+// noise for `step`.
+void feedforward_tile_move(const ebm::Stream& rng, ebm::ff::Workspace& ws, int d, int64_t i0, uint64_t step,
+                           const Tile<float>& hl, const Tile<float>& sl) {
+  const int stride = 16 * ebm::ff::blocks(d);
+  float* xs = (float*)ws.x.data();
+  const float* g = (const float*)ws.grad.data();
+  alignas(64) float z[4][TILE];
+  for (int b = 0; b < (d + 3) / 4; ++b) {
+    tile_normals(rng, (uint32_t)b, i0, step, z, 4 * b + 2 < d);
+    for (int l = 0; l < 4 && 4 * b + l < d; ++l)
+      for (int lane = 0; lane < TILE; ++lane) {
+        const int k = lane * stride + 4 * b + l;
+        xs[k] = ebm::langevin_move<float>(xs[k], g[k], hl.v[lane], sl.v[lane], z[l][lane]);
+      }
+  }
+}
+
+// The first m rows of a tile of rows of `stride` floats into rows i0 .. i0 + m − 1 of out: (n, d).
+void store_rows(float* out, const float* tile, int stride, int64_t i0, int m, int d) {
+  for (int lane = 0; lane < m; ++lane)
+    for (int j = 0; j < d; ++j) out[(i0 + lane) * d + j] = tile[lane * stride + j];
+}
+
 void feedforward_langevin_host(const ebm::ff::Network& net, const float* x, float* out, int64_t n, int64_t n_steps, double h,
                                double s, const void* h_vec, const void* s_vec, uint64_t seed, uint64_t offset, int threads) {
   static_assert(ebm::ff::ROWS == TILE, "a feed-forward tile is a Philox tile");
@@ -273,9 +297,7 @@ void feedforward_langevin_host(const ebm::ff::Network& net, const float* x, floa
 #pragma omp parallel num_threads(threads)
   {
     ebm::ff::Workspace ws(net);
-    alignas(64) float z[4][TILE];
     float* xs = (float*)ws.x.data();
-    const float* g = (const float*)ws.grad.data();
 #pragma omp for schedule(static)
     for (int64_t i0 = 0; i0 < n; i0 += TILE) {
       const int m = (int)std::min<int64_t>(TILE, n - i0);
@@ -283,17 +305,9 @@ void feedforward_langevin_host(const ebm::ff::Network& net, const float* x, floa
       const Tile<float> hl = load_lanes<float>(h_vec, (float)h, i0, m), sl = load_lanes<float>(s_vec, (float)s, i0, m);
       for (int64_t t = 0; t < n_steps; ++t) {
         ebm::ff::gradient(net, ws);
-        for (int b = 0; b < (d + 3) / 4; ++b) {
-          tile_normals(rng, (uint32_t)b, i0, offset + (uint64_t)t, z, 4 * b + 2 < d);
-          for (int l = 0; l < 4 && 4 * b + l < d; ++l)
-            for (int lane = 0; lane < TILE; ++lane) {
-              const int k = lane * stride + 4 * b + l;
-              xs[k] = ebm::langevin_move<float>(xs[k], g[k], hl.v[lane], sl.v[lane], z[l][lane]);
-            }
-        }
+        feedforward_tile_move(rng, ws, d, i0, offset + (uint64_t)t, hl, sl);
       }
-      for (int lane = 0; lane < m; ++lane)
-        for (int j = 0; j < d; ++j) out[(i0 + lane) * d + j] = xs[lane * stride + j];
+      store_rows(out, xs, stride, i0, m, d);
     }
   }
 }
@@ -382,6 +396,38 @@ void network_loss_host(const ebm::ff::Network& net, int64_t n, double scale, Run
   }
   for (int j = 0; j < net.widths[L]; ++j) grad_weights[L][j] *= inv * net.sign;
   *loss = total * scale;
+}
+
+// The energy-gradient pass's buffers and a chain's, for feedforward_contrastive_host.
+struct ContrastiveWorkspace : ebm::ff::ScoreWorkspace {
+  ebm::ff::Workspace chain;
+  explicit ContrastiveWorkspace(const ebm::ff::Network& net) : ebm::ff::ScoreWorkspace(net), chain(net) {}
+};
+
+// Contrastive divergence's chains and gradient in one pass per tile: E and Σ c ∂E/∂θ at the starts x (the pass's
+// ∇E is the chain's first gradient, to the bit), n_steps >= 1 Langevin moves as feedforward_langevin_host makes
+// them, then E and Σ c ∂E/∂θ at the ends; c = a + bE with (a0, b0) at the starts and (a1, b1) at the ends; Σ c (both
+// ends) into c_sum.
+void feedforward_contrastive_host(const ebm::ff::Network& net, const float* x, float* out, int64_t n, int64_t n_steps, double h,
+                                  double s, const void* h_vec, const void* s_vec, uint64_t seed, uint64_t offset,
+                                  const float* a0, const float* b0, const float* a1, const float* b1, float* e0, float* e1,
+                                  double* c_sum, float* const* grad_weights, float* const* grad_biases, int threads) {
+  const ebm::Stream rng(seed);
+  const int d = net.widths[0], stride = 16 * ebm::ff::blocks(d);
+  network_loss_host<ContrastiveWorkspace>(net, n, 1.0, [&](ContrastiveWorkspace& ws, int64_t i0, int m) {
+    float *rows = (float*)ws.h[0].data(), *xs = (float*)ws.chain.x.data();
+    load_rows(rows, stride, x, i0, m, d);
+    ebm::ff::energy_gradient_tile(net, ws, a0, b0, e0, m, i0, ws.chain.grad.data());
+    std::copy(rows, rows + TILE * stride, xs);
+    const Tile<float> hl = load_lanes<float>(h_vec, (float)h, i0, m), sl = load_lanes<float>(s_vec, (float)s, i0, m);
+    for (int64_t t = 0; t < n_steps; ++t) {
+      if (t > 0) ebm::ff::gradient(net, ws.chain);
+      feedforward_tile_move(rng, ws.chain, d, i0, offset + (uint64_t)t, hl, sl);
+    }
+    store_rows(out, xs, stride, i0, m, d);
+    load_rows(rows, stride, out, i0, m, d);  // the ends, padding rows zero (the chain moved them too)
+    ebm::ff::energy_gradient_tile(net, ws, a1, b1, e1, m, i0);
+  }, c_sum, grad_weights, grad_biases, threads);
 }
 
 template <typename S>
@@ -524,16 +570,29 @@ int ebm_host_feedforward_ssm(int n_hidden, const int64_t* widths, const float* c
 
 int ebm_host_feedforward_energy_gradient(int n_hidden, const int64_t* widths, const float* const* weights,
                                          const float* const* biases, const int* activations, double sign, const float* x,
-                                         const float* a, const float* b, int64_t n, float* energies,
+                                         const float* a, const float* b, int64_t n, float* energies, double* c_sum,
                                          float* const* grad_weights, float* const* grad_biases, int threads) {
   if (*network_problem(n_hidden, widths, activations)) return fail(network_problem(n_hidden, widths, activations));
   const ebm::ff::Network net(n_hidden, widths, weights, biases, activations, (float)sign);
   const int d = net.widths[0], stride = 16 * ebm::ff::blocks(d);
-  double unused = 0.0;
   network_loss_host<ebm::ff::ScoreWorkspace>(net, n, 1.0, [&](ebm::ff::ScoreWorkspace& ws, int64_t i0, int m) {
     load_rows((float*)ws.h[0].data(), stride, x, i0, m, d);
     ebm::ff::energy_gradient_tile(net, ws, a, b, energies, m, i0);
-  }, &unused, grad_weights, grad_biases, threads);
+  }, c_sum, grad_weights, grad_biases, threads);
+  return 0;
+}
+
+int ebm_host_feedforward_contrastive_chain(int n_hidden, const int64_t* widths, const float* const* weights,
+                                           const float* const* biases, const int* activations, double sign, const float* x,
+                                           float* out, int64_t n, int64_t n_steps, double h, double s, const void* h_vec,
+                                           const void* s_vec, uint64_t seed, uint64_t offset, const float* a0, const float* b0,
+                                           const float* a1, const float* b1, float* e0, float* e1, double* c_sum,
+                                           float* const* grad_weights, float* const* grad_biases, int threads) {
+  if (*network_problem(n_hidden, widths, activations)) return fail(network_problem(n_hidden, widths, activations));
+  if (n_steps < 1) return fail("n_steps must be >= 1");
+  const ebm::ff::Network net(n_hidden, widths, weights, biases, activations, (float)sign);
+  feedforward_contrastive_host(net, x, out, n, n_steps, h, s, h_vec, s_vec, seed, offset, a0, b0, a1, b1, e0, e1, c_sum,
+                               grad_weights, grad_biases, threads);
   return 0;
 }
 

@@ -303,6 +303,25 @@ struct Workspace {
   }
 };
 
+// ∇E = e_0 W_0 of a tile from e_0 = ∂E/∂z at the first hidden layer (ROWS rows of blocks(widths[1])) into grad
+// (ROWS rows of blocks(d)): the last product of the chain rule, shared by every pass that needs the input gradient.
+inline void input_gradient(const Network& net, const v16* e, v16* grad_out) {
+  const int w1 = net.widths[1], d = net.widths[0];
+  if (d > SMALL_INPUT) {
+    product((const float*)e, 16 * blocks(w1), w1, net.backward[0].data(), blocks(d), nullptr, grad_out);
+    return;
+  }
+  // few inputs: ∇E[r][i] = e_0[r] · W_0[:, i] as dot products (a 16-wide product would be mostly padding)
+  const int kb = blocks(w1), db = blocks(d);
+  float* grad = (float*)grad_out;
+  for (int r = 0; r < ROWS; ++r)
+    for (int i = 0; i < d; ++i) {
+      v16 acc = v16{};
+      for (int k = 0; k < kb; ++k) acc += e[r * kb + k] * net.input_columns[i * kb + k];
+      grad[r * 16 * db + i] = sum(acc);
+    }
+}
+
 // ∇E of the tile's ROWS chains in ws.x into ws.grad.
 inline void gradient(const Network& net, Workspace& ws) {
   const int L = net.n_hidden;
@@ -328,20 +347,7 @@ inline void gradient(const Network& net, Workspace& ws) {
     for (int i = 0; i < ROWS * ib; ++i) g[i] *= d[i];
     e = g;
   }
-  const int w1 = net.widths[1], d = net.widths[0];
-  if (d > SMALL_INPUT) {
-    product((const float*)e, 16 * blocks(w1), w1, net.backward[0].data(), blocks(d), nullptr, ws.grad.data());
-    return;
-  }
-  // few inputs: ∇E[r][i] = e_0[r] · W_0[:, i] as dot products (a 16-wide product would be mostly padding)
-  const int kb = blocks(w1), db = blocks(d);
-  float* grad = (float*)ws.grad.data();
-  for (int r = 0; r < ROWS; ++r)
-    for (int i = 0; i < d; ++i) {
-      v16 acc = v16{};
-      for (int k = 0; k < kb; ++k) acc += e[r * kb + k] * net.input_columns[i * kb + k];
-      grad[r * 16 * db + i] = sum(acc);
-    }
+  input_gradient(net, e, ws.grad.data());
 }
 
 // ---- denoising score matching: L = (1/2n) Σ_r |a_r ∇E(x_r) − b_r|², and its gradient in the weights ----
@@ -454,9 +460,10 @@ inline void denoising_tile(const Network& net, ScoreWorkspace& ws, const float* 
 // linear or quadratic in the energies (contrastive divergence with its energy regularisation), in one pass ----
 
 // The tile's rows in ws.h[0] (x); energies written to e (rows i0 .. i0 + m − 1); b may be null (zero). Reuses the
-// DSM workspace: per level the activation h, f'(z) in d1, and the backward pass in delta (∂/∂z) and gamma (∂/∂h).
+// DSM workspace: per level the activation h, f'(z) in d1, the backward pass of E itself in delta (∂E/∂z, with the
+// arithmetic of gradient(), so input_grad, when given, is its ∇E to the bit), and c_r·delta in tau; Σ c_r in loss.
 inline void energy_gradient_tile(const Network& net, ScoreWorkspace& ws, const float* a, const float* b, float* e, int m,
-                                 int64_t i0) {
+                                 int64_t i0, v16* input_grad = nullptr) {
   const int L = net.n_hidden;
   for (int l = 0; l < L; ++l) {
     const int ob = blocks(net.widths[l + 1]);
@@ -466,29 +473,36 @@ inline void energy_gradient_tile(const Network& net, ScoreWorkspace& ws, const f
     activate_rows(net.activations[l], z, ob, nullptr, ws.h[l + 1].data());  // z <- f'(z), h <- f(z)
   }
   const int ob = blocks(net.widths[L]);
+  float c[ROWS];
   for (int r = 0; r < ROWS; ++r) {
     v16 acc = v16{};
     for (int j = 0; j < ob; ++j) acc += net.top[j] * ws.h[L][r * ob + j];
     const float energy = sum(acc) + net.top_bias;
-    const float cr = r < m ? a[i0 + r] + (b ? b[i0 + r] * energy : 0.0f) : 0.0f;
+    c[r] = r < m ? a[i0 + r] + (b ? b[i0 + r] * energy : 0.0f) : 0.0f;
+    ws.loss += c[r];  // Σ c: the output bias's gradient, over sign
     if (r < m) e[i0 + r] = energy;
     for (int j = 0; j < ob; ++j) {
       const int i = r * ob + j;
-      ws.delta[L][i] = cr * (net.top[j] * ws.d1[L][i]);
-      ws.dw_out[j] += cr * ws.h[L][i];
+      ws.delta[L][i] = ws.d1[L][i] * net.top[j];
+      ws.dw_out[j] += c[r] * ws.h[L][i];
     }
   }
   for (int l = L; l >= 1; --l) {
     const int nb = blocks(net.widths[l]), ib = blocks(net.widths[l - 1]);
-    accumulate_outer((const float*)ws.delta[l].data(), 16 * nb, net.widths[l], ws.h[l - 1].data(), ib, ws.dW[l - 1].data());
+    v16* scaled = ws.tau[l].data();
     for (int r = 0; r < ROWS; ++r)
-      for (int j = 0; j < nb; ++j) ws.db[l - 1][j] += ws.delta[l][r * nb + j];
+      for (int j = 0; j < nb; ++j) {
+        scaled[r * nb + j] = c[r] * ws.delta[l][r * nb + j];
+        ws.db[l - 1][j] += scaled[r * nb + j];
+      }
+    accumulate_outer((const float*)scaled, 16 * nb, net.widths[l], ws.h[l - 1].data(), ib, ws.dW[l - 1].data());
     if (l >= 2) {
-      v16 *g = ws.gamma[l - 1].data(), *dl = ws.delta[l - 1].data();
-      product((const float*)ws.delta[l].data(), 16 * nb, net.widths[l], net.backward[l - 1].data(), ib, nullptr, g);
-      for (int i = 0; i < ROWS * ib; ++i) dl[i] = g[i] * ws.d1[l - 1][i];
+      v16* dl = ws.delta[l - 1].data();
+      product((const float*)ws.delta[l].data(), 16 * nb, net.widths[l], net.backward[l - 1].data(), ib, nullptr, dl);
+      for (int i = 0; i < ROWS * ib; ++i) dl[i] *= ws.d1[l - 1][i];
     }
   }
+  if (input_grad) input_gradient(net, ws.delta[1].data(), input_grad);
 }
 
 // ---- sliced score matching: L = (1/n) Σ_r ½ u_r² − w_r with u = vᵀ∇E(x), w = vᵀ∇²E(x) v, and its gradient ----
