@@ -15,19 +15,20 @@ import time
 import warnings
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional, Protocol
+from typing import Any, Callable, Iterator, Optional, Protocol, Union
 
 import torch
 from torch import Tensor
 
 from ebmcore.energies.base import EnergyModel
+from ebmcore.energies.feedforward import FeedForward
 from ebmcore.errors import InputError
 from ebmcore.recording import NonFiniteChainsWarning, Recorder, SampleResult, check_trajectory_fits
-from ebmcore.validation import check_energy_output, check_finite, check_gradient_output
+from ebmcore.validation import all_finite, check_energy_output, check_finite, check_gradient_output
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Sampler", "SamplerState", "Run", "Chain", "NoiseStream", "check_run_arguments", "stream_seed"]
+__all__ = ["Sampler", "SamplerState", "Run", "Chain", "EnergyGradients", "NoiseStream", "check_run_arguments", "stream_seed"]
 
 
 class SamplerState(Protocol):
@@ -39,7 +40,29 @@ class SamplerState(Protocol):
 Chain = Callable[[Any, int, int, int], tuple[Any, Any]]
 """``chain(state, n_steps, seed, offset) -> (state, info)``: ``n_steps`` transitions in one fused kernel call, the
 noise taken at steps ``offset, offset + 1, ...`` of the counter-based stream keyed by ``seed``; ``info.accepted``
-and ``info.divergent`` are per-chain counts over the call (None without accept/reject)."""
+and ``info.divergent`` are per-chain counts over the call (None without accept/reject).
+
+A chain of a feed-forward energy may also offer ``chain.energy_gradients(state, n_steps, seed, offset, start, end)
+-> (state, info, EnergyGradients)``: the same transitions, to the bit, and in the same call the weight gradient of a
+loss linear or quadratic in the energies at the starts and the ends (:meth:`Sampler.advance`'s ``energy_gradients``)."""
+
+
+@dataclass(frozen=True)
+class EnergyGradients:
+    """What a chain computed with its moves for a loss of the energies at its starts ``x`` and ends ``x'``
+    (contrastive divergence): ``start = E(x): (n,)``, ``end = E(x'): (n,)``, and ``Σᵣ cᵣ ∂E(xᵣ)/∂θ`` summed over both,
+    with ``c = a + b·E`` for the ``(a, b)`` asked at each end, for the weights and biases of each layer of the energy's
+    feed-forward ``plan`` (``weight_grads[l]`` shaped as layer ``l``'s weight; ``bias_grads[l]`` None where it has no bias)."""
+
+    start: Tensor
+    end: Tensor
+    plan: FeedForward
+    weight_grads: list[Tensor]
+    bias_grads: list[Optional[Tensor]]
+
+
+Coefficients = tuple[Union[float, Tensor], Union[float, Tensor, None]]
+"""``(a, b)`` of a loss's derivative in each energy, ``cᵣ = aᵣ + bᵣEᵣ``: floats or ``(n_chains,)``; ``b`` None: zero."""
 
 
 @dataclass
@@ -72,6 +95,18 @@ def check_run_arguments(x0: Any, n_steps: int, burn_in: int = 0, thin: int = 1, 
         raise InputError("x0 is on the meta device, which holds shapes but no values: a chain cannot run there. "
                          "Sample on 'cpu' or 'cuda' (energy.to(device), x0.to(device)); an energy's compute_* methods take meta "
                          "tensors, for shapes.")
+
+
+def _check_coefficients(energy_gradients: Any) -> None:
+    """A clear error unless ``energy_gradients`` is ``((a, b), (a', b'))`` of :data:`Coefficients`."""
+    def number(v: Any) -> bool:
+        return isinstance(v, (int, float, Tensor)) and not isinstance(v, bool)
+
+    ok = (isinstance(energy_gradients, tuple) and len(energy_gradients) == 2 and
+          all(isinstance(c, tuple) and len(c) == 2 and number(c[0]) and (c[1] is None or number(c[1])) for c in energy_gradients))
+    if not ok:
+        raise InputError(f"energy_gradients must be ((a, b), (a', b')): the coefficients at the starts and at the ends, "
+                         f"floats or (n_chains,) tensors, b None for zero; got {energy_gradients!r}.")
 
 
 @dataclass
@@ -179,16 +214,27 @@ class Sampler(ABC):
         return Run(state, lambda s: self.step(s, generator=generator, **tunables), energy_of,
                    path=f"per-step loop ({type(self).__name__}.step)")
 
-    def advance(self, x: Tensor, n_steps: int, *, generator: torch.Generator | None = None) -> Tensor:
+    def advance(self, x: Tensor, n_steps: int, *, generator: torch.Generator | None = None,
+                energy_gradients: tuple[Coefficients, Coefficients] | None = None) -> Any:
         """The states ``(n_chains, *event_shape)`` after ``n_steps`` steps from ``x``: what
         ``sample(x, n_steps, generator=generator)`` returns, to the bit (for an energy that draws no random
         numbers of its own), for a loss that runs a sampler at every training step (contrastive divergence).
         It checks ``x`` (shape, dtype, device, finite) and, where the initial state carries them, the energy
         and gradient there, as ``sample`` does, but it does not evaluate the energy only to check it (ULA's
         state has none: one forward pass saved per call), and it records nothing. Chains that became
-        non-finite are warned about, as by ``sample``. A sampler that overrides ``sample`` is run by it."""
+        non-finite are warned about, as by ``sample``. A sampler that overrides ``sample`` is run by it.
+
+        ``energy_gradients=((a, b), (a', b'))`` (floats or ``(n_chains,)``; ``b`` None: zero) returns
+        ``(states, EnergyGradients or None)``: where the fused chain offers it (:data:`Chain`; ``n_steps >= 1``),
+        the energies at ``x`` and at the states and the weight gradient of ``Σᵣ (aᵣ + bᵣE(xᵣ))E(xᵣ)`` at ``x`` plus
+        the same with ``(a', b')`` at the states, from the chain's own call; None where it does not (compute them
+        yourself). The states are the same either way."""
+        grads: EnergyGradients | None = None
+        if energy_gradients is not None:
+            _check_coefficients(energy_gradients)
         if type(self).sample is not Sampler.sample:
-            return self.sample(x, n_steps, generator=generator)
+            final = self.sample(x, n_steps, generator=generator)
+            return final if energy_gradients is None else (final, grads)
         check_run_arguments(x, n_steps, generator=generator)
         x = self.check_initial_state(x).detach()
         run = self.prepare(x, generator, {})
@@ -198,18 +244,22 @@ class Sampler(ABC):
             self.check_initial_energy(x, energy, grad if isinstance(grad, Tensor) else None)
         if run.chain is not None:
             seed = stream_seed(generator, x.device)  # drawn as sample draws it, whatever n_steps
-            if n_steps:
+            with_gradients = getattr(run.chain, "energy_gradients", None) if energy_gradients is not None else None
+            if with_gradients is not None and n_steps:
+                state, _, grads = with_gradients(state, n_steps, seed, 0, *energy_gradients)
+            elif n_steps:
                 state, _ = run.chain(state, n_steps, seed, 0)
         else:
             for _ in range(n_steps):
                 state, _ = run.step(state)
         self._warn_nonfinite(state.x)
-        return state.x.clone() if state.x is x else state.x
+        final = state.x.clone() if state.x is x else state.x
+        return final if energy_gradients is None else (final, grads)
 
     def _warn_nonfinite(self, x: Tensor) -> Tensor:
         """The indices of the chains of ``x: (n_chains, ...)`` that are not finite (one host sync), with a
         :class:`NonFiniteChainsWarning` naming them when there are any (for the caller of ``sample``/``advance``)."""
-        if bool(torch.isfinite(x).all()):
+        if all_finite(x):
             return torch.empty(0, dtype=torch.long, device=x.device)
         nonfinite = (~torch.isfinite(x.flatten(1)).all(1)).nonzero().flatten()
         warnings.warn(

@@ -15,6 +15,7 @@ from torch import Tensor
 
 from ebmcore import EnergyFunctions, EnergyModel, Integrator
 from ebmcore.errors import InputError
+from ebmcore.sampler import EnergyGradients
 from ebm_samplers.algorithm import Algorithm, Chain, ChainInfo, Step, chain_kernel, compiled, draw_then
 from ebm_samplers.integrators import EulerMaruyama, resolve_integrator
 from ebm_samplers.integrators.euler_maruyama import SDEUpdate
@@ -108,7 +109,9 @@ def build_chain(energy: EnergyModel, fns: EnergyFunctions, x: Tensor, params: Pa
     ``feedforward_langevin_chain`` kernel of a feed-forward network (``fns.feedforward_plan``), or the
     ``conv_langevin_chain`` kernel of an energy with a ``conv_plan()`` method (duck-typed: it returns the layers, e.g.
     ``ebm_losses.ConvPlan``, or a string saying why a kernel must not run them; ``ebm_losses.ConvEnergy`` has one);
-    for other energies, one ``langevin_step_philox`` kernel per step (the noise drawn inside it). Euler–Maruyama only."""
+    for other energies, one ``langevin_step_philox`` kernel per step (the noise drawn inside it). Euler–Maruyama only.
+    A feed-forward chain also offers ``energy_gradients`` (:data:`ebmcore.sampler.Chain`) where a backend has
+    ``feedforward_contrastive_chain``."""
     if not isinstance(integrator, EulerMaruyama):
         return f"the integrator is {integrator.name}, the fused chain is Euler–Maruyama"
     h = params.step_size
@@ -120,9 +123,14 @@ def build_chain(energy: EnergyModel, fns: EnergyFunctions, x: Tensor, params: Pa
                  else chain_kernel(op, energy, x, fused_setting, network))
         if not isinstance(chain, str):
             network_fn = chain.fn
-            return lambda state, n, seed, offset: (
+            run = lambda state, n, seed, offset: (  # noqa: E731
                 State(network_fn(state.x, network, n_steps=n, step_size=h, noise_scale=s, seed=seed, offset=offset)),
                 ChainInfo(None, None))
+            contrastive = chain_kernel("feedforward_contrastive_chain", energy, x, fused_setting, network) \
+                if op == "feedforward_langevin_chain" else "not a feed-forward network"
+            if not isinstance(contrastive, str):
+                run.energy_gradients = _with_energy_gradients(contrastive.fn, network, h, s)
+            return run
     else:
         chain = chain_kernel("<energy>_langevin_chain", energy, x, fused_setting)
         if not isinstance(chain, str):
@@ -141,6 +149,16 @@ def build_chain(energy: EnergyModel, fns: EnergyFunctions, x: Tensor, params: Pa
         return State(y), ChainInfo(None, None)
 
     return run_steps
+
+
+def _with_energy_gradients(kernel: Callable[..., Any], network: Any, h: Any, s: Any) -> Callable[..., Any]:
+    """The chain's ``energy_gradients`` (:data:`ebmcore.sampler.Chain`) by ``feedforward_contrastive_chain``."""
+    def energy_gradients(state: State, n: int, seed: int, offset: int, start: Any, end: Any) -> tuple[State, ChainInfo, EnergyGradients]:
+        x, e_start, e_end, weight_grads, bias_grads = kernel(state.x, network, n_steps=n, step_size=h, noise_scale=s, seed=seed,
+                                                             offset=offset, start=start, end=end)
+        return State(x), ChainInfo(None, None), EnergyGradients(e_start, e_end, network, weight_grads, bias_grads)
+
+    return energy_gradients
 
 
 def _network_of(energy: EnergyModel, fns: EnergyFunctions) -> tuple[str | None, Any]:
