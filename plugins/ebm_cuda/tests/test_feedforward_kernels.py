@@ -353,6 +353,33 @@ def test_each_loss_takes_its_kernel_and_matches_the_torch_path(name):
             torch.testing.assert_close(fused, reference_grad, rtol=1e-4, atol=1e-5 * reference_grad.abs().max().item())
 
 
+@pytest.mark.parametrize("regularization", [0.0, 0.1], ids=["plain", "regularised"])
+def test_contrastive_divergence_takes_its_gradient_from_the_chain_that_draws_its_negatives(regularization, monkeypatch):
+    """With the fused chain (the default), CD's negatives and weight gradient come from one
+    ``feedforward_contrastive_chain`` call: the negatives are the sampler's own (``advance``, to the bit), and the loss
+    and its gradient are the formula's on them, by autograd in float64."""
+    calls = []
+    real = ops.feedforward_contrastive_chain
+    monkeypatch.setattr(ops, "feedforward_contrastive_chain", lambda *args: calls.append(1) or real(*args))
+    energy = Net(_network(2, [64, 64], "silu"))
+    data = torch.randn(200, 2, generator=torch.Generator().manual_seed(5))
+    loss = ebmcore.registry.get("loss", "contrastive_divergence")(n_steps=5, sampler_options={"step_size": 0.01},
+                                                                   regularization=regularization)
+    value = loss(energy, data, generator=torch.Generator().manual_seed(1))
+    assert calls == [1] and _graph_has(value.grad_fn, "_GivenGradients")
+    assert torch.equal(loss.last_negatives, loss.sampler_for(energy).advance(data, 5, generator=torch.Generator().manual_seed(1)))
+    energy64 = Net(_network(2, [64, 64], "silu")).double()
+    energy64.load_state_dict(energy.state_dict())
+    e_pos, e_neg = energy64.compute_energy(data.double()), energy64.compute_energy(loss.last_negatives.double())
+    expected = e_pos.mean() - e_neg.mean() + regularization * (e_pos.square().mean() + e_neg.square().mean())
+    torch.testing.assert_close(value.double(), expected.detach(), rtol=1e-5, atol=1e-6)
+    (2.0 * value).backward()
+    (2.0 * expected).backward()
+    for got, reference_param in zip(energy.parameters(), energy64.parameters()):
+        ref = reference_param.grad
+        torch.testing.assert_close(got.grad.double(), ref, rtol=1e-4, atol=1e-5 * ref.abs().max().item())
+
+
 @pytest.mark.parametrize("name", ["dsm-one-level", "ssm-gaussian", "cd-regularised"])
 def test_second_derivatives_through_a_kernel_loss_equal_the_torch_paths(name):
     """A gradient penalty: ``L + Σ|∂L/∂θ|²`` differentiated again (``create_graph=True``) is the same on both paths."""

@@ -13,10 +13,11 @@ import torch
 from torch import Tensor
 
 from ebmcore import EnergyFunctions, EnergyModel, Loss, Sampler, registry
+from ebmcore.sampler import EnergyGradients
 from ebmcore.energies import feedforward
 from ebmcore.errors import InputError
 from ebmcore.validation import check_energy_output, check_positive
-from ebm_losses.network_kernels import kernel_loss, network_kernel
+from ebm_losses.network_kernels import kernel_loss, kernel_may_run, network_kernel
 
 __all__ = ["ContrastiveDivergence", "PersistentContrastiveDivergence", "ClippedGradientEnergy"]
 
@@ -116,21 +117,39 @@ class ContrastiveDivergence(Loss):
 
     def __call__(self, energy: EnergyModel, data: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
         self.check_data(energy, data)
-        negatives = self.negatives(energy, self._starts(data, generator), generator)
+        negatives, grads = self._draw(energy, data, self._starts(data, generator), generator)
         self._after(negatives)
         self.last_negatives = negatives
+        n_pos = len(data)
+        plan_loss = lambda: self._value(*energy.compute_energy(torch.cat((data, negatives))).split((n_pos, len(negatives))))  # noqa: E731
+        if grads is not None:  # the chain computed the energies and this loss's weight gradient with its moves
+            return kernel_loss(grads.plan, self._value(grads.start, grads.end), grads.weight_grads, grads.bias_grads,
+                               recompute=plan_loss)
         plan = feedforward.plan(energy, data)[0]
         if plan is not None:  # rows independent, output (n,): one pass over both batches
             both = torch.cat((data, negatives))
-            plan_loss = lambda: self._value(*energy.compute_energy(both).split((len(data), len(negatives))))  # noqa: E731
             kernel = network_kernel("feedforward_energy_gradients", plan, both)
             if kernel is None:
                 return plan_loss()
-            return self._kernel_loss(kernel, plan, both, len(data), plan_loss)  # ebm-cuda: energies and gradient natively
+            return self._kernel_loss(kernel, plan, both, n_pos, plan_loss)  # ebm-cuda: energies and gradient natively
         owner = type(energy).__name__  # the model may mix rows (batch norm): each batch on its own
         e_pos = check_energy_output(energy.compute_energy(data), data, owner=owner)
         e_neg = check_energy_output(energy.compute_energy(negatives), negatives, owner=owner)
         return self._value(e_pos, e_neg)
+
+    def _draw(self, energy: EnergyModel, data: Tensor, starts: Tensor,
+              generator: torch.Generator | None) -> tuple[Tensor, EnergyGradients | None]:
+        """The negatives from ``starts``, and, where the chains start at the data and the sampler's fused chain
+        offers it (``Sampler.advance(energy_gradients=...)``), the energies at both ends and the loss's weight
+        gradient from the same call (``∂loss/∂Eᵣ = ±1/n + (2·regularization/n)·Eᵣ``); else None."""
+        sampler = self.sampler_for(energy)
+        if starts is not data or sampler.energy is not energy or not kernel_may_run(data):
+            return self.negatives(energy, starts, generator), None
+        n = len(data)
+        b = 2.0 * self.regularization / n if self.regularization else None
+        negatives, grads = sampler.advance(data.detach(), self.n_steps, generator=generator,
+                                           energy_gradients=((1.0 / n, b), (-1.0 / n, b)))
+        return negatives.detach(), grads
 
     def _value(self, e_pos: Tensor, e_neg: Tensor) -> Tensor:
         """``mean E(x⁺) − mean E(x⁻)`` (+ ``regularization · (mean E(x⁺)² + mean E(x⁻)²)``)."""

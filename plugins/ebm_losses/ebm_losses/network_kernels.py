@@ -16,14 +16,20 @@ from ebmcore.energies import feedforward
 from ebmcore.errors import BackendUnavailableError, UnknownComponentError
 from ebmcore.kernels import Kernel, resolve_kernel
 
-__all__ = ["network_kernel", "kernel_loss"]
+__all__ = ["network_kernel", "kernel_may_run", "kernel_loss"]
+
+
+def kernel_may_run(x: Tensor) -> bool:
+    """Whether a loss kernel may stand in for autograd at inputs ``x``: grad mode on (the kernels compute weight
+    gradients), ``x`` not needing a gradient itself, and no autocast (the torch path then runs under it)."""
+    return torch.is_grad_enabled() and not x.requires_grad and not torch.is_autocast_enabled(x.device.type)
 
 
 def network_kernel(op: str, plan: feedforward.FeedForward, x: Tensor) -> Optional[Kernel]:
     """The kernel of ``op`` for the feed-forward ``plan`` at inputs ``x: (n, d)``, or None where none runs it or it
     does not pay: another device or dtype, autocast, an activation it lacks, inputs that need a gradient themselves,
     or grad mode off (the kernels compute weight gradients; the torch path then computes the value alone)."""
-    if not torch.is_grad_enabled() or x.requires_grad or torch.is_autocast_enabled(x.device.type):
+    if not kernel_may_run(x):
         return None
     try:
         kernel = resolve_kernel(op, x.device, x.dtype)
