@@ -289,11 +289,16 @@ def _network_shapes(what: str, x: Tensor, weights: Sequence[Tensor], biases: Seq
         width = w.shape[0]
 
 
+def _float32(t: Tensor) -> Tensor:
+    """``t`` as a contiguous float32 tensor the kernels read (itself when it is one already: no copy)."""
+    return t if t.dtype == torch.float32 and t.is_contiguous() else t.detach().to(torch.float32).contiguous()
+
+
 def _network(weights: Sequence[Tensor], biases: Sequence[Optional[Tensor]], activations: Sequence[int]) -> tuple[tuple, list]:
     """The C description ``(n_hidden, widths, weight pointers, bias pointers, activation codes)`` of checked layers,
     and the float32 tensors it points into (keep them alive)."""
-    keep = [w.detach().to(torch.float32).contiguous() for w in weights]
-    bias_tensors = [None if b is None else b.detach().to(torch.float32).contiguous() for b in biases]
+    keep = [_float32(w) for w in weights]
+    bias_tensors = [None if b is None else _float32(b) for b in biases]
     widths = [keep[0].shape[1], *(w.shape[0] for w in keep)]
     described = (len(weights) - 1, (ctypes.c_int64 * len(widths))(*widths),
                  (ctypes.c_void_p * len(keep))(*(t.data_ptr() for t in keep)),
