@@ -176,11 +176,16 @@ class FeedForward:
 
     def __init__(self, layers: list[Layer], sign: float) -> None:
         self.layers, self.sign = layers, sign
+        self._description: Optional[str] = None
 
     def describe(self) -> str:
-        widths = [self.layers[0].linear.in_features] + [layer.linear.out_features for layer in self.layers]
-        acts = sorted({layer.activation.name for layer in self.layers if layer.activation is not None})
-        return f"closed-form gradient of a feed-forward network {'-'.join(map(str, widths))} ({', '.join(acts) or 'linear'})"
+        """The words for this path (widths and activations), made once: a sampler binds the energy at every run."""
+        if self._description is None:
+            widths = [self.layers[0].linear.in_features] + [layer.linear.out_features for layer in self.layers]
+            acts = sorted({layer.activation.name for layer in self.layers if layer.activation is not None})
+            self._description = (f"closed-form gradient of a feed-forward network {'-'.join(map(str, widths))} "
+                                 f"({', '.join(acts) or 'linear'})")
+        return self._description
 
     def energy(self, x: Tensor) -> Tensor:
         """``E(x): (n,)`` by the plan (no autograd graph)."""
@@ -377,7 +382,21 @@ def _is_squeeze(node: torch.fx.Node) -> bool:
 _TRACED: "weakref.WeakKeyDictionary[nn.Module, list]" = weakref.WeakKeyDictionary()
 
 
-def _fingerprint(energy: nn.Module, modules: tuple[nn.Module, ...]) -> tuple:
+def _modules(energy: nn.Module) -> list[nn.Module]:
+    """``energy.modules()`` in the same order (depth first, each once), without building the submodules' names."""
+    out: list[nn.Module] = []
+    seen: set[int] = set()
+    stack = [energy]
+    while stack:
+        m = stack.pop()
+        if id(m) not in seen:
+            seen.add(id(m))
+            out.append(m)
+            stack.extend(reversed([c for c in m._modules.values() if c is not None]))
+    return out
+
+
+def _fingerprint(energy: nn.Module, modules: list[nn.Module]) -> tuple:
     """The model's structure, which the trace depends on: its modules and their types (a parametrization
     changes the type), their forward hooks and the global ones (``weight_norm`` is a hook)."""
     hooks = tuple(tuple(getattr(nn.modules.module, name, ())) for name in _GLOBAL_HOOKS)
@@ -385,7 +404,7 @@ def _fingerprint(energy: nn.Module, modules: tuple[nn.Module, ...]) -> tuple:
             hooks)
 
 
-def _state(modules: tuple[nn.Module, ...]) -> tuple[tuple, tuple]:
+def _state(modules: list[nn.Module]) -> tuple[tuple, tuple]:
     """``(key, held)``: what a probe's verdict depends on besides the structure, as a key that compares cheaply,
     and the objects it names. The key is the identity of every attribute of every module (its training mode, a
     flag ``compute_energy`` branches on, a config object) and of every parameter and buffer, and where each
@@ -393,10 +412,15 @@ def _state(modules: tuple[nn.Module, ...]) -> tuple[tuple, tuple]:
     not the model itself, the cache's weak key) alive while the key is cached, so no new object can take an old
     one's identity. Not the tensors' values: the plan reads the layers' weights when it runs, so an
     optimizer step leaves the verdict standing. A container changed in place (a list, a dict) is not seen."""
-    attributes = tuple(itertools.chain.from_iterable(m.__dict__.values() for m in modules))
-    tensors = tuple(t for m in modules for t in (*m._parameters.values(), *m._buffers.values()) if t is not None)
-    key = (tuple(map(id, attributes)), tuple(map(id, tensors)), tuple(t.data_ptr() for t in tensors))
-    return key, (modules[1:], attributes, tensors)
+    attributes: list[Any] = []
+    tensors: list[Tensor] = []
+    for m in modules:
+        attributes.extend(m.__dict__.values())
+        tensors.extend(m._parameters.values())
+        tensors.extend(m._buffers.values())
+    tensors = [t for t in tensors if t is not None]
+    key = (tuple(map(id, attributes)), tuple(map(id, tensors)), tuple([t.data_ptr() for t in tensors]))
+    return key, (tuple(modules[1:]), tuple(attributes), tuple(tensors))
 
 
 def plan(energy: nn.Module, like: Tensor) -> tuple[Optional[FeedForward], str]:
@@ -408,7 +432,7 @@ def plan(energy: nn.Module, like: Tensor) -> tuple[Optional[FeedForward], str]:
     if like.dim() != 2 or like.shape[0] == 0 or not like.is_floating_point():
         return None, "inputs are not a floating (n, d) batch"
     cached = _TRACED.get(energy)
-    modules = tuple(energy.modules())
+    modules = _modules(energy)
     fingerprint = _fingerprint(energy, modules)
     if cached is None or cached[0] != fingerprint:
         cached = [fingerprint, *_trace(energy), None, None]
