@@ -43,19 +43,22 @@ noise taken at steps ``offset, offset + 1, ...`` of the counter-based stream key
 and ``info.divergent`` are per-chain counts over the call (None without accept/reject).
 
 A chain of a feed-forward energy may also offer ``chain.energy_gradients(state, n_steps, seed, offset, start, end)
--> (state, info, EnergyGradients)``: the same transitions, to the bit, and in the same call the weight gradient of a
-loss linear or quadratic in the energies at the starts and the ends (:meth:`Sampler.advance`'s ``energy_gradients``)."""
+-> (state, info, EnergyGradients) | None``: the same transitions, to the bit, and in the same call a loss linear or
+quadratic in the energies at the starts and the ends, with its weight gradient (:meth:`Sampler.advance`'s
+``energy_gradients``); None, having done nothing, where it cannot run (the caller then runs ``chain``)."""
 
 
 @dataclass(frozen=True)
 class EnergyGradients:
     """What a chain computed with its moves for a loss of the energies at its starts ``x`` and ends ``x'``
-    (contrastive divergence): ``start = E(x): (n,)``, ``end = E(x'): (n,)``, and ``Σᵣ cᵣ ∂E(xᵣ)/∂θ`` summed over both,
-    with ``c = a + b·E`` for the ``(a, b)`` asked at each end, for the weights and biases of each layer of the energy's
-    feed-forward ``plan`` (``weight_grads[l]`` shaped as layer ``l``'s weight; ``bias_grads[l]`` None where it has no bias)."""
+    (contrastive divergence): ``start = E(x): (n,)``, ``end = E(x'): (n,)``, the loss ``Σᵣ aᵣEᵣ + ½bᵣEᵣ²`` over both
+    ends for the ``(a, b)`` asked at each (``loss: ()``, summed in float64), and its gradient ``Σᵣ cᵣ ∂E(xᵣ)/∂θ``,
+    ``c = a + b·E``, for the weights and biases of each layer of the energy's feed-forward ``plan``
+    (``weight_grads[l]`` shaped as layer ``l``'s weight; ``bias_grads[l]`` None where it has no bias)."""
 
     start: Tensor
     end: Tensor
+    loss: Tensor
     plan: FeedForward
     weight_grads: list[Tensor]
     bias_grads: list[Optional[Tensor]]
@@ -226,9 +229,9 @@ class Sampler(ABC):
 
         ``energy_gradients=((a, b), (a', b'))`` (floats or ``(n_chains,)``; ``b`` None: zero) returns
         ``(states, EnergyGradients or None)``: where the fused chain offers it (:data:`Chain`; ``n_steps >= 1``),
-        the energies at ``x`` and at the states and the weight gradient of ``Σᵣ (aᵣ + bᵣE(xᵣ))E(xᵣ)`` at ``x`` plus
-        the same with ``(a', b')`` at the states, from the chain's own call; None where it does not (compute them
-        yourself). The states are the same either way."""
+        the energies at ``x`` and at the states, the loss ``Σᵣ aᵣE(xᵣ) + ½bᵣE(xᵣ)²`` at ``x`` plus the same with
+        ``(a', b')`` at the states, and its weight gradient, from the chain's own call; None where it does not
+        (compute them yourself). The states are the same either way."""
         grads: EnergyGradients | None = None
         if energy_gradients is not None:
             _check_coefficients(energy_gradients)
@@ -245,8 +248,9 @@ class Sampler(ABC):
         if run.chain is not None:
             seed = stream_seed(generator, x.device)  # drawn as sample draws it, whatever n_steps
             with_gradients = getattr(run.chain, "energy_gradients", None) if energy_gradients is not None else None
-            if with_gradients is not None and n_steps:
-                state, _, grads = with_gradients(state, n_steps, seed, 0, *energy_gradients)
+            done = with_gradients(state, n_steps, seed, 0, *energy_gradients) if with_gradients is not None and n_steps else None
+            if done is not None:
+                state, _, grads = done
             elif n_steps:
                 state, _ = run.chain(state, n_steps, seed, 0)
         else:

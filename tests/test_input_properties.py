@@ -296,3 +296,13 @@ def test_all_finite_agrees_with_the_elementwise_test(dtype, shape, seed, scale, 
             x.view(-1)[(seed + 3 * k) % x.numel()] = value
     x = x.to(dtype)
     assert all_finite(x) == bool(torch.isfinite(x).all())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_all_finite_when_finite_values_overflow_their_sum(dtype):
+    """Finite values whose sum overflows (to inf, or to NaN with both signs) are finite: the element-wise test decides."""
+    from ebmcore.validation import all_finite
+
+    big = torch.finfo(dtype).max
+    assert all_finite(torch.full((4,), big, dtype=dtype)) and all_finite(torch.tensor([big, big, -big, -big], dtype=dtype))
+    assert not all_finite(torch.tensor([big, big, math.nan], dtype=dtype))

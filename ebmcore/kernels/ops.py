@@ -90,7 +90,7 @@ FUSED_OPS: dict[str, str] = {
                                     "(energies: (n,), weight gradients: [(out, in)], bias gradients: [(out,) | None])",
     "feedforward_contrastive_chain": "(x: (n, d), network: FeedForward, n_steps: int >= 1, step_size: float | (n,), "
                                      "noise_scale: float | (n,), seed: int, offset: int, start: (a, b), end: (a, b)) -> "
-                                     "(x': (n, d), energies at x: (n,), energies at x': (n,), weight gradients, bias gradients)",
+                                     "(x': (n, d), energies at x: (n,), energies at x': (n,), loss: (), weight gradients, bias gradients)",
 }
 """Ops with no ``torch`` reference. The chains run many steps per launch, the noise drawn inside the kernel
 from a counter-based stream keyed by ``seed`` at steps ``offset, offset + 1, ...`` (``ebm-cuda`` defines it:
@@ -100,8 +100,9 @@ and ``energy_args`` its ``kernel_args()``. The ``feedforward_*`` ops run the net
 ``feedforward_denoising_score_matching`` ``(1/2n) Σ |a ∇E(x) − b|²`` and ``feedforward_sliced_score_matching``
 ``(1/n) Σ ½(vᵀ∇E)² − vᵀ∇²E v`` with their gradients in the weights; ``feedforward_energy_gradients`` the
 energies with ``Σ (aᵣ + bᵣEᵣ) ∂Eᵣ/∂θ``, the weight gradient of a loss linear or quadratic in them;
-``feedforward_contrastive_chain`` both in one launch: the moves of ``feedforward_langevin_chain`` with that gradient
-at the starts and the ends (``a``, ``b``: floats or ``(n,)``; ``b`` None: zero), summed (contrastive divergence).
+``feedforward_contrastive_chain`` both in one launch: the moves of ``feedforward_langevin_chain`` with the loss
+``Σ aᵣEᵣ + ½bᵣEᵣ²`` at the starts and the ends and its weight gradient (``a``, ``b``: floats or ``(n,)``; ``b`` None:
+zero), summed (contrastive divergence).
 ``conv_langevin_chain`` runs the ULA chains of a small convolutional network (3×3 convolutions, spatial mean,
 linear head) given by an energy's ``conv_plan()`` (``ebm_losses.ConvEnergy``). Samplers
 and losses call them when a backend provides them (``MCMCSampler(fused=...)``, the losses of ``ebm-losses``)

@@ -194,12 +194,12 @@ def feedforward_contrastive_chain(x: Tensor, network: Any, *, n_steps: int, step
                                   offset: int, start: tuple[Any, Any], end: tuple[Any, Any]) -> tuple[Any, ...]:
     """``feedforward_langevin_chain``'s moves with ``feedforward_energy_gradients`` at the starts and the ends, in one
     launch (``ebm_cuda.ops.feedforward_contrastive_chain``); ``start``, ``end``: ``(a, b)``, floats or ``(n,)``
-    (``b`` None: zero). Returns ``(x', E(x), E(x'), weight grads, bias grads)``."""
+    (``b`` None: zero). Returns ``(x', E(x), E(x'), loss Σ aE + ½bE², weight grads, bias grads)``."""
     h, hv = _scalar_or_vector(step_size)
     s, sv = _scalar_or_vector(noise_scale)
 
-    def vector(c: Any) -> Tensor | None:
-        return c if c is None or isinstance(c, Tensor) else x.new_full(x.shape[:1], float(c))
+    def vector(c: Any) -> Tensor | None:  # a number (or 0-d tensor) for every chain, or (n,) as it is
+        return c if c is None or (isinstance(c, Tensor) and c.dim() > 0) else x.new_full(x.shape[:1], float(c))
 
     return ops.feedforward_contrastive_chain(
         x, (vector(start[0]), vector(start[1])), (vector(end[0]), vector(end[1])), *_layers(network), n_steps, h, s, hv, sv,

@@ -87,7 +87,7 @@ class Library:
             contrastive = self._lib.ebm_host_feedforward_contrastive_chain
             contrastive.argtypes = [c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_double, c_void_p, c_void_p, c_int64, c_int64,
                                     c_double, c_double, c_void_p, c_void_p, c_uint64, c_uint64, c_void_p, c_void_p, c_void_p,
-                                    c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_int]
+                                    c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_int]
             contrastive.restype = c_int
             self._functions["feedforward_contrastive_chain"] = contrastive
         philox = getattr(self._lib, f"ebm_{prefix}_philox")

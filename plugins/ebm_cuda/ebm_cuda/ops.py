@@ -254,18 +254,12 @@ def _feedforward_langevin_chain(x: Tensor, weights: Sequence[Tensor], biases: Se
     float32). ``weights[l]: (out_l, in_l)`` with ``in_0 = d`` and ``out_L = 1``; ``biases[l]: (out_l,)`` or None;
     ``activations``: one code of :data:`FEEDFORWARD_ACTIVATIONS` per hidden layer. The noise is the stream's, as in
     ``langevin_chain``. Returns the new ``x: (n, d)``."""
-    x = _check(x, "feedforward_langevin_chain")
-    _check_stream(seed, offset)
-    if x.device.type != "cpu" or x.dtype != torch.float32:
-        raise InputError(f"ebm_cuda.feedforward_langevin_chain: float32 states on the CPU only, got {x.dtype} on {x.device}.")
-    _network_shapes("feedforward_langevin_chain", x, weights, biases, activations)
-    if n_steps < 0:
-        raise InputError(f"ebm_cuda.feedforward_langevin_chain: n_steps must be >= 0, got {n_steps}.")
+    x, hv, sv = _chain_input(x, "feedforward_langevin_chain", weights, biases, activations, n_steps, 0, step_sizes, noise_scales,
+                             seed, offset)
     if n_steps == 0:
         return x.clone()
     network, _keep = _network(weights, biases, activations)
     out = torch.empty_like(x)
-    hv, sv = _vector(step_sizes, x, "step_sizes"), _vector(noise_scales, x, "noise_scales")
     library.host().call("feedforward_langevin_chain", *network, float(sign), x.data_ptr(), out.data_ptr(), x.shape[0], n_steps,
                         step_size, noise_scale, _ptr(hv), _ptr(sv), seed, offset, torch.get_num_threads())
     return out
@@ -345,37 +339,36 @@ def feedforward_energy_gradients(x: Tensor, a: Tensor, b: Optional[Tensor], weig
     network, _keep = _network(weights, biases, activations)
     energies = x.new_empty(x.shape[0])
     grad_w, grad_b, pointers = _weight_gradients(weights, biases)
-    c_sum = ctypes.c_double(0.0)
+    out_bias = None if biases[-1] is None else torch.empty(1)
     library.host().call("feedforward_energy_gradient", *network, float(sign), x.data_ptr(), a.data_ptr(), _ptr(b), x.shape[0],
-                        energies.data_ptr(), ctypes.byref(c_sum), *pointers, torch.get_num_threads())
-    return energies, grad_w, [*grad_b, _output_bias_gradient(biases, sign, c_sum)]
+                        energies.data_ptr(), _ptr(out_bias), *pointers, torch.get_num_threads())
+    return energies, grad_w, [*grad_b, out_bias]
 
 
 def feedforward_contrastive_chain(x: Tensor, start: tuple[Tensor, Optional[Tensor]], end: tuple[Tensor, Optional[Tensor]],
                                   weights: Sequence[Tensor], biases: Sequence[Optional[Tensor]], activations: Sequence[int],
                                   sign: float, n_steps: int, step_size: float, noise_scale: float, step_sizes: Optional[Tensor],
                                   noise_scales: Optional[Tensor], seed: int,
-                                  offset: int) -> tuple[Tensor, Tensor, Tensor, list[Tensor], list[Optional[Tensor]]]:
-    """Contrastive divergence's chains and weight gradient in one launch (host build, float32): the ``n_steps >= 1``
+                                  offset: int) -> tuple[Tensor, Tensor, Tensor, Tensor, list[Tensor], list[Optional[Tensor]]]:
+    """Contrastive divergence's chains, loss and weight gradient in one launch (host build, float32): the ``n_steps >= 1``
     moves of :func:`feedforward_langevin_chain` from ``x: (n, d)`` (the same states, to the bit), and, as
-    :func:`feedforward_energy_gradients` computes them, the energies at the starts and the ends and
-    ``Σᵣ cᵣ ∂E(xᵣ)/∂θ`` summed over both, with ``c = a + b·E`` for ``start = (a, b)`` at the starts and ``end = (a, b)``
-    at the ends (``(n,)`` each, ``b`` None: zero). The first move reuses the starts' pass: one gradient fewer than a
-    chain and a separate pass. Returns ``(x_end, E(x), E(x_end), weight grads, bias grads)``."""
-    x = _network_input(x, "feedforward_contrastive_chain", weights, biases, activations)
-    _check_stream(seed, offset)
-    if n_steps < 1:
-        raise InputError(f"ebm_cuda.feedforward_contrastive_chain: n_steps must be >= 1, got {n_steps}.")
+    :func:`feedforward_energy_gradients` computes them, the energies at the starts and the ends, the loss
+    ``L = Σᵣ aᵣEᵣ + ½bᵣEᵣ²`` over both (in float64, returned as float32) and its gradient ``Σᵣ cᵣ ∂E(xᵣ)/∂θ``,
+    ``c = a + b·E``, for ``start = (a, b)`` at the starts and ``end = (a, b)`` at the ends (``(n,)`` each, ``b`` None:
+    zero). The first move reuses the starts' pass: one gradient fewer than a chain and a separate pass. Returns
+    ``(x_end, E(x), E(x_end), L: (), weight grads, bias grads)``."""
+    x, hv, sv = _chain_input(x, "feedforward_contrastive_chain", weights, biases, activations, n_steps, 1, step_sizes,
+                             noise_scales, seed, offset)
     (a0, b0), (a1, b1) = [(_vector(a, x, f"{name}[0]"), _vector(b, x, f"{name}[1]")) for name, (a, b) in (("start", start), ("end", end))]
     network, _keep = _network(weights, biases, activations)
-    out, e0, e1 = torch.empty_like(x), x.new_empty(x.shape[0]), x.new_empty(x.shape[0])
-    hv, sv = _vector(step_sizes, x, "step_sizes"), _vector(noise_scales, x, "noise_scales")
+    out, loss = torch.empty_like(x), x.new_empty(())
+    e0, e1 = x.new_empty((2, x.shape[0])).unbind()
+    out_bias = None if biases[-1] is None else torch.empty(1)
     grad_w, grad_b, pointers = _weight_gradients(weights, biases)
-    c_sum = ctypes.c_double(0.0)
     library.host().call("feedforward_contrastive_chain", *network, float(sign), x.data_ptr(), out.data_ptr(), x.shape[0], n_steps,
                         step_size, noise_scale, _ptr(hv), _ptr(sv), seed, offset, a0.data_ptr(), _ptr(b0), a1.data_ptr(), _ptr(b1),
-                        e0.data_ptr(), e1.data_ptr(), ctypes.byref(c_sum), *pointers, torch.get_num_threads())
-    return out, e0, e1, grad_w, [*grad_b, _output_bias_gradient(biases, sign, c_sum)]
+                        e0.data_ptr(), e1.data_ptr(), loss.data_ptr(), _ptr(out_bias), *pointers, torch.get_num_threads())
+    return out, e0, e1, loss, grad_w, [*grad_b, out_bias]
 
 
 def _weight_gradients(weights: Sequence[Tensor], biases: Sequence[Optional[Tensor]]) -> tuple[list[Tensor], list[Optional[Tensor]], tuple]:
@@ -386,11 +379,6 @@ def _weight_gradients(weights: Sequence[Tensor], biases: Sequence[Optional[Tenso
                             (ctypes.c_void_p * len(grad_b))(*(None if g is None else g.data_ptr() for g in grad_b)))
 
 
-def _output_bias_gradient(biases: Sequence[Optional[Tensor]], sign: float, c_sum: ctypes.c_double) -> Optional[Tensor]:
-    """``∂/∂b_out Σᵣ cᵣ E(xᵣ) = sign · Σᵣ cᵣ`` from the kernel's ``Σᵣ cᵣ``, or None without that bias."""
-    return None if biases[-1] is None else torch.tensor([float(sign) * c_sum.value], dtype=torch.float32)
-
-
 def _network_input(x: Tensor, what: str, weights: Sequence[Tensor], biases: Sequence[Optional[Tensor]],
                    activations: Sequence[int]) -> Tensor:
     x = _check(x, what)
@@ -398,6 +386,21 @@ def _network_input(x: Tensor, what: str, weights: Sequence[Tensor], biases: Sequ
         raise InputError(f"ebm_cuda.{what}: float32 inputs on the CPU only, got {x.dtype} on {x.device}.")
     _network_shapes(what, x, weights, biases, activations)
     return x
+
+
+def _chain_input(x: Tensor, what: str, weights: Sequence[Tensor], biases: Sequence[Optional[Tensor]], activations: Sequence[int],
+                 n_steps: int, min_steps: int, step_sizes: Optional[Tensor], noise_scales: Optional[Tensor], seed: int,
+                 offset: int) -> tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
+    """The checked states of a network chain (float32 on the CPU, layers that chain, ``n_steps >= min_steps``, a valid
+    stream position) and its per-chain step sizes and noise scales (None: the scalars)."""
+    x = _check(x, what)
+    _check_stream(seed, offset)
+    if x.device.type != "cpu" or x.dtype != torch.float32:
+        raise InputError(f"ebm_cuda.{what}: float32 states on the CPU only, got {x.dtype} on {x.device}.")
+    _network_shapes(what, x, weights, biases, activations)
+    if n_steps < min_steps:
+        raise InputError(f"ebm_cuda.{what}: n_steps must be >= {min_steps}, got {n_steps}.")
+    return x, _vector(step_sizes, x, "step_sizes"), _vector(noise_scales, x, "noise_scales")
 
 
 def _network_loss(name: str, weights: Sequence[Tensor], biases: Sequence[Optional[Tensor]], activations: Sequence[int],

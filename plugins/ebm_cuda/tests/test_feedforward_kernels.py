@@ -19,7 +19,7 @@ from ebmcore.energies import feedforward
 from ebmcore.errors import InputError
 from ebm_cuda import ops, reference
 from ebm_cuda.backends import feedforward_langevin_chain
-from ebm_losses import DenoisingScoreMatching, SlicedScoreMatching
+from ebm_losses import ContrastiveDivergence, DenoisingScoreMatching, SlicedScoreMatching
 from ebm_samplers import LangevinSampler
 
 ACTIVATIONS = {"silu": nn.SiLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "relu": nn.ReLU}
@@ -256,13 +256,13 @@ def test_the_energies_and_their_weighted_gradient_equal_autograds(activation, d,
 @pytest.mark.parametrize("d, widths, n, bias, sign, quadratic, per_chain",
                          [(2, [64, 64], 300, True, 1.0, False, False), (3, [20, 33], 37, True, -1.0, True, True),
                           (17, [5], 16, False, 1.0, True, False), (1, [40, 7, 24], 5, True, 1.0, False, True)],
-                         ids=["w5-shape", "odd-widths-negated-quadratic-per-chain", "wide-input-no-bias-quadratic",
+                         ids=["w5-shape", "odd-widths-negated-quadratic-per-chain", "wide-input-no-bias-quadratic-one-step",
                               "three-hidden-per-chain"])
 def test_the_contrastive_chain_moves_as_the_chain_and_its_gradient_equals_autograds(activation, d, widths, n, bias, sign,
                                                                                       quadratic, per_chain):
     """``feedforward_contrastive_chain``: the states of ``feedforward_langevin_chain`` to the bit (its first move reuses
-    the starts' pass), the energies at both ends, and ``Σ c ∂E/∂θ`` over both ends (``c = a + bE`` at each) against
-    autograd in float64, every weight and bias."""
+    the starts' pass), the energies at both ends, the loss ``Σ aE + ½bE²`` and its gradient ``Σ c ∂E/∂θ`` over both
+    ends (``c = a + bE`` at each) against autograd in float64, every weight and bias."""
     net = _network(d, widths, activation, bias=bias)
     g = torch.Generator().manual_seed(8)
     x = torch.randn(n, d, generator=g)
@@ -272,9 +272,10 @@ def test_the_contrastive_chain_moves_as_the_chain_and_its_gradient_equals_autogr
     hv, sv = (h, s) if per_chain else (None, None)
     h0, s0 = (0.0, 0.0) if per_chain else (h, s)
     linears, weights, biases, codes = _linears_and_codes(net, activation, widths)
-    out, e0, e1, grad_w, grad_b = ops.feedforward_contrastive_chain(x, (a0, b0), (a1, b1), weights, biases, codes, sign, 4, h0, s0,
-                                                                    hv, sv, 11, 3)
-    assert torch.equal(out, ops._feedforward_langevin_chain(x, weights, biases, codes, sign, 4, h0, s0, hv, sv, 11, 3))
+    steps = 1 if len(widths) == 1 else 4  # one step: the only move is the one that reuses the starts' pass
+    out, e0, e1, loss, grad_w, grad_b = ops.feedforward_contrastive_chain(x, (a0, b0), (a1, b1), weights, biases, codes, sign,
+                                                                          steps, h0, s0, hv, sv, 11, 3)
+    assert torch.equal(out, ops._feedforward_langevin_chain(x, weights, biases, codes, sign, steps, h0, s0, hv, sv, 11, 3))
     net64 = _network(d, widths, activation, bias=bias).double()
     net64.load_state_dict(net.state_dict())
     linears64 = [m for m in net64 if isinstance(m, nn.Linear)]
@@ -283,6 +284,8 @@ def test_the_contrastive_chain_moves_as_the_chain_and_its_gradient_equals_autogr
         energies = sign * net64(ends.double()).squeeze(-1)
         torch.testing.assert_close(got.double(), energies.detach(), rtol=1e-5, atol=1e-6)
         total = total + (a.double() * energies + (0.5 * b.double() * energies ** 2 if quadratic else 0)).sum()
+    assert loss.dtype == torch.float32 and loss.shape == ()
+    torch.testing.assert_close(loss.double(), total.detach(), rtol=1e-5, atol=1e-5)
     total.backward()
     _assert_layer_gradients(linears64, grad_w, grad_b, output_bias=True)
 
@@ -295,7 +298,7 @@ def test_the_contrastive_chain_checks_its_arguments():
         ops.feedforward_contrastive_chain(x, (ones, None), (ones, None), w, b, [0], 1.0, 0, 0.01, 0.1, None, None, 0, 0)
     with pytest.raises(InputError, match=r"end\[1\] must have shape \(n_chains,\) = \(8,\)"):
         ops.feedforward_contrastive_chain(x, (ones, None), (ones, torch.ones(7)), w, b, [0], 1.0, 2, 0.01, 0.1, None, None, 0, 0)
-    with pytest.raises(InputError, match="float32 inputs on the CPU only"):
+    with pytest.raises(InputError, match="float32 states on the CPU only"):
         ops.feedforward_contrastive_chain(x.double(), (ones, None), (ones, None), w, b, [0], 1.0, 2, 0.01, 0.1, None, None, 0, 0)
     with pytest.raises(InputError, match="seed and offset"):
         ops.feedforward_contrastive_chain(x, (ones, None), (ones, None), w, b, [0], 1.0, 2, 0.01, 0.1, None, None, -1, 0)
@@ -317,6 +320,11 @@ def test_a_nan_row_gives_a_nan_energy_and_loss_as_in_torch(activation):
     assert bool(torch.isnan(loss)) == (activation != "relu")
     loss, _, _ = ops.feedforward_sliced_score_matching(x, torch.ones(40, 2), weights, biases, codes, 1.0)
     assert bool(torch.isnan(loss)) == (activation != "relu")
+    c = (torch.full((40,), 0.025), None)
+    out, e0, e1, loss, grad_w, _ = ops.feedforward_contrastive_chain(x, c, c, weights, biases, codes, 1.0, 2, 0.01, 0.1, None,
+                                                                     None, 0, 0)
+    assert torch.isnan(e0[9]) and torch.isnan(loss) and torch.isnan(grad_w[-1]).any()  # NaN, never a finite loss
+    assert torch.isfinite(out[torch.arange(40) != 9]).all() and torch.isfinite(e1[torch.arange(40) != 9]).all()
 
 
 LOSSES = {  # name: a fresh loss (CD's negatives by the per-step loop, fused=False: the same on both paths)
@@ -378,6 +386,72 @@ def test_contrastive_divergence_takes_its_gradient_from_the_chain_that_draws_its
     for got, reference_param in zip(energy.parameters(), energy64.parameters()):
         ref = reference_param.grad
         torch.testing.assert_close(got.grad.double(), ref, rtol=1e-4, atol=1e-5 * ref.abs().max().item())
+
+
+def test_a_gradient_penalty_through_the_chains_loss_equals_autograds():
+    """``create_graph=True`` through CD's fused path: the loss is recomputed by the torch path on the same negatives,
+    so ``L + Σ|∂L/∂θ|²`` differentiates as the formula does in float64."""
+    energy = Net(_network(2, [16, 16], "silu"))
+    data = torch.randn(64, 2, generator=torch.Generator().manual_seed(6))
+    loss = ebmcore.registry.get("loss", "contrastive_divergence")(n_steps=3, sampler_options={"step_size": 0.01}, regularization=0.1)
+    value = loss(energy, data, generator=torch.Generator().manual_seed(1))
+    assert _graph_has(value.grad_fn, "_GivenGradients")
+    params = list(energy.parameters())
+    grads = torch.autograd.grad(value, params, create_graph=True)
+    (value + sum((g * g).sum() for g in grads)).backward()
+    energy64 = Net(_network(2, [16, 16], "silu")).double()
+    energy64.load_state_dict(energy.state_dict())
+    e_pos, e_neg = energy64.compute_energy(data.double()), energy64.compute_energy(loss.last_negatives.double())
+    expected = e_pos.mean() - e_neg.mean() + 0.1 * (e_pos.square().mean() + e_neg.square().mean())
+    params64 = list(energy64.parameters())
+    grads64 = torch.autograd.grad(expected, params64, create_graph=True)
+    (expected + sum((g * g).sum() for g in grads64)).backward()
+    for got, ref in zip(params, params64):
+        torch.testing.assert_close(got.grad.double(), ref.grad, rtol=1e-4, atol=1e-5 * ref.grad.abs().max().item())
+
+
+class _OwnNegatives(ContrastiveDivergence):
+    def negatives(self, energy, start, generator=None):
+        return start.detach() + 0.5
+
+
+class _OwnAdvance(LangevinSampler):
+    def advance(self, x, n_steps, *, generator=None):  # an override that knows nothing of energy_gradients
+        return x.detach() + 0.5
+
+
+CD_FALLBACKS = {  # a CD whose negatives or gradient must not come from the contrastive chain, and why
+    "persistent": lambda: ebmcore.registry.get("loss", "persistent_contrastive_divergence")(
+        n_steps=3, sampler_options={"step_size": 0.01}, buffer_size=64),  # chains start in the buffer, not at the data
+    "gradient-clip": lambda: ebmcore.registry.get("loss", "contrastive_divergence")(
+        n_steps=3, sampler_options={"step_size": 0.01}, gradient_clip=0.5),  # the sampler sees a clipped view
+    "per-step": lambda: ebmcore.registry.get("loss", "contrastive_divergence")(
+        n_steps=3, sampler_options={"step_size": 0.01, "fused": False}),
+    "own-negatives": lambda: _OwnNegatives(n_steps=3),
+    "own-advance": lambda: ebmcore.registry.get("loss", "contrastive_divergence")(lambda e: _OwnAdvance(e, step_size=0.01), 3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CD_FALLBACKS))
+def test_contrastive_divergence_keeps_its_other_paths_where_the_chain_must_not_compute_its_gradient(name, monkeypatch):
+    """Persistent chains, a clipped gradient, the per-step loop and overridden negatives or advance: no
+    ``feedforward_contrastive_chain``; the loss is still the formula on the negatives it drew, gradient included."""
+    monkeypatch.setattr(ops, "feedforward_contrastive_chain", lambda *args: pytest.fail("the contrastive chain ran"))
+    energy = Net(_network(2, [16, 16], "silu"))
+    data = torch.randn(64, 2, generator=torch.Generator().manual_seed(6))
+    loss = CD_FALLBACKS[name]()
+    value = loss(energy, data, generator=torch.Generator().manual_seed(1))
+    if name.startswith("own"):
+        assert torch.equal(loss.last_negatives, data + 0.5)
+    value.backward()
+    energy64 = Net(_network(2, [16, 16], "silu")).double()
+    energy64.load_state_dict(energy.state_dict())
+    expected = energy64.compute_energy(data.double()).mean() - energy64.compute_energy(loss.last_negatives.double()).mean()
+    torch.testing.assert_close(value.double(), expected.detach(), rtol=1e-5, atol=1e-6)
+    expected.backward()
+    scale = max(p.grad.abs().max().item() for p in energy64.parameters())  # float32 sums: relative to the largest
+    for got, ref in zip(energy.parameters(), energy64.parameters()):
+        torch.testing.assert_close(got.grad.double(), ref.grad, rtol=1e-4, atol=1e-5 * scale)
 
 
 @pytest.mark.parametrize("name", ["dsm-one-level", "ssm-gaussian", "cd-regularised"])
@@ -446,10 +520,11 @@ def test_the_loss_kernels_give_the_same_bits_for_the_same_thread_count():
     try:
         torch.set_num_threads(4)
         runs = [ops.feedforward_sliced_score_matching(x, v, W, B, [0, 0], 1.0) for _ in range(6)]
-        chains = [ops.feedforward_contrastive_chain(x, c, c, W, B, [0, 0], 1.0, 3, 0.01, 0.1, None, None, 5, 0)[2:4] for _ in range(4)]
+        chains = [ops.feedforward_contrastive_chain(x, c, c, W, B, [0, 0], 1.0, 3, 0.01, 0.1, None, None, 5, 0) for _ in range(4)]
     finally:
         torch.set_num_threads(threads)
     for value, grad_w, _ in runs[1:]:
         assert torch.equal(value, runs[0][0]) and all(torch.equal(a, b) for a, b in zip(grad_w, runs[0][1]))
-    for energies, grad_w in chains[1:]:
-        assert torch.equal(energies, chains[0][0]) and all(torch.equal(a, b) for a, b in zip(grad_w, chains[0][1]))
+    flat = [[*run[:4], *run[4], *run[5]] for run in chains]  # states, both energies, loss, every weight and bias gradient
+    for run in flat[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(run, flat[0]))

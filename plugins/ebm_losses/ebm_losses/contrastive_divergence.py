@@ -13,9 +13,9 @@ import torch
 from torch import Tensor
 
 from ebmcore import EnergyFunctions, EnergyModel, Loss, Sampler, registry
-from ebmcore.sampler import EnergyGradients
 from ebmcore.energies import feedforward
 from ebmcore.errors import InputError
+from ebmcore.sampler import EnergyGradients
 from ebmcore.validation import check_energy_output, check_positive
 from ebm_losses.network_kernels import kernel_loss, kernel_may_run, network_kernel
 
@@ -122,9 +122,8 @@ class ContrastiveDivergence(Loss):
         self.last_negatives = negatives
         n_pos = len(data)
         plan_loss = lambda: self._value(*energy.compute_energy(torch.cat((data, negatives))).split((n_pos, len(negatives))))  # noqa: E731
-        if grads is not None:  # the chain computed the energies and this loss's weight gradient with its moves
-            return kernel_loss(grads.plan, self._value(grads.start, grads.end), grads.weight_grads, grads.bias_grads,
-                               recompute=plan_loss)
+        if grads is not None:  # the chain computed this loss (see _draw) and its weight gradient with its moves
+            return kernel_loss(grads.plan, grads.loss, grads.weight_grads, grads.bias_grads, recompute=plan_loss)
         plan = feedforward.plan(energy, data)[0]
         if plan is not None:  # rows independent, output (n,): one pass over both batches
             both = torch.cat((data, negatives))
@@ -140,10 +139,14 @@ class ContrastiveDivergence(Loss):
     def _draw(self, energy: EnergyModel, data: Tensor, starts: Tensor,
               generator: torch.Generator | None) -> tuple[Tensor, EnergyGradients | None]:
         """The negatives from ``starts``, and, where the chains start at the data and the sampler's fused chain
-        offers it (``Sampler.advance(energy_gradients=...)``), the energies at both ends and the loss's weight
-        gradient from the same call (``∂loss/∂Eᵣ = ±1/n + (2·regularization/n)·Eᵣ``); else None."""
+        offers it (``Sampler.advance(energy_gradients=...)``), the energies at both ends, this loss and its weight
+        gradient from the same call; else None. The loss asked for, ``Σ ±Eᵣ/n + (regularization/n)·Eᵣ²``, is
+        :meth:`_value`'s."""
         sampler = self.sampler_for(energy)
-        if starts is not data or sampler.energy is not energy or not kernel_may_run(data):
+        fused = (starts is data and type(self).negatives is ContrastiveDivergence.negatives  # no override to bypass
+                 and type(sampler).advance is Sampler.advance and getattr(sampler, "energy", None) is energy
+                 and kernel_may_run(data))
+        if not fused:
             return self.negatives(energy, starts, generator), None
         n = len(data)
         b = 2.0 * self.regularization / n if self.regularization else None

@@ -110,8 +110,8 @@ def build_chain(energy: EnergyModel, fns: EnergyFunctions, x: Tensor, params: Pa
     ``conv_langevin_chain`` kernel of an energy with a ``conv_plan()`` method (duck-typed: it returns the layers, e.g.
     ``ebm_losses.ConvPlan``, or a string saying why a kernel must not run them; ``ebm_losses.ConvEnergy`` has one);
     for other energies, one ``langevin_step_philox`` kernel per step (the noise drawn inside it). Euler–Maruyama only.
-    A feed-forward chain also offers ``energy_gradients`` (:data:`ebmcore.sampler.Chain`) where a backend has
-    ``feedforward_contrastive_chain``."""
+    A feed-forward chain also offers ``energy_gradients`` (:data:`ebmcore.sampler.Chain`), by
+    ``feedforward_contrastive_chain`` where a backend has it."""
     if not isinstance(integrator, EulerMaruyama):
         return f"the integrator is {integrator.name}, the fused chain is Euler–Maruyama"
     h = params.step_size
@@ -126,10 +126,8 @@ def build_chain(energy: EnergyModel, fns: EnergyFunctions, x: Tensor, params: Pa
             run = lambda state, n, seed, offset: (  # noqa: E731
                 State(network_fn(state.x, network, n_steps=n, step_size=h, noise_scale=s, seed=seed, offset=offset)),
                 ChainInfo(None, None))
-            contrastive = chain_kernel("feedforward_contrastive_chain", energy, x, fused_setting, network) \
-                if op == "feedforward_langevin_chain" else "not a feed-forward network"
-            if not isinstance(contrastive, str):
-                run.energy_gradients = _with_energy_gradients(contrastive.fn, network, h, s)
+            if op == "feedforward_langevin_chain":
+                run.energy_gradients = _with_energy_gradients(energy, x, fused_setting, network, h, s)
             return run
     else:
         chain = chain_kernel("<energy>_langevin_chain", energy, x, fused_setting)
@@ -151,12 +149,18 @@ def build_chain(energy: EnergyModel, fns: EnergyFunctions, x: Tensor, params: Pa
     return run_steps
 
 
-def _with_energy_gradients(kernel: Callable[..., Any], network: Any, h: Any, s: Any) -> Callable[..., Any]:
-    """The chain's ``energy_gradients`` (:data:`ebmcore.sampler.Chain`) by ``feedforward_contrastive_chain``."""
-    def energy_gradients(state: State, n: int, seed: int, offset: int, start: Any, end: Any) -> tuple[State, ChainInfo, EnergyGradients]:
-        x, e_start, e_end, weight_grads, bias_grads = kernel(state.x, network, n_steps=n, step_size=h, noise_scale=s, seed=seed,
-                                                             offset=offset, start=start, end=end)
-        return State(x), ChainInfo(None, None), EnergyGradients(e_start, e_end, network, weight_grads, bias_grads)
+def _with_energy_gradients(energy: EnergyModel, x: Tensor, fused_setting: bool | None, network: Any, h: Any,
+                           s: Any) -> Callable[..., Any]:
+    """The chain's ``energy_gradients`` (:data:`ebmcore.sampler.Chain`) by ``feedforward_contrastive_chain``, resolved
+    at the first call (a run that asks for none resolves nothing); None where no backend runs it."""
+    def energy_gradients(state: State, n: int, seed: int, offset: int, start: Any,
+                         end: Any) -> tuple[State, ChainInfo, EnergyGradients] | None:
+        kernel = chain_kernel("feedforward_contrastive_chain", energy, x, fused_setting, network)
+        if isinstance(kernel, str):
+            return None
+        x1, e_start, e_end, loss, weight_grads, bias_grads = kernel.fn(state.x, network, n_steps=n, step_size=h, noise_scale=s,
+                                                                       seed=seed, offset=offset, start=start, end=end)
+        return State(x1), ChainInfo(None, None), EnergyGradients(e_start, e_end, loss, network, weight_grads, bias_grads)
 
     return energy_gradients
 

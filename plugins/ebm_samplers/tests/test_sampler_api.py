@@ -415,7 +415,7 @@ def test_advance_runs_a_sample_override():
                          ids=["langevin-fused", "langevin-per-step", "mala"])
 def test_advance_returns_the_energy_gradients_where_the_chain_offers_them(cls, kw, fused, offers):
     """``advance(energy_gradients=((a, b), (a', b')))``: the same states, and from a fused feed-forward chain the
-    energies at both ends and the weight gradient of ``Σ aE + ½bE²`` at the starts plus the same at the ends,
+    energies at both ends, the loss ``Σ aE + ½bE²`` at the starts plus the same at the ends and its weight gradient,
     against autograd; None where the chain cannot (the caller then computes them)."""
     energy = MLP_ENERGY()
     sampler = cls(energy, fused=fused, **kw)
@@ -430,12 +430,16 @@ def test_advance_returns_the_energy_gradients_where_the_chain_offers_them(cls, k
     torch.testing.assert_close(grads.start, e0.detach(), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(grads.end, e1.detach(), rtol=1e-5, atol=1e-6)
     total = (0.5 * e0).sum() + (-0.25 * e1 + 0.05 * e1 ** 2).sum()
+    torch.testing.assert_close(grads.loss, total.detach(), rtol=1e-5, atol=1e-6)
     params = [t for layer in grads.plan.layers for t in (layer.linear.weight, layer.linear.bias) if t is not None]
     expected_grads = torch.autograd.grad(total, params)
     got_grads = [g for gw, gb in zip(grads.weight_grads, grads.bias_grads) for g in (gw, gb) if g is not None]
     assert len(got_grads) == len(params)
     for g, ref in zip(got_grads, expected_grads):
         torch.testing.assert_close(g, ref, rtol=1e-4, atol=1e-5 * ref.abs().max().item())
+    scalar = sampler.advance(x0, 5, generator=torch.Generator().manual_seed(3),  # 0-d tensors are numbers too
+                             energy_gradients=((torch.tensor(0.5), None), (torch.tensor(-0.25), torch.tensor(0.1))))[1]
+    assert torch.equal(scalar.loss, grads.loss) and all(torch.equal(a, b) for a, b in zip(scalar.weight_grads, grads.weight_grads))
     none_moved, no_grads = sampler.advance(x0, 0, generator=torch.Generator().manual_seed(3), energy_gradients=((0.5, None), (-0.25, 0.1)))
     assert torch.equal(none_moved, x0) and no_grads is None  # no chain call: nothing computed
     with pytest.raises(InputError, match=r"energy_gradients must be \(\(a, b\), \(a', b'\)\)"):

@@ -356,7 +356,8 @@ void conv_langevin_host(const ebm::conv::Network& net, const float* x, float* ou
 
 // A loss of a feed-forward energy and its gradient in the weights (ebm/feedforward_host.h), summed over tiles of
 // TILE rows: run_tile(ws, i0, m) loads a tile into the thread's workspace and adds its loss and gradients there;
-// the threads' sums are then added, and multiplied by scale (the output weights' also by the energy's sign).
+// the threads' sums are then added, and multiplied by scale (the output weights' also by the energy's sign); loss may be
+// null (a pass that computes no loss of its own).
 template <typename Workspace, typename RunTile>
 void network_loss_host(const ebm::ff::Network& net, int64_t n, double scale, RunTile run_tile, double* loss,
                        float* const* grad_weights, float* const* grad_biases, int threads) {
@@ -395,7 +396,17 @@ void network_loss_host(const ebm::ff::Network& net, int64_t n, double scale, Run
       for (int j = 0; j < net.widths[l + 1]; ++j) grad_biases[l][j] *= inv;
   }
   for (int j = 0; j < net.widths[L]; ++j) grad_weights[L][j] *= inv * net.sign;
-  *loss = total * scale;
+  if (loss) *loss = total * scale;
+}
+
+// L = Σ_r a_r e_r + ½ b_r e_r² (the loss whose gradient in the energies is c = a + b e) and Σ_r c_r (its output
+// bias's gradient, over the sign), added to loss (when not null) and c_sum in double, in row order; b may be null (zero).
+void energy_loss_sums(const float* a, const float* b, const float* e, int64_t n, double* loss, double* c_sum) {
+  for (int64_t r = 0; r < n; ++r) {
+    const double ar = a[r], br = b ? b[r] : 0.0, er = e[r];
+    if (loss) *loss += er * (ar + 0.5 * br * er);
+    *c_sum += ar + br * er;
+  }
 }
 
 // The energy-gradient pass's buffers and a chain's, for feedforward_contrastive_host.
@@ -406,12 +417,13 @@ struct ContrastiveWorkspace : ebm::ff::ScoreWorkspace {
 
 // Contrastive divergence's chains and gradient in one pass per tile: E and Σ c ∂E/∂θ at the starts x (the pass's
 // ∇E is the chain's first gradient, to the bit), n_steps >= 1 Langevin moves as feedforward_langevin_host makes
-// them, then E and Σ c ∂E/∂θ at the ends; c = a + bE with (a0, b0) at the starts and (a1, b1) at the ends; Σ c (both
-// ends) into c_sum.
+// them, then E and Σ c ∂E/∂θ at the ends; c = a + bE with (a0, b0) at the starts and (a1, b1) at the ends; the loss
+// Σ aE + ½bE² over both ends into loss, and the output bias's gradient sign·Σ c into bias_grad (when not null).
 void feedforward_contrastive_host(const ebm::ff::Network& net, const float* x, float* out, int64_t n, int64_t n_steps, double h,
                                   double s, const void* h_vec, const void* s_vec, uint64_t seed, uint64_t offset,
                                   const float* a0, const float* b0, const float* a1, const float* b1, float* e0, float* e1,
-                                  double* c_sum, float* const* grad_weights, float* const* grad_biases, int threads) {
+                                  float* loss, float* bias_grad, float* const* grad_weights, float* const* grad_biases,
+                                  int threads) {
   const ebm::Stream rng(seed);
   const int d = net.widths[0], stride = 16 * ebm::ff::blocks(d);
   network_loss_host<ContrastiveWorkspace>(net, n, 1.0, [&](ContrastiveWorkspace& ws, int64_t i0, int m) {
@@ -427,7 +439,12 @@ void feedforward_contrastive_host(const ebm::ff::Network& net, const float* x, f
     store_rows(out, xs, stride, i0, m, d);
     load_rows(rows, stride, out, i0, m, d);  // the ends, padding rows zero (the chain moved them too)
     ebm::ff::energy_gradient_tile(net, ws, a1, b1, e1, m, i0);
-  }, c_sum, grad_weights, grad_biases, threads);
+  }, nullptr, grad_weights, grad_biases, threads);
+  double total = 0.0, c_sum = 0.0;
+  energy_loss_sums(a0, b0, e0, n, &total, &c_sum);
+  energy_loss_sums(a1, b1, e1, n, &total, &c_sum);
+  *loss = (float)total;
+  if (bias_grad) *bias_grad = (float)(net.sign * c_sum);
 }
 
 template <typename S>
@@ -570,7 +587,7 @@ int ebm_host_feedforward_ssm(int n_hidden, const int64_t* widths, const float* c
 
 int ebm_host_feedforward_energy_gradient(int n_hidden, const int64_t* widths, const float* const* weights,
                                          const float* const* biases, const int* activations, double sign, const float* x,
-                                         const float* a, const float* b, int64_t n, float* energies, double* c_sum,
+                                         const float* a, const float* b, int64_t n, float* energies, float* bias_grad,
                                          float* const* grad_weights, float* const* grad_biases, int threads) {
   if (*network_problem(n_hidden, widths, activations)) return fail(network_problem(n_hidden, widths, activations));
   const ebm::ff::Network net(n_hidden, widths, weights, biases, activations, (float)sign);
@@ -578,7 +595,10 @@ int ebm_host_feedforward_energy_gradient(int n_hidden, const int64_t* widths, co
   network_loss_host<ebm::ff::ScoreWorkspace>(net, n, 1.0, [&](ebm::ff::ScoreWorkspace& ws, int64_t i0, int m) {
     load_rows((float*)ws.h[0].data(), stride, x, i0, m, d);
     ebm::ff::energy_gradient_tile(net, ws, a, b, energies, m, i0);
-  }, c_sum, grad_weights, grad_biases, threads);
+  }, nullptr, grad_weights, grad_biases, threads);
+  double c_sum = 0.0;
+  energy_loss_sums(a, b, energies, n, nullptr, &c_sum);
+  if (bias_grad) *bias_grad = (float)(net.sign * c_sum);
   return 0;
 }
 
@@ -586,13 +606,13 @@ int ebm_host_feedforward_contrastive_chain(int n_hidden, const int64_t* widths, 
                                            const float* const* biases, const int* activations, double sign, const float* x,
                                            float* out, int64_t n, int64_t n_steps, double h, double s, const void* h_vec,
                                            const void* s_vec, uint64_t seed, uint64_t offset, const float* a0, const float* b0,
-                                           const float* a1, const float* b1, float* e0, float* e1, double* c_sum,
-                                           float* const* grad_weights, float* const* grad_biases, int threads) {
+                                           const float* a1, const float* b1, float* e0, float* e1, float* loss,
+                                           float* bias_grad, float* const* grad_weights, float* const* grad_biases, int threads) {
   if (*network_problem(n_hidden, widths, activations)) return fail(network_problem(n_hidden, widths, activations));
   if (n_steps < 1) return fail("n_steps must be >= 1");
   const ebm::ff::Network net(n_hidden, widths, weights, biases, activations, (float)sign);
-  feedforward_contrastive_host(net, x, out, n, n_steps, h, s, h_vec, s_vec, seed, offset, a0, b0, a1, b1, e0, e1, c_sum,
-                               grad_weights, grad_biases, threads);
+  feedforward_contrastive_host(net, x, out, n, n_steps, h, s, h_vec, s_vec, seed, offset, a0, b0, a1, b1, e0, e1, loss,
+                               bias_grad, grad_weights, grad_biases, threads);
   return 0;
 }
 

@@ -461,7 +461,7 @@ inline void denoising_tile(const Network& net, ScoreWorkspace& ws, const float* 
 
 // The tile's rows in ws.h[0] (x); energies written to e (rows i0 .. i0 + m − 1); b may be null (zero). Reuses the
 // DSM workspace: per level the activation h, f'(z) in d1, the backward pass of E itself in delta (∂E/∂z, with the
-// arithmetic of gradient(), so input_grad, when given, is its ∇E to the bit), and c_r·delta in tau; Σ c_r in loss.
+// arithmetic of gradient(), so input_grad, when given, is its ∇E to the bit), and c_r·delta in tau.
 inline void energy_gradient_tile(const Network& net, ScoreWorkspace& ws, const float* a, const float* b, float* e, int m,
                                  int64_t i0, v16* input_grad = nullptr) {
   const int L = net.n_hidden;
@@ -479,7 +479,6 @@ inline void energy_gradient_tile(const Network& net, ScoreWorkspace& ws, const f
     for (int j = 0; j < ob; ++j) acc += net.top[j] * ws.h[L][r * ob + j];
     const float energy = sum(acc) + net.top_bias;
     c[r] = r < m ? a[i0 + r] + (b ? b[i0 + r] * energy : 0.0f) : 0.0f;
-    ws.loss += c[r];  // Σ c: the output bias's gradient, over sign
     if (r < m) e[i0 + r] = energy;
     for (int j = 0; j < ob; ++j) {
       const int i = r * ob + j;
