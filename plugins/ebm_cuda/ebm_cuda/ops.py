@@ -380,10 +380,11 @@ def _weight_gradients(weights: Sequence[Tensor], biases: Sequence[Optional[Tenso
 
 
 def _network_input(x: Tensor, what: str, weights: Sequence[Tensor], biases: Sequence[Optional[Tensor]],
-                   activations: Sequence[int]) -> Tensor:
+                   activations: Sequence[int], noun: str = "inputs") -> Tensor:
+    """``x: (n, d)`` checked for a network kernel: float32 on the CPU, and layers that chain from ``d`` to one output."""
     x = _check(x, what)
     if x.device.type != "cpu" or x.dtype != torch.float32:
-        raise InputError(f"ebm_cuda.{what}: float32 inputs on the CPU only, got {x.dtype} on {x.device}.")
+        raise InputError(f"ebm_cuda.{what}: float32 {noun} on the CPU only, got {x.dtype} on {x.device}.")
     _network_shapes(what, x, weights, biases, activations)
     return x
 
@@ -393,11 +394,8 @@ def _chain_input(x: Tensor, what: str, weights: Sequence[Tensor], biases: Sequen
                  offset: int) -> tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
     """The checked states of a network chain (float32 on the CPU, layers that chain, ``n_steps >= min_steps``, a valid
     stream position) and its per-chain step sizes and noise scales (None: the scalars)."""
-    x = _check(x, what)
+    x = _network_input(x, what, weights, biases, activations, noun="states")
     _check_stream(seed, offset)
-    if x.device.type != "cpu" or x.dtype != torch.float32:
-        raise InputError(f"ebm_cuda.{what}: float32 states on the CPU only, got {x.dtype} on {x.device}.")
-    _network_shapes(what, x, weights, biases, activations)
     if n_steps < min_steps:
         raise InputError(f"ebm_cuda.{what}: n_steps must be >= {min_steps}, got {n_steps}.")
     return x, _vector(step_sizes, x, "step_sizes"), _vector(noise_scales, x, "noise_scales")

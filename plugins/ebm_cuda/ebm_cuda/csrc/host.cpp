@@ -262,9 +262,6 @@ const char* network_problem(int n_hidden, const int64_t* widths, const int* acti
   return "";
 }
 
-// Langevin chains of a feed-forward energy (ebm/feedforward_host.h): each tile of TILE chains runs all
-// n_steps with its state, activations and gradient in cache; the noise is the stream's, as in
-// langevin_chain_host, so a chain here and there differ only by rounding in the gradient.
 // One Langevin move of the tile of chains i0 .. i0 + TILE − 1 in ws.x, by the gradient in ws.grad, with the stream's
 // noise for `step`.
 void feedforward_tile_move(const ebm::Stream& rng, ebm::ff::Workspace& ws, int d, int64_t i0, uint64_t step,
@@ -289,6 +286,9 @@ void store_rows(float* out, const float* tile, int stride, int64_t i0, int m, in
     for (int j = 0; j < d; ++j) out[(i0 + lane) * d + j] = tile[lane * stride + j];
 }
 
+// Langevin chains of a feed-forward energy (ebm/feedforward_host.h): each tile of TILE chains runs all
+// n_steps with its state, activations and gradient in cache; the noise is the stream's, as in
+// langevin_chain_host, so a chain here and there differ only by rounding in the gradient.
 void feedforward_langevin_host(const ebm::ff::Network& net, const float* x, float* out, int64_t n, int64_t n_steps, double h,
                                double s, const void* h_vec, const void* s_vec, uint64_t seed, uint64_t offset, int threads) {
   static_assert(ebm::ff::ROWS == TILE, "a feed-forward tile is a Philox tile");
