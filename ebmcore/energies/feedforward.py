@@ -11,7 +11,6 @@ model's energy, again whenever the model's attributes or tensors change; anythin
 
 from __future__ import annotations
 
-import itertools
 import math
 import operator
 import weakref
@@ -382,20 +381,6 @@ def _is_squeeze(node: torch.fx.Node) -> bool:
 _TRACED: "weakref.WeakKeyDictionary[nn.Module, list]" = weakref.WeakKeyDictionary()
 
 
-def _modules(energy: nn.Module) -> list[nn.Module]:
-    """``energy.modules()`` in the same order (depth first, each once), without building the submodules' names."""
-    out: list[nn.Module] = []
-    seen: set[int] = set()
-    stack = [energy]
-    while stack:
-        m = stack.pop()
-        if id(m) not in seen:
-            seen.add(id(m))
-            out.append(m)
-            stack.extend(reversed([c for c in m._modules.values() if c is not None]))
-    return out
-
-
 def _fingerprint(energy: nn.Module, modules: list[nn.Module]) -> tuple:
     """The model's structure, which the trace depends on: its modules and their types (a parametrization
     changes the type), their forward hooks and the global ones (``weight_norm`` is a hook)."""
@@ -432,7 +417,7 @@ def plan(energy: nn.Module, like: Tensor) -> tuple[Optional[FeedForward], str]:
     if like.dim() != 2 or like.shape[0] == 0 or not like.is_floating_point():
         return None, "inputs are not a floating (n, d) batch"
     cached = _TRACED.get(energy)
-    modules = _modules(energy)
+    modules = list(energy.modules())
     fingerprint = _fingerprint(energy, modules)
     if cached is None or cached[0] != fingerprint:
         cached = [fingerprint, *_trace(energy), None, None]
