@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <initializer_list>
 #include <vector>
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -281,6 +282,12 @@ struct Network {
     for (int j = 0; j < last; ++j) ((float*)top.data())[j] = sign * weights[n_hidden][j];
     if (biases[n_hidden]) top_bias = sign * biases[n_hidden][0];
   }
+
+  int widest() const {  // the widest layer
+    int w = 1;
+    for (int v : widths) w = v > w ? v : w;
+    return w;
+  }
 };
 
 // One thread's buffers for a tile: the state, per hidden layer its activation and f'(z)·(upstream), two
@@ -290,8 +297,7 @@ struct Workspace {
   std::vector<std::vector<v16>> act, deriv;
 
   explicit Workspace(const Network& net) {
-    int widest = 1;
-    for (int w : net.widths) widest = w > widest ? w : widest;
+    const int widest = net.widest();
     x.assign((size_t)ROWS * blocks(net.widths[0]), v16{});
     grad.assign(x.size(), v16{});
     g0.assign((size_t)ROWS * blocks(widest), v16{});
@@ -357,28 +363,44 @@ inline void gradient(const Network& net, Workspace& ws) {
 // then reverse mode through the primal and the tangent: τ̄_l = σ̄_l f'(z_l), z̄_l = σ̄_l f''(z_l) τ_l + h̄_l f'(z_l),
 // ∂W_l += τ̄_l σ_{l−1}ᵀ + z̄_l h_{l−1}ᵀ, ∂b_l += z̄_l, σ̄_{l−1} = W_lᵀ τ̄_l, h̄_{l−1} = W_lᵀ z̄_l.
 
-// One thread's sums: ∂W_l as out_l rows of blocks(in_l), ∂b_l, ∂w_out; and the tile buffers. The reverse pass
-// needs, per level, σ̄_l and τ̄_l = σ̄_l f'(z_l): those are the backward pass of ∇E itself (σ̄_L = top, then
-// σ̄_{l−1} = W_lᵀ τ̄_l), so they are kept from it (gamma: σ̄_l, delta: τ̄_l) rather than computed twice.
-struct ScoreWorkspace {
-  std::vector<std::vector<v16>> dW, db, h, d1, d2, tau, sigma, gamma, delta;  // h[0], sigma[0]: the inputs x and c
-  std::vector<v16> dw_out, hbar0, hbar1;
+// One thread's sums of a loss's gradient in the weights (∂W_l as out_l rows of blocks(in_l), ∂b_l, ∂w_out) and of the
+// loss, which network_loss_host adds over threads; and the allocation of a loss's tile buffers.
+struct WeightSums {
+  std::vector<std::vector<v16>> dW, db;
+  std::vector<v16> dw_out;
   double loss = 0.0;
 
-  explicit ScoreWorkspace(const Network& net) {
+  explicit WeightSums(const Network& net) {
     const int L = net.n_hidden;
-    int widest = 1;
-    for (int w : net.widths) widest = w > widest ? w : widest;
-    for (int l = 0; l <= L; ++l) {
-      const size_t rows = (size_t)ROWS * blocks(net.widths[l]);
-      for (auto* b : {&h, &sigma, &d1, &d2, &tau, &gamma, &delta}) b->emplace_back(rows, v16{});
-    }
     for (int l = 0; l < L; ++l) {
       dW.emplace_back((size_t)net.widths[l + 1] * blocks(net.widths[l]), v16{});
       db.emplace_back((size_t)blocks(net.widths[l + 1]), v16{});
     }
     dw_out.assign((size_t)blocks(net.widths[L]), v16{});
-    for (auto* b : {&hbar0, &hbar1}) b->assign((size_t)ROWS * blocks(widest), v16{});
+  }
+
+  // each buffer: one ROWS × blocks(width) tile per level 0 .. n_hidden
+  static void per_level(const Network& net, std::initializer_list<std::vector<std::vector<v16>>*> buffers) {
+    for (int l = 0; l <= net.n_hidden; ++l)
+      for (auto* b : buffers) b->emplace_back((size_t)ROWS * blocks(net.widths[l]), v16{});
+  }
+
+  // each buffer: one ROWS × blocks(widest layer) tile
+  static void widest_rows(const Network& net, std::initializer_list<std::vector<v16>*> buffers) {
+    for (auto* b : buffers) b->assign((size_t)ROWS * blocks(net.widest()), v16{});
+  }
+};
+
+// The DSM (and energy-gradient) tile's buffers, with the sums of WeightSums. The reverse pass
+// needs, per level, σ̄_l and τ̄_l = σ̄_l f'(z_l): those are the backward pass of ∇E itself (σ̄_L = top, then
+// σ̄_{l−1} = W_lᵀ τ̄_l), so they are kept from it (gamma: σ̄_l, delta: τ̄_l) rather than computed twice.
+struct ScoreWorkspace : WeightSums {
+  std::vector<std::vector<v16>> h, d1, d2, tau, sigma, gamma, delta;  // h[0], sigma[0]: the inputs x and c
+  std::vector<v16> hbar0, hbar1;
+
+  explicit ScoreWorkspace(const Network& net) : WeightSums(net) {
+    per_level(net, {&h, &sigma, &d1, &d2, &tau, &gamma, &delta});
+    widest_rows(net, {&hbar0, &hbar1});
   }
 };
 
@@ -512,25 +534,13 @@ inline void energy_gradient_tile(const Network& net, ScoreWorkspace& ws, const f
 // z̄ = ḧ̄ (f''' ż² + f'' z̈) + ḣ̄ f'' ż + h̄ f'; ∂W_l += z̄ h_{l−1}ᵀ + ż̄ ḣ_{l−1}ᵀ + z̈̄ ḧ_{l−1}ᵀ, ∂b_l += z̄; the adjoints
 // of level l − 1 are W_lᵀ times z̄, ż̄, z̈̄.
 
-struct SlicedWorkspace {
-  std::vector<std::vector<v16>> dW, db, h, hd, hdd, zd, zdd, d1, d2, d3;  // h[0] = x, hd[0] = v (the caller's)
-  std::vector<v16> dw_out, hbar, hdbar, hddbar, zbar, zdbar, zddbar;
-  double loss = 0.0;
+struct SlicedWorkspace : WeightSums {
+  std::vector<std::vector<v16>> h, hd, hdd, zd, zdd, d1, d2, d3;  // h[0] = x, hd[0] = v (the caller's)
+  std::vector<v16> hbar, hdbar, hddbar, zbar, zdbar, zddbar;
 
-  explicit SlicedWorkspace(const Network& net) {
-    const int L = net.n_hidden;
-    int widest = 1;
-    for (int w : net.widths) widest = w > widest ? w : widest;
-    for (int l = 0; l <= L; ++l) {
-      const size_t rows = (size_t)ROWS * blocks(net.widths[l]);
-      for (auto* b : {&h, &hd, &hdd, &zd, &zdd, &d1, &d2, &d3}) b->emplace_back(rows, v16{});
-    }
-    for (int l = 0; l < L; ++l) {
-      dW.emplace_back((size_t)net.widths[l + 1] * blocks(net.widths[l]), v16{});
-      db.emplace_back((size_t)blocks(net.widths[l + 1]), v16{});
-    }
-    dw_out.assign((size_t)blocks(net.widths[L]), v16{});
-    for (auto* b : {&hbar, &hdbar, &hddbar, &zbar, &zdbar, &zddbar}) b->assign((size_t)ROWS * blocks(widest), v16{});
+  explicit SlicedWorkspace(const Network& net) : WeightSums(net) {
+    per_level(net, {&h, &hd, &hdd, &zd, &zdd, &d1, &d2, &d3});
+    widest_rows(net, {&hbar, &hdbar, &hddbar, &zbar, &zdbar, &zddbar});
   }
 };
 
