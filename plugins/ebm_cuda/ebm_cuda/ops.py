@@ -114,6 +114,16 @@ def _check_stream(seed: int, offset: int) -> None:
         raise InputError(f"ebm_cuda: seed and offset must be in [0, 2**63), got {seed} and {offset}.")
 
 
+def _chain_run(what: str, x: Tensor, n_steps: int, min_steps: int, step_sizes: Optional[Tensor], noise_scales: Optional[Tensor],
+               seed: int, offset: int) -> tuple[Optional[Tensor], Optional[Tensor]]:
+    """The checks every chain op makes of its run (``n_steps >= min_steps``, the stream position), and its per-chain
+    step sizes and noise scales for states ``x`` (None: the scalars)."""
+    _check_stream(seed, offset)
+    if n_steps < min_steps:
+        raise InputError(f"ebm_cuda.{what}: n_steps must be >= {min_steps}, got {n_steps}.")
+    return _vector(step_sizes, x, "step_sizes"), _vector(noise_scales, x, "noise_scales")
+
+
 def _check_chain_dim(x: Tensor, what: str) -> None:
     if x.device.type == "cuda" and x.shape[1] > MAX_CUDA_CHAIN_DIM:
         raise InputError(f"ebm_cuda.{what}: the CUDA chain kernels take at most {MAX_CUDA_CHAIN_DIM} elements per chain, "
@@ -146,14 +156,11 @@ def _langevin_chain(x: Tensor, kind: int, v0: Optional[Tensor], v1: Optional[Ten
     ``(n,)`` (per chain) replace the scalars when given. Returns the new ``x: (n, d)``."""
     x = _check(x, "langevin_chain")
     _check_chain_dim(x, "langevin_chain")
-    _check_stream(seed, offset)
-    if n_steps < 0:
-        raise InputError(f"ebm_cuda.langevin_chain: n_steps must be >= 0, got {n_steps}.")
+    hv, sv = _chain_run("langevin_chain", x, n_steps, 0, step_sizes, noise_scales, seed, offset)
     if n_steps == 0:
         return x.clone()
     out = torch.empty_like(x)
     spec, _keep = _spec(x, kind, v0, v1, a, b)
-    hv, sv = _vector(step_sizes, x, "step_sizes"), _vector(noise_scales, x, "noise_scales")
     _run(x.device, "langevin_chain", ctypes.byref(spec), DTYPE_CODES[x.dtype], x.data_ptr(), out.data_ptr(), x.shape[0], n_steps,
          step_size, noise_scale, _ptr(hv), _ptr(sv), seed, offset)
     return out
@@ -395,10 +402,7 @@ def _chain_input(x: Tensor, what: str, weights: Sequence[Tensor], biases: Sequen
     """The checked states of a network chain (float32 on the CPU, layers that chain, ``n_steps >= min_steps``, a valid
     stream position) and its per-chain step sizes and noise scales (None: the scalars)."""
     x = _network_input(x, what, weights, biases, activations, noun="states")
-    _check_stream(seed, offset)
-    if n_steps < min_steps:
-        raise InputError(f"ebm_cuda.{what}: n_steps must be >= {min_steps}, got {n_steps}.")
-    return x, _vector(step_sizes, x, "step_sizes"), _vector(noise_scales, x, "noise_scales")
+    return (x, *_chain_run(what, x, n_steps, min_steps, step_sizes, noise_scales, seed, offset))
 
 
 def _network_loss(name: str, weights: Sequence[Tensor], biases: Sequence[Optional[Tensor]], activations: Sequence[int],
@@ -431,11 +435,9 @@ def _conv_langevin_chain(x: Tensor, weights: Sequence[Tensor], biases: Sequence[
     ``langevin_chain``. Returns the new ``x``."""
     if x.dim() != 4:
         raise InputError(f"ebm_cuda.conv_langevin_chain: x must be (n, C, H, W), got shape {tuple(x.shape)}.")
-    _check_stream(seed, offset)
     if x.device.type != "cpu" or x.dtype != torch.float32:
         raise InputError(f"ebm_cuda.conv_langevin_chain: float32 states on the CPU only, got {x.dtype} on {x.device}.")
-    if n_steps < 0:
-        raise InputError(f"ebm_cuda.conv_langevin_chain: n_steps must be >= 0, got {n_steps}.")
+    hv, sv = _chain_run("conv_langevin_chain", x, n_steps, 0, step_sizes, noise_scales, seed, offset)
     n_layers = len(weights) - 1
     channels = [x.shape[1]]
     if n_layers < 1 or len(biases) != len(weights) or len(strides) != n_layers:
@@ -457,7 +459,6 @@ def _conv_langevin_chain(x: Tensor, weights: Sequence[Tensor], biases: Sequence[
     # the C description of the layers: channels C_0 .. C_L (then the head's 1), weights, biases (the head's unused)
     (_, channel_array, weight_ptrs, bias_ptrs, activation_codes), _keep = _network(weights, biases, [activation] * n_layers)
     out = torch.empty_like(x)
-    hv, sv = _vector(step_sizes, x, "step_sizes"), _vector(noise_scales, x, "noise_scales")
     library.host().call("conv_langevin_chain", n_layers, channel_array, x.shape[2], x.shape[3], (ctypes.c_int * n_layers)(*strides),
                         weight_ptrs, bias_ptrs, activation_codes, float(sign), x.data_ptr(), out.data_ptr(), x.shape[0], n_steps,
                         step_size, noise_scale, _ptr(hv), _ptr(sv), seed, offset, torch.get_num_threads())
