@@ -3,8 +3,13 @@ sampler layer was renovated (``data/seeded_reference.pt``, written by running th
 on the code of commit 6cde06e).
 
 Each case runs ``sample`` with burn-in, thinning, a trajectory and diagnostics; a plain ``sample``;
-three object-API ``step`` calls; and the warm-up (pooled and per chain). float64 and one thread, so
-the values are exact on any machine with the same torch build.
+three object-API ``step`` calls; and the warm-up (pooled and per chain). float64 and one thread: the values
+are exact on the machine that recorded them; another CPU's vector kernels round differently in the last bits
+(measured: at most 1.3e-15 in float64 and 4.8e-7 in float32 on an AMD EPYC against the recording machine), so
+there the values must agree to a few ulps (:func:`_assert_same`), far tighter than any change of algorithm
+(another draw of the noise or another step moves the chains by 1e-3 or more). Warm-up amplifies those last bits
+(step sizes adapted from acceptance, HMC's integer leapfrog counts): there 0.5 % (measured on that machine: at
+most 0.44 % relative, 1.4e-3 absolute, in HMC's; 2e-9 in NUTS').
 """
 
 from __future__ import annotations
@@ -114,10 +119,23 @@ def reference() -> dict[str, dict[str, torch.Tensor]]:
     return torch.load(REFERENCE, weights_only=True)
 
 
-def _assert_same(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor], name: str) -> None:
+ULPS = {torch.float64: {"rtol": 1e-13, "atol": 1e-14}, torch.float32: {"rtol": 4e-6, "atol": 1e-6}}
+"""Last-bit agreement across CPUs: relative to the values (samples are O(1)), about 64 ulps of each dtype."""
+
+
+ADAPTED = {"rtol": 5e-3, "atol": 5e-3}
+"""Warm-up's agreement across CPUs (see the module's docstring)."""
+
+
+def _assert_same(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor], name: str,
+                 tolerances: dict[torch.dtype, dict[str, float]] = ULPS) -> None:
     assert sorted(got) == sorted(expected), f"{name}: fields {sorted(got)} != {sorted(expected)}"
     for field, value in expected.items():
-        assert torch.equal(got[field], value), f"{name}.{field} differs from the recorded values"
+        if torch.equal(got[field], value):
+            continue
+        tolerance = tolerances.get(value.dtype, {"rtol": 0.0, "atol": 0.0})  # integer statistics: exact
+        torch.testing.assert_close(got[field], value, equal_nan=True, **tolerance,
+                                   msg=lambda m: f"{name}.{field} differs from the recorded values beyond rounding: {m}")
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -129,7 +147,7 @@ def test_seeded_samples_equal_the_recorded_ones(name, reference, one_thread):
 @pytest.mark.parametrize("pooled", [True, False])
 def test_seeded_warmup_equals_the_recorded_one(name, pooled, reference, one_thread):
     key = f"warmup_{name}" + ("" if pooled else "_per_chain")
-    _assert_same(run_warmup(name, pooled), reference[key], key)
+    _assert_same(run_warmup(name, pooled), reference[key], key, {torch.float64: ADAPTED, torch.float32: ADAPTED})
 
 
 if __name__ == "__main__":  # regenerate (only when a change of results is intended and explained)
