@@ -268,17 +268,7 @@ def net_energy(net: Any) -> Any:
     """The shared MLP ``net`` (from :func:`make_mlp`) as an ebm energy, ``E(x) = net(x)``, ``x: (n, 2)``."""
     import ebmcore
 
-    class NetEnergy(ebmcore.EnergyModel):
-        event_shape = (2,)
-
-        def __init__(self, net: Any) -> None:
-            super().__init__()
-            self.net = net
-
-        def compute_energy(self, x: Any) -> Any:
-            return self.net(x).squeeze(-1)
-
-    return NetEnergy(net)
+    return ebmcore.SequentialEnergy(net, event_shape=(2,))
 
 
 def ebm_path(sampler: Any, x: Any) -> str:

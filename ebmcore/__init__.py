@@ -23,6 +23,7 @@ from ebmcore.energies import (
     MLPEnergy,
     RastriginEnergy,
     RosenbrockEnergy,
+    SequentialEnergy,
 )
 from ebmcore.errors import (
     BackendUnavailableError,
@@ -69,6 +70,7 @@ __all__ = [
     "AckleyEnergy",
     "RastriginEnergy",
     "MLPEnergy",
+    "SequentialEnergy",
     "Sampler",
     "Integrator",
     "Loss",

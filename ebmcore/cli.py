@@ -72,8 +72,8 @@ def _cmd_backends(args: argparse.Namespace) -> int:
             print()
             print(why)
     print("\nneural energies (an EnergyModel without an analytic gradient): the gradient is computed in closed form, "
-          "equal to autograd's, when compute_energy is a chain of nn.Linear layers and activations ending in "
-          "Linear(·, 1) (ebmcore.energies.feedforward); otherwise by autograd. A backend may run such a network itself: "
+          "equal to autograd's, when the energy's program is a feed-forward network (MLPEnergy, SequentialEnergy: "
+          "nn.Linear layers and activations ending in Linear(·, 1); ebmcore.energies.feedforward); otherwise by autograd. A backend may run such a network itself: "
           "the feedforward_* ops above (ebm-cuda's cpu_fused: ULA chains, and sliced and denoising score matching with "
           "their weight gradients). A sampler's run names the path it takes (ebm profile prints it).")
     if unresolved:

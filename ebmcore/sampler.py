@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from ebmcore.energies.base import EnergyModel
-from ebmcore.energies.feedforward import FeedForward
+from ebmcore.energies.program import FeedForward
 from ebmcore.errors import InputError
 from ebmcore.recording import NonFiniteChainsWarning, Recorder, SampleResult, check_trajectory_fits
 from ebmcore.validation import all_finite, check_energy_output, check_finite, check_gradient_output

@@ -1,6 +1,5 @@
 """The closed-form gradient of feed-forward energies (ebmcore.energies.feedforward) against autograd."""
 
-import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -8,21 +7,17 @@ from torch import nn
 import ebmcore
 from ebmcore import EnergyFunctions
 from ebmcore.energies import feedforward
+from ebmcore.energies.base import closed_form_program
 
 ACTIVATIONS = [nn.SiLU(), nn.Tanh(), nn.Sigmoid(), nn.ReLU(), nn.Softplus(), nn.Softplus(beta=2.0, threshold=5.0),
                nn.GELU(), nn.GELU("tanh"), nn.ELU(0.5), nn.LeakyReLU(0.1)]
 
 
-class Wrapped(ebmcore.EnergyModel):
-    """A user's energy around any network: ``E(x) = sign · net(x).squeeze(-1)``."""
+class Wrapped(ebmcore.SequentialEnergy):
+    """A user's network wrapped as the docs advise: ``E(x) = ±net(x).squeeze(-1)``."""
 
     def __init__(self, net: nn.Module, negate: bool = False) -> None:
-        super().__init__()
-        self.net, self.negate = net, negate
-
-    def compute_energy(self, x):
-        e = self.net(x).squeeze(-1)
-        return -e if self.negate else e
+        super().__init__(net, negate=negate)
 
 
 def autograd_functions(energy: ebmcore.EnergyModel) -> EnergyFunctions:
@@ -84,7 +79,7 @@ def test_results_are_fresh_and_follow_weight_updates_and_batch_sizes():
 
 
 class Flag(ebmcore.EnergyModel):
-    """A trace bakes Python branches in: flipping ``negate`` after the first bind must not reuse a stale plan."""
+    """A hand-written compute_energy: ebm does not read it (autograd), whatever its flags."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -96,89 +91,159 @@ class Flag(ebmcore.EnergyModel):
         return -e if self.negate else e
 
 
-class Mixed(ebmcore.EnergyModel):
-    def __init__(self) -> None:
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(2, 4), nn.Tanh(), nn.Linear(4, 1))
-
+class Mixed(Wrapped):
     def compute_energy(self, x):
         return self.net(x).squeeze(-1) + 0.5 * (x ** 2).sum(-1)
 
 
-class Scaled(ebmcore.EnergyModel):
-    def __init__(self) -> None:
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(2, 4), nn.Softsign(), nn.Linear(4, 1))
-
-    def compute_energy(self, x):
-        return self.net(x).squeeze(-1)
-
-
-def test_stale_plans_and_other_models_keep_autograd():
+def test_hand_written_and_other_models_keep_autograd_with_the_reason():
     x = torch.randn(20, 2)
     flag = Flag()
-    assert flag.bind(x).path.startswith("closed-form")
-    flag.negate = True
     fns = flag.bind(x)
-    assert fns.path.startswith("autograd (the traced plan does not reproduce compute_energy")
-    torch.testing.assert_close(fns.energy_and_gradient(x)[1], flag.compute_energy_and_gradient(x)[1])
-    assert Mixed().bind(x).path.startswith("autograd (compute_energy combines several values")
-    assert Scaled().bind(x).path == "autograd (module Softsign has no closed-form derivative here)"
+    assert fns.path == ("autograd (Flag.compute_energy is Python code that ebm does not read; wrap an nn.Sequential in "
+                        "ebmcore.SequentialEnergy (or use MLPEnergy) for the closed form and kernels)")
+    flag.negate = True
+    torch.testing.assert_close(flag.bind(x).energy_and_gradient(x)[1], flag.compute_energy_and_gradient(x)[1])
+    assert Mixed(nn.Sequential(nn.Linear(2, 4), nn.Tanh(), nn.Linear(4, 1))).bind(x).path == \
+        "autograd (Mixed overrides compute_energy, which ebm does not read)"
+    scaled = Wrapped(nn.Sequential(nn.Linear(2, 4), nn.Softsign(), nn.Linear(4, 1)))
+    assert scaled.bind(x).path == "autograd (layer 1: module Softsign has no closed-form derivative here)"
 
 
-class Counted(ebmcore.EnergyModel):
-    """Counts its ``compute_energy`` calls (in a list: an int attribute would itself be state the probe watches)."""
+def test_the_program_follows_the_structure_and_never_runs_compute_energy(monkeypatch):
+    from ebmcore.energies.program import Activation, ActivationKind, FeedForward, Opaque
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(2, 4), nn.Tanh(), nn.Linear(4, 1))
-        self.calls = [0]
-        self.negate = False
+    x = torch.randn(20, 2, dtype=torch.float64)
+    energy = Wrapped(nn.Sequential(nn.Linear(2, 4), nn.Softplus(), nn.Linear(4, 1)).double())
 
-    def compute_energy(self, x):
-        self.calls[0] += 1
-        e = self.net(x).squeeze(-1)
-        return -e if self.negate else e
+    def check(path_start):  # the bound gradient is autograd's, whatever changed
+        fns = energy.bind(x)
+        assert fns.path.startswith(path_start), fns.path
+        torch.testing.assert_close(fns.energy_and_gradient(x)[1], energy.compute_energy_and_gradient(x)[1])
 
-
-def test_the_probe_runs_again_only_after_the_model_changed():
-    x = torch.randn(20, 2)
-    energy = Counted()
-    assert feedforward.plan(energy, x)[0] is not None
-    probed = energy.calls[0]
+    first = energy.program()
+    assert isinstance(first, FeedForward) and first == energy.program()  # equal values: a cache may key on it
+    assert first.layers[0].activation == Activation(ActivationKind.SOFTPLUS, (1.0, 20.0))
     with torch.no_grad():
-        energy.net[0].weight.mul_(1.5)  # an optimizer step: the plan reads the new weights, the verdict stands
-    assert feedforward.plan(energy, x)[0] is not None and energy.calls[0] == probed
-    changes = [lambda: energy.net[2].register_parameter("bias", nn.Parameter(torch.zeros(1))),  # another tensor
-               lambda: energy.train(False),
-               lambda: setattr(energy.net[1], "note", "any scalar attribute"),
-               lambda: setattr(energy.net[1], "config", object())]  # any other attribute, by identity
-    for change in changes:
-        change()
-        assert feedforward.plan(energy, x)[0] is not None and energy.calls[0] == probed + 1
-        probed += 1
-    energy.negate = np.bool_(True)  # the flag the trace baked in (a numpy bool): probed again, and refused
-    assert feedforward.plan(energy, x)[0] is None
-    energy.negate = False
-    assert feedforward.plan(energy, x)[0] is not None
-    handle = energy.net[2].register_forward_hook(lambda module, args, out: 2 * out)  # traced again, and refused
-    assert feedforward.plan(energy, x) == (None, "module Linear has forward hooks (weight_norm, spectral_norm, ...)")
+        energy.net[0].weight.mul_(1.5)  # an optimizer step: same program, the closed form reads the new weights
+    assert energy.program() == first
+    check("closed-form gradient of a feed-forward network 2-4-1 (softplus(beta=1, threshold=20))")
+    energy.net[1].beta = 2.0  # a setting changed in place: a new program
+    assert energy.program() != first and energy.program().layers[0].activation.params == (2.0, 20.0)
+    check("closed-form gradient of a feed-forward network 2-4-1 (softplus(beta=2, threshold=20))")
+    energy.negate = True
+    assert energy.program().sign == -1.0
+    check("closed-form")
+    energy.net[1] = nn.Tanh()  # a module replaced
+    check("closed-form gradient of a feed-forward network 2-4-1 (tanh)")
+    handle = energy.net[2].register_forward_hook(lambda module, args, out: 2 * out)
+    assert energy.program() == Opaque("module Linear has forward hooks")
+    check("autograd (module Linear has forward hooks)")
     handle.remove()
-    assert feedforward.plan(energy, x)[0] is not None
+    check("closed-form")
     handle = nn.modules.module.register_module_forward_hook(lambda module, args, out: out)
     try:
-        assert feedforward.plan(energy, x)[1].startswith("global forward hooks are registered")
+        check("autograd (global forward hooks are registered")
     finally:
         handle.remove()
-    assert feedforward.plan(energy, x)[0] is not None
+
+    def refuse(self, x):
+        raise AssertionError("program() and bind() must not run compute_energy")
+
+    monkeypatch.setattr(ebmcore.SequentialEnergy, "compute_energy", refuse)
+    assert isinstance(energy.program(), FeedForward)
+    energy.bind(x).energy_and_gradient(x)
 
 
-def test_the_plan_cache_does_not_keep_a_model_alive():
+ACT = torch.tanh  # rebound by the test below: a global that compute_energy reads
+
+
+class DictBranch(ebmcore.EnergyModel):
+    def __init__(self):
+        super().__init__()
+        self.event_shape = (2,)
+        self.cfg = {"act": "tanh"}
+        self.l1, self.l2 = nn.Linear(2, 16), nn.Linear(16, 1)
+
+    def compute_energy(self, x):
+        h = self.l1(x)
+        h = torch.tanh(h) if self.cfg["act"] == "tanh" else torch.relu(h)
+        return self.l2(h).squeeze(-1)
+
+
+class GlobalActivation(DictBranch):
+    def compute_energy(self, x):
+        return self.l2(ACT(self.l1(x))).squeeze(-1)
+
+
+class SideEffects(DictBranch):
+    def __init__(self):
+        super().__init__()
+        self.seen, self.n = [], 0
+
+    def compute_energy(self, x):
+        self.seen.append(x.shape[0])
+        self.n += x.shape[0]
+        return self.l2(torch.tanh(self.l1(x))).squeeze(-1)
+
+
+def _every_path_gradient_is_autograds(energy, x):
+    """The sampler's bound gradient, and ULA's chain, against autograd's at the model as it is now."""
+    from ebm_samplers import LangevinSampler, MALASampler
+
+    torch.testing.assert_close(energy.bind(x).gradient(x), energy.compute_gradient(x), rtol=0, atol=0)
+    for sampler in (LangevinSampler(energy, step_size=0.01), MALASampler(energy, step_size=0.01)):
+        assert "autograd" in sampler.prepare(x, None, {}).path
+    g = torch.Generator().manual_seed(0)
+    got = LangevinSampler(energy, step_size=0.01).sample(x, 3, generator=g)
+    expected = x
+    g = torch.Generator().manual_seed(0)
+    noise = torch.empty_like(x)
+    for _ in range(3):  # ULA's per-step loop: ξ drawn like x from the generator, then the step
+        noise.normal_(generator=g)
+        expected = expected - 0.01 * energy.compute_gradient(expected) + 0.02 ** 0.5 * noise
+    torch.testing.assert_close(got, expected)
+
+
+def test_a_branch_on_a_dict_changed_in_place_is_seen():
+    """Issue 25, reproduction 1: a branch on a dict attribute changed in place after a first run."""
+    torch.manual_seed(0)
+    m, x = DictBranch(), torch.randn(64, 2)
+    _every_path_gradient_is_autograds(m, x)
+    m.cfg["act"] = "relu"
+    _every_path_gradient_is_autograds(m, x)
+
+
+def test_a_rebound_global_is_seen():
+    """Issue 25, reproduction 2: compute_energy reads a module-level global that is rebound."""
+    global ACT
+    torch.manual_seed(0)
+    m, x = GlobalActivation(), torch.randn(64, 2)
+    _every_path_gradient_is_autograds(m, x)
+    ACT = torch.sigmoid
+    try:
+        _every_path_gradient_is_autograds(m, x)
+    finally:
+        ACT = torch.tanh
+
+
+def test_a_models_side_effects_see_real_tensors_only():
+    """Issue 25, reproduction 3: compute_energy's own state sees only the calls the sampler makes, with real sizes."""
+    from ebm_samplers import LangevinSampler
+
+    m, x = SideEffects(), torch.randn(64, 2)
+    LangevinSampler(m, step_size=0.01).sample(x, 3)
+    assert m.seen and all(type(n) is int and n == 64 for n in m.seen)
+    assert type(m.n) is int and m.n == 64 * len(m.seen)
+    assert f"{m.n:d}" == str(m.n)  # the user's own code still formats it
+
+
+def test_the_program_does_not_keep_a_model_alive():
     import gc
     import weakref
 
-    energy = Counted()
-    assert feedforward.plan(energy, torch.randn(5, 2))[0] is not None and energy in feedforward._TRACED
+    energy = Wrapped(nn.Sequential(nn.Linear(2, 4), nn.Tanh(), nn.Linear(4, 1)))
+    assert energy.bind(torch.randn(5, 2)).path.startswith("closed-form")
     alive = weakref.ref(energy)
     del energy
     gc.collect()
@@ -213,9 +278,9 @@ def test_a_sampler_run_is_unchanged_by_the_closed_form():
 
 
 def test_why_not_names_the_reason():
-    assert feedforward.why_not(ebmcore.MLPEnergy(2, (4,), seed=0), torch.randn(3, 2)) == ""
-    assert "first layer" in feedforward.why_not(ebmcore.MLPEnergy(2, (4,), seed=0), torch.randn(3, 5))
-    assert "floating (n, d)" in feedforward.why_not(ebmcore.MLPEnergy(2, (4,), seed=0), torch.randn(3, 2, 1))
+    assert feedforward.why_not(ebmcore.MLPEnergy(2, (4,), seed=0).program(), torch.randn(3, 2)) == ""
+    assert "first layer" in feedforward.why_not(ebmcore.MLPEnergy(2, (4,), seed=0).program(), torch.randn(3, 5))
+    assert "floating (n, d)" in feedforward.why_not(ebmcore.MLPEnergy(2, (4,), seed=0).program(), torch.randn(3, 2, 1))
 
 
 def test_contrastive_divergence_one_pass_equals_two():
@@ -248,7 +313,7 @@ def test_a_bound_model_still_pickles_and_copies():
     x = torch.randn(6, 2)
     assert mlp.bind(x).path.startswith("closed-form")
     buffer = io.BytesIO()
-    torch.save(mlp, buffer)  # the traced plan is not part of the model
+    torch.save(mlp, buffer)  # the program is not part of the model
     twin = copy.deepcopy(mlp)
     with torch.no_grad():
         twin.net[0].weight.add_(1.0)  # the copy's plan must use the copy's weights
@@ -262,12 +327,12 @@ def test_score_terms_equal_nested_autograd(activation):
     net = nn.Sequential(nn.Linear(3, 16), activation, nn.Linear(16, 8), activation, nn.Linear(8, 1)).double()
     energy = Wrapped(net, negate=True)
     x, v = 2 * torch.randn(64, 3, dtype=torch.float64), torch.randn(64, 3, dtype=torch.float64)
-    plan, _ = feedforward.plan(energy, x)
+    plan, _ = closed_form_program(energy, x)
 
     def loss_of(grad, vhv):
         return (0.5 * (grad * v).sum(-1) ** 2 - vhv).mean()
 
-    grad, vhv = plan.score_terms(x, v)
+    grad, vhv = feedforward.score_terms(plan, x, v)
     params = list(net.parameters())
     fast = torch.autograd.grad(loss_of(grad, vhv), params, allow_unused=True, materialize_grads=True)
     xg = x.clone().requires_grad_(True)
@@ -302,6 +367,24 @@ def test_score_matching_losses_take_the_closed_form_with_the_same_result(make_lo
         value = loss(energy, data, generator=torch.Generator().manual_seed(3))
         grads = torch.autograd.grad(value, list(net.parameters()), allow_unused=True, materialize_grads=True)
         results.append((value.detach(), torch.cat([g.flatten() for g in grads])))
-    assert feedforward.plan(Wrapped(net), data)[0] is not None and feedforward.plan(Opaque(net), data)[0] is None
+    assert closed_form_program(Wrapped(net), data)[0] is not None and closed_form_program(Opaque(net), data)[0] is None
     torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(results[0][1], results[1][1], rtol=1e-9, atol=1e-11)
+
+
+def test_check_program_holds_a_declared_program_to_compute_energy():
+    from ebm_losses import ConvEnergy
+    from ebmcore.energies.program import feedforward_of
+    from ebmcore.testing import check_program
+
+    check_program(ebmcore.MLPEnergy(2, (8, 8), seed=0), torch.randn(10, 2))
+    check_program(ConvEnergy((1, 8, 8), (4, 8), activation="tanh", seed=0), torch.randn(5, 1, 8, 8))
+    net = nn.Sequential(nn.Linear(3, 5), nn.Softplus(beta=2.0), nn.Linear(5, 1))
+    check_program(ebmcore.SequentialEnergy(net, negate=True), torch.randn(6, 3))
+
+    class Liar(ebmcore.SequentialEnergy):  # declares the network without its sign
+        def program(self):
+            return feedforward_of(self.net, 1.0)
+
+    with pytest.raises(AssertionError, match="energy of feed-forward network 3-5-1"):
+        check_program(Liar(net, negate=True), torch.randn(6, 3))

@@ -8,6 +8,8 @@ from ebmcore.energies.catalog import builtin_analytic_energies
 from ebmcore.energies.gaussian import GaussianEnergy, GaussianMixtureEnergy
 from ebmcore.energies.landscapes import AckleyEnergy, DoubleWellEnergy, HarmonicEnergy, RastriginEnergy, RosenbrockEnergy
 from ebmcore.energies.mlp import MLPEnergy
+from ebmcore.energies.program import Program
+from ebmcore.energies.sequential import SequentialEnergy
 from ebmcore.energies.params import Param, matrix, scalar, tensor, vector
 
 __all__ = [
@@ -28,6 +30,8 @@ __all__ = [
     "AckleyEnergy",
     "RastriginEnergy",
     "MLPEnergy",
+    "SequentialEnergy",
+    "Program",
 ]
 
 

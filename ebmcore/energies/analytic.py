@@ -8,6 +8,7 @@ from torch import Tensor
 
 from ebmcore.energies.base import EnergyFunctions, EnergyModel
 from ebmcore.energies.params import Param
+from ebmcore.energies.program import Analytic, Program
 from ebmcore.errors import InputError
 from ebmcore.kernels.resolve import resolve_kernel
 from ebmcore.validation import check_positive_int
@@ -73,6 +74,10 @@ class AnalyticEnergy(EnergyModel):
         """The op's arguments after ``x``: the declared ``params``, in order (floats and tensors)."""
         return tuple(getattr(self, p.name) for p in self.params)
 
+    def program(self) -> Program:
+        """:class:`~ebmcore.energies.program.Analytic`: the op and :meth:`kernel_args`."""
+        return Analytic(self.op, self.kernel_args())
+
     def compute_energy(self, x: Tensor) -> Tensor:
         """Unchecked ``E(x)``: ``x: (n, dim)`` -> ``(n,)``, through the ``<op>_energy`` kernel for ``x``'s device and dtype."""
         return resolve_kernel(f"{self.op}_energy", x.device, x.dtype, self.backend).fn(x, *self.kernel_args())
@@ -86,11 +91,13 @@ class AnalyticEnergy(EnergyModel):
         """Resolve both kernels once for ``like``'s device and dtype; the callables close over the parameters."""
         energy_fn = resolve_kernel(f"{self.op}_energy", like.device, like.dtype, self.backend).fn
         gradient_fn = resolve_kernel(f"{self.op}_gradient", like.device, like.dtype, self.backend).fn
-        args = self.kernel_args()
+        program = self.program()
+        args = program.args
         return EnergyFunctions(
             lambda x: energy_fn(x, *args),
             lambda x: gradient_fn(x, *args),
             lambda x: (energy_fn(x, *args), gradient_fn(x, *args)),
+            program=program,
         )
 
     def extra_repr(self) -> str:

@@ -8,9 +8,10 @@ import torch
 from torch import Tensor, nn
 
 from ebmcore.energies import feedforward
+from ebmcore.energies.program import Analytic, FeedForward, Opaque, Program
 from ebmcore.validation import check_batch, check_energy_output, check_finite, check_gradient_output
 
-__all__ = ["EnergyModel", "EnergyFunctions", "uses_autograd"]
+__all__ = ["EnergyModel", "EnergyFunctions", "uses_autograd", "closed_form_program"]
 
 
 def autocast_enabled(device_type: str) -> bool:
@@ -28,6 +29,14 @@ def uses_autograd(energy: "EnergyModel") -> bool:
         cls.compute_energy_and_gradient is EnergyModel.compute_energy_and_gradient
 
 
+def closed_form_program(energy: "EnergyModel", like: Tensor) -> tuple[Optional[FeedForward], str]:
+    """``(program, "")`` when ``energy`` leaves its gradient to autograd and its program is a feed-forward network
+    that takes inputs like ``like: (n, d)`` (:func:`ebmcore.energies.feedforward.closed_form`); else ``(None, why)``."""
+    if not uses_autograd(energy):
+        return None, f"{type(energy).__name__} computes its own gradient"
+    return feedforward.closed_form(energy.program(), like)
+
+
 class EnergyFunctions(NamedTuple):
     """Unchecked callables for a hot loop, with any kernel choice already made (see ``EnergyModel.bind``)."""
 
@@ -35,7 +44,7 @@ class EnergyFunctions(NamedTuple):
     gradient: Callable[[Tensor], Tensor]
     energy_and_gradient: Callable[[Tensor], tuple[Tensor, Tensor]]
     path: str = ""  # how the gradient is computed, for reports ("" when nothing to say)
-    feedforward_plan: Optional[feedforward.FeedForward] = None  # the closed-form plan, for kernels that run the network themselves
+    program: Optional[Program] = None  # what the energy computes, for kernels that run it themselves (None: not read)
 
 
 class EnergyModel(nn.Module):
@@ -81,30 +90,43 @@ class EnergyModel(nn.Module):
             (grad,) = torch.autograd.grad(energy.sum(), xg, create_graph=create_graph)
         return (energy, grad) if create_graph else (energy.detach(), grad)
 
+    def program(self) -> Program:
+        """What this energy computes, as a typed program (:mod:`ebmcore.energies.program`), read from its structure
+        each time it is asked for: closed forms and native kernels run it. By default :class:`Opaque`: ebm does not
+        read Python code, so a hand-written ``compute_energy`` is differentiated by autograd. Energies whose structure
+        says what they compute declare it (:class:`~ebmcore.energies.SequentialEnergy`, ``MLPEnergy``, analytic
+        energies, ``ConvEnergy``); an override must compute exactly what ``compute_energy`` does
+        (``ebmcore.testing.check_program`` checks it)."""
+        return Opaque(f"{type(self).__name__}.compute_energy is Python code that ebm does not read; wrap an "
+                      "nn.Sequential in ebmcore.SequentialEnergy (or use MLPEnergy) for the closed form and kernels")
+
     def bind(self, like: Tensor) -> EnergyFunctions:
-        """Unchecked ``(energy, gradient, energy_and_gradient)`` callables for inputs like ``like``.
+        """Unchecked ``(energy, gradient, energy_and_gradient)`` callables for inputs like ``like``, with the energy's
+        :meth:`program`.
 
-        Samplers call this once before their loop: analytic energies resolve
-        their kernels here, so the loop makes no dispatch lookup at all. A model
-        that leaves the gradient to autograd and whose ``compute_energy`` is a
-        feed-forward chain (``Linear`` and activation layers, see
-        :mod:`ebmcore.energies.feedforward`) gets that gradient in closed form,
-        equal to autograd's, with no graph.
+        Samplers call this once before their loop: analytic energies resolve their kernels here, so the loop makes
+        no dispatch lookup at all. A model that leaves the gradient to autograd and whose program is a feed-forward
+        network (:class:`~ebmcore.energies.program.FeedForward`) gets that gradient in closed form
+        (:mod:`ebmcore.energies.feedforward`), equal to autograd's, with no graph.
         """
-        if uses_autograd(self):
-            plan, why = feedforward.plan(self, like)
-            if plan is not None:
-                fast, slow = plan.bind(like), self.compute_energy_and_gradient
-                device_type = like.device.type
-
-                def energy_and_gradient(x: Tensor) -> tuple[Tensor, Tensor]:
-                    return slow(x) if autocast_enabled(device_type) else fast(x)
-
-                return EnergyFunctions(self.compute_energy, lambda x: energy_and_gradient(x)[1],
-                                       energy_and_gradient, plan.describe(), plan)
+        program = self.program()
+        if not uses_autograd(self):
+            if not isinstance(program, Analytic):  # its own gradient: no kernel may run the network in its place
+                program = Opaque(f"{type(self).__name__} computes its own gradient")
             return EnergyFunctions(self.compute_energy, self.compute_gradient, self.compute_energy_and_gradient,
-                                   f"autograd ({why})")
-        return EnergyFunctions(self.compute_energy, self.compute_gradient, self.compute_energy_and_gradient)
+                                   program=program)
+        network, why = feedforward.closed_form(program, like)
+        if network is None:
+            return EnergyFunctions(self.compute_energy, self.compute_gradient, self.compute_energy_and_gradient,
+                                   f"autograd ({why})", Opaque(why) if isinstance(program, FeedForward) else program)
+        fast, slow = feedforward.bind(network, like), self.compute_energy_and_gradient
+        device_type = like.device.type
+
+        def energy_and_gradient(x: Tensor) -> tuple[Tensor, Tensor]:
+            return slow(x) if autocast_enabled(device_type) else fast(x)
+
+        return EnergyFunctions(self.compute_energy, lambda x: energy_and_gradient(x)[1], energy_and_gradient,
+                               feedforward.describe(network), network)
 
     # -- checked public API ------------------------------------------------------------------
 

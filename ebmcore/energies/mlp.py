@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
-from ebmcore.energies.base import EnergyModel
+from ebmcore.energies.sequential import SequentialEnergy
 from ebmcore.errors import InputError
 from ebmcore.validation import check_placement, check_positive_int
 
@@ -26,13 +26,14 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {
 }
 
 
-class MLPEnergy(EnergyModel):
+class MLPEnergy(SequentialEnergy):
     """``dim -> hidden[0] -> ... -> 1`` with ``activation`` between layers; ``E(x): (n,)``.
 
     ``seed`` initialises the weights from a local generator with PyTorch's default
     scale (the global RNG is left untouched); without it, PyTorch's default
     initialisation draws from the global RNG as usual.
-    Gradients come from autograd. Prefer smooth activations (SiLU, softplus)
+    A :class:`SequentialEnergy`: its gradient comes in closed form (ebm reads the network's
+    layers, :meth:`program`), equal to autograd's. Prefer smooth activations (SiLU, softplus)
     for Langevin sampling: ReLU energies have piecewise-constant gradients.
     """
 
@@ -46,7 +47,6 @@ class MLPEnergy(EnergyModel):
         dtype: torch.dtype | None = None,
         device: Any = None,
     ) -> None:
-        super().__init__()
         check_positive_int(dim, "MLPEnergy: dim")
         dtype, device = check_placement(dtype, device, "MLPEnergy")
         if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
@@ -56,8 +56,6 @@ class MLPEnergy(EnergyModel):
             raise InputError(f"MLPEnergy: hidden must be positive integers, got {hidden!r}.")
         if activation not in ACTIVATIONS:
             raise InputError(f"MLPEnergy: unknown activation {activation!r}; choose one of {', '.join(ACTIVATIONS)}.")
-        self.dim = dim
-        self.event_shape = (dim,)
         # With a seed, build on the meta device (no draw from the global RNG) and fill the
         # weights from a local generator with PyTorch's default scale, U(-1/√fan_in, 1/√fan_in).
         build_on = "meta" if seed is not None else device
@@ -65,7 +63,8 @@ class MLPEnergy(EnergyModel):
         for fan_in, fan_out in zip([dim, *widths], widths):
             layers += [nn.Linear(fan_in, fan_out, dtype=dtype, device=build_on), ACTIVATIONS[activation]()]
         layers.append(nn.Linear(widths[-1] if widths else dim, 1, dtype=dtype, device=build_on))
-        self.net = nn.Sequential(*layers)
+        super().__init__(nn.Sequential(*layers), event_shape=(dim,))
+        self.dim = dim
         if seed is not None:
             self.net.to_empty(device=device if device is not None else "cpu")
             generator = torch.Generator(device="cpu").manual_seed(seed)
@@ -76,6 +75,3 @@ class MLPEnergy(EnergyModel):
                         for p in (layer.weight, layer.bias):
                             values = torch.rand(p.shape, generator=generator, dtype=torch.float64) * 2 - 1
                             p.copy_(values * bound)
-
-    def compute_energy(self, x: Tensor) -> Tensor:
-        return self.net(x).squeeze(-1)

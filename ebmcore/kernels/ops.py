@@ -78,9 +78,9 @@ FUSED_OPS: dict[str, str] = {
                            "inverse_temperature: float, seed: int, offset: int) -> (x': (n, d), acceptance: (n,), divergent: (n,), "
                            "n_leapfrog: (n,), tree_depth: (n,))",
     "langevin_step_philox": "(x: (n, d), grad: (n, d), step_size, noise_scale, seed: int, offset: int) -> x': (n, d)",
-    "feedforward_langevin_chain": "(x: (n, d), network: ebmcore.energies.feedforward.FeedForward, n_steps: int, "
+    "feedforward_langevin_chain": "(x: (n, d), network: ebmcore.energies.program.FeedForward, n_steps: int, "
                                   "step_size: float | (n,), noise_scale: float | (n,), seed: int, offset: int) -> x': (n, d)",
-    "conv_langevin_chain": "(x: (n, C, H, W), plan: ConvPlan, n_steps: int, step_size: float | (n,), "
+    "conv_langevin_chain": "(x: (n, C, H, W), stack: ebmcore.energies.program.ConvStack, n_steps: int, step_size: float | (n,), "
                            "noise_scale: float | (n,), seed: int, offset: int) -> x': (n, C, H, W)",
     "feedforward_denoising_score_matching": "(x: (n, d), target: (n, d), scale: (n,) | None, network: FeedForward) -> "
                                             "(loss: (), weight gradients: [(out, in)], bias gradients: [(out,) | None])",
@@ -95,8 +95,8 @@ FUSED_OPS: dict[str, str] = {
 """Ops with no ``torch`` reference. The chains run many steps per launch, the noise drawn inside the kernel
 from a counter-based stream keyed by ``seed`` at steps ``offset, offset + 1, ...`` (``ebm-cuda`` defines it:
 Philox4x32-10, ``ebm_cuda.reference``); ``<energy>`` is an :class:`~ebmcore.energies.AnalyticEnergy`'s ``op``
-and ``energy_args`` its ``kernel_args()``. The ``feedforward_*`` ops run the network of a feed-forward energy
-(``EnergyFunctions.feedforward_plan``) themselves: ``feedforward_langevin_chain`` its ULA chains;
+and ``energy_args`` its ``kernel_args()``. The ``feedforward_*`` ops run the network of an energy whose program
+(:mod:`ebmcore.energies.program`) is a ``FeedForward`` themselves: ``feedforward_langevin_chain`` its ULA chains;
 ``feedforward_denoising_score_matching`` ``(1/2n) Σ |a ∇E(x) − b|²`` and ``feedforward_sliced_score_matching``
 ``(1/n) Σ ½(vᵀ∇E)² − vᵀ∇²E v`` with their gradients in the weights; ``feedforward_energy_gradients`` the
 energies with ``Σ (aᵣ + bᵣEᵣ) ∂Eᵣ/∂θ``, the weight gradient of a loss linear or quadratic in them;
@@ -104,8 +104,8 @@ energies with ``Σ (aᵣ + bᵣEᵣ) ∂Eᵣ/∂θ``, the weight gradient of a l
 ``Σ aᵣEᵣ + ½bᵣEᵣ²`` at the starts and the ends and its weight gradient (``a``, ``b``: floats or ``(n,)``; ``b`` None:
 zero), summed (contrastive divergence).
 ``conv_langevin_chain`` runs the ULA chains of a small convolutional network (3×3 convolutions, spatial mean,
-linear head) given by an energy's ``conv_plan()`` (``ebm_losses.ConvEnergy``). Samplers
-and losses call them when a backend provides them (``MCMCSampler(fused=...)``, the losses of ``ebm-losses``)
+linear head) of an energy whose program is a ``ConvStack`` (``ebm_losses.ConvEnergy``). Samplers
+and losses call them when a backend provides them (``fused=`` of the samplers, the losses of ``ebm-losses``)
 and otherwise run their torch path, so forcing ``EBM_BACKEND=torch`` selects the reference path."""
 
 

@@ -4,7 +4,7 @@ distributions, and contract checks for energies, samplers, losses and kernel bac
 Fixtures for pytest: add ``pytest_plugins = ["ebmcore.testing.fixtures"]`` to a ``conftest.py``.
 """
 
-from ebmcore.testing.contracts import check_energy, check_kernel, check_loss, check_sampler
+from ebmcore.testing.contracts import check_energy, check_kernel, check_loss, check_program, check_sampler
 from ebmcore.testing.plugins import installed_distribution, isolated_plugins
 
-__all__ = ["isolated_plugins", "installed_distribution", "check_energy", "check_sampler", "check_loss", "check_kernel"]
+__all__ = ["isolated_plugins", "installed_distribution", "check_energy", "check_program", "check_sampler", "check_loss", "check_kernel"]

@@ -16,12 +16,13 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import Tensor
 
-from ebmcore.energies import EnergyModel, HarmonicEnergy, MLPEnergy
+from ebmcore.energies import EnergyModel, HarmonicEnergy, MLPEnergy, feedforward
+from ebmcore.energies.program import Analytic, ConvStack, FeedForward, Opaque
 from ebmcore.kernels.base import KernelBackend
 from ebmcore.kernels.ops import sample_inputs
 from ebmcore.kernels.torch_backend import TorchBackend, registered_analytic_energies
 
-__all__ = ["check_energy", "check_sampler", "check_loss", "check_kernel"]
+__all__ = ["check_energy", "check_program", "check_sampler", "check_loss", "check_kernel"]
 
 _TOL = {torch.float64: 1e-9, torch.float32: 1e-4, torch.bfloat16: 3e-2, torch.float16: 1e-2}
 
@@ -59,6 +60,45 @@ def check_energy(energy: EnergyModel, x: Tensor, *, fd_step: float = 1e-6) -> No
         minus = model.compute_energy((flat - step).reshape(x64.shape))
         fd[:, i] = (plus - minus) / (2 * fd_step)
     _close(model.gradient(x64).reshape(flat.shape), fd, 1e-5, "gradient vs central finite differences (float64)")
+
+
+def program_energy(program: FeedForward | ConvStack, x: Tensor) -> Tensor:
+    """``E(x): (n,)`` as ``program`` says, in plain torch (differentiable): the reference a program is held to."""
+    if isinstance(program, FeedForward):
+        h = x
+        for layer in program.layers:
+            h = torch.nn.functional.linear(h, layer.linear.weight, layer.linear.bias)
+            if layer.activation is not None:
+                h = feedforward.math_of(layer.activation).apply(h)
+        return program.sign * h.squeeze(-1)
+    act = feedforward.math_of(program.activation).apply
+    h = x
+    for conv, stride in zip(program.convs, program.strides):
+        h = act(torch.nn.functional.conv2d(h, conv.weight, conv.bias, stride=stride, padding=1))
+    return torch.nn.functional.linear(h.mean((-2, -1)), program.head.weight, program.head.bias).squeeze(-1)
+
+
+def check_program(energy: EnergyModel, x: Tensor) -> None:
+    """``energy.program()`` computes what ``energy.compute_energy`` does at ``x: (n, *event_shape)``, on a float64
+    copy: the energy by the program's plain-torch reference, and for a feed-forward program the closed-form
+    gradient the samplers bind against autograd's. For an energy that overrides ``program()``: run it in your
+    tests. An :class:`~ebmcore.energies.program.Opaque` program passes (autograd runs the code itself)."""
+    model = copy.deepcopy(energy).double()
+    x64 = x.detach().double()
+    program = model.program()
+    if isinstance(program, (Opaque, Analytic)):  # analytic: the energy's own kernels are its program
+        return
+    with torch.no_grad():
+        expected = model.compute_energy(x64)
+        _close(program_energy(program, x64), expected, 1e-10, f"energy of {program.describe()} vs compute_energy")
+    if isinstance(program, FeedForward):
+        fns = model.bind(x64)
+        assert fns.program == program, f"bind() did not take the closed form: {fns.path}"
+        e, g = fns.energy_and_gradient(x64)
+        xg = x64.clone().requires_grad_(True)
+        (auto,) = torch.autograd.grad(model.compute_energy(xg).sum(), xg)
+        _close(e, expected, 1e-10, "closed-form energy vs compute_energy")
+        _close(g, auto, 1e-9, "closed-form gradient vs autograd (float64)")
 
 
 def check_sampler(factory: Callable[[EnergyModel], Any], *, dim: int = 2, n_chains: int = 2000, n_steps: int = 300,

@@ -28,11 +28,13 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
+from ebmcore.energies.program import ConvStack, FeedForward
 from ebmcore.kernels import torch_backend
 from ebmcore.kernels.base import Kernel, KernelBackend
 from ebm_cuda import library, ops
 from ebm_cuda.energies import LAYOUTS
-from ebm_cuda.ops import FEEDFORWARD_ACTIVATIONS, MAX_CUDA_CHAIN_DIM, call
+from ebm_cuda.activations import activation_code, activation_refusal
+from ebm_cuda.ops import MAX_CUDA_CHAIN_DIM, call
 
 __all__ = ["CudaBackend", "HostBackend", "CUDA_DTYPES", "HOST_DTYPES"]
 
@@ -127,70 +129,68 @@ def langevin_step_philox(x: Tensor, grad: Tensor, step_size: Any, noise_scale: A
     return call("langevin_step_philox", _flat(x), _flat(grad), h, s, hv, sv, seed, offset).view(x.shape)
 
 
-def _network_refusal(network: Any) -> str | None:
-    """Why ``feedforward_langevin_chain`` cannot run ``network`` (an ``ebmcore.energies.feedforward.FeedForward``)."""
-    hidden = network.layers[:-1]
-    if not hidden:
+def _network_refusal(network: FeedForward) -> str | None:
+    """Why the ``feedforward_*`` kernels cannot run ``network``."""
+    if not network.hidden:
         return "needs a hidden layer (this energy is linear)"
-    names = sorted({layer.activation.name for layer in hidden} - set(FEEDFORWARD_ACTIVATIONS))
-    if names:
-        return f"has no {', '.join(names)} (it takes {', '.join(FEEDFORWARD_ACTIVATIONS)})"
-    return None
+    return activation_refusal(layer.activation for layer in network.hidden)
 
 
-def _layers(network: Any) -> tuple[list[Tensor], list[Tensor | None], list[int], float]:
-    """A feed-forward plan as the ``ebm_cuda.ops`` network arguments: weights, biases, activation codes, sign."""
+def _layers(network: FeedForward) -> tuple[list[Tensor], list[Tensor | None], list[int], float]:
+    """A feed-forward program as the ``ebm_cuda.ops`` network arguments: weights, biases, activation codes, sign."""
     layers = network.layers
     return ([layer.linear.weight for layer in layers], [layer.linear.bias for layer in layers],
-            [FEEDFORWARD_ACTIVATIONS.index(layer.activation.name) for layer in layers[:-1]], float(network.sign))
+            [activation_code(layer.activation) for layer in network.hidden], float(network.sign))
 
 
-def feedforward_langevin_chain(x: Tensor, network: Any, *, n_steps: int, step_size: Any, noise_scale: Any, seed: int,
+def feedforward_langevin_chain(x: Tensor, network: FeedForward, *, n_steps: int, step_size: Any, noise_scale: Any, seed: int,
                                offset: int) -> Tensor:
-    """``n_steps`` Langevin steps of the feed-forward energy ``network`` (``FeedForward``); ``x: (n, d)`` float32."""
+    """``n_steps`` Langevin steps of the feed-forward energy ``network``; ``x: (n, d)`` float32."""
     h, hv = _scalar_or_vector(step_size)
     s, sv = _scalar_or_vector(noise_scale)
     return call("feedforward_langevin_chain", x, *_layers(network), n_steps, h, s, hv, sv, seed, offset)
 
 
-def _conv_refusal(plan: Any) -> str | None:
-    """Why ``conv_langevin_chain`` cannot run ``plan`` (an ``ebm_losses.ConvPlan``)."""
-    if plan.activation not in FEEDFORWARD_ACTIVATIONS:
-        return f"has no {plan.activation} (it takes {', '.join(FEEDFORWARD_ACTIVATIONS)})"
-    if any(w.dtype != torch.float32 for w in plan.weights):
+def _conv_refusal(stack: ConvStack) -> str | None:
+    """Why ``conv_langevin_chain`` cannot run ``stack``."""
+    refusal = activation_refusal([stack.activation])
+    if refusal is not None:
+        return refusal
+    if any(w.dtype != torch.float32 for w in stack.weights):
         return "takes float32 weights"
     return None
 
 
-def conv_langevin_chain(x: Tensor, plan: Any, *, n_steps: int, step_size: Any, noise_scale: Any, seed: int, offset: int) -> Tensor:
-    """``n_steps`` Langevin steps of the convolutional energy ``plan`` (``ebm_losses.ConvPlan``); ``x: (n, C, H, W)`` float32."""
+def conv_langevin_chain(x: Tensor, stack: ConvStack, *, n_steps: int, step_size: Any, noise_scale: Any, seed: int,
+                        offset: int) -> Tensor:
+    """``n_steps`` Langevin steps of the convolutional energy ``stack``; ``x: (n, C, H, W)`` float32."""
     h, hv = _scalar_or_vector(step_size)
     s, sv = _scalar_or_vector(noise_scale)
-    return call("conv_langevin_chain", x, [*plan.weights, plan.head_weight], [*plan.biases, plan.head_bias], list(plan.strides),
-                FEEDFORWARD_ACTIVATIONS.index(plan.activation), 1.0, n_steps, h, s, hv, sv, seed, offset)
+    return call("conv_langevin_chain", x, [*stack.weights, stack.head.weight], [*stack.biases, stack.head.bias],
+                list(stack.strides), activation_code(stack.activation), 1.0, n_steps, h, s, hv, sv, seed, offset)
 
 
 def feedforward_denoising_score_matching(x: Tensor, target: Tensor, scale: Tensor | None,
-                                         network: Any) -> tuple[Tensor, list[Tensor], list[Tensor | None]]:
+                                         network: FeedForward) -> tuple[Tensor, list[Tensor], list[Tensor | None]]:
     """``(1/2n) Σᵣ |aᵣ∇E(xᵣ) − bᵣ|²`` of the feed-forward energy ``network`` with its weight and bias gradients
     (``ebm_cuda.ops.feedforward_denoising_score_matching``); ``x``, ``target``: ``(n, d)`` float32, ``scale``: ``(n,)`` or None."""
     return ops.feedforward_denoising_score_matching(x, target, scale, *_layers(network))
 
 
-def feedforward_sliced_score_matching(x: Tensor, v: Tensor, network: Any) -> tuple[Tensor, list[Tensor], list[Tensor | None]]:
+def feedforward_sliced_score_matching(x: Tensor, v: Tensor, network: FeedForward) -> tuple[Tensor, list[Tensor], list[Tensor | None]]:
     """``(1/n) Σᵣ ½(vᵣᵀ∇E(xᵣ))² − vᵣᵀ∇²E(xᵣ)vᵣ`` of the feed-forward energy ``network`` with its weight and bias
     gradients (``ebm_cuda.ops.feedforward_sliced_score_matching``); ``x``, ``v``: ``(n, d)`` float32."""
     return ops.feedforward_sliced_score_matching(x, v, *_layers(network))
 
 
 def feedforward_energy_gradients(x: Tensor, a: Tensor, b: Tensor | None,
-                                 network: Any) -> tuple[Tensor, list[Tensor], list[Tensor | None]]:
+                                 network: FeedForward) -> tuple[Tensor, list[Tensor], list[Tensor | None]]:
     """``E(x)`` and ``Σᵣ (aᵣ + bᵣE(xᵣ)) ∂E(xᵣ)/∂θ`` for the weights and biases of the feed-forward energy ``network``
     (``ebm_cuda.ops.feedforward_energy_gradients``); ``x: (n, d)``, ``a``, ``b``: ``(n,)`` float32."""
     return ops.feedforward_energy_gradients(x, a, b, *_layers(network))
 
 
-def feedforward_contrastive_chain(x: Tensor, network: Any, *, n_steps: int, step_size: Any, noise_scale: Any, seed: int,
+def feedforward_contrastive_chain(x: Tensor, network: FeedForward, *, n_steps: int, step_size: Any, noise_scale: Any, seed: int,
                                   offset: int, start: tuple[Any, Any], end: tuple[Any, Any]) -> tuple[Any, ...]:
     """``feedforward_langevin_chain``'s moves with ``feedforward_energy_gradients`` at the starts and the ends, in one
     launch (``ebm_cuda.ops.feedforward_contrastive_chain``); ``start``, ``end``: ``(a, b)``, floats or ``(n,)``

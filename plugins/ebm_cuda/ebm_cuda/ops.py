@@ -24,7 +24,7 @@ from ebm_cuda import library
 from ebm_cuda.energies import KINDS, LAYOUTS
 from ebm_cuda.library import DTYPE_CODES, EnergySpec
 
-__all__ = ["KINDS", "FEEDFORWARD_ACTIVATIONS", "MAX_CUDA_CHAIN_DIM", "call", "feedforward_denoising_score_matching", "feedforward_sliced_score_matching", "feedforward_energy_gradients", "feedforward_contrastive_chain", "math_dtype", "normal", "philox4x32", "uniform"]
+__all__ = ["KINDS", "MAX_CUDA_CHAIN_DIM", "call", "feedforward_denoising_score_matching", "feedforward_sliced_score_matching", "feedforward_energy_gradients", "feedforward_contrastive_chain", "math_dtype", "normal", "philox4x32", "uniform"]
 
 _LAYOUT_OF_CODE = {layout.code: layout for layout in LAYOUTS.values()}
 MAX_CUDA_CHAIN_DIM = 64
@@ -250,16 +250,12 @@ def _(x, kind, v0, v1, a, b, n_steps, step_size, step_sizes, max_tree_depth, inv
             torch.empty_like(steps))
 
 
-FEEDFORWARD_ACTIVATIONS = ("silu", "tanh", "sigmoid", "relu")
-"""The hidden-layer activations of ``feedforward_langevin_chain``, in the order of their codes (``ebm/feedforward_host.h``)."""
-
-
 def _feedforward_langevin_chain(x: Tensor, weights: Sequence[Tensor], biases: Sequence[Optional[Tensor]], activations: Sequence[int],
                                 sign: float, n_steps: int, step_size: float, noise_scale: float, step_sizes: Optional[Tensor],
                                 noise_scales: Optional[Tensor], seed: int, offset: int) -> Tensor:
     """``n_steps`` Langevin steps of ``E(x) = sign · (W_L f(… f(W_1 x + b_1) …) + b_L)`` in one launch (host build,
     float32). ``weights[l]: (out_l, in_l)`` with ``in_0 = d`` and ``out_L = 1``; ``biases[l]: (out_l,)`` or None;
-    ``activations``: one code of :data:`FEEDFORWARD_ACTIVATIONS` per hidden layer. The noise is the stream's, as in
+    ``activations``: one code of :data:`ebm_cuda.activations.ACTIVATION_CODES` per hidden layer. The noise is the stream's, as in
     ``langevin_chain``. Returns the new ``x: (n, d)``."""
     x, hv, sv = _chain_input(x, "feedforward_langevin_chain", weights, biases, activations, n_steps, 0, step_sizes, noise_scales,
                              seed, offset)
@@ -430,7 +426,7 @@ def _conv_langevin_chain(x: Tensor, weights: Sequence[Tensor], biases: Sequence[
     """``n_steps`` Langevin steps of the convolutional energy ``E(x) = sign · (w · mean_p f(conv_L(… f(conv_1(x)) …)) + b)``
     in one launch (host build, float32): ``x: (n, C, H, W)``; ``weights[l]: (C_{l+1}, C_l, 3, 3)`` for each 3×3
     convolution (padding 1, stride ``strides[l]``) and ``weights[-1]: (1, C_L)`` the head; ``biases[l]: (C_{l+1},)`` or
-    None (the head's is unused: it does not move ``∇E``); ``activation``: a code of :data:`FEEDFORWARD_ACTIVATIONS`
+    None (the head's is unused: it does not move ``∇E``); ``activation``: a code of :data:`ebm_cuda.activations.ACTIVATION_CODES`
     after every convolution. The noise is the stream's for element ``j`` of the flattened image (C-order), as in
     ``langevin_chain``. Returns the new ``x``."""
     if x.dim() != 4:

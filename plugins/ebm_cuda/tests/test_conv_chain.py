@@ -36,7 +36,7 @@ def _noise_only(x, n_steps, s, seed, offset=0):
 def test_the_chain_follows_autograd_and_the_stream(activation, shape, widths, n, h):
     energy = ConvEnergy(shape, widths, activation, seed=0)
     x0 = torch.randn(n, *shape, generator=torch.Generator().manual_seed(1))
-    plan = energy.conv_plan()
+    plan = energy.program()
     for n_steps, offset in ((1, 0), (4, 7)):
         out = conv_langevin_chain(x0, plan, n_steps=n_steps, step_size=h, noise_scale=0.05, seed=11, offset=offset)
         expected = _autograd_chain(energy, x0, n_steps, h, 0.05, 11, offset)
@@ -49,7 +49,7 @@ def test_per_chain_step_sizes_and_noise_scales():
     energy = ConvEnergy((1, 8, 8), (32, 64), seed=3)
     x0 = torch.randn(20, 1, 8, 8)
     h, s = torch.linspace(1.0, 10.0, 20), torch.linspace(0.01, 0.1, 20)
-    out = conv_langevin_chain(x0, energy.conv_plan(), n_steps=3, step_size=h, noise_scale=s, seed=3, offset=0)
+    out = conv_langevin_chain(x0, energy.program(), n_steps=3, step_size=h, noise_scale=s, seed=3, offset=0)
     x = x0
     for t in range(3):
         x = x - h.view(-1, 1, 1, 1) * energy.gradient(x) + s.view(-1, 1, 1, 1) * reference.normal(20, 64, 3, t).view(x.shape)
@@ -63,9 +63,9 @@ def test_a_nonfinite_chain_stays_apart_and_threads_change_nothing():
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        one = conv_langevin_chain(x0, energy.conv_plan(), n_steps=3, step_size=10.0, noise_scale=0.01, seed=0, offset=0)
+        one = conv_langevin_chain(x0, energy.program(), n_steps=3, step_size=10.0, noise_scale=0.01, seed=0, offset=0)
         torch.set_num_threads(2)
-        two = conv_langevin_chain(x0, energy.conv_plan(), n_steps=3, step_size=10.0, noise_scale=0.01, seed=0, offset=0)
+        two = conv_langevin_chain(x0, energy.program(), n_steps=3, step_size=10.0, noise_scale=0.01, seed=0, offset=0)
     finally:
         torch.set_num_threads(threads)
     rest = torch.arange(40) != 7
@@ -96,13 +96,13 @@ def test_networks_the_kernel_cannot_run_keep_the_per_step_loop():
     assert double.startswith("per-step loop (no kernel for conv_langevin_chain"), double  # float32 only
     hooked = ConvEnergy(widths=(8,), seed=0)
     hooked.features[0].register_forward_hook(lambda module, args, out: out * 2)
-    assert path(hooked).startswith("per-step loop (a module of the network has forward hooks")
+    assert path(hooked).startswith("per-step loop (module Conv2d has forward hooks")
     weight_normed = ConvEnergy(widths=(8,), seed=0)
     torch.nn.utils.parametrizations.weight_norm(weight_normed.features[0])
-    assert path(weight_normed).startswith("per-step loop (a module of the network is parametrized")
+    assert path(weight_normed).startswith("per-step loop (module ParametrizedConv2d is parametrized")
     changed = ConvEnergy(widths=(8,), seed=0)
     changed.features[0].padding = (0, 0)
-    assert path(changed).startswith("per-step loop (a convolution was changed from 3×3, padding 1")
+    assert path(changed).startswith("per-step loop (a layer was changed from 3×3 convolutions (padding 1")
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert path(ConvEnergy(widths=(8,), seed=0)).startswith("per-step loop (torch.autocast is on")
 

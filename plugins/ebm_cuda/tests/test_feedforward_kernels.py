@@ -16,8 +16,11 @@ from torch import nn
 
 import ebmcore
 from ebmcore.energies import feedforward
+from ebmcore.energies.base import closed_form_program
 from ebmcore.errors import InputError
 from ebm_cuda import ops, reference
+from ebm_cuda.activations import ACTIVATION_CODES
+from ebmcore.energies.program import ActivationKind
 from ebm_cuda.backends import feedforward_langevin_chain
 from ebm_losses import ContrastiveDivergence, DenoisingScoreMatching, SlicedScoreMatching
 from ebm_samplers import LangevinSampler
@@ -25,14 +28,8 @@ from ebm_samplers import LangevinSampler
 ACTIVATIONS = {"silu": nn.SiLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "relu": nn.ReLU}
 
 
-class Net(ebmcore.EnergyModel):
-    def __init__(self, net: nn.Module, sign: float = 1.0) -> None:
-        super().__init__()
-        self.net, self.sign = net, sign
-
-    def compute_energy(self, x):
-        e = self.net(x).squeeze(-1)
-        return -e if self.sign < 0 else e
+def Net(net: nn.Module, sign: float = 1.0) -> ebmcore.SequentialEnergy:
+    return ebmcore.SequentialEnergy(net, negate=sign < 0)
 
 
 def _network(d, widths, activation, *, bias=True, seed=0):
@@ -64,7 +61,7 @@ def _assert_layer_gradients(linears, grad_w, grad_b, *, output_bias: bool):
 def _linears_and_codes(net, activation, widths):
     linears = [m for m in net if isinstance(m, nn.Linear)]
     return (linears, [m.weight.float() for m in linears], [None if m.bias is None else m.bias.float() for m in linears],
-            [ops.FEEDFORWARD_ACTIVATIONS.index(activation)] * len(widths))
+            [ACTIVATION_CODES[ActivationKind(activation)]] * len(widths))
 
 
 def _autograd_chain(energy, x, n_steps, h, s, seed, offset=0):
@@ -81,7 +78,7 @@ def _autograd_chain(energy, x, n_steps, h, s, seed, offset=0):
 def test_the_chain_follows_autograd_and_the_stream(activation, d, widths, n, bias, sign):
     energy = Net(_network(d, widths, activation, bias=bias), sign)
     x0 = torch.randn(n, d, generator=torch.Generator().manual_seed(1))
-    network, why = feedforward.plan(energy, x0)
+    network, why = closed_form_program(energy, x0)
     assert network is not None, why
     out = feedforward_langevin_chain(x0, network, n_steps=6, step_size=0.02, noise_scale=0.2, seed=11, offset=5)
     expected = _autograd_chain(energy, x0, 6, 0.02, 0.2, 11, 5)
@@ -91,7 +88,7 @@ def test_the_chain_follows_autograd_and_the_stream(activation, d, widths, n, bia
 def test_per_chain_step_sizes_and_noise_scales():
     energy = Net(_network(2, [32, 32], "silu"))
     x0 = torch.randn(40, 2)
-    network, _ = feedforward.plan(energy, x0)
+    network, _ = closed_form_program(energy, x0)
     h, s = torch.linspace(0.01, 0.05, 40), torch.linspace(0.1, 0.3, 40)
     out = feedforward_langevin_chain(x0, network, n_steps=3, step_size=h, noise_scale=s, seed=3, offset=0)
     x = x0
@@ -104,7 +101,7 @@ def test_a_nonfinite_chain_stays_apart_and_threads_change_nothing():
     energy = Net(_network(2, [64, 64], "silu"))
     x0 = torch.randn(50, 2)
     x0[7, 1] = float("nan")
-    network, _ = feedforward.plan(energy, x0[:4])
+    network, _ = closed_form_program(energy, x0[:4])
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
@@ -148,7 +145,7 @@ def test_the_network_chain_samples_a_known_law():
 def test_networks_the_kernel_cannot_run_keep_the_per_step_loop():
     gelu = Net(nn.Sequential(nn.Linear(2, 8), nn.GELU(), nn.Linear(8, 1)))
     path = LangevinSampler(gelu, step_size=0.01).prepare(torch.randn(4, 2), None, {}).path
-    assert "feedforward_langevin_chain kernel has no gelu(none)" in path and path.startswith("per-step loop")
+    assert "feedforward_langevin_chain kernel has no gelu (it takes" in path and path.startswith("per-step loop")
     double = Net(_network(2, [8], "silu").double())
     path = LangevinSampler(double, step_size=0.01).prepare(torch.randn(4, 2, dtype=torch.float64), None, {}).path
     assert path.startswith("per-step loop (no kernel for feedforward_langevin_chain")  # float32 only
@@ -508,7 +505,7 @@ def test_hooked_layers_keep_autograd():
     with warnings.catch_warnings():  # deprecated in favour of parametrizations (whose modules the plan refuses by type)
         warnings.simplefilter("ignore", FutureWarning)
         net[0] = torch.nn.utils.weight_norm(net[0])
-    assert "forward hooks" in feedforward.why_not(Net(net), torch.randn(4, 2))
+    assert "forward hooks" in feedforward.why_not(Net(net).program(), torch.randn(4, 2))
 
 
 def test_the_loss_kernels_give_the_same_bits_for_the_same_thread_count():

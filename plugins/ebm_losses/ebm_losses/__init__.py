@@ -2,7 +2,7 @@
 2-d toy datasets and image data."""
 
 from ebm_losses import datasets
-from ebm_losses.conv import ConvEnergy, ConvPlan
+from ebm_losses.conv import ConvEnergy
 from ebm_losses.contrastive_divergence import ClippedGradientEnergy, ContrastiveDivergence, PersistentContrastiveDivergence
 from ebm_losses.nce import GaussianNoise, NoiseContrastiveEstimation
 from ebm_losses.score_matching import DenoisingScoreMatching, ScoreMatching, SlicedScoreMatching
@@ -16,7 +16,6 @@ __all__ = [
     "PersistentContrastiveDivergence",
     "ClippedGradientEnergy",
     "ConvEnergy",
-    "ConvPlan",
     "ScoreMatching",
     "SlicedScoreMatching",
     "DenoisingScoreMatching",

@@ -13,7 +13,8 @@ import torch
 from torch import Tensor
 
 from ebmcore import EnergyFunctions, EnergyModel, Loss, Sampler, registry
-from ebmcore.energies import feedforward
+from ebmcore.energies.base import closed_form_program
+from ebmcore.energies.program import FeedForward
 from ebmcore.errors import InputError
 from ebmcore.sampler import EnergyGradients
 from ebmcore.validation import check_energy_output, check_positive
@@ -124,7 +125,7 @@ class ContrastiveDivergence(Loss):
         plan_loss = lambda: self._value(*energy.compute_energy(torch.cat((data, negatives))).split((n_pos, len(negatives))))  # noqa: E731
         if grads is not None:  # the chain computed this loss (see _draw) and its weight gradient with its moves
             return kernel_loss(grads.plan, grads.loss, grads.weight_grads, grads.bias_grads, recompute=plan_loss)
-        plan = feedforward.plan(energy, data)[0]
+        plan = closed_form_program(energy, data)[0]
         if plan is not None:  # rows independent, output (n,): one pass over both batches
             both = torch.cat((data, negatives))
             kernel = network_kernel("feedforward_energy_gradients", plan, both)
@@ -161,7 +162,7 @@ class ContrastiveDivergence(Loss):
             loss = loss + self.regularization * (e_pos.square().mean() + e_neg.square().mean())
         return loss
 
-    def _kernel_loss(self, kernel: Any, plan: feedforward.FeedForward, both: Tensor, n_pos: int,
+    def _kernel_loss(self, kernel: Any, plan: FeedForward, both: Tensor, n_pos: int,
                      recompute: Callable[[], Tensor]) -> Tensor:
         """The loss of :meth:`_value` by ``feedforward_energy_gradients``: ``∂loss/∂Eᵣ = aᵣ + bᵣEᵣ`` with ``a = ±1/n``
         and ``b = 2·regularization/n`` for the rows of each batch."""

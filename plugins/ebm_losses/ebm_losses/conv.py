@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
@@ -10,9 +9,10 @@ from torch import Tensor, nn
 
 from ebmcore import EnergyModel
 from ebmcore.energies.mlp import ACTIVATIONS
+from ebmcore.energies.program import ConvStack, Opaque, Program, activation_of, sequential_refusal
 from ebmcore.errors import InputError
 
-__all__ = ["ConvEnergy", "ConvPlan"]
+__all__ = ["ConvEnergy"]
 
 
 def _positive_ints(value: Any, name: str) -> list[int]:
@@ -20,21 +20,6 @@ def _positive_ints(value: Any, name: str) -> list[int]:
     if not values or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values):
         raise InputError(f"ConvEnergy: {name} must be positive integers, got {value!r}.")
     return values
-
-
-@dataclass(frozen=True)
-class ConvPlan:
-    """The layers of a :class:`ConvEnergy` for kernels that run the network themselves (``conv_langevin_chain``):
-    ``weights[l]: (C_{l+1}, C_l, 3, 3)`` and ``biases[l]: (C_{l+1},)`` of the 3×3 convolutions (padding 1, stride
-    ``strides[l]``), ``activation`` (a name of :data:`ebmcore.energies.mlp.ACTIVATIONS`) after each, then the spatial
-    mean and the head ``head_weight: (1, C_L)``, ``head_bias: (1,)``; ``E = head(mean(features))``."""
-
-    weights: tuple[Tensor, ...]
-    biases: tuple[Tensor, ...]
-    strides: tuple[int, ...]
-    activation: str
-    head_weight: Tensor
-    head_bias: Tensor
 
 
 class ConvEnergy(EnergyModel):
@@ -92,21 +77,24 @@ class ConvEnergy(EnergyModel):
         """``x: (n, C, H, W)`` -> ``(n,)``."""
         return self.head(self.features(x).mean((-2, -1))).squeeze(-1)
 
-    def conv_plan(self) -> ConvPlan | str:
-        """The layers as a :class:`ConvPlan`, or why a kernel must not run them itself: ``spectral_norm`` (the
-        weights are re-normalised on every forward pass), hooks or parametrizations on a module, an overridden
-        :meth:`compute_energy`, a convolution changed after construction."""
+    def program(self) -> Program:
+        """The layers as a :class:`~ebmcore.energies.program.ConvStack`, read from the modules, or
+        :class:`~ebmcore.energies.program.Opaque` with why a kernel must not run them itself: ``spectral_norm`` or
+        another parametrization (the weights are computed on every forward pass), hooks on a module, an overridden
+        :meth:`compute_energy`, a layer changed after construction."""
         if self.spectral_norm:
-            return "spectral_norm re-normalises the weights on every forward pass"
+            return Opaque("spectral_norm re-normalises the weights on every forward pass")
         if type(self).compute_energy is not ConvEnergy.compute_energy:
-            return f"{type(self).__name__} overrides compute_energy"
-        if any(m._forward_hooks or m._forward_pre_hooks for m in self.modules()):
-            return "a module of the network has forward hooks"
-        if any(nn.utils.parametrize.is_parametrized(m) for m in self.modules()):
-            return "a module of the network is parametrized (its weights are computed on every forward pass)"
-        convs = [m for m in self.features if isinstance(m, nn.Conv2d)]
-        if any(m.kernel_size != (3, 3) or m.padding != (1, 1) or m.dilation != (1, 1) or m.groups != 1
-               or m.stride[0] != m.stride[1] for m in convs):
-            return "a convolution was changed from 3×3, padding 1, square stride"
-        return ConvPlan(tuple(m.weight for m in convs), tuple(m.bias for m in convs), tuple(m.stride[0] for m in convs),
-                        self.activation, self.head.weight, self.head.bias)
+            return Opaque(f"{type(self).__name__} overrides compute_energy, which ebm does not read")
+        refusal = sequential_refusal(self)
+        if refusal is not None:
+            return Opaque(refusal)
+        convs = list(self.features)[0::2]
+        acts = [activation_of(m) for m in list(self.features)[1::2]]
+        if (len(convs) != len(acts) or type(self.head) is not nn.Linear
+                or any(type(m) is not nn.Conv2d or m.kernel_size != (3, 3) or m.padding != (1, 1) or m.dilation != (1, 1)
+                       or m.groups != 1 or m.stride[0] != m.stride[1] for m in convs)):
+            return Opaque("a layer was changed from 3×3 convolutions (padding 1, square stride) and a Linear head")
+        if acts[0] is None or any(a != acts[0] for a in acts):
+            return Opaque("the activations are not one activation with a closed-form derivative after every convolution")
+        return ConvStack(tuple(convs), tuple(m.stride[0] for m in convs), acts[0], self.head)

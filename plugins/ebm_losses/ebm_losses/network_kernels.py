@@ -12,7 +12,7 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
-from ebmcore.energies import feedforward
+from ebmcore.energies.program import FeedForward
 from ebmcore.errors import BackendUnavailableError, UnknownComponentError
 from ebmcore.kernels import Kernel, resolve_kernel
 
@@ -25,7 +25,7 @@ def kernel_may_run(x: Tensor) -> bool:
     return torch.is_grad_enabled() and not x.requires_grad and not torch.is_autocast_enabled(x.device.type)
 
 
-def network_kernel(op: str, plan: feedforward.FeedForward, x: Tensor) -> Optional[Kernel]:
+def network_kernel(op: str, plan: FeedForward, x: Tensor) -> Optional[Kernel]:
     """The kernel of ``op`` for the feed-forward ``plan`` at inputs ``x: (n, d)``, or None where none runs it or it
     does not pay: another device or dtype, autocast, an activation it lacks, inputs that need a gradient themselves,
     or grad mode off (the kernels compute weight gradients; the torch path then computes the value alone)."""
@@ -61,7 +61,7 @@ class _GivenGradients(torch.autograd.Function):
         return (None, None, None, *(g * grad_output for g in ctx.grads))
 
 
-def kernel_loss(plan: feedforward.FeedForward, value: Tensor, grad_w: list[Tensor], grad_b: list[Optional[Tensor]], *,
+def kernel_loss(plan: FeedForward, value: Tensor, grad_w: list[Tensor], grad_b: list[Optional[Tensor]], *,
                 recompute: Callable[[], Tensor]) -> Tensor:
     """A loss kernel's ``value: ()``, differentiable in the network's weights and biases through the gradients it
     returned with it (``grad_w``, ``grad_b``: per layer, None for an absent bias or one without a gradient).

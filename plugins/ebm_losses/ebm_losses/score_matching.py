@@ -16,6 +16,7 @@ from torch import Tensor
 
 from ebmcore import EnergyModel, Loss
 from ebmcore.energies import feedforward
+from ebmcore.energies.base import closed_form_program
 from ebmcore.errors import InputError
 from ebm_losses.network_kernels import kernel_loss, network_kernel
 from ebmcore.validation import check_energy_output, check_positive
@@ -106,10 +107,10 @@ class SlicedScoreMatching(Loss):
         x = data.detach()
         if self.n_projections > 1:
             x = x.repeat(self.n_projections, *([1] * (x.dim() - 1)))
-        plan = feedforward.plan(energy, x)[0]
+        plan = closed_form_program(energy, x)[0]
         if plan is not None:  # ∇E and vᵀ∇²E v by the chain rule: one backward pass for the loss, not three levels
             v = projections(self.projection, tuple(x.shape), like=x, generator=generator)
-            plan_loss = lambda: self._value(*plan.score_terms(x, v), v)  # noqa: E731
+            plan_loss = lambda: self._value(*feedforward.score_terms(plan, x, v), v)  # noqa: E731
             kernel = None if self.variance_reduction else network_kernel("feedforward_sliced_score_matching", plan, x)
             if kernel is None:
                 return plan_loss()
@@ -160,9 +161,9 @@ class DenoisingScoreMatching(Loss):
         sigma_b = sigma.view(-1, *([1] * (x.dim() - 1)))
         noisy = x + sigma_b * eps
         single = self.sigmas.numel() == 1
-        plan = None if getattr(energy, "noise_conditional", False) else feedforward.plan(energy, noisy)[0]
+        plan = None if getattr(energy, "noise_conditional", False) else closed_form_program(energy, noisy)[0]
         if plan is not None:  # ∇E by the chain rule, differentiable in θ: one backward pass for the loss
-            plan_loss = lambda: self._value(plan.score_terms(noisy)[0], eps, sigma_b)  # noqa: E731
+            plan_loss = lambda: self._value(feedforward.score_terms(plan, noisy)[0], eps, sigma_b)  # noqa: E731
             kernel = network_kernel("feedforward_denoising_score_matching", plan, noisy)
             if kernel is None:
                 return plan_loss()

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from ebmcore import EnergyFunctions, EnergyModel, Integrator
+from ebmcore.energies.program import Analytic, ConvStack, FeedForward, Opaque
 from ebmcore.errors import InputError
 from ebmcore.sampler import EnergyGradients
 from ebm_samplers.algorithm import Algorithm, Chain, ChainInfo, Step, chain_kernel, compiled, draw_then
@@ -105,36 +106,37 @@ def build_kernel(integrator: Integrator | None = None, compile: bool = False) ->
 
 def build_chain(energy: EnergyModel, fns: EnergyFunctions, x: Tensor, params: Params, fused_setting: bool | None,
                 integrator: Integrator) -> Chain | str:
-    """Many ULA steps per launch: the ``<energy>_langevin_chain`` kernel of an analytic energy, the
-    ``feedforward_langevin_chain`` kernel of a feed-forward network (``fns.feedforward_plan``), or the
-    ``conv_langevin_chain`` kernel of an energy with a ``conv_plan()`` method (duck-typed: it returns the layers, e.g.
-    ``ebm_losses.ConvPlan``, or a string saying why a kernel must not run them; ``ebm_losses.ConvEnergy`` has one);
-    for other energies, one ``langevin_step_philox`` kernel per step (the noise drawn inside it). Euler–Maruyama only.
+    """Many ULA steps per launch, by the bound energy's program (``fns.program``): the ``<energy>_langevin_chain``
+    kernel of an analytic energy, the ``feedforward_langevin_chain`` kernel of a feed-forward network, or the
+    ``conv_langevin_chain`` kernel of a conv stack (``ebm_losses.ConvEnergy``); for other energies, one
+    ``langevin_step_philox`` kernel per step (the noise drawn inside it). Euler–Maruyama only.
     A feed-forward chain also offers ``energy_gradients`` (:data:`ebmcore.sampler.Chain`), by
     ``feedforward_contrastive_chain`` where a backend has it."""
     if not isinstance(integrator, EulerMaruyama):
         return f"the integrator is {integrator.name}, the fused chain is Euler–Maruyama"
     h = params.step_size
     s = noise_scale(h, params.temperature)
-    op, network = _network_of(energy, fns)
-    if op is not None:  # a network the kernel runs itself (its plan, or why not)
-        chain = (network if isinstance(network, str) else
-                 "torch.autocast is on: the network runs in torch under it" if torch.is_autocast_enabled(x.device.type)
-                 else chain_kernel(op, energy, x, fused_setting, network))
+    program = fns.program
+    if isinstance(program, (FeedForward, ConvStack)):  # a network the kernel runs itself
+        op = "feedforward_langevin_chain" if isinstance(program, FeedForward) else "conv_langevin_chain"
+        chain = ("torch.autocast is on: the network runs in torch under it" if torch.is_autocast_enabled(x.device.type)
+                 else chain_kernel(op, energy, x, fused_setting, program))
         if not isinstance(chain, str):
             network_fn = chain.fn
             run = lambda state, n, seed, offset: (  # noqa: E731
-                State(network_fn(state.x, network, n_steps=n, step_size=h, noise_scale=s, seed=seed, offset=offset)),
+                State(network_fn(state.x, program, n_steps=n, step_size=h, noise_scale=s, seed=seed, offset=offset)),
                 ChainInfo(None, None))
-            if op == "feedforward_langevin_chain":
-                run.energy_gradients = _with_energy_gradients(energy, x, fused_setting, network, h, s)
+            if isinstance(program, FeedForward):
+                run.energy_gradients = _with_energy_gradients(energy, x, fused_setting, program, h, s)
             return run
-    else:
-        chain = chain_kernel("<energy>_langevin_chain", energy, x, fused_setting)
+    elif isinstance(program, Analytic):
+        chain = chain_kernel(f"{program.op}_langevin_chain", energy, x, fused_setting)
         if not isinstance(chain, str):
-            chain_fn, args = chain.fn, energy.kernel_args()
+            chain_fn, args = chain.fn, program.args
             return lambda state, n, seed, offset: (
                 State(chain_fn(state.x, *args, n_steps=n, step_size=h, noise_scale=s, seed=seed, offset=offset)), ChainInfo(None, None))
+    else:
+        chain = program.reason if isinstance(program, Opaque) else f"{type(energy).__name__} is not an analytic energy"
     step = chain_kernel("langevin_step_philox", energy, x, fused_setting)
     if isinstance(step, str):
         return f"{chain}; {step}"
@@ -163,17 +165,6 @@ def _with_energy_gradients(energy: EnergyModel, x: Tensor, fused_setting: bool |
         return State(x1), ChainInfo(None, None), EnergyGradients(e_start, e_end, loss, network, weight_grads, bias_grads)
 
     return energy_gradients
-
-
-def _network_of(energy: EnergyModel, fns: EnergyFunctions) -> tuple[str | None, Any]:
-    """``(op, plan or why not)`` for a network a kernel may run itself: an energy with a ``conv_plan()`` method
-    (``conv_langevin_chain``), a feed-forward plan (``feedforward_langevin_chain``); ``(None, None)`` otherwise."""
-    conv_plan = getattr(energy, "conv_plan", None)
-    if callable(conv_plan):
-        return "conv_langevin_chain", conv_plan()
-    if fns.feedforward_plan is not None:
-        return "feedforward_langevin_chain", fns.feedforward_plan
-    return None, None
 
 
 ALGORITHM = Algorithm("langevin", Params, init, build_kernel, has_acceptance=False, options=options, build_chain=build_chain)

@@ -20,8 +20,21 @@ typedef float v16 __attribute__((vector_size(64)));
 typedef int32_t v16i __attribute__((vector_size(64)));
 
 constexpr int ROWS = 16;  // chains per tile (the Philox tile of host.cpp)
-enum Activation { SILU = 0, TANH = 1, SIGMOID = 2, RELU = 3 };
-constexpr int N_ACTIVATIONS = 4;
+// The hidden-layer activations the kernels run, X(NAME, code) with codes 0, 1, ...: NAME is the member of
+// ebmcore's ActivationKind (ebm_cuda.activations reads this list). Adding one is a line here and its case in
+// activation<ACT, ORDER> below.
+#define EBM_ACTIVATIONS(X) \
+  X(SILU, 0)               \
+  X(TANH, 1)               \
+  X(SIGMOID, 2)            \
+  X(RELU, 3)
+
+#define EBM_ACTIVATION_ENUM(NAME, CODE) NAME = CODE,
+enum Activation { EBM_ACTIVATIONS(EBM_ACTIVATION_ENUM) };
+#undef EBM_ACTIVATION_ENUM
+#define EBM_ACTIVATION_COUNT(NAME, CODE) +1
+constexpr int N_ACTIVATIONS = 0 EBM_ACTIVATIONS(EBM_ACTIVATION_COUNT);
+#undef EBM_ACTIVATION_COUNT
 
 inline int blocks(int width) { return (width + 15) / 16; }
 
@@ -113,10 +126,12 @@ inline void activation(v16 z, v16* d) {
     d[1] = s - s * s;
     if constexpr (ORDER >= 2) d[2] = d[1] * (1.0f - 2.0f * s);
     if constexpr (ORDER >= 3) d[3] = d[1] * (1.0f - 6.0f * s + 6.0f * s * s);
-  } else {  // RELU
+  } else if constexpr (ACT == RELU) {
     d[0] = z < 0.0f ? v16{} : z;  // a NaN stays NaN, as in torch
     d[1] = z > 0.0f ? splat(1.0f) : v16{};
     for (int k = 2; k <= ORDER; ++k) d[k] = v16{};
+  } else {
+    static_assert(ACT < 0, "an activation of EBM_ACTIVATIONS without its case here");
   }
 }
 
@@ -133,11 +148,12 @@ inline void activation_rows(const v16* z, int nb, v16* const* out) {
 
 template <int ORDER>
 inline void activation_rows(int act, const v16* z, int nb, v16* const* out) {
-  switch (act) {
-    case SILU: return activation_rows<ORDER, SILU>(z, nb, out);
-    case TANH: return activation_rows<ORDER, TANH>(z, nb, out);
-    case SIGMOID: return activation_rows<ORDER, SIGMOID>(z, nb, out);
-    default: return activation_rows<ORDER, RELU>(z, nb, out);
+  switch (act) {  // codes are checked by the callers (host.cpp)
+#define EBM_ACTIVATION_CASE(NAME, CODE) \
+  case NAME:                            \
+    return activation_rows<ORDER, NAME>(z, nb, out);
+    EBM_ACTIVATIONS(EBM_ACTIVATION_CASE)
+#undef EBM_ACTIVATION_CASE
   }
 }
 
@@ -166,11 +182,12 @@ inline void activate_rows(v16* z, int nb, const v16* top, v16* a) {
 }
 
 inline void activate_rows(int act, v16* z, int nb, const v16* top, v16* a) {
-  switch (act) {
-    case SILU: return activate_rows<SILU>(z, nb, top, a);
-    case TANH: return activate_rows<TANH>(z, nb, top, a);
-    case SIGMOID: return activate_rows<SIGMOID>(z, nb, top, a);
-    default: return activate_rows<RELU>(z, nb, top, a);
+  switch (act) {  // codes are checked by the callers (host.cpp)
+#define EBM_ACTIVATION_CASE(NAME, CODE) \
+  case NAME:                            \
+    return activate_rows<NAME>(z, nb, top, a);
+    EBM_ACTIVATIONS(EBM_ACTIVATION_CASE)
+#undef EBM_ACTIVATION_CASE
   }
 }
 
