@@ -17,7 +17,7 @@ import torch
 
 import ebmcore
 from ebmcore import logs, plugins, registry
-from ebmcore.components import FIRST_PARTY, install_hint
+from ebmcore.components import declared_plugins, install_hint
 from ebmcore.config import parse_device
 from ebmcore.errors import EBMError, UnknownComponentError
 
@@ -74,8 +74,8 @@ def _cmd_backends(args: argparse.Namespace) -> int:
     print("\nneural energies (an EnergyModel without an analytic gradient): the gradient is computed in closed form, "
           "equal to autograd's, when the energy's program is a feed-forward network (MLPEnergy, SequentialEnergy: "
           "nn.Linear layers and activations ending in Linear(·, 1); ebmcore.energies.feedforward); otherwise by autograd. A backend may run such a network itself: "
-          "the feedforward_* ops above (ebm-cuda's cpu_fused: ULA chains, and sliced and denoising score matching with "
-          "their weight gradients). A sampler's run names the path it takes (ebm profile prints it).")
+          "the feedforward_* ops above (ebm-cuda's cpu_fused: ULA chains, and the fused ops of the losses). A sampler's run "
+          "names the path it takes (ebm profile prints it).")
     if unresolved:
         print(f"\n{unresolved} op(s) have no kernel that can run under this selection.")
     return 1 if unresolved else 0
@@ -144,7 +144,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the generator (default: 0)")
     p.set_defaults(func=_cmd_demo)
     plugins.session().add_commands(sub)
-    for dist, provided in FIRST_PARTY.items():  # a first-party command whose plugin is missing says what to install
+    for dist, (_, provided) in declared_plugins().items():  # a checkout's command whose plugin is missing: what to install
         for command in provided.get("command", ()):
             if command not in sub.choices:
                 p = sub.add_parser(command, help=f"(not available: needs the plugin {dist})", add_help=False, prefix_chars="\0")

@@ -10,14 +10,21 @@ functions users call (``ebmcore.registry.get`` ...) are in :mod:`ebmcore.registr
 from __future__ import annotations
 
 import difflib
+import functools
 import inspect
 import re
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, get_args
 
 from ebmcore.errors import DuplicateComponentError, InputError, PluginError, UnknownComponentError
 
-__all__ = ["Kind", "KINDS", "Entry", "Provider", "Registrar", "ComponentTable", "FIRST_PARTY", "FIRST_PARTY_DISTRIBUTIONS",
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python < 3.11
+    import tomli as tomllib
+
+__all__ = ["Kind", "KINDS", "Entry", "Provider", "Registrar", "ComponentTable", "FIRST_PARTY_DISTRIBUTIONS", "declared_plugins",
            "HOOK_OF_KIND", "install_hint", "first_party_provider"]
 
 Kind = Literal["energy", "sampler", "integrator", "loss", "kernel"]
@@ -25,30 +32,7 @@ KINDS: tuple[str, ...] = get_args(Kind)
 
 _NAME = re.compile(r"^[a-z][a-z0-9_.\-]*$")
 
-# Names the first-party plugins provide (components, and ``ebm`` subcommands under "command"), so that a lookup
-# can say what to install (data, checked against the plugins' real registrations by tests/test_registry.py).
-FIRST_PARTY: dict[str, dict[str, tuple[str, ...]]] = {
-    "ebm-samplers": {
-        "sampler": ("langevin", "mala", "hmc", "nuts", "annealed_langevin", "parallel_tempering"),
-        "integrator": ("euler_maruyama", "leapfrog", "heun", "dopri5", "mclachlan", "yoshida"),
-        "command": ("sample", "profile"),
-    },
-    "ebm-losses": {
-        "energy": ("conv",),
-        "loss": (
-            "contrastive_divergence",
-            "persistent_contrastive_divergence",
-            "score_matching",
-            "sliced_score_matching",
-            "denoising_score_matching",
-            "nce",
-        ),
-        "command": ("train",),
-    },
-    "ebm-cuda": {"kernel": ("cuda", "cpu_fused"), "command": ("cuda",)},
-}
-_PLUGIN_DIRS = {"ebm-samplers": "ebm_samplers", "ebm-losses": "ebm_losses", "ebm-cuda": "ebm_cuda"}
-FIRST_PARTY_DISTRIBUTIONS = frozenset({"ebmcore", *FIRST_PARTY})
+FIRST_PARTY_DISTRIBUTIONS = frozenset({"ebmcore", "ebm-samplers", "ebm-losses", "ebm-cuda"})
 """The distributions of this project: their components and commands win name clashes with other plugins'."""
 
 
@@ -255,17 +239,40 @@ def _check_kind(kind: str) -> None:
         raise UnknownComponentError(f"unknown component kind {kind!r}; the kinds are {', '.join(KINDS)}.")
 
 
+_CHECKOUT_PLUGINS = Path(__file__).resolve().parents[1] / "plugins"
+
+
+@functools.lru_cache(maxsize=None)
+def declared_plugins() -> dict[str, tuple[str, dict[str, tuple[str, ...]]]]:
+    """``distribution -> (folder, {kind or "command": names})``: what each plugin of the source checkout ebm runs
+    from declares it provides (``[tool.ebm.provides]`` of ``plugins/*/pyproject.toml``), read once; empty where ebm
+    is not run from a checkout. The plugins say it, in their own metadata: the core lists no component."""
+    found: dict[str, tuple[str, dict[str, tuple[str, ...]]]] = {}
+    for pyproject in sorted(_CHECKOUT_PLUGINS.glob("*/pyproject.toml")):
+        try:
+            data = tomllib.loads(pyproject.read_text())
+        except (OSError, tomllib.TOMLDecodeError):
+            continue
+        provides = data.get("tool", {}).get("ebm", {}).get("provides", {})
+        name = data.get("project", {}).get("name")
+        if name and isinstance(provides, dict):
+            found[name] = (pyproject.parent.name, {k: tuple(v) for k, v in provides.items() if isinstance(v, list)})
+    return found
+
+
 def first_party_provider(kind: str, name: str) -> str | None:
-    """The first-party distribution that provides ``name`` of ``kind``, if any."""
-    for dist, provided in FIRST_PARTY.items():
+    """The plugin of the source checkout that declares ``name`` of ``kind`` (``"command"`` for ``ebm`` subcommands),
+    if any (:func:`declared_plugins`)."""
+    for dist, (_, provided) in declared_plugins().items():
         if name in provided.get(kind, ()):
             return dist
     return None
 
 
 def install_hint(dist: str) -> str:
-    """How to install the first-party distribution ``dist``."""
-    return f"install it with `pip install {dist}` (from a source checkout: `pip install -e plugins/{_PLUGIN_DIRS[dist]}`)"
+    """How to install the plugin distribution ``dist`` (from the checkout's folder, where ebm runs from one)."""
+    folder = declared_plugins().get(dist, (dist.replace("-", "_"), {}))[0]
+    return f"install it with `pip install {dist}` (from a source checkout: `pip install -e plugins/{folder}`)"
 
 
 def _unknown_message(kind: str, name: str, available: list[str], failures: str) -> str:

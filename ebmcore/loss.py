@@ -38,7 +38,7 @@ class Loss(ABC):
         return check_finite(data, what="data", fix="Drop or impute those rows before training.")
 
     def parameters(self) -> list[torch.nn.Parameter]:
-        """Learnable parameters the loss owns itself (e.g. NCE's log-normaliser); train them with the model's."""
+        """Learnable parameters the loss owns itself (e.g. a learnable log-normaliser); train them with the model's."""
         return []
 
     def state_dict(self) -> dict[str, Any]:

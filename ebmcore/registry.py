@@ -2,7 +2,7 @@
 
 Public API::
 
-    ebmcore.registry.names("sampler")           # -> ["hmc", "langevin", "mala", ...]
+    ebmcore.registry.names("sampler")           # -> the names the installed plugins registered, sorted
     entry = ebmcore.registry.get("energy", "gaussian")
     entry.distribution, entry.version            # who provided it
     energy = entry(dim=2)                         # an Entry calls its component

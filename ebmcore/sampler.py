@@ -21,14 +21,14 @@ import torch
 from torch import Tensor
 
 from ebmcore.energies.base import EnergyModel
-from ebmcore.energies.program import FeedForward
+from ebmcore.energies.program import Program
 from ebmcore.errors import InputError
 from ebmcore.recording import NonFiniteChainsWarning, Recorder, SampleResult, check_trajectory_fits
 from ebmcore.validation import all_finite, check_energy_output, check_finite, check_gradient_output
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Sampler", "SamplerState", "Run", "Chain", "EnergyGradients", "NoiseStream", "check_run_arguments", "stream_seed"]
+__all__ = ["Sampler", "SamplerState", "Run", "Chain", "LangevinForm", "NoiseStream", "check_run_arguments", "stream_seed"]
 
 
 class SamplerState(Protocol):
@@ -40,32 +40,18 @@ class SamplerState(Protocol):
 Chain = Callable[[Any, int, int, int], tuple[Any, Any]]
 """``chain(state, n_steps, seed, offset) -> (state, info)``: ``n_steps`` transitions in one fused kernel call, the
 noise taken at steps ``offset, offset + 1, ...`` of the counter-based stream keyed by ``seed``; ``info.accepted``
-and ``info.divergent`` are per-chain counts over the call (None without accept/reject).
-
-A chain of a feed-forward energy may also offer ``chain.energy_gradients(state, n_steps, seed, offset, start, end)
--> (state, info, EnergyGradients) | None``: the same transitions, to the bit, and in the same call a loss linear or
-quadratic in the energies at the starts and the ends, with its weight gradient (:meth:`Sampler.advance`'s
-``energy_gradients``); None, having done nothing, where it cannot run (the caller then runs ``chain``)."""
+and ``info.divergent`` are per-chain counts over the call (None without accept/reject)."""
 
 
 @dataclass(frozen=True)
-class EnergyGradients:
-    """What a chain computed with its moves for a loss of the energies at its starts ``x`` and ends ``x'``
-    (contrastive divergence): ``start = E(x): (n,)``, ``end = E(x'): (n,)``, the loss ``Σᵣ aᵣEᵣ + ½bᵣEᵣ²`` over both
-    ends for the ``(a, b)`` asked at each (``loss: ()``, summed in float64), and its gradient ``Σᵣ cᵣ ∂E(xᵣ)/∂θ``,
-    ``c = a + b·E``, for the weights and biases of each layer of the energy's feed-forward ``plan``
-    (``weight_grads[l]`` shaped as layer ``l``'s weight; ``bias_grads[l]`` None where it has no bias)."""
+class LangevinForm:
+    """What a run's fused chain computes, declared for callers that run a fused op of the same family themselves:
+    ULA steps ``x' = x − h∇E(x) + s·ξ`` of the energy's ``program``, ``ξ`` from the counter-based stream that
+    :data:`Chain` documents; ``step_size`` ``h`` and ``noise_scale`` ``s`` are floats or ``(n_chains,)``."""
 
-    start: Tensor
-    end: Tensor
-    loss: Tensor
-    plan: FeedForward
-    weight_grads: list[Tensor]
-    bias_grads: list[Optional[Tensor]]
-
-
-Coefficients = tuple[Union[float, Tensor], Union[float, Tensor, None]]
-"""``(a, b)`` of a loss's derivative in each energy, ``cᵣ = aᵣ + bᵣEᵣ``: floats or ``(n_chains,)``; ``b`` None: zero."""
+    program: Program
+    step_size: Union[float, Tensor]
+    noise_scale: Union[float, Tensor]
 
 
 @dataclass
@@ -73,13 +59,15 @@ class Run:
     """One run prepared by :meth:`Sampler.prepare`: the initial ``state``; ``step(state) -> (state, info)``, one
     transition with everything bound; ``chain``, a fused multi-step chain (None: one step at a time) and
     ``path``, the words for which of the two runs and why; ``energy_of(state)``: ``E`` at the state's positions,
-    for diagnostics."""
+    for diagnostics; ``form``, what ``chain`` computes where it declares it (e.g. :class:`LangevinForm`), so that a
+    caller may run a fused op of the same family that does more in the same launch (None: not declared)."""
 
     state: Any
     step: Callable[[Any], tuple[Any, Any]]
     energy_of: Callable[[Any], Tensor]
     chain: Optional[Chain] = None
     path: str = "per-step loop"
+    form: Any = None
 
 
 def check_run_arguments(x0: Any, n_steps: int, burn_in: int = 0, thin: int = 1, generator: Any = None) -> None:
@@ -98,18 +86,6 @@ def check_run_arguments(x0: Any, n_steps: int, burn_in: int = 0, thin: int = 1, 
         raise InputError("x0 is on the meta device, which holds shapes but no values: a chain cannot run there. "
                          "Sample on 'cpu' or 'cuda' (energy.to(device), x0.to(device)); an energy's compute_* methods take meta "
                          "tensors, for shapes.")
-
-
-def _check_coefficients(energy_gradients: Any) -> None:
-    """A clear error unless ``energy_gradients`` is ``((a, b), (a', b'))`` of :data:`Coefficients`."""
-    def number(v: Any) -> bool:
-        return isinstance(v, (int, float, Tensor)) and not isinstance(v, bool)
-
-    ok = (isinstance(energy_gradients, tuple) and len(energy_gradients) == 2 and
-          all(isinstance(c, tuple) and len(c) == 2 and number(c[0]) and (c[1] is None or number(c[1])) for c in energy_gradients))
-    if not ok:
-        raise InputError(f"energy_gradients must be ((a, b), (a', b')): the coefficients at the starts and at the ends, "
-                         f"floats or (n_chains,) tensors, b None for zero; got {energy_gradients!r}.")
 
 
 @dataclass
@@ -217,27 +193,16 @@ class Sampler(ABC):
         return Run(state, lambda s: self.step(s, generator=generator, **tunables), energy_of,
                    path=f"per-step loop ({type(self).__name__}.step)")
 
-    def advance(self, x: Tensor, n_steps: int, *, generator: torch.Generator | None = None,
-                energy_gradients: tuple[Coefficients, Coefficients] | None = None) -> Any:
+    def advance(self, x: Tensor, n_steps: int, *, generator: torch.Generator | None = None) -> Tensor:
         """The states ``(n_chains, *event_shape)`` after ``n_steps`` steps from ``x``: what
         ``sample(x, n_steps, generator=generator)`` returns, to the bit (for an energy that draws no random
-        numbers of its own), for a loss that runs a sampler at every training step (contrastive divergence).
+        numbers of its own), for a loss that runs a sampler at every training step.
         It checks ``x`` (shape, dtype, device, finite) and, where the initial state carries them, the energy
         and gradient there, as ``sample`` does, but it does not evaluate the energy only to check it (ULA's
         state has none: one forward pass saved per call), and it records nothing. Chains that became
-        non-finite are warned about, as by ``sample``. A sampler that overrides ``sample`` is run by it.
-
-        ``energy_gradients=((a, b), (a', b'))`` (floats or ``(n_chains,)``; ``b`` None: zero) returns
-        ``(states, EnergyGradients or None)``: where the fused chain offers it (:data:`Chain`; ``n_steps >= 1``),
-        the energies at ``x`` and at the states, the loss ``Σᵣ aᵣE(xᵣ) + ½bᵣE(xᵣ)²`` at ``x`` plus the same with
-        ``(a', b')`` at the states, and its weight gradient, from the chain's own call; None where it does not
-        (compute them yourself). The states are the same either way."""
-        grads: EnergyGradients | None = None
-        if energy_gradients is not None:
-            _check_coefficients(energy_gradients)
+        non-finite are warned about, as by ``sample``. A sampler that overrides ``sample`` is run by it."""
         if type(self).sample is not Sampler.sample:
-            final = self.sample(x, n_steps, generator=generator)
-            return final if energy_gradients is None else (final, grads)
+            return self.sample(x, n_steps, generator=generator)
         check_run_arguments(x, n_steps, generator=generator)
         x = self.check_initial_state(x).detach()
         run = self.prepare(x, generator, {})
@@ -247,20 +212,21 @@ class Sampler(ABC):
             self.check_initial_energy(x, energy, grad if isinstance(grad, Tensor) else None)
         if run.chain is not None:
             seed = stream_seed(generator, x.device)  # drawn as sample draws it, whatever n_steps
-            with_gradients = getattr(run.chain, "energy_gradients", None) if energy_gradients is not None else None
-            done = with_gradients(state, n_steps, seed, 0, *energy_gradients) if with_gradients is not None and n_steps else None
-            if done is not None:
-                state, _, grads = done
-            elif n_steps:
+            if n_steps:
                 state, _ = run.chain(state, n_steps, seed, 0)
         else:
             for _ in range(n_steps):
                 state, _ = run.step(state)
-        self._warn_nonfinite(state.x)
-        final = state.x.clone() if state.x is x else state.x
-        return final if energy_gradients is None else (final, grads)
+        self.warn_nonfinite(state.x)
+        return state.x.clone() if state.x is x else state.x
 
-    def _warn_nonfinite(self, x: Tensor) -> Tensor:
+    def executes_prepared_run(self) -> bool:
+        """Whether :meth:`sample` and :meth:`advance` are this class's own, so that the run :meth:`prepare` returns
+        (its chain and declared ``form``) is what they execute; a caller that runs a declared form itself asks
+        first (a subclass that draws its states another way is then run by its own methods)."""
+        return type(self).sample is Sampler.sample and type(self).advance is Sampler.advance
+
+    def warn_nonfinite(self, x: Tensor) -> Tensor:
         """The indices of the chains of ``x: (n_chains, ...)`` that are not finite (one host sync), with a
         :class:`NonFiniteChainsWarning` naming them when there are any (for the caller of ``sample``/``advance``)."""
         if all_finite(x):
@@ -327,7 +293,7 @@ class Sampler(ABC):
         wall = time.perf_counter() - start
         if run.chain is not None:
             stream.offset += done
-        nonfinite = self._warn_nonfinite(state.x)
+        nonfinite = self.warn_nonfinite(state.x)
         final = state.x.clone() if state.x is x else state.x  # never hand back the caller's own tensor
         if not recording:
             return final

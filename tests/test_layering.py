@@ -47,3 +47,16 @@ def test_no_import_cycle_in_the_core():
         if name not in state:
             visit(name, [])
     assert len(graph) > 20  # the walk saw the core
+
+
+def test_the_core_knows_no_loss_and_no_plugins_component_list():
+    """The core defines the programs, the chains and the plugin machinery; what the losses compute (contrastive
+    divergence, score matching, weight gradients of a network) and what each plugin registers are the plugins' own
+    (``ebm_losses.ops``; ``[tool.ebm.provides]`` of each plugin's pyproject.toml)."""
+    import re
+
+    words = re.compile(r"contrastive|energy.?gradients|weight.grad|score.matching|\bnce\b|persistent|"
+                       r"\"(?:mala|hmc|nuts|leapfrog|heun|dopri5)\"", re.I)
+    found = [f"{path.relative_to(ROOT.parent)}:{i}: {line.strip()}" for path in sorted(ROOT.rglob("*.py"))
+             for i, line in enumerate(path.read_text().splitlines(), 1) if words.search(line)]
+    assert found == [], "the core names what belongs to a plugin:\n" + "\n".join(found)

@@ -160,7 +160,7 @@ def energy(program: FeedForward, x: Tensor) -> Tensor:
 def score_terms(program: FeedForward, x: Tensor, v: Optional[Tensor] = None) -> tuple[Tensor, Optional[Tensor]]:
     """``(∇ₓE(x): (n, d), vᵀ∇²ₓE(x) v: (n,) or None)`` as differentiable expressions of the parameters (and of
     ``x``): the chain rule forwards for the tangent ``v`` and backwards for the gradient, so a loss of these needs
-    one backward pass, not autograd nested in autograd (score matching)."""
+    one backward pass, not autograd nested in autograd (losses of the gradient)."""
     layers, sign = program.layers, program.sign
     zs, fzs, tangents = [], [], []
     h, t = x, v

@@ -167,19 +167,26 @@ class Opaque:
 Program = Union[Analytic, FeedForward, ConvStack, Opaque]
 
 
-def sequential_refusal(net: nn.Module) -> Optional[str]:
-    """Why ``net`` cannot be read as a :class:`FeedForward` program (None: it can): hooks (``weight_norm`` and the
-    like), parametrizations, global forward hooks."""
+def _module_refusal(m: nn.Module) -> Optional[str]:
+    if m._forward_hooks or m._forward_pre_hooks:
+        return f"module {type(m).__name__} has forward hooks"
+    if "parametrizations" in m._modules:  # nn.utils.parametrize.is_parametrized, without its attribute lookup
+        return f"module {type(m).__name__} is parametrized (spectral_norm, weight_norm, ...): its weight is computed"
+    return None
+
+
+def _global_hooks() -> Optional[str]:
     from torch.nn.modules import module as torch_module
 
     if getattr(torch_module, "_global_forward_hooks", None) or getattr(torch_module, "_global_forward_pre_hooks", None):
         return "global forward hooks are registered (torch.nn.modules.module.register_module_forward_hook)"
-    for m in net.modules():
-        if m._forward_hooks or m._forward_pre_hooks:
-            return f"module {type(m).__name__} has forward hooks"
-        if nn.utils.parametrize.is_parametrized(m):
-            return f"module {type(m).__name__} is parametrized (spectral_norm, weight_norm, ...): its weight is computed"
     return None
+
+
+def sequential_refusal(net: nn.Module) -> Optional[str]:
+    """Why ``net`` and its submodules cannot be read as a program (None: they can): hooks (``weight_norm`` and the
+    like), parametrizations, global forward hooks."""
+    return _global_hooks() or next((r for m in net.modules() if (r := _module_refusal(m)) is not None), None)
 
 
 def feedforward_of(net: nn.Module, sign: float = 1.0) -> Union[FeedForward, Opaque]:
@@ -187,12 +194,15 @@ def feedforward_of(net: nn.Module, sign: float = 1.0) -> Union[FeedForward, Opaq
     ``Identity``) ending in ``Linear(·, 1)``, read from its modules; else :class:`Opaque` naming the module."""
     if type(net) is not nn.Sequential:
         return Opaque(f"the network is a {type(net).__name__}, not an nn.Sequential of Linear layers and activations")
-    refusal = sequential_refusal(net)
+    refusal = _global_hooks() or _module_refusal(net)
     if refusal is not None:
         return Opaque(refusal)
     layers: list[Layer] = []
     linear: Optional[nn.Linear] = None
-    for i, module in enumerate(net):
+    for i, module in enumerate(net._modules.values()):
+        refusal = _module_refusal(module)  # the layers read below have no submodules of their own
+        if refusal is not None:
+            return Opaque(refusal)
         if type(module) is nn.Linear:
             if linear is not None:
                 return Opaque(f"layer {i}: two Linear layers without an activation between them")

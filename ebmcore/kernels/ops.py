@@ -82,31 +82,15 @@ FUSED_OPS: dict[str, str] = {
                                   "step_size: float | (n,), noise_scale: float | (n,), seed: int, offset: int) -> x': (n, d)",
     "conv_langevin_chain": "(x: (n, C, H, W), stack: ebmcore.energies.program.ConvStack, n_steps: int, step_size: float | (n,), "
                            "noise_scale: float | (n,), seed: int, offset: int) -> x': (n, C, H, W)",
-    "feedforward_denoising_score_matching": "(x: (n, d), target: (n, d), scale: (n,) | None, network: FeedForward) -> "
-                                            "(loss: (), weight gradients: [(out, in)], bias gradients: [(out,) | None])",
-    "feedforward_sliced_score_matching": "(x: (n, d), v: (n, d), network: FeedForward) -> "
-                                         "(loss: (), weight gradients: [(out, in)], bias gradients: [(out,) | None])",
-    "feedforward_energy_gradients": "(x: (n, d), a: (n,), b: (n,) | None, network: FeedForward) -> "
-                                    "(energies: (n,), weight gradients: [(out, in)], bias gradients: [(out,) | None])",
-    "feedforward_contrastive_chain": "(x: (n, d), network: FeedForward, n_steps: int >= 1, step_size: float | (n,), "
-                                     "noise_scale: float | (n,), seed: int, offset: int, start: (a, b), end: (a, b)) -> "
-                                     "(x': (n, d), energies at x: (n,), energies at x': (n,), loss: (), weight gradients, bias gradients)",
 }
-"""Ops with no ``torch`` reference. The chains run many steps per launch, the noise drawn inside the kernel
+"""The fused chains, with no ``torch`` reference: they run many steps per launch, the noise drawn inside the kernel
 from a counter-based stream keyed by ``seed`` at steps ``offset, offset + 1, ...`` (``ebm-cuda`` defines it:
 Philox4x32-10, ``ebm_cuda.reference``); ``<energy>`` is an :class:`~ebmcore.energies.AnalyticEnergy`'s ``op``
-and ``energy_args`` its ``kernel_args()``. The ``feedforward_*`` ops run the network of an energy whose program
-(:mod:`ebmcore.energies.program`) is a ``FeedForward`` themselves: ``feedforward_langevin_chain`` its ULA chains;
-``feedforward_denoising_score_matching`` ``(1/2n) Σ |a ∇E(x) − b|²`` and ``feedforward_sliced_score_matching``
-``(1/n) Σ ½(vᵀ∇E)² − vᵀ∇²E v`` with their gradients in the weights; ``feedforward_energy_gradients`` the
-energies with ``Σ (aᵣ + bᵣEᵣ) ∂Eᵣ/∂θ``, the weight gradient of a loss linear or quadratic in them;
-``feedforward_contrastive_chain`` both in one launch: the moves of ``feedforward_langevin_chain`` with the loss
-``Σ aᵣEᵣ + ½bᵣEᵣ²`` at the starts and the ends and its weight gradient (``a``, ``b``: floats or ``(n,)``; ``b`` None:
-zero), summed (contrastive divergence).
-``conv_langevin_chain`` runs the ULA chains of a small convolutional network (3×3 convolutions, spatial mean,
-linear head) of an energy whose program is a ``ConvStack`` (``ebm_losses.ConvEnergy``). Samplers
-and losses call them when a backend provides them (``fused=`` of the samplers, the losses of ``ebm-losses``)
-and otherwise run their torch path, so forcing ``EBM_BACKEND=torch`` selects the reference path."""
+and ``energy_args`` its ``kernel_args()``. ``feedforward_langevin_chain`` and ``conv_langevin_chain`` run the ULA
+chains of an energy whose program (:mod:`ebmcore.energies.program`) is a ``FeedForward`` network or a
+``ConvStack``. Samplers call them when a backend provides them (``fused=`` of the samplers) and otherwise run
+their torch path, so forcing ``EBM_BACKEND=torch`` selects the reference path. Plugins define the ops of their own
+components where they use them (the losses': ``ebm_losses.ops.LOSS_OPS``)."""
 
 
 def op_spec(op: str) -> OpSpec:

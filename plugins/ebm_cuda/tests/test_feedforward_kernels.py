@@ -23,6 +23,7 @@ from ebm_cuda.activations import ACTIVATION_CODES
 from ebmcore.energies.program import ActivationKind
 from ebm_cuda.backends import feedforward_langevin_chain
 from ebm_losses import ContrastiveDivergence, DenoisingScoreMatching, SlicedScoreMatching
+from ebm_losses.ops import LOSS_OPS
 from ebm_samplers import LangevinSampler
 
 ACTIVATIONS = {"silu": nn.SiLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "relu": nn.ReLU}
@@ -525,3 +526,49 @@ def test_the_loss_kernels_give_the_same_bits_for_the_same_thread_count():
     flat = [[*run[:4], *run[4], *run[5]] for run in chains]  # states, both energies, loss, every weight and bias gradient
     for run in flat[1:]:
         assert all(torch.equal(a, b) for a, b in zip(run, flat[0]))
+
+
+def _loss_op_arguments(op, x, generator):
+    n, d = x.shape
+    def draw(*shape):
+        return torch.randn(*shape, generator=generator)
+    return {
+        "feedforward_denoising_score_matching": lambda: ((x, draw(n, d), draw(n).abs() + 0.5), {}),
+        "feedforward_sliced_score_matching": lambda: ((x, draw(n, d)), {}),
+        "feedforward_energy_gradients": lambda: ((x, draw(n), draw(n)), {}),
+        "feedforward_contrastive_chain": lambda: ((x,), {"n_steps": 3, "step_size": 0.01, "noise_scale": 0.1, "seed": 5,
+                                                         "offset": 2, "start": (0.5, 0.1), "end": (-0.5, None)}),
+    }[op]()
+
+
+@pytest.mark.parametrize("op", sorted(LOSS_OPS))
+def test_every_loss_op_of_the_host_build_equals_its_definition(op):
+    """Each fused op of the losses (``ebm_losses.ops.LOSS_OPS``) against its torch reference in float64, on a network
+    with a negated output and both activation kinds; the contrastive chain's moves are the Langevin chain's."""
+    import copy
+
+    torch.manual_seed(0)
+    energy = Net(_network(3, [16, 8], "silu"), sign=-1.0)
+    energy.net[3] = nn.Tanh()
+    x = torch.randn(37, 3, generator=torch.Generator().manual_seed(1))
+    args, kwargs = _loss_op_arguments(op, x, torch.Generator().manual_seed(2))
+    program = energy.program()
+    kernel = ebmcore.resolve_kernel(op, x.device, x.dtype)
+    got = kernel.fn(args[0], program, *args[1:], **kwargs) if op == "feedforward_contrastive_chain" else \
+        kernel.fn(*args, program)
+    twin = copy.deepcopy(energy).double()
+    ref_args = [a.double() if isinstance(a, torch.Tensor) else a for a in args]
+    if op == "feedforward_contrastive_chain":
+        chain = ebmcore.resolve_kernel("feedforward_langevin_chain", x.device, x.dtype).fn
+        kwargs["chain"] = lambda x64, _, **kw: chain(x64.float(), program, **kw).double()
+        expected = LOSS_OPS[op].reference(ref_args[0], twin.program(), **kwargs)
+    else:
+        expected = LOSS_OPS[op].reference(*ref_args, twin.program())
+    flat = lambda out: [t for item in out for t in (item if isinstance(item, list) else [item])]  # noqa: E731
+    got, expected = flat(got), flat(expected)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        assert (g is None) == (e is None)
+        if e is not None:
+            scale = e.abs().max().clamp_min(1e-3)
+            torch.testing.assert_close(g.double() / scale, e / scale, rtol=0, atol=5e-5)

@@ -122,10 +122,39 @@ def test_differentiable_calls_take_the_reference_path():
     torch.testing.assert_close(g, ref.gaussian_gradient(x.detach(), mean, precision))
 
 
-def test_ops_pass_torch_library_opcheck():
+def _opcheck_cases():
+    """Sample arguments for every ``torch.ops.ebm_cuda`` op (float32 on the CPU), per-chain tunables included."""
     x, mean, precision = sample_inputs("gaussian_energy", 8, 3, dtype=torch.float32)
-    torch.library.opcheck(torch.ops.ebm_cuda.energy.default, (x, 0, mean, precision, 0.0, 0.0, True))
-    torch.library.opcheck(torch.ops.ebm_cuda.langevin_chain.default, (x, 0, mean, precision, 0.0, 0.0, 3, 0.01, 0.1, None, None, 1, 0))
+    h = torch.full((8,), 0.01)
+    g = torch.Generator().manual_seed(0)
+    ws = [torch.randn(16, 3, generator=g) * 0.5, torch.randn(1, 16, generator=g) * 0.25]
+    bs = [torch.randn(16, generator=g) * 0.1, None]
+    img = torch.randn(4, 2, 5, 5, generator=g)
+    conv_w = [torch.randn(4, 2, 3, 3, generator=g) * 0.3, torch.randn(1, 4, generator=g) * 0.5]
+    conv_b = [torch.randn(4, generator=g) * 0.1, torch.zeros(1)]
+    return {
+        "energy": (x, 0, mean, precision, 0.0, 0.0, True),
+        "langevin_chain": (x, 0, mean, precision, 0.0, 0.0, 3, 0.01, 0.1, None, None, 1, 0),
+        "hmc_chain": (x, 0, mean, precision, 0.0, 0.0, 3, 0.0, h, 4, 1.0, 1, 0),
+        "nuts_chain": (x, 0, mean, precision, 0.0, 0.0, 2, 0.1, None, 4, 1.0, 1, 0),
+        "feedforward_langevin_chain": (x, ws, bs, [0], -1.0, 3, 0.01, 0.0, None, h * 10, 2, 5),
+        "conv_langevin_chain": (img, conv_w, conv_b, [1], 1, 1.0, 2, 0.5, 0.05, None, None, 3, 0),
+        "langevin_step_philox": (x, torch.randn(8, 3, generator=g), 0.0, 0.1, h, None, 4, 7),
+        "langevin_step": (x, torch.randn(8, 3, generator=g), torch.randn(8, 3, generator=g), 0.01, 0.0, None, h),
+    }
+
+
+def test_every_custom_op_passes_torch_library_opcheck():
+    """Schema, fake implementation and dispatch of each ``torch.ops.ebm_cuda`` op (every op the package defines), and
+    the eager call (``ops.call``) gives what the op gives."""
+    cases = _opcheck_cases()
+    defined = {name for name in dir(torch.ops.ebm_cuda) if isinstance(getattr(torch.ops.ebm_cuda, name), torch._ops.OpOverloadPacket)}
+    assert defined == set(cases), f"ops without an opcheck case: {defined - set(cases)}"
+    for name, args in cases.items():
+        torch.library.opcheck(getattr(torch.ops.ebm_cuda, name).default, args)
+        through_op, eager = getattr(torch.ops.ebm_cuda, name)(*args), ops.call(name, *args)
+        for a, b in zip(*(t if isinstance(t, tuple) else (t,) for t in (through_op, eager))):
+            assert torch.equal(a, b), name
 
 
 def test_bad_inputs_are_refused_with_the_fix():

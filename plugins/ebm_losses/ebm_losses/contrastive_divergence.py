@@ -7,7 +7,8 @@ data ``x⁺`` and raises that of negatives ``x⁻`` drawn by ``n_steps`` of any 
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
 
 import torch
 from torch import Tensor
@@ -16,7 +17,7 @@ from ebmcore import EnergyFunctions, EnergyModel, Loss, Sampler, registry
 from ebmcore.energies.base import closed_form_program
 from ebmcore.energies.program import FeedForward
 from ebmcore.errors import InputError
-from ebmcore.sampler import EnergyGradients
+from ebmcore.sampler import LangevinForm, check_run_arguments, stream_seed
 from ebmcore.validation import check_energy_output, check_positive
 from ebm_losses.network_kernels import kernel_loss, kernel_may_run, network_kernel
 
@@ -62,6 +63,18 @@ class ClippedGradientEnergy(EnergyModel):
                                f"{fns.path or 'gradient'}, clamped to ±{clip}")
 
 
+@dataclass(frozen=True)
+class _ChainLoss:
+    """What ``feedforward_contrastive_chain`` computed with the negatives: the loss ``()`` and its gradient in each
+    layer's weight and bias (None where a layer has no bias) of the energy's feed-forward ``plan``."""
+
+    negatives: Tensor
+    loss: Tensor
+    plan: FeedForward
+    weight_grads: list[Tensor]
+    bias_grads: list[Optional[Tensor]]
+
+
 SamplerSpec = Any  # a registered name, a Sampler built on the energy, or a factory energy -> Sampler
 
 
@@ -89,6 +102,8 @@ class ContrastiveDivergence(Loss):
         self.gradient_clip = None if gradient_clip is None else check_positive(gradient_clip, "gradient_clip")
         self.last_negatives: Tensor | None = None
         self._cache: tuple[int, Sampler] | None = None
+        self._data: Tensor | None = None  # this call's data, while negatives() runs
+        self._fused: _ChainLoss | None = None  # what the contrastive chain computed in this call
 
     def sampler_for(self, energy: EnergyModel) -> Sampler:
         """The sampler that draws negatives for ``energy`` (built once per energy and cached)."""
@@ -107,8 +122,43 @@ class ContrastiveDivergence(Loss):
     def negatives(self, energy: EnergyModel, start: Tensor, generator: torch.Generator | None = None) -> Tensor:
         """Run the sampler from ``start`` (the data, or chains kept from past steps) and return detached
         negatives: ``Sampler.advance``, the samples ``sample`` would give, without the forward pass it makes
-        only to check the energy at the starts (a non-finite energy shows in the loss, which training checks)."""
-        return self.sampler_for(energy).advance(start.detach(), self.n_steps, generator=generator).detach()
+        only to check the energy at the starts (a non-finite energy shows in the loss, which training checks).
+        Where the chains start at this call's data and the sampler's run declares ULA on a feed-forward network
+        (:class:`~ebmcore.sampler.LangevinForm`), the same negatives come from ``feedforward_contrastive_chain``,
+        which computes this loss and its weight gradient in the same launch; the loss uses them only if the
+        negatives it receives are those very tensors (an override that changes them gets the loss of its own)."""
+        sampler = self.sampler_for(energy)
+        if self._data is not None and start is self._data:
+            fused = self._contrastive_chain(sampler, energy, start, generator)
+            if fused is not None:
+                self._fused = fused
+                return fused.negatives
+        return sampler.advance(start.detach(), self.n_steps, generator=generator).detach()
+
+    def _contrastive_chain(self, sampler: Sampler, energy: EnergyModel, x: Tensor,
+                           generator: torch.Generator | None) -> _ChainLoss | None:
+        """The negatives from ``x`` with :meth:`_value`'s loss ``Σ ±Eᵣ/n + (regularization/n)·Eᵣ²`` and its weight
+        gradient, in one ``feedforward_contrastive_chain`` launch: the moves and stream of the sampler's declared
+        fused chain, so the negatives equal ``sampler.advance``'s to the bit; None where it cannot run."""
+        if not (kernel_may_run(x) and getattr(sampler, "energy", None) is energy and sampler.executes_prepared_run()):
+            return None
+        check_run_arguments(x, self.n_steps, generator=generator)
+        x = sampler.check_initial_state(x).detach()
+        run = sampler.prepare(x, generator, {})
+        form = run.form
+        if run.chain is None or not isinstance(form, LangevinForm) or not isinstance(form.program, FeedForward):
+            return None
+        kernel = network_kernel("feedforward_contrastive_chain", form.program, x)
+        if kernel is None:
+            return None
+        seed = stream_seed(generator, x.device)  # as advance draws it
+        n = len(x)
+        b = 2.0 * self.regularization / n if self.regularization else None
+        negatives, _, _, loss, weight_grads, bias_grads = kernel.fn(
+            x, form.program, n_steps=self.n_steps, step_size=form.step_size, noise_scale=form.noise_scale, seed=seed,
+            offset=0, start=(1.0 / n, b), end=(-1.0 / n, b))
+        sampler.warn_nonfinite(negatives)
+        return _ChainLoss(negatives, loss, form.program, weight_grads, bias_grads)
 
     def _starts(self, data: Tensor, generator: torch.Generator | None) -> Tensor:
         return data
@@ -118,13 +168,18 @@ class ContrastiveDivergence(Loss):
 
     def __call__(self, energy: EnergyModel, data: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
         self.check_data(energy, data)
-        negatives, grads = self._draw(energy, data, self._starts(data, generator), generator)
+        starts = self._starts(data, generator)
+        self._data, self._fused = data, None  # negatives() may compute this loss with its chain (see there)
+        try:
+            negatives = self.negatives(energy, starts, generator)
+        finally:
+            fused, self._data, self._fused = self._fused, None, None
         self._after(negatives)
         self.last_negatives = negatives
         n_pos = len(data)
         plan_loss = lambda: self._value(*energy.compute_energy(torch.cat((data, negatives))).split((n_pos, len(negatives))))  # noqa: E731
-        if grads is not None:  # the chain computed this loss (see _draw) and its weight gradient with its moves
-            return kernel_loss(grads.plan, grads.loss, grads.weight_grads, grads.bias_grads, recompute=plan_loss)
+        if fused is not None and fused.negatives is negatives:  # the chain computed this loss with these negatives
+            return kernel_loss(fused.plan, fused.loss, fused.weight_grads, fused.bias_grads, recompute=plan_loss)
         plan = closed_form_program(energy, data)[0]
         if plan is not None:  # rows independent, output (n,): one pass over both batches
             both = torch.cat((data, negatives))
@@ -136,24 +191,6 @@ class ContrastiveDivergence(Loss):
         e_pos = check_energy_output(energy.compute_energy(data), data, owner=owner)
         e_neg = check_energy_output(energy.compute_energy(negatives), negatives, owner=owner)
         return self._value(e_pos, e_neg)
-
-    def _draw(self, energy: EnergyModel, data: Tensor, starts: Tensor,
-              generator: torch.Generator | None) -> tuple[Tensor, EnergyGradients | None]:
-        """The negatives from ``starts``, and, where the chains start at the data and the sampler's fused chain
-        offers it (``Sampler.advance(energy_gradients=...)``), the energies at both ends, this loss and its weight
-        gradient from the same call; else None. The loss asked for, ``Σ ±Eᵣ/n + (regularization/n)·Eᵣ²``, is
-        :meth:`_value`'s."""
-        sampler = self.sampler_for(energy)
-        fused = (starts is data and type(self).negatives is ContrastiveDivergence.negatives  # no override to bypass
-                 and type(sampler).advance is Sampler.advance and getattr(sampler, "energy", None) is energy
-                 and kernel_may_run(data))
-        if not fused:
-            return self.negatives(energy, starts, generator), None
-        n = len(data)
-        b = 2.0 * self.regularization / n if self.regularization else None
-        negatives, grads = sampler.advance(data.detach(), self.n_steps, generator=generator,
-                                           energy_gradients=((1.0 / n, b), (-1.0 / n, b)))
-        return negatives.detach(), grads
 
     def _value(self, e_pos: Tensor, e_neg: Tensor) -> Tensor:
         """``mean E(x⁺) − mean E(x⁻)`` (+ ``regularization · (mean E(x⁺)² + mean E(x⁻)²)``)."""

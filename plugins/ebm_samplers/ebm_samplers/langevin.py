@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -16,7 +16,7 @@ from torch import Tensor
 from ebmcore import EnergyFunctions, EnergyModel, Integrator
 from ebmcore.energies.program import Analytic, ConvStack, FeedForward, Opaque
 from ebmcore.errors import InputError
-from ebmcore.sampler import EnergyGradients
+from ebmcore.sampler import LangevinForm
 from ebm_samplers.algorithm import Algorithm, Chain, ChainInfo, Step, chain_kernel, compiled, draw_then
 from ebm_samplers.integrators import EulerMaruyama, resolve_integrator
 from ebm_samplers.integrators.euler_maruyama import SDEUpdate
@@ -105,13 +105,13 @@ def build_kernel(integrator: Integrator | None = None, compile: bool = False) ->
 
 
 def build_chain(energy: EnergyModel, fns: EnergyFunctions, x: Tensor, params: Params, fused_setting: bool | None,
-                integrator: Integrator) -> Chain | str:
+                integrator: Integrator) -> Chain | tuple[Chain, LangevinForm] | str:
     """Many ULA steps per launch, by the bound energy's program (``fns.program``): the ``<energy>_langevin_chain``
     kernel of an analytic energy, the ``feedforward_langevin_chain`` kernel of a feed-forward network, or the
     ``conv_langevin_chain`` kernel of a conv stack (``ebm_losses.ConvEnergy``); for other energies, one
     ``langevin_step_philox`` kernel per step (the noise drawn inside it). Euler–Maruyama only.
-    A feed-forward chain also offers ``energy_gradients`` (:data:`ebmcore.sampler.Chain`), by
-    ``feedforward_contrastive_chain`` where a backend has it."""
+    A network's chain declares its :class:`~ebmcore.sampler.LangevinForm` (contrastive divergence runs
+    ``feedforward_contrastive_chain``, the same moves with its loss, from it)."""
     if not isinstance(integrator, EulerMaruyama):
         return f"the integrator is {integrator.name}, the fused chain is Euler–Maruyama"
     h = params.step_size
@@ -126,9 +126,7 @@ def build_chain(energy: EnergyModel, fns: EnergyFunctions, x: Tensor, params: Pa
             run = lambda state, n, seed, offset: (  # noqa: E731
                 State(network_fn(state.x, program, n_steps=n, step_size=h, noise_scale=s, seed=seed, offset=offset)),
                 ChainInfo(None, None))
-            if isinstance(program, FeedForward):
-                run.energy_gradients = _with_energy_gradients(energy, x, fused_setting, program, h, s)
-            return run
+            return run, LangevinForm(program, h, s)
     elif isinstance(program, Analytic):
         chain = chain_kernel(f"{program.op}_langevin_chain", energy, x, fused_setting)
         if not isinstance(chain, str):
@@ -149,22 +147,6 @@ def build_chain(energy: EnergyModel, fns: EnergyFunctions, x: Tensor, params: Pa
         return State(y), ChainInfo(None, None)
 
     return run_steps
-
-
-def _with_energy_gradients(energy: EnergyModel, x: Tensor, fused_setting: bool | None, network: Any, h: Any,
-                           s: Any) -> Callable[..., Any]:
-    """The chain's ``energy_gradients`` (:data:`ebmcore.sampler.Chain`) by ``feedforward_contrastive_chain``, resolved
-    at the first call (a run that asks for none resolves nothing); None where no backend runs it."""
-    def energy_gradients(state: State, n: int, seed: int, offset: int, start: Any,
-                         end: Any) -> tuple[State, ChainInfo, EnergyGradients] | None:
-        kernel = chain_kernel("feedforward_contrastive_chain", energy, x, fused_setting, network)
-        if isinstance(kernel, str):
-            return None
-        x1, e_start, e_end, loss, weight_grads, bias_grads = kernel.fn(state.x, network, n_steps=n, step_size=h, noise_scale=s,
-                                                                       seed=seed, offset=offset, start=start, end=end)
-        return State(x1), ChainInfo(None, None), EnergyGradients(e_start, e_end, loss, network, weight_grads, bias_grads)
-
-    return energy_gradients
 
 
 ALGORITHM = Algorithm("langevin", Params, init, build_kernel, has_acceptance=False, options=options, build_chain=build_chain)

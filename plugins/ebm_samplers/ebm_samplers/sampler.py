@@ -116,13 +116,14 @@ class AlgorithmSampler(Sampler):
         state = self.algorithm.init(x, fns)
         kernel = self.kernel()
         chain, path = self._chain(fns, x, params, every_step)
+        chain, form = chain if isinstance(chain, tuple) else (chain, None)
         if fns.path:
             path = f"{path}; gradient: {fns.path}"
         if self.algorithm.energy_of is not None:
             energy_of = lambda s: self.algorithm.energy_of(s, fns, **self.options)  # noqa: E731
         else:
             energy_of = (lambda s: s.energy) if hasattr(state, "energy") else (lambda s: fns.energy(s.x))
-        return Run(state, lambda s: kernel(s, fns, generator, params), energy_of, chain, path)
+        return Run(state, lambda s: kernel(s, fns, generator, params), energy_of, chain, path, form)
 
     def _chain(self, fns: EnergyFunctions, x: Tensor, params: Any, every_step: bool) -> tuple[Optional[Chain], str]:
         if self.fused is False:

@@ -405,42 +405,24 @@ def test_advance_runs_a_sample_override():
 
     own = Own(ebmcore.energy("double_well", dim=2), step_size=0.01)
     assert torch.equal(own.advance(_x0(), 3), torch.zeros(128, 2))
-    states, grads = own.advance(_x0(), 3, energy_gradients=((1.0, None), (-1.0, None)))
-    assert torch.equal(states, torch.zeros(128, 2)) and grads is None
+    assert not own.executes_prepared_run()  # a caller that runs a declared form itself must not bypass sample
 
 
-@pytest.mark.parametrize("cls, kw, fused, offers", [(LangevinSampler, {"step_size": 0.01}, None, True),
-                                                    (LangevinSampler, {"step_size": 0.01}, False, False),
-                                                    (MALASampler, {"step_size": 0.1}, None, False)],
+@pytest.mark.parametrize("cls, kw, fused, declares", [(LangevinSampler, {"step_size": 0.01}, None, True),
+                                                      (LangevinSampler, {"step_size": 0.01}, False, False),
+                                                      (MALASampler, {"step_size": 0.1}, None, False)],
                          ids=["langevin-fused", "langevin-per-step", "mala"])
-def test_advance_returns_the_energy_gradients_where_the_chain_offers_them(cls, kw, fused, offers):
-    """``advance(energy_gradients=((a, b), (a', b')))``: the same states, and from a fused feed-forward chain the
-    energies at both ends, the loss ``Σ aE + ½bE²`` at the starts plus the same at the ends and its weight gradient,
-    against autograd; None where the chain cannot (the caller then computes them)."""
+def test_a_run_declares_the_form_of_its_fused_chain(cls, kw, fused, declares):
+    """ULA's fused chain of a feed-forward network declares what it computes (``Run.form``: the energy's program,
+    ``h`` and ``σ = √(2hT)``), so that a loss may run a fused op of the same family itself; the per-step loop and
+    MALA declare nothing."""
+    from ebmcore.sampler import LangevinForm
+
     energy = MLP_ENERGY()
     sampler = cls(energy, fused=fused, **kw)
-    x0 = _x0()
-    expected = sampler.advance(x0, 5, generator=torch.Generator().manual_seed(3))
-    got, grads = sampler.advance(x0, 5, generator=torch.Generator().manual_seed(3), energy_gradients=((0.5, None), (-0.25, 0.1)))
-    assert torch.equal(got, expected)
-    if not offers:
-        assert grads is None
+    run = sampler.prepare(_x0(), None, {})
+    assert sampler.executes_prepared_run()
+    if not declares:
+        assert run.form is None
         return
-    e0, e1 = energy.compute_energy(x0), energy.compute_energy(got)
-    torch.testing.assert_close(grads.start, e0.detach(), rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(grads.end, e1.detach(), rtol=1e-5, atol=1e-6)
-    total = (0.5 * e0).sum() + (-0.25 * e1 + 0.05 * e1 ** 2).sum()
-    torch.testing.assert_close(grads.loss, total.detach(), rtol=1e-5, atol=1e-6)
-    params = [t for layer in grads.plan.layers for t in (layer.linear.weight, layer.linear.bias) if t is not None]
-    expected_grads = torch.autograd.grad(total, params)
-    got_grads = [g for gw, gb in zip(grads.weight_grads, grads.bias_grads) for g in (gw, gb) if g is not None]
-    assert len(got_grads) == len(params)
-    for g, ref in zip(got_grads, expected_grads):
-        torch.testing.assert_close(g, ref, rtol=1e-4, atol=1e-5 * ref.abs().max().item())
-    scalar = sampler.advance(x0, 5, generator=torch.Generator().manual_seed(3),  # 0-d tensors are numbers too
-                             energy_gradients=((torch.tensor(0.5), None), (torch.tensor(-0.25), torch.tensor(0.1))))[1]
-    assert torch.equal(scalar.loss, grads.loss) and all(torch.equal(a, b) for a, b in zip(scalar.weight_grads, grads.weight_grads))
-    none_moved, no_grads = sampler.advance(x0, 0, generator=torch.Generator().manual_seed(3), energy_gradients=((0.5, None), (-0.25, 0.1)))
-    assert torch.equal(none_moved, x0) and no_grads is None  # no chain call: nothing computed
-    with pytest.raises(InputError, match=r"energy_gradients must be \(\(a, b\), \(a', b'\)\)"):
-        sampler.advance(x0, 5, energy_gradients=(0.5, -0.5))
+    assert run.form == LangevinForm(energy.program(), 0.01, math.sqrt(2 * 0.01)) and run.chain is not None
