@@ -158,12 +158,14 @@ def environment(dry: bool) -> dict:
     except (OSError, subprocess.SubprocessError):
         env["git_commit"] = None
     device: dict[str, Any] = {"type": "cpu" if dry else "cuda"}
+    if not dry:  # what the driver sees, even where torch sees no device
+        smi = tool_version(["nvidia-smi", "--query-gpu=name,driver_version,compute_cap,memory.total", "--format=csv,noheader"])
+        device["nvidia_smi"] = smi
+        device["driver"] = smi.split(", ")[1] if smi and smi.count(", ") >= 1 else None
     if not dry and torch.version.cuda is not None and torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         device.update(name=torch.cuda.get_device_name(0), compute_capability="{}.{}".format(*torch.cuda.get_device_capability(0)),
                       memory_GiB=round(props.total_memory / 2**30, 1), count=torch.cuda.device_count())
-        smi = tool_version(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
-        device["driver"] = smi
     elif dry:
         device["name"] = f"cpu ({platform.processor() or platform.machine()}, dry run)"
     return {"device": device, "versions": env}
@@ -379,7 +381,9 @@ def main(argv: list[str] | None = None) -> int:
     benchmark = None
     with tempfile.TemporaryDirectory(prefix="ebm-gpu-check-") as tmp:
         work = Path(tmp)
-        step_environment(report, meta, args.dry)
+        if not step_environment(report, meta, args.dry):
+            report.add("the other steps", "failed", "not run: no GPU here (on a CPU machine, run the dry mode: --dry)")
+            return finish(report, meta, clock, args, out, started, None)
         built = step_build(report, clock, py, args.dry)
         step_tests(report, clock, py, args.dry, work)
         if built:
@@ -391,6 +395,12 @@ def main(argv: list[str] | None = None) -> int:
             step_sanitizer(report, clock, py, args.dry, work)
         else:
             report.add("compute-sanitizer", "failed", "not run: a build failed")
+    return finish(report, meta, clock, args, out, started, benchmark)
+
+
+def finish(report: Report, meta: dict, clock: Clock, args: argparse.Namespace, out: Path, started: str,
+           benchmark: dict | None) -> int:
+    """Write the results file, print the summary line; the exit status."""
     seconds = time.monotonic() - clock.start
     summary = {"passed": report.count("passed"), "failed": report.count("failed"), "skipped": report.count("skipped"),
                "seconds": round(seconds, 1), "budget_s": args.budget}
