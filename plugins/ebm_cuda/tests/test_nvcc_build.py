@@ -6,8 +6,9 @@ import subprocess
 
 import pytest
 
-from ebm_cuda import build, library
+from ebm_cuda import build
 from ebm_cuda.library import KernelError, Library
+from ebm_cuda.testing import gpu_absent_reason
 
 NVCC = build.find_nvcc()
 
@@ -47,7 +48,7 @@ def test_kernels_compile_for_sm80_and_sm90_without_spills_and_load(tmp_path):
     assert reported > 50, f"ptxas reported {reported} functions: is -Xptxas -v still honoured?\n{log[-2000:]}"
     assert not spills, "kernels spill registers to local memory:\n" + "\n".join(spills)
     lib = Library(str(out), "cuda")  # every C entry point the bindings declare is there
-    if library.cuda_unavailable_reason() is not None:  # no GPU: a launch fails with CUDA's own message
+    if gpu_absent_reason() is not None:  # no GPU: a launch fails with CUDA's own message
         with pytest.raises(KernelError, match="ebm_cuda cuda kernel normal: .+"):
             lib.call("normal", None, 10, 3, 0, 0, None)
 
