@@ -46,8 +46,8 @@ SIZES = {
 class Checks:
     """Runs named checks, each in its own try, and records ``{name, status, reason, seconds}``."""
 
-    def __init__(self, device: str) -> None:
-        self.device = device
+    def __init__(self, device: str, path: str | None) -> None:
+        self.device, self.path = device, path
         self.results: list[dict] = []
 
     def run(self, name: str, fn: Callable[[], str | None]) -> None:
@@ -67,6 +67,9 @@ class Checks:
         seconds = time.perf_counter() - t0
         self.results.append({"name": name, "status": status, "reason": reason, "seconds": round(seconds, 3)})
         print(f"{status.upper():7s} {name}" + (f": {reason}" if reason else "") + f" ({seconds:.1f} s)", flush=True)
+        if self.path:  # after every check: what ran survives a crash of the process
+            with open(self.path, "w") as f:
+                json.dump(self.results, f, indent=1)
 
 
 def close(a: torch.Tensor, b: torch.Tensor, tol: float, what: str) -> None:
@@ -89,12 +92,16 @@ def main(argv: list[str] | None = None) -> int:
     from ebmcore.kernels.ops import sample_inputs
 
     dev = "cpu" if args.dry else "cuda"
-    checks = Checks(dev)
+    checks = Checks(dev, args.json)
     if not args.dry:
-        why = library.cuda_unavailable_reason()
-        if why is not None:
-            checks.run("the CUDA kernels load", lambda: (_ for _ in ()).throw(RuntimeError(why)))
-            return finish(checks, args.json)
+        def load() -> None:
+            why = library.cuda_unavailable_reason()
+            if why is not None:
+                raise RuntimeError(why)
+
+        checks.run("the CUDA kernels load", load)
+        if checks.results[-1]["status"] == "failed":
+            return finish(checks)
     gpu, host = (HostBackend() if args.dry else CudaBackend()), HostBackend()
 
     def on_dev(args_: list) -> list:
@@ -265,15 +272,11 @@ def main(argv: list[str] | None = None) -> int:
             raise AssertionError(f"a {tuple(x.shape)} {x.dtype} state was not refused")
 
     checks.run("refusals: d = 65 and float64 on the GPU", refusals)
-    return finish(checks, args.json)
+    return finish(checks)
 
 
-def finish(checks: Checks, path: str | None) -> int:
-    failed = sum(r["status"] == "failed" for r in checks.results)
-    if path:
-        with open(path, "w") as f:
-            json.dump(checks.results, f, indent=1)
-    return 1 if failed else 0
+def finish(checks: Checks) -> int:
+    return 1 if any(r["status"] == "failed" for r in checks.results) else 0
 
 
 if __name__ == "__main__":
