@@ -82,6 +82,19 @@ def test_with_a_gpu_a_failed_build_fails_the_gpu_tests(monkeypatch):
     require_cuda_kernels()  # runs
 
 
+def test_ebm_cuda_build_fails_on_a_gpu_machine_whose_build_failed(monkeypatch, capsys):
+    from argparse import Namespace
+
+    from ebm_cuda import cli
+
+    fake_gpu(monkeypatch, "the cuda-sm90 kernels could not be built: injected failure")
+    assert cli._build(Namespace(arch=None, host_only=False)) == 1
+    assert "error: a GPU is present but the CUDA kernels cannot run on it: the cuda-sm90" in capsys.readouterr().out
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # no GPU: the CUDA build is skipped, saying why
+    assert cli._build(Namespace(arch=None, host_only=False)) == 0
+    assert "CUDA kernels: skipped (the cuda-sm90 kernels could not be built: injected failure)" in capsys.readouterr().out
+
+
 def test_test_cuda_device_fails_on_a_gpu_machine_whose_build_failed(tmp_path):
     """End to end: test_cuda_device.py under a fake GPU whose build fails reports errors, not skips."""
     (tmp_path / "fake_gpu_build_fails.py").write_text(textwrap.dedent("""
