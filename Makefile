@@ -1,5 +1,5 @@
 # One entry point for a fresh machine: `make demo` (the main job: ebm train, then ebm sample, on the bundled
-# default configurations) and `make test` (all tests).
+# default configurations), `make test` (all tests) and, on a GPU machine, `make gpu-check` (docs/cuda.md).
 # Both create .venv, install the CPU build of PyTorch, the core and every plugin under plugins/.
 PYTHON ?= python3
 VENV ?= .venv
@@ -10,7 +10,7 @@ PLUGINS := $(patsubst %/pyproject.toml,%,$(wildcard plugins/*/pyproject.toml))
 EXTRAS := plugins/ebm_samplers=arviz plugins/ebm_losses=images
 PLUGIN_SPECS := $(foreach p,$(PLUGINS),"$(p)$(foreach e,$(filter $(p)=%,$(EXTRAS)),[$(patsubst $(p)=%,%,$(e))])")
 
-.PHONY: setup demo test docs docs-serve
+.PHONY: setup demo test docs docs-serve gpu-check
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml $(wildcard plugins/*/pyproject.toml) Makefile
@@ -33,3 +33,6 @@ docs: setup  ## build the documentation site strictly into site/ (any warning fa
 
 docs-serve: setup  ## serve the documentation at http://127.0.0.1:8000 with live reload
 	$(VENV)/bin/mkdocs serve
+
+gpu-check:  ## on a GPU machine: builds, GPU tests, kernels vs host, compute-sanitizer, a short G1/G3 pass: one results file (DRY=1: on the CPU)
+	@bash benchmarks/gpu_check.sh $(if $(DRY),--dry)

@@ -1,7 +1,9 @@
 #!/usr/bin/env python
 """GPU workloads G1-G3 of WORKLOADS.md: Langevin on analytic energies at 1,000,000 chains, eager vs
 compiled vs the ebm-cuda kernels (and torchebm's Triton kernels where importable), in fp32 (G1) and
-bf16/fp16 state (G2), and W4/W5 at 100x the batch, eager vs compiled (G3).
+bf16/fp16 state (G2), and W4/W5 at 100x the batch (G3): the eager per-step loop, the same loop through
+torch.compile (the same noise from the same generator: its samples, W5's loss and gradient must agree with
+eager's to float rounding; ``w4_same_noise`` is that comparison at a test's size) and ebm's default path.
 
     benchmarks/.venv/bin/python benchmarks/gpu.py [--json benchmarks/results/<date>-gpu.json]
         [--groups G1,G2,G3] [--repeats 5] [--quick] [--device cuda]
@@ -538,10 +540,51 @@ def mlp_energy(device: Any) -> Any:
     return common.net_energy(common.make_mlp().to(device))
 
 
-def g3_rows(sizes: Sizes, device: Any, repeats: int, log: Callable) -> list[dict]:
+# G3's variants: the sampler options of each, and its label. "eager" and "compile" are the same per-step loop and
+# draw the same noise from the same torch.Generator, so their samples agree to float rounding (compared); "default"
+# is ebm's own path (fused=None: a fused chain or langevin_step_philox, noise from the Philox stream), which agrees
+# with them in law only.
+G3_VARIANTS: dict[str, tuple[dict, str]] = {
+    "eager": ({"fused": False}, "eager per-step loop, fused=False"),
+    "compile": ({"fused": False, "compile": True}, "torch.compile per-step loop, compile=True"),
+    "default": ({}, "ebm's default path, fused=None"),
+}
+SAME_NOISE = ("eager", "compile")  # the variants whose samples must agree to float rounding
+
+
+def w4_sampler(energy: Any, variant: str) -> Any:
+    from ebm_samplers import LangevinSampler
+
+    return LangevinSampler(energy, step_size=0.01, **G3_VARIANTS[variant][0])
+
+
+def w4_path(sampler: Any, x0: Any) -> str:
+    """The sampler's run path for ``x0`` (which kernels it runs, or why not)."""
+    try:
+        return sampler.prepare(x0, None, {}).path
+    except Exception as exc:  # noqa: BLE001
+        return f"unknown ({type(exc).__name__}: {exc})"
+
+
+def w4_same_noise(n: int = 64, steps: int = 3, device: Any = "cpu") -> dict:
+    """W4's "eager vs compiled, same noise" comparison at a small size (what a CPU test calls): the final states of
+    the ``SAME_NOISE`` variants from the same seeded generator. Returns ``max_abs_diff`` and each variant's path."""
     import torch
 
-    from ebm_samplers import LangevinSampler
+    torch._dynamo.reset()
+    energy = mlp_energy(device)
+    energy.net.requires_grad_(False)
+    x0 = make_x0(n, 2, device, torch.float32)
+    out, paths = {}, {}
+    for key in SAME_NOISE:
+        sampler = w4_sampler(energy, key)
+        paths[key] = w4_path(sampler, x0)
+        out[key] = sampler.sample(x0, steps, generator=torch.Generator(device=device).manual_seed(common.SEED_NOISE))
+    return {"max_abs_diff": float((out["compile"] - out["eager"]).abs().max()), "paths": paths}
+
+
+def g3_rows(sizes: Sizes, device: Any, repeats: int, log: Callable) -> list[dict]:
+    import torch
 
     dev = torch.device(device)
     out: list[dict] = []
@@ -555,11 +598,12 @@ def g3_rows(sizes: Sizes, device: Any, repeats: int, log: Callable) -> list[dict
     n, steps = sizes.w4_chains, sizes.w4_steps
     x0 = make_x0(n, 2, device, torch.float32)
     w4 = {}
-    for key, compile_ in (("eager", False), ("compile", True)):
-        label = f"W4 ×100: ULA on the MLP 2-64-64-1 SiLU, {n:,} chains, {steps} steps, step 0.01 ({key})"
+    for key, (_, what) in G3_VARIANTS.items():
+        label = f"W4 ×100: ULA on the MLP 2-64-64-1 SiLU, {n:,} chains, {steps} steps, step 0.01 ({what})"
         torch._dynamo.reset()  # a fresh compile: past the recompile limit dynamo would silently run eager
-        sampler = LangevinSampler(energy, step_size=0.01, compile=compile_)
-        rec: dict[str, Any] = {"workload": "W4x100", "variant": key, "label": label, "n": n, "n_steps": steps}
+        sampler = w4_sampler(energy, key)
+        rec: dict[str, Any] = {"workload": "W4x100", "variant": key, "label": label, "n": n, "n_steps": steps,
+                               "path": w4_path(sampler, x0)}
         log(f"  G3 {label} ...")
         try:
             m = measure(lambda: sampler.sample(x0, steps, generator=gen()), repeats, device)
@@ -573,9 +617,9 @@ def g3_rows(sizes: Sizes, device: Any, repeats: int, log: Callable) -> list[dict
             e = energy.net(x).squeeze(-1).double()
         rec.update(timing=m, figures={"mean_energy": float(e.mean()), "nonfinite_chains": int((~torch.isfinite(x).all(1)).sum())})
         w4[key] = x
-        if key == "compile" and "eager" in w4:  # the same torch.Generator draws: the samples should agree
+        if key != "eager" and key in SAME_NOISE and "eager" in w4:  # the same torch.Generator draws: the samples agree
             rec["figures"]["max_abs_diff_vs_eager"] = float((x - w4["eager"]).abs().max())
-        log(f"    median {m['median_s'] * 1e3:.1f} ms; mean E {rec['figures']['mean_energy']:.5f}")
+        log(f"    median {m['median_s'] * 1e3:.1f} ms; mean E {rec['figures']['mean_energy']:.5f}; path: {rec['path']}")
         out.append(rec)
     w4.clear()
 
@@ -586,11 +630,11 @@ def g3_rows(sizes: Sizes, device: Any, repeats: int, log: Callable) -> list[dict
     base = mlp_energy(device)
     init = {k: v.detach().clone() for k, v in base.net.state_dict().items()}
     w5 = {}
-    for key, compile_ in (("eager", False), ("compile", True)):
+    for key, (options, what) in G3_VARIANTS.items():
         label = (f"W5 ×100: one CD-10 training step (Langevin negatives, backward, Adam lr 1e-3), batch {sizes.w5_batch:,} "
-                 f"({key}: sampler compile={compile_})")
+                 f"(sampler: {what})")
         torch._dynamo.reset()
-        loss = ebm_losses.ContrastiveDivergence("langevin", 10, sampler_options={"step_size": 0.01, "compile": compile_})
+        loss = ebm_losses.ContrastiveDivergence("langevin", 10, sampler_options={"step_size": 0.01, **options})
         params = list(base.net.parameters())
         state: dict[str, Any] = {}
 
@@ -631,7 +675,7 @@ def g3_rows(sizes: Sizes, device: Any, repeats: int, log: Callable) -> list[dict
         value.backward()
         grads = torch.cat([q.grad.reshape(-1) for q in params]).double()
         fig = {"loss": float(value.detach()), "grad_norm": float(grads.norm())}
-        if key == "compile" and "eager" in w5:
+        if key != "eager" and key in SAME_NOISE and "eager" in w5:  # the same negatives' noise
             ref_loss, ref_grads = w5["eager"]
             fig["loss_rel_diff_vs_eager"] = abs(fig["loss"] - ref_loss) / max(abs(ref_loss), 1e-30)
             fig["grad_rel_diff_vs_eager"] = float((grads - ref_grads).norm() / ref_grads.norm().clamp_min(1e-30))
@@ -701,6 +745,8 @@ def g3_table(recs: list[dict]) -> str:
                 corr += f", **{f['nonfinite_chains']} non-finite chains**"
             if "max_abs_diff_vs_eager" in f:
                 corr += f", max abs diff vs eager (same noise) {f['max_abs_diff_vs_eager']:.1e}"
+            if r.get("path"):
+                corr += f"; path: {r['path']}"
             per = ""
         else:
             corr = f"loss {f['loss']:.6g}, grad norm {f['grad_norm']:.5g}"
@@ -829,7 +875,7 @@ def main(argv: list[str] | None = None) -> int:
     if "G3" in args.groups:
         t0 = time.perf_counter()
         recs = g3_rows(sizes, dev, args.repeats, log)
-        print(f"## G3: W4 and W5 at 100× the batch, eager vs torch.compile (float32)\n")
+        print("## G3: W4 and W5 at 100× the batch: the eager per-step loop, the same loop compiled (the same noise), ebm's default path (float32)\n")
         print(g3_table(recs))
         print(f"\n({time.perf_counter() - t0:.0f} s)\n", flush=True)
         report["g3"] = recs

@@ -7,6 +7,7 @@ import argparse
 import torch
 
 from ebm_cuda import build, library
+from ebm_cuda.testing import gpu_absent_reason
 
 
 def add_command(subparsers) -> None:
@@ -35,6 +36,9 @@ def _build(args: argparse.Namespace) -> int:
             archs = args.arch
             if not archs:
                 reason = library.cuda_unavailable_reason()
+                if reason and gpu_absent_reason() is None:  # a GPU that the kernels cannot run on: an error, not a skip
+                    print(f"error: a GPU is present but the CUDA kernels cannot run on it: {reason}")
+                    return 1
                 if reason:
                     print(f"CUDA kernels: skipped ({reason}); pass --arch 80 90 to build for given GPUs")
                     return 0

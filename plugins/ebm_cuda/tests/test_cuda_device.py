@@ -1,20 +1,30 @@
 """On a GPU machine: the CUDA build equals the host build on the same Philox stream, samples correctly,
-and is what resolution picks; forcing torch works. Skips cleanly without a usable CUDA device."""
+and is what resolution picks; forcing torch works. Skips without a GPU; with a GPU, CUDA kernels that
+cannot run (nvcc missing, a failed build) fail every test here (``ebm_cuda.testing.require_cuda_kernels``)."""
 
 import pytest
 import torch
 
 import ebmcore
 from ebmcore.kernels.ops import sample_inputs
-from ebm_cuda import library, ops
+from ebm_cuda import ops
 from ebm_cuda.backends import CudaBackend, HostBackend
+from ebm_cuda.testing import assert_chains_close, require_cuda_kernels
 from ebm_samplers import HMCSampler, LangevinSampler
 
-REASON = library.cuda_unavailable_reason()
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(REASON is not None, reason=f"CUDA kernels cannot run here: {REASON}")]
+pytestmark = pytest.mark.gpu
 
 ENERGIES = list(ops.KINDS)  # the energies of csrc/ebm/energies.h
-CUDA, HOST = (CudaBackend(), HostBackend()) if REASON is None else (None, None)
+CUDA = HOST = None
+
+
+@pytest.fixture(autouse=True)
+def cuda_kernels():
+    """Skip where there is no GPU; fail where there is one and the CUDA kernels cannot run on it."""
+    global CUDA, HOST
+    require_cuda_kernels()
+    if CUDA is None:
+        CUDA, HOST = CudaBackend(), HostBackend()
 
 
 def test_philox_and_normals_equal_the_host_build():
@@ -35,13 +45,15 @@ def test_energies_and_chains_equal_the_host_build(name, d):
         torch.testing.assert_close(CUDA.kernels[op].fn(x.cuda(), *cuda_params).cpu(), HOST.kernels[op].fn(x, *params), rtol=1e-4, atol=1e-4)
     h = 1e-3 if name == "rosenbrock" else 0.01
     kw = dict(n_steps=50, step_size=h, noise_scale=(2 * h) ** 0.5, seed=123, offset=9)
-    torch.testing.assert_close(CUDA.kernels[f"{name}_langevin_chain"].fn(x.cuda(), *cuda_params, **kw).cpu(),
-                               HOST.kernels[f"{name}_langevin_chain"].fn(x, *params, **kw), rtol=1e-4, atol=1e-4)
+    # a chain that diverges (about one d = 40 double-well or Rosenbrock chain in 3,000) does so on both builds
+    assert_chains_close(CUDA.kernels[f"{name}_langevin_chain"].fn(x.cuda(), *cuda_params, **kw),
+                        HOST.kernels[f"{name}_langevin_chain"].fn(x, *params, **kw), rtol=1e-4, atol=1e-4, what="langevin chain")
     kw = dict(n_steps=5, step_size=h, n_leapfrog_steps=4, inverse_temperature=1.0, seed=7, offset=0)
     gx, ga, gd = CUDA.kernels[f"{name}_hmc_chain"].fn(x.cuda(), *cuda_params, **kw)
     hx, ha, hd = HOST.kernels[f"{name}_hmc_chain"].fn(x, *params, **kw)
-    torch.testing.assert_close(gx.cpu(), hx, rtol=1e-4, atol=1e-4)
-    assert (ga.cpu() != ha).float().mean() < 0.01  # accept decisions agree up to ties at float tolerance
+    same = (ga.cpu() == ha) & (gd.cpu() == hd)  # accept decisions agree up to ties at float tolerance
+    assert (~same).float().mean() < 0.01, f"accept or divergence counts differ in {int((~same).sum())} chains"
+    assert_chains_close(gx.cpu()[same], hx[same], rtol=1e-4, atol=1e-4, what="hmc chain")
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

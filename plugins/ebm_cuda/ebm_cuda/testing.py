@@ -1,0 +1,78 @@
+"""Helpers for testing the kernels on a GPU, shared by the GPU tests and ``benchmarks/gpu_check.py``.
+
+:func:`cuda_test_reason` decides whether a GPU test runs, skips or fails: it skips only where there
+is no GPU, and fails where a GPU is present but the CUDA kernels cannot run on it (nvcc missing, the
+build failed), so that a broken build on a GPU machine is never a green, all-skipped run.
+:func:`assert_chains_close` compares two runs of the same chains, counting chains that diverged in
+both runs as equal.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["gpu_absent_reason", "cuda_test_reason", "require_cuda_kernels", "assert_chains_close"]
+
+
+def gpu_absent_reason() -> str | None:
+    """Why this machine has no GPU to test on (a CPU-only torch build, or no visible device), or None."""
+    if torch.version.cuda is None:
+        return f"no GPU: this torch build has no CUDA (torch {torch.__version__})"
+    if not torch.cuda.is_available():
+        return "no GPU: no CUDA device is visible (torch.cuda.is_available() is False)"
+    return None
+
+
+def cuda_test_reason() -> tuple[str, str] | None:
+    """``None`` where the CUDA kernels can run here; else ``("skip", why)`` where there is no GPU, and
+    ``("fail", why)`` where there is one but the kernels cannot run on it (the build failed, nvcc is
+    missing): there the GPU tests must fail, not skip."""
+    from ebm_cuda import library
+
+    absent = gpu_absent_reason()
+    if absent is not None:
+        return ("skip", absent)
+    reason = library.cuda_unavailable_reason()
+    if reason is not None:
+        return ("fail", f"a GPU is present ({torch.cuda.get_device_name()}) but the CUDA kernels cannot run on it: {reason} "
+                        "(deselect the GPU tests with -m 'not gpu' to run without them)")
+    return None
+
+
+def require_cuda_kernels() -> None:
+    """In a test: skip it where there is no GPU, fail it where there is one but the CUDA kernels cannot run."""
+    import pytest
+
+    verdict = cuda_test_reason()
+    if verdict is None:
+        return
+    what, why = verdict
+    if what == "skip":
+        pytest.skip(f"CUDA kernels cannot run here: {why}")
+    pytest.fail(why, pytrace=False)
+
+
+def _rows_nonfinite(t: torch.Tensor) -> torch.Tensor:
+    bad = ~torch.isfinite(t)
+    return bad.reshape(bad.shape[0], -1).any(1) if bad.dim() > 1 else bad
+
+
+def assert_chains_close(actual: torch.Tensor, expected: torch.Tensor, *, rtol: float, atol: float, what: str = "chains",
+                        max_nonfinite: float = 0.01) -> int:
+    """``torch.testing.assert_close`` for the final states of chains (one chain per row): a chain that is
+    non-finite in both runs counts as equal (a chain that diverges does so on every build, where its last
+    finite values depend on rounding), and both runs must have the same non-finite chains, at most
+    ``max_nonfinite`` of them (a fraction). Compares on the CPU in float64; returns the number of chains
+    non-finite in both."""
+    actual, expected = actual.detach().cpu().double(), expected.detach().cpu().double()
+    assert actual.shape == expected.shape, f"{what}: shapes differ: {tuple(actual.shape)} and {tuple(expected.shape)}"
+    bad_a, bad_e = _rows_nonfinite(actual), _rows_nonfinite(expected)
+    n_a, n_e = int(bad_a.sum()), int(bad_e.sum())
+    assert n_a == n_e, f"{what}: {n_a} non-finite chains against {n_e} expected"
+    differ = (bad_a != bad_e).nonzero().flatten()
+    assert differ.numel() == 0, f"{what}: chains {differ[:10].tolist()} are non-finite in one run only"
+    assert n_a <= max_nonfinite * max(1, actual.shape[0]), \
+        f"{what}: {n_a} of {actual.shape[0]} chains are non-finite (more than {max_nonfinite:.0%})"
+    keep = ~bad_a
+    torch.testing.assert_close(actual[keep], expected[keep], rtol=rtol, atol=atol, msg=lambda m: f"{what}: {m}")
+    return n_a
