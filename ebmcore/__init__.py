@@ -27,6 +27,7 @@ from ebmcore.energies import (
 from ebmcore.errors import (
     BackendUnavailableError,
     ConfigError,
+    DivergenceError,
     DuplicateComponentError,
     EBMError,
     InputError,
@@ -81,6 +82,7 @@ __all__ = [
     "EBMError",
     "InputError",
     "NonFiniteError",
+    "DivergenceError",
     "UnknownComponentError",
     "DuplicateComponentError",
     "PluginError",

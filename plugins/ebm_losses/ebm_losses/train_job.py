@@ -22,10 +22,11 @@ import torch
 import ebmcore
 from ebmcore import registry, runfiles
 from ebmcore.config import load_job_config, non_negative, parse_device, positive, seed_range
-from ebmcore.errors import ConfigError
+from ebmcore.errors import ConfigError, InputError
 
 from ebm_losses import datasets, images
 from ebm_losses.training import Trainer
+from ebm_losses.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,7 @@ SCHEMA: dict[str, Any] = {
         "seed": ((int, seed_range), 0),
         "device": ((str,), "cpu"),
         "backend": ((str,), ""),
+        "watchdog": ((bool, dict), True),
     },
     "output": {"dir": ((str,), "runs/train"), "plots": ((bool,), True), "n_model_samples": ((int, non_negative), 4000),
                "sampler": ((str,), "mala"), "sampler_params": ((dict,), {}),
@@ -86,6 +88,10 @@ def load_config(path: str | Path | None, overrides: dict[str, dict[str, Any]] | 
     config = load_job_config(path, SCHEMA, overrides)
     # everything that can be checked is checked now, before any work or any file is written
     parse_device(config["train"]["device"], f"{path} [train] device")
+    try:
+        Watchdog.from_config(config["train"]["watchdog"])
+    except InputError as exc:
+        raise ConfigError(f"{path} [train] watchdog: {exc}") from None
     dataset = config["data"]["dataset"]
     if dataset not in datasets.DATASETS and dataset != images.DIGITS and not Path(dataset).exists():
         raise ConfigError(f"{path} [data] dataset: no such file {dataset!r}.")
@@ -221,7 +227,7 @@ def _run(config: dict[str, Any], out: Path, resume: bool, quiet: bool, main: boo
                       ema_decay=t["ema_decay"] or None, clip_grad_norm=t["clip_grad_norm"] or None,
                       progress=sys.stderr.isatty() and not quiet,
                       eval_fn=evaluate, eval_every=t["eval_every"], checkpoint_path=checkpoint,
-                      checkpoint_every=t["checkpoint_every"])
+                      checkpoint_every=t["checkpoint_every"], watchdog=Watchdog.from_config(t["watchdog"]) or False)
     if resume:
         trainer.load(checkpoint)
     start, first_step = time.perf_counter(), trainer.step
@@ -240,6 +246,7 @@ def _run(config: dict[str, Any], out: Path, resume: bool, quiet: bool, main: boo
         "device": str(device),
         "world_size": trainer.world_size,
         "kernel_backends": {},
+        "watchdog": trainer.watchdog_report(),
     }
     metrics["negatives"] = _negatives_report(loss)
     if not main:
@@ -346,9 +353,20 @@ def summary(metrics: dict[str, Any], out: Path) -> str:
         f"  final loss {metrics['final_loss']:.4g}" + (f", held-out NLL {nll:.3f} nats" if nll is not None else "")
         + (f", AIS held-out log-likelihood {ais['test_log_likelihood']:.3f} ± {ais['standard_error']:.3f} nats"
            if (ais := metrics.get("ais")) else ""),
+        *_watchdog_lines(metrics.get("watchdog")),
         f"  model: {out / 'model.pt'} (sample it with [energy] model = \"{out / 'model.pt'}\")",
         f"  metrics: {out / 'metrics.json'}; plots in {out}",
     ])
+
+
+def _watchdog_lines(report: dict[str, Any] | None) -> list[str]:
+    """The summary's line on the watchdog's rollbacks (none when it rolled nothing back)."""
+    if not report or not report["rollbacks"]:
+        return []
+    k = report["rollbacks"]
+    events = "; ".join(f"step {e['step']}: {e['reason']}, back to step {e['rolled_back_to']}, lr {e['lr']:.4g}"
+                       for e in report["events"])
+    return [f"  watchdog: {k} rollback{'s' if k > 1 else ''} ({events})"]
 
 
 def add_command(subparsers: Any) -> None:
