@@ -182,3 +182,31 @@ def test_a_bad_watchdog_table_is_a_config_error(tmp_path, capsys):
     assert main(["train", str(_config(tmp_path, text)), "--out", str(tmp_path / "o"), "--quiet"]) == 2
     assert "[train] watchdog: unknown watchdog setting(s) retries; the settings are check_every, max_rollbacks" in \
         capsys.readouterr().err
+
+
+def test_the_train_transcripts_of_cli_md_print_what_ebm_prints(tmp_path, monkeypatch, capsys):
+    """Every `$ ebm train` and `$ ls` of the `ebm train` section of docs/cli.md, run in order in an empty directory:
+    the output is the page's, but for the measured time and rate."""
+    pytest.importorskip("matplotlib")  # the listing shows the plots
+    import re
+    import shlex
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[3] / "docs" / "cli.md").read_text()
+    section = page.split("\n## `ebm train`\n")[1].split("\n## ")[0]
+    (tmp_path / "train.toml").write_text(re.search(r"```toml\n# train.toml\n(.*?)```", section, re.S).group(1))
+    monkeypatch.chdir(tmp_path)
+    transcripts = [block for block in re.findall(r"```\n(\$ .*?)```", section, re.S) if "$ ebm train" in block]
+    commands = [c for block in transcripts for c in re.findall(r"^\$ (.*)\n((?:(?!\$ ).*\n)*)", block, re.M)]
+    assert len(commands) == 6
+    timing = re.compile(r"trained to step (\d+) in [\d.]+ s \([\d,]+ samples/s\)")
+    for command, shown in commands:
+        capsys.readouterr()
+        if command.startswith("ls "):
+            printed = "".join(f"{p.name}\n" for p in sorted(Path(command[3:]).iterdir()))
+        else:
+            status = main(shlex.split(command)[1:])
+            assert status == (2 if "runs/none" in command else 0), command
+            captured = capsys.readouterr()
+            printed = captured.err + captured.out
+        assert timing.sub(r"trained to step \1", printed) == timing.sub(r"trained to step \1", shown), command
