@@ -28,6 +28,7 @@ from ebmcore.energies import (
 from ebmcore.errors import (
     BackendUnavailableError,
     ConfigError,
+    DivergenceError,
     DuplicateComponentError,
     EBMError,
     InputError,
@@ -83,6 +84,7 @@ __all__ = [
     "EBMError",
     "InputError",
     "NonFiniteError",
+    "DivergenceError",
     "UnknownComponentError",
     "DuplicateComponentError",
     "PluginError",

@@ -6,6 +6,7 @@ __all__ = [
     "EBMError",
     "InputError",
     "NonFiniteError",
+    "DivergenceError",
     "UnknownComponentError",
     "DuplicateComponentError",
     "PluginError",
@@ -26,6 +27,10 @@ class InputError(EBMError, ValueError):
 
 class NonFiniteError(EBMError, FloatingPointError):
     """A state, energy or loss that must be finite is not."""
+
+
+class DivergenceError(NonFiniteError):
+    """Training diverged (a non-finite loss, energies or gradient, a blow-up, collapsed negatives) past recovery."""
 
 
 class UnknownComponentError(EBMError, LookupError):

@@ -98,7 +98,14 @@ def test_the_third_party_sampler_runs_in_ebm_sample_profile_and_train(example, t
 
     train = FIXTURE / "configs" / "train.toml"
     assert main(["train", str(train), "--out", str(tmp_path / "train")]) == 0
-    assert "model samples without warm-up: ExampleULA" in capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert "model samples without warm-up: ExampleULA" in captured.err
+    out = captured.out
     model_samples = torch.load(tmp_path / "train" / "samples.pt", weights_only=True)
     assert model_samples.shape == (100, 2) and torch.isfinite(model_samples).all()
-    assert math.isfinite(json.loads((tmp_path / "train" / "metrics.json").read_text())["final_loss"])
+    metrics = json.loads((tmp_path / "train" / "metrics.json").read_text())
+    assert math.isfinite(metrics["final_loss"])
+    # issue 28: this run's grid NLL and AIS log-likelihood were 4.5 nats apart, printed as reliable, with no warning
+    (record,) = [r for r in metrics["warnings"] if r["quantity"] == "held-out log-likelihood"]  # grid against AIS
+    assert abs(record["difference"]) > 3 * record["combined_error"] and "warning: held-out log-likelihood" in out
+    assert metrics["ais"]["reliable"] is False and metrics["grid"]["reliable"] is False

@@ -7,6 +7,7 @@ from ebm_losses.contrastive_divergence import ClippedGradientEnergy, Contrastive
 from ebm_losses.nce import GaussianNoise, NoiseContrastiveEstimation
 from ebm_losses.score_matching import DenoisingScoreMatching, ScoreMatching, SlicedScoreMatching
 from ebm_losses.training import Trainer, TrainHistory
+from ebm_losses.watchdog import Watchdog
 
 __version__ = "0.1.0"
 
@@ -23,4 +24,5 @@ __all__ = [
     "GaussianNoise",
     "Trainer",
     "TrainHistory",
+    "Watchdog",
 ]

@@ -56,25 +56,48 @@ def plot_energy_histograms(path: Path, energies: Sequence[tuple[str, Tensor]], t
 
 
 def ais_log_likelihood(energy: EnergyModel, train: Tensor, test: Tensor, *, n_chains: int, n_temperatures: int,
-                       seed: int, bounds: tuple[float, float] | None = None, min_scale: float = 0.1) -> dict[str, Any]:
+                       seed: int, bounds: tuple[float, float] | None = None, min_scale: float = 0.1,
+                       min_ess_fraction: float = 0.1, check_temperatures: int | None = None) -> dict[str, Any]:
     """Held-out mean ``log p(x) = −E(x) − log Z`` (nats per example, and per dimension) with ``log Z`` from AIS
     (:func:`ebm_samplers.ais.estimate_log_z`): on the box ``bounds`` (images: the density restricted to ``[−1, 1]^d``),
     else from the base ``N(mean, std²)`` of ``train`` per dimension, std at least ``min_scale``. Its standard error is
-    that of ``log Z`` (the test mean's own is ``test_mean_se``); ``reliable`` is False when the weights' effective
-    sample size is under a tenth of the chains (the delta-method error is then itself unreliable)."""
+    that of ``log Z`` (the test mean's own is ``test_mean_se``).
+
+    ``reliable`` is True only when the estimator's own checks pass (``checks``): the weights' effective sample size
+    is at least ``min_ess_fraction`` of the chains (below it the delta-method error is itself unreliable), and a
+    second AIS run with ``check_temperatures`` temperatures (default half as many; 0: no second run) agrees within
+    the combined errors (:func:`ebm_losses.likelihood.compare`, which warns when it does not; the record is in
+    ``warnings``)."""
     from ebm_samplers.ais import estimate_log_z
+    from ebm_losses.likelihood import compare
 
     generator = torch.Generator(device=train.device).manual_seed(seed)
     where = {"bounds": bounds} if bounds is not None else {"loc": train.mean(0), "scale": train.std(0).clamp_min(min_scale)}
-    result = estimate_log_z(energy, n_chains, n_temperatures, event_shape=tuple(train.shape[1:]), generator=generator,
-                            **where)
+    run = lambda k: estimate_log_z(energy, n_chains, k, event_shape=tuple(train.shape[1:]),  # noqa: E731
+                                   generator=generator, **where)
+    result = run(n_temperatures)
     with torch.no_grad():
         e = torch.cat([energy.compute_energy(chunk) for chunk in test.split(1024)]).double()
     d = test[0].numel()
     mean = float(-e.mean()) - result.log_z
+    threshold = min_ess_fraction * n_chains
+    checks: dict[str, Any] = {"ess": {"effective_sample_size": result.effective_sample_size, "threshold": threshold,
+                                      "passed": result.effective_sample_size >= threshold}}
+    records = []
+    k = n_temperatures // 2 if check_temperatures is None else check_temperatures
+    if k:
+        second = run(k)
+        other = float(-e.mean()) - second.log_z
+        record = compare("held-out log-likelihood by AIS", (f"{n_temperatures} temperatures", mean, result.standard_error),
+                         (f"{k} temperatures", other, second.standard_error),
+                         note="AIS has not converged: raise [output] ais_temperatures (and ais_chains).")
+        checks["temperatures"] = {"n_temperatures": k, "test_log_likelihood": other,
+                                  "standard_error": second.standard_error,
+                                  "effective_sample_size": second.effective_sample_size, "passed": record is None}
+        records += [record] if record else []
     return {"test_log_likelihood": mean, "test_log_likelihood_per_dim": mean / d,
             "standard_error": result.standard_error, "test_mean_se": float(e.std() / math.sqrt(len(e))),
-            "reliable": result.effective_sample_size >= 0.1 * n_chains,
+            "reliable": all(check["passed"] for check in checks.values()), "checks": checks, "warnings": records,
             "log_z": result.summary()}
 
 

@@ -22,14 +22,15 @@ import torch
 import ebmcore
 from ebmcore import registry, runfiles
 from ebmcore.config import load_job_config, non_negative, parse_device, positive, seed_range
-from ebmcore.errors import ConfigError
+from ebmcore.errors import ConfigError, InputError
 
 from ebm_losses import datasets, images
 from ebm_losses.training import Trainer
+from ebm_losses.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SCHEMA", "load_config", "run", "add_command", "grid_nll"]
+__all__ = ["SCHEMA", "load_config", "run", "add_command", "grid_nll", "held_out_report"]
 
 
 SCHEMA: dict[str, Any] = {
@@ -59,6 +60,7 @@ SCHEMA: dict[str, Any] = {
         "seed": ((int, seed_range), 0),
         "device": ((str,), "cpu"),
         "backend": ((str,), ""),
+        "watchdog": ((bool, dict), True),
     },
     "output": {"dir": ((str,), "runs/train"), "plots": ((bool,), True), "n_model_samples": ((int, non_negative), 4000),
                "sampler": ((str,), "mala"), "sampler_params": ((dict,), {}),
@@ -86,6 +88,10 @@ def load_config(path: str | Path | None, overrides: dict[str, dict[str, Any]] | 
     config = load_job_config(path, SCHEMA, overrides)
     # everything that can be checked is checked now, before any work or any file is written
     parse_device(config["train"]["device"], f"{path} [train] device")
+    try:
+        Watchdog.from_config(config["train"]["watchdog"])
+    except InputError as exc:
+        raise ConfigError(f"{path} [train] watchdog: {exc}") from None
     dataset = config["data"]["dataset"]
     if dataset not in datasets.DATASETS and dataset != images.DIGITS and not Path(dataset).exists():
         raise ConfigError(f"{path} [data] dataset: no such file {dataset!r}.")
@@ -150,6 +156,10 @@ def _load_points(path: Path, where: str) -> torch.Tensor:
         raise ConfigError(f"{where} holds points of shape {tuple(values.shape)}; give at least 2 points of shape "
                           "(N, *event_shape), e.g. (N, 2) for 2-d points.")
     return values.float()
+
+
+GRID_TOLERANCE = 0.05
+"""The grid's held-out log-likelihood is reliable when its error estimate is at most this many nats."""
 
 
 def grid_nll(energy: ebmcore.EnergyModel, test: torch.Tensor, lim: float, n: int = 200) -> float:
@@ -221,7 +231,7 @@ def _run(config: dict[str, Any], out: Path, resume: bool, quiet: bool, main: boo
                       ema_decay=t["ema_decay"] or None, clip_grad_norm=t["clip_grad_norm"] or None,
                       progress=sys.stderr.isatty() and not quiet,
                       eval_fn=evaluate, eval_every=t["eval_every"], checkpoint_path=checkpoint,
-                      checkpoint_every=t["checkpoint_every"])
+                      checkpoint_every=t["checkpoint_every"], watchdog=Watchdog.from_config(t["watchdog"]) or False)
     if resume:
         trainer.load(checkpoint)
     start, first_step = time.perf_counter(), trainer.step
@@ -240,6 +250,7 @@ def _run(config: dict[str, Any], out: Path, resume: bool, quiet: bool, main: boo
         "device": str(device),
         "world_size": trainer.world_size,
         "kernel_backends": {},
+        "watchdog": trainer.watchdog_report(),
     }
     metrics["negatives"] = _negatives_report(loss)
     if not main:
@@ -273,8 +284,42 @@ def _run(config: dict[str, Any], out: Path, resume: bool, quiet: bool, main: boo
 
         metrics["ais"] = ais_log_likelihood(final, train, test, n_chains=o["ais_chains"],
                                             n_temperatures=o["ais_temperatures"], seed=t["seed"])
+    if metrics["held_out_nll"] is not None or metrics.get("ais"):
+        metrics.update(held_out_report(final, train, test, lim, is_images, metrics))
     runfiles.write_json(out / "metrics.json", metrics)
     return metrics
+
+
+def held_out_report(energy: ebmcore.EnergyModel, train: torch.Tensor, test: torch.Tensor, lim: float, is_images: bool,
+                     metrics: dict[str, Any]) -> dict[str, Any]:
+    """What the held-out log-likelihood means: ``grid`` (2-d: the grid estimate with its error: how far the NLL moves
+    with 100² instead of 200² cells, plus how far with the box widened 1.5× at the same cell size; ``reliable`` when
+    that is at most :data:`GRID_TOLERANCE`), ``baselines`` (:func:`ebm_losses.likelihood.baselines` on the box: images ``[−1, 1]^d``,
+    else ``[−L, L]^d``, ``L = 1.25·max|x_train|``, the grid's) and ``warnings``: every pair of estimates of one
+    quantity that disagree (AIS at two temperature counts, grid against AIS); a disagreement makes both unreliable."""
+    from ebm_losses import likelihood
+
+    report: dict[str, Any] = {}
+    ais = metrics.get("ais")
+    records = list(ais.pop("warnings", [])) if ais else []
+    if metrics["held_out_nll"] is not None:
+        fine, coarse, wide = metrics["held_out_nll"], grid_nll(energy, test, lim, n=100), grid_nll(energy, test, 1.5 * lim, n=300)
+        error = abs(fine - coarse) + abs(fine - wide)
+        report["grid"] = {"test_log_likelihood": -fine, "error": error, "n": 200, "box": [-lim, lim],
+                          "reliable": error <= GRID_TOLERANCE}
+        if ais:
+            record = likelihood.compare(
+                "held-out log-likelihood", ("the grid", -fine, report["grid"]["error"]),
+                ("AIS", ais["test_log_likelihood"], ais["standard_error"]),
+                note=f"The grid normalises exp(−E) over [−{lim:.3g}, {lim:.3g}]² (its error counts the mass in a 1.5× "
+                     "wider box), AIS over the plane: it misses the mass its chains do not reach.")
+            if record is not None:
+                report["grid"]["reliable"] = ais["reliable"] = False
+                records.append(record)
+    box = (-1.0, 1.0) if is_images else (-(lim or 1.25 * float(train.abs().max())), lim or 1.25 * float(train.abs().max()))
+    report["baselines"] = likelihood.baselines(train, test, box)
+    report["warnings"] = records
+    return report
 
 
 def _image_data(spec: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, tuple[float, float]]:
@@ -338,6 +383,34 @@ def _model_samples(config: dict[str, Any], energy: ebmcore.EnergyModel, train: t
     return sampler.sample(x0, 200, generator=g, **tunables)
 
 
+def _reliability(ais: dict[str, Any]) -> str:
+    """``reliable``, or what failed among the AIS checks and cross-checks."""
+    if ais.get("reliable"):
+        return "reliable"
+    checks = ais.get("checks", {})
+    why = []
+    if "ess" in checks and not checks["ess"]["passed"]:
+        why.append(f"effective sample size {checks['ess']['effective_sample_size']:.0f} of {ais['log_z']['n_chains']} chains")
+    if "temperatures" in checks and not checks["temperatures"]["passed"]:
+        why.append(f"{checks['temperatures']['n_temperatures']} temperatures disagree")
+    return "not reliable" + (f": {', '.join(why)}" if why else ": it disagrees with the grid")
+
+
+def _baseline_lines(metrics: dict[str, Any]) -> list[str]:
+    """The summary's line on the baselines, and one line per disagreement."""
+    base = metrics.get("baselines")
+    if not base:
+        return []
+    uniform = base["uniform"]
+    low, high = uniform["box"]
+    parts = [f"uniform on [{low:.3g}, {high:.3g}]^{uniform['dim']} " + (f"{uniform['log_likelihood']:.3f}" if uniform["log_likelihood"] is not None
+                                                     else f"-inf ({uniform['n_outside']} points outside)")]
+    parts += [f"{name} {base[key]['log_likelihood']:.3f} ± {base[key]['standard_error']:.3f}"
+              for name, key in (("diagonal Gaussian", "diagonal_gaussian"), ("Gaussian", "gaussian"))]
+    return [f"  baselines (held-out log-likelihood, nats): {'; '.join(parts)}",
+            *(f"  warning: {record['message']}" for record in metrics.get("warnings", []))]
+
+
 def summary(metrics: dict[str, Any], out: Path) -> str:
     nll = metrics["held_out_nll"]
     return "\n".join([
@@ -345,10 +418,22 @@ def summary(metrics: dict[str, Any], out: Path) -> str:
         + (f" ({metrics['throughput_samples_per_s']:,.0f} samples/s)" if metrics["throughput_samples_per_s"] else ""),
         f"  final loss {metrics['final_loss']:.4g}" + (f", held-out NLL {nll:.3f} nats" if nll is not None else "")
         + (f", AIS held-out log-likelihood {ais['test_log_likelihood']:.3f} ± {ais['standard_error']:.3f} nats"
-           if (ais := metrics.get("ais")) else ""),
+           f" ({_reliability(ais)})" if (ais := metrics.get("ais")) else ""),
+        *_baseline_lines(metrics),
+        *_watchdog_lines(metrics.get("watchdog")),
         f"  model: {out / 'model.pt'} (sample it with [energy] model = \"{out / 'model.pt'}\")",
         f"  metrics: {out / 'metrics.json'}; plots in {out}",
     ])
+
+
+def _watchdog_lines(report: dict[str, Any] | None) -> list[str]:
+    """The summary's line on the watchdog's rollbacks (none when it rolled nothing back)."""
+    if not report or not report["rollbacks"]:
+        return []
+    k = report["rollbacks"]
+    events = "; ".join(f"step {e['step']}: {e['reason']}, back to step {e['rolled_back_to']}, lr {e['lr']:.4g}"
+                       for e in report["events"])
+    return [f"  watchdog: {k} rollback{'s' if k > 1 else ''} ({events})"]
 
 
 def add_command(subparsers: Any) -> None:

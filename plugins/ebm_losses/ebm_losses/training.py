@@ -8,6 +8,7 @@ into a fresh trainer, ``fit(b)`` -- bit for bit (for tensor and ``Dataset`` data
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import time
@@ -22,9 +23,12 @@ from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from torch.utils.data import DataLoader, Dataset
 
 from ebmcore import EnergyModel, Loss, runfiles
-from ebmcore.errors import InputError, NonFiniteError
+from ebmcore.errors import DivergenceError, InputError, NonFiniteError
+from ebm_losses.watchdog import Watchdog
 
-__all__ = ["Trainer", "TrainHistory"]
+__all__ = ["Trainer", "TrainHistory", "Watchdog"]
+
+log = logging.getLogger(__name__)
 
 EvalFn = Callable[[EnergyModel, int], dict[str, float]]
 
@@ -36,6 +40,17 @@ class TrainHistory:
     steps: list[int] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)
     evaluations: list[tuple[int, dict[str, float]]] = field(default_factory=list)
+
+
+def _copy(obj: Any) -> Any:
+    """A copy of a state dict: tensors cloned, containers rebuilt, other values shared (faster than ``deepcopy``)."""
+    if isinstance(obj, Tensor):
+        return obj.detach().clone()
+    if isinstance(obj, dict):
+        return {k: _copy(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_copy(v) for v in obj)
+    return obj
 
 
 class _Batches:
@@ -102,6 +117,10 @@ class Trainer:
     (``torch.nn.utils.clip_grad_norm_``, no host sync).
     ``eval_fn(energy, step) -> {name: value}`` runs every ``eval_every`` steps;
     ``checkpoint_path`` is written every ``checkpoint_every`` steps.
+    ``watchdog`` (on by default; ``False`` turns it off, a :class:`Watchdog` sets its thresholds) rolls a diverging
+    run back to its last good state with a lower learning rate (:mod:`ebm_losses.watchdog`); ``watchdog_report()``
+    counts the rollbacks. Without it, or with no rollback left, a non-finite loss stops training with an error
+    naming the step.
 
     Under ``torch.distributed`` (``torchrun``) it trains data-parallel: every rank draws the same
     global batch, computes the loss on its shard (with its own noise stream), and the gradients are
@@ -127,6 +146,7 @@ class Trainer:
         eval_every: int | None = None,
         checkpoint_path: str | os.PathLike | None = None,
         checkpoint_every: int | None = None,
+        watchdog: bool | Watchdog = True,
     ) -> None:
         if not isinstance(energy, EnergyModel):
             raise InputError(f"energy must be an ebmcore.EnergyModel, got {type(energy).__name__}.")
@@ -143,6 +163,8 @@ class Trainer:
             raise InputError("give eval_fn and eval_every together.")
         if (checkpoint_every is None) != (checkpoint_path is None):
             raise InputError("give checkpoint_path and checkpoint_every together.")
+        if not isinstance(watchdog, (bool, Watchdog)):
+            raise InputError(f"watchdog must be True, False or an ebm_losses.Watchdog, got {watchdog!r}.")
         self.energy, self.loss = energy, loss
         reference = energy._reference_tensor()
         device = reference.device if reference is not None else (data.device if isinstance(data, Tensor) else torch.device("cpu"))
@@ -173,6 +195,11 @@ class Trainer:
         self.checkpoint_every = checkpoint_every
         self.step = 0
         self.history = TrainHistory()
+        self.watchdog: Watchdog | None = Watchdog() if watchdog is True else (watchdog or None)
+        self._references: dict[str, float | None] = {"energy": None, "grad": None}
+        self._events: list[dict[str, Any]] = []
+        self._grad_max: Tensor | None = None  # the largest gradient norm since the last check, on the device
+        self._good: dict[str, Any] | None = None  # the last good state (a copy), see _snapshot
 
     def fit(self, n_steps: int) -> TrainHistory:
         """Run ``n_steps`` optimisation steps (continuing from ``self.step``); returns the whole history."""
@@ -183,8 +210,10 @@ class Trainer:
             from tqdm.auto import tqdm
 
             bar = tqdm(total=n_steps, desc="train", unit="step")
-        start, seen = time.perf_counter(), 0
-        for _ in range(n_steps):
+        start, seen, target, first = time.perf_counter(), 0, self.step + n_steps, self.step
+        if self.watchdog is not None and self._good is None and n_steps:
+            self._snapshot()
+        while self.step < target:
             batch = self.batches.next()
             weight = 1.0
             if self.world_size > 1:
@@ -205,6 +234,13 @@ class Trainer:
                 loss_value = float(value.detach())
             if not math.isfinite(loss_value):
                 last = list(zip(self.history.steps[-5:], self.history.losses[-5:]))
+                if self.watchdog is not None:
+                    self._roll_back(self.step + 1, f"the loss is {loss_value} (the last finite values (step, loss) "
+                                                   f"were {last})")
+                    if bar is not None:
+                        bar.n = self.step - first
+                        bar.refresh()
+                    continue
                 raise NonFiniteError(
                     f"the loss is {loss_value} at step {self.step + 1}; the last finite values (step, loss) were {last}. "
                     "No optimizer step was taken with it: the parameters are those after the last finite step (a PCD buffer "
@@ -213,9 +249,17 @@ class Trainer:
                 )
             if self.world_size == 1:
                 value.backward()
+            checkpoint_due = self.checkpoint_path is not None and (self.step + 1) % self.checkpoint_every == 0
+            check_due = self.watchdog is not None and ((self.step + 1) % self.watchdog.check_every == 0 or checkpoint_due)
             if self.clip_grad_norm is not None:
-                torch.nn.utils.clip_grad_norm_([p for g in self.optimizer.param_groups for p in g["params"]],
-                                               self.clip_grad_norm)
+                params = [p for g in self.optimizer.param_groups for p in g["params"] if p.grad is not None]
+                norm = torch.nn.utils.clip_grad_norm_(params, self.clip_grad_norm)
+                if self.watchdog is not None:  # the norm before clipping, its largest since the last check, on the device
+                    norm = norm.detach().float()
+                    self._grad_max = norm if self._grad_max is None else torch.maximum(self._grad_max, norm)
+            elif check_due:  # unclipped: the norm at the check's step only (no norm per step)
+                grads = [p.grad for g in self.optimizer.param_groups for p in g["params"] if p.grad is not None]
+                self._grad_max = torch.nn.utils.get_total_norm(grads).detach().float() if grads else None
             self.optimizer.step()
             if self.ema is not None:
                 self.ema.update_parameters(self.energy)
@@ -223,9 +267,17 @@ class Trainer:
             seen += batch.shape[0]
             self.history.steps.append(self.step)
             self.history.losses.append(loss_value)
+            if check_due:
+                reason = self._check(batch)
+                if reason is not None:
+                    self._roll_back(self.step, reason)
+                    if bar is not None:
+                        bar.n = self.step - first
+                        bar.refresh()
+                    continue
             if self.eval_fn is not None and self.step % self.eval_every == 0:
                 self.history.evaluations.append((self.step, dict(self.eval_fn(self.energy, self.step))))
-            if self.checkpoint_path is not None and self.step % self.checkpoint_every == 0:
+            if checkpoint_due:
                 self.save(self.checkpoint_path)
             if bar is not None:
                 bar.update(1)
@@ -233,6 +285,88 @@ class Trainer:
         if bar is not None:
             bar.close()
         return self.history
+
+    # -- the watchdog ---------------------------------------------------------------------------------
+
+    def watchdog_report(self) -> dict[str, Any]:
+        """``{"enabled", "rollbacks", "events": [{"step", "reason", "rolled_back_to", "lr_before", "lr"}], "settings"}``:
+        each event is a divergence detected at ``step`` and rolled back to the state of step ``rolled_back_to``,
+        the learning rate (of the first parameter group) lowered from ``lr_before`` to ``lr``."""
+        return {"enabled": self.watchdog is not None, "rollbacks": len(self._events),
+                "events": [dict(e) for e in self._events],
+                "settings": None if self.watchdog is None else self.watchdog.settings()}
+
+    def _check(self, batch: Tensor) -> str | None:
+        """The watchdog's check after a step (one host sync): what diverged, or None, which makes this state the last
+        good one."""
+        assert self.watchdog is not None
+        negatives = getattr(self.loss, "last_negatives", None)
+        if not (isinstance(negatives, Tensor) and negatives.shape[1:] == batch.shape[1:]):
+            negatives = None
+        nan = batch.new_full((), math.nan, dtype=torch.float32)
+        with torch.no_grad():
+            energies = self.energy.compute_energy(batch).reshape(-1)
+            if negatives is not None:
+                energies = torch.cat([energies, self.energy.compute_energy(negatives).reshape(-1)])
+            energies = energies.float()
+            finite = torch.isfinite(energies)
+            spread = lambda x: x.flatten(1).float().var(0, correction=0).mean().sqrt()  # noqa: E731
+            grad = self._grad_max.to(nan.device) if self._grad_max is not None else nan
+            values = torch.stack([
+                (~finite).sum().float(),
+                torch.where(finite, energies, 0.0).std(correction=0),
+                (~torch.isfinite(grad)).float() * (self._grad_max is not None),
+                torch.where(torch.isfinite(grad), grad, nan),
+                spread(negatives) if negatives is not None else nan,
+                spread(batch),
+            ])
+            if self.world_size > 1:  # every rank decides alike: the worst of each measure over the ranks
+                sign = values.new_tensor([1, 1, 1, 1, -1, -1])
+                worst = torch.nan_to_num(values * sign, nan=-math.inf)
+                dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+                values = torch.where(torch.isneginf(worst), nan, worst * sign)
+        keys = ("nonfinite_energies", "energy_spread", "nonfinite_grad", "grad_max", "negatives_spread", "data_spread")
+        stats = dict(zip(keys, values.tolist()))
+        reason = self.watchdog.verdict(stats, self._references)
+        if reason is None:
+            self._references = self.watchdog.updated(self._references, stats)
+            self._grad_max = None
+            self._snapshot()
+        return reason
+
+    def _snapshot(self) -> None:
+        """Keep a copy of the current state (all of :meth:`state_dict` but the history, of which only the lengths)."""
+        state = {k: v for k, v in self.state_dict().items() if k != "history"}
+        self._good = {"state": _copy(state), "lengths": (len(self.history.steps), len(self.history.evaluations))}
+
+    def _roll_back(self, step: int, reason: str) -> None:
+        """Restore the last good state with every learning rate times ``lr_factor``, or raise ``DivergenceError``."""
+        assert self.watchdog is not None and self._good is not None
+        good_step = self._good["state"]["step"]
+        lrs = [group["lr"] for group in self.optimizer.param_groups]
+        state = _copy(self._good["state"])  # loading may alias the tensors given: keep the copy intact
+        n_steps, n_evals = self._good["lengths"]
+        self.load_state_dict({**state, "history": {"steps": self.history.steps[:n_steps],
+                                                   "losses": self.history.losses[:n_steps],
+                                                   "evaluations": self.history.evaluations[:n_evals]}},
+                             watchdog=False)
+        self._grad_max = None
+        if len(self._events) >= self.watchdog.max_rollbacks:
+            before = "; ".join(f"step {e['step']}: {e['reason']}" for e in self._events) or "none"
+            raise DivergenceError(
+                f"training diverged at step {step}: {reason}. The watchdog has no rollback left "
+                f"(max_rollbacks={self.watchdog.max_rollbacks}; earlier rollbacks: {before}); the trainer holds the "
+                f"last good state, of step {good_step}. Lower the learning rate or the sampler's step size, add energy "
+                "regularization or clip gradients, or allow more rollbacks: Watchdog(max_rollbacks=...) "
+                "([train] watchdog = { max_rollbacks = ... } in a configuration).")
+        for group, lr in zip(self.optimizer.param_groups, lrs):
+            group["lr"] = lr * self.watchdog.lr_factor
+        event = {"step": step, "reason": reason, "rolled_back_to": good_step, "lr_before": lrs[0],
+                 "lr": self.optimizer.param_groups[0]["lr"]}
+        self._events.append(event)
+        log.warning("watchdog: training diverged at step %d (%s); rolled back to step %d, learning rate %.4g -> %.4g "
+                    "(rollback %d of at most %d)", step, reason, good_step, lrs[0], event["lr"], len(self._events),
+                    self.watchdog.max_rollbacks)
 
     def _all_reduce_step(self, loss: torch.Tensor, weight: float) -> float:
         """Sum over ranks of (shard weight × gradient) and of (shard weight × loss), in one collective."""
@@ -263,10 +397,14 @@ class Trainer:
             "torch_rng": torch.get_rng_state(),
             "batches": self.batches.state_dict(),
             "history": {"steps": self.history.steps, "losses": self.history.losses, "evaluations": self.history.evaluations},
+            "watchdog": {"references": dict(self._references), "events": [dict(e) for e in self._events],
+                         "grad_max": self._grad_max},
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output into this trainer (the EMA only if both have one); see :meth:`load`."""
+    def load_state_dict(self, state: dict[str, Any], *, watchdog: bool = True) -> None:
+        """Restore :meth:`state_dict`'s output into this trainer (the EMA only if both have one); see :meth:`load`.
+        The restored state becomes the watchdog's last good state; ``watchdog=False`` leaves the watchdog's own record
+        (references, rollbacks) as it is (a rollback)."""
         self.step = state["step"]
         self.energy.load_state_dict(state["energy"])
         self.optimizer.load_state_dict(state["optimizer"])
@@ -277,6 +415,12 @@ class Trainer:
         torch.set_rng_state(state["torch_rng"])
         self.batches.load_state_dict(state["batches"])
         self.history = TrainHistory(**state["history"])
+        if watchdog:
+            record = state.get("watchdog") or {}  # a checkpoint from before the watchdog has none
+            self._references = dict(record.get("references") or {"energy": None, "grad": None})
+            self._events = [dict(e) for e in record.get("events", [])]
+            self._grad_max = record.get("grad_max")
+            self._good = None  # taken when fit() starts: the state as loaded
 
     def save(self, path: str | os.PathLike) -> None:
         """Write a checkpoint atomically (a temporary file, fsync, renamed over ``path``); rank 0 only."""

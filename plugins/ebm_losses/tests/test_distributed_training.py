@@ -20,3 +20,4 @@ def test_two_processes_give_the_single_process_parameters(tmp_path):
     for a, b in zip(one["params"], two["params"]):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
     torch.testing.assert_close(torch.tensor(one["losses"]), torch.tensor(two["losses"]), rtol=1e-9, atol=1e-10)
+    assert one["watchdog"]["rollbacks"] == two["watchdog"]["rollbacks"] == 0

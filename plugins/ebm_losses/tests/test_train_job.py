@@ -149,3 +149,64 @@ def test_bad_data_and_files_are_errors_not_tracebacks(tmp_path, capsys, case, me
     assert err.startswith("error: ") and "Traceback" not in err and message.replace("{tmp}", str(tmp_path)) in err
     if data:
         assert not (tmp_path / "o").exists()  # checked before the run directory is made
+
+
+@pytest.mark.parametrize("watchdog", ["{ check_every = 5 }", "false"])
+def test_the_watchdog_rolls_back_a_nan_loss_and_reports_it_or_without_it_the_error(tmp_path, capsys, monkeypatch, watchdog):
+    from ebm_losses import DenoisingScoreMatching
+
+    real, calls = DenoisingScoreMatching.__call__, []
+
+    def nan_at_15(self, energy, data, *, generator=None):
+        calls.append(1)
+        value = real(self, energy, data, generator=generator)
+        return value * float("nan") if len(calls) == 15 else value
+
+    monkeypatch.setattr(DenoisingScoreMatching, "__call__", nan_at_15)
+    text = (SMALL.replace("n_model_samples = 300", "n_model_samples = 0\nplots = false\nais_chains = 0")
+            .replace("checkpoint_every = 10", f"checkpoint_every = 10\nwatchdog = {watchdog}"))
+    out = tmp_path / "run"
+    if watchdog == "false":
+        assert main(["train", str(_config(tmp_path, text)), "--out", str(out), "--quiet"]) == 2
+        assert "error: the loss is nan at step 15; the last finite values (step, loss) were [(10, " in capsys.readouterr().err
+        return
+    assert main(["train", str(_config(tmp_path, text)), "--out", str(out), "--quiet"]) == 0
+    report = json.loads((out / "metrics.json").read_text())["watchdog"]
+    assert report["enabled"] and report["rollbacks"] == 1 and report["settings"]["check_every"] == 5
+    assert [(e["step"], e["rolled_back_to"], e["lr_before"], e["lr"]) for e in report["events"]] == [(15, 10, 0.002, 0.001)]
+    assert "\n  watchdog: 1 rollback (step 15: the loss is nan (the last finite values" in capsys.readouterr().out
+
+
+def test_a_bad_watchdog_table_is_a_config_error(tmp_path, capsys):
+    text = SMALL.replace("checkpoint_every = 10", "checkpoint_every = 10\nwatchdog = { retries = 2 }")
+    assert main(["train", str(_config(tmp_path, text)), "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    assert "[train] watchdog: unknown watchdog setting(s) retries; the settings are check_every, max_rollbacks" in \
+        capsys.readouterr().err
+
+
+def test_the_train_transcripts_of_cli_md_print_what_ebm_prints(tmp_path, monkeypatch, capsys):
+    """Every `$ ebm train` and `$ ls` of the `ebm train` section of docs/cli.md, run in order in an empty directory:
+    the output is the page's, but for the measured time and rate."""
+    pytest.importorskip("matplotlib")  # the listing shows the plots
+    import re
+    import shlex
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[3] / "docs" / "cli.md").read_text()
+    section = page.split("\n## `ebm train`\n")[1].split("\n## ")[0]
+    (tmp_path / "train.toml").write_text(re.search(r"```toml\n# train.toml\n(.*?)```", section, re.S).group(1))
+    monkeypatch.chdir(tmp_path)
+    transcripts = [block for block in re.findall(r"```\n(\$ .*?)```", section, re.S) if "$ ebm train" in block]
+    commands = [c for block in transcripts for c in re.findall(r"^\$ (.*)\n((?:(?!\$ ).*\n)*)", block, re.M)]
+    assert len(commands) == 6
+    timing = re.compile(r"trained to step (\d+) in [\d.]+ s \([\d,]+ samples/s\)")
+    for command, shown in commands:
+        capsys.readouterr()
+        if command.startswith("ls "):
+            printed = "".join(f"{p.name}\n" for p in sorted(Path(command[3:]).iterdir()))
+        else:
+            status = main(shlex.split(command)[1:])
+            assert status == (2 if "runs/none" in command else 0), command
+            captured = capsys.readouterr()
+            printed = captured.err + captured.out
+        assert timing.sub(r"trained to step \1", printed) == timing.sub(r"trained to step \1", shown), command

@@ -67,7 +67,7 @@ def test_a_non_finite_loss_stops_training_with_the_step_and_last_values():
             return value * float("inf") if self.calls == 4 else value
 
     energy = ebmcore.MLPEnergy(dim=2, hidden=(8,), seed=0)
-    trainer = Trainer(energy, Exploding(), TRAIN, batch_size=32)
+    trainer = Trainer(energy, Exploding(), TRAIN, batch_size=32, watchdog=False)  # with it: test_watchdog.py
     with pytest.raises(NonFiniteError, match=r"loss is (-)?inf at step 4; the last finite values \(step, loss\) were \[\(1, .*\(3, "):
         trainer.fit(10)
     assert trainer.step == 3 and all(torch.isfinite(p).all() for p in energy.parameters())
