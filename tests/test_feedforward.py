@@ -305,3 +305,25 @@ def test_score_matching_losses_take_the_closed_form_with_the_same_result(make_lo
     assert feedforward.plan(Wrapped(net), data)[0] is not None and feedforward.plan(Opaque(net), data)[0] is None
     torch.testing.assert_close(results[0][0], results[1][0], rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(results[0][1], results[1][1], rtol=1e-9, atol=1e-11)
+
+
+def test_a_layer_in_another_dtype_is_named_with_the_fix():
+    class Mixed(ebmcore.EnergyModel):
+        event_shape = (2,)
+
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(2, 8), nn.SiLU(), nn.Linear(8, 1))
+            self.net[2].double()
+
+        def compute_energy(self, x):
+            return self.net(x).squeeze(-1)
+
+    from ebm_samplers import MALASampler
+
+    message = (r"Mixed: layer 'net\.2' \(Linear\(in_features=8, out_features=1, bias=True\)\) holds torch\.float64 weights "
+               r"on cpu but the first layer holds torch\.float32 on cpu; .*model\.to\(torch\.float32\)")
+    with pytest.raises(ebmcore.InputError, match=message):
+        feedforward.plan(Mixed(), torch.randn(5, 2))
+    with pytest.raises(ebmcore.InputError, match=message):
+        MALASampler(Mixed()).sample(torch.randn(5, 2), 2)

@@ -21,6 +21,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from ebmcore.errors import InputError
+
 __all__ = ["FeedForward", "plan", "why_not"]
 
 aten = torch.ops.aten
@@ -429,6 +431,7 @@ def plan(energy: nn.Module, like: Tensor) -> tuple[Optional[FeedForward], str]:
     weight = first.weight
     if first.in_features != like.shape[1] or weight.dtype != like.dtype or weight.device != like.device:
         return None, "the first layer does not take these inputs (shape, dtype or device)"
+    _check_layers_agree(energy, ff)
     key, held = _state(modules)
     if cached[3] != key:
         cached[3:] = [None, None]
@@ -438,6 +441,20 @@ def plan(energy: nn.Module, like: Tensor) -> tuple[Optional[FeedForward], str]:
                 return None, "the traced plan does not reproduce compute_energy (it depends on more than its layers)"
         cached[3:] = [key, held]
     return ff, ""
+
+
+def _check_layers_agree(energy: nn.Module, ff: FeedForward) -> None:
+    """An :class:`InputError` naming the first ``Linear`` whose weights differ in dtype or device from the first
+    layer's (torch's own error, from inside the plan, would name neither the layer nor the fix)."""
+    first = ff.layers[0].linear.weight
+    for layer in ff.layers[1:]:
+        weight = layer.linear.weight
+        if weight.dtype != first.dtype or weight.device != first.device:
+            name = next((n for n, m in energy.named_modules() if m is layer.linear), "?")
+            fix = f"model.to({first.dtype})" if weight.dtype != first.dtype else f"model.to('{first.device}')"
+            raise InputError(f"{type(energy).__name__}: layer {name!r} ({layer.linear}) holds {weight.dtype} weights on "
+                             f"{weight.device} but the first layer holds {first.dtype} on {first.device}; put the whole "
+                             f"model in one dtype and on one device: {fix}.")
 
 
 def why_not(energy: nn.Module, like: Tensor) -> str:
