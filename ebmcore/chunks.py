@@ -14,14 +14,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from ebmcore.sampler import NoiseStream, Sampler
 from ebmcore.errors import InputError
 from ebmcore.recording import Diagnostics, SampleResult, nonfinite_chains
-from ebmcore.runfiles import load_torch, make_dir, save_samples, save_torch
+from ebmcore.runfiles import load_arrays, load_torch, make_dir, save_samples, save_torch
 
 __all__ = ["sample_in_segments", "load_checkpoint", "stream_chunks", "chunk_generator"]
 
@@ -121,8 +120,9 @@ def stream_chunks(sampler: Sampler, n_samples: int, chunk_size: int, n_steps: in
         size = min(chunk_size, n_samples - k * chunk_size)
         name = f"chunk-{k:05d}"
         if resume and (directory / f"{name}.npz").exists():
-            with np.load(directory / f"{name}.npz") as saved:  # its non-finite chains still count
-                bad = nonfinite_chains(torch.from_numpy(saved["samples"]))
+            saved = load_arrays(directory / f"{name}.npz", keys=("samples",), what="a chunk of samples",
+                                fix="delete it, and --resume draws that chunk again")
+            bad = nonfinite_chains(torch.from_numpy(saved["samples"]))  # its non-finite chains still count
             skipped += 1
         else:
             g = chunk_generator(seed, k, device)

@@ -407,7 +407,7 @@ def _truncate(path):
     ("too many kept draws", "n_steps = 100000000000 // thin = 1 kept draws of n_chains = 200 chains of shape (2,) need about"),
     ("truncated model", "model.pt cannot be read as a model from ebm train"),
     ("not a model", "model.pt is not a model from ebm train"),
-    ("pickled code in the model", "model.pt cannot be read as a model from ebm train (UnpicklingError: Weights only load failed"),
+    ("pickled code in the model", "model.pt holds pickled Python objects, which ebm never loads (it expected a model from ebm train)"),
     ("wrong keyword", "[energy]: energy 'gaussian_mixture' (GaussianMixtureEnergy): got an unexpected keyword argument 'sd'; it takes means, stds"),
     ("missing segment", "segment-00000.pt: no such file (expected segment 0 of the checkpointed run); start the run again with --overwrite"),
     ("truncated checkpoint", "checkpoint.pt cannot be read as a sampling checkpoint"),
