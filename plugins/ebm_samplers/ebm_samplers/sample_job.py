@@ -43,7 +43,7 @@ SCHEMA: dict[str, Any] = {  # the defaults are the bundled configuration's (a te
         "name": ((str,), "mala"),
         "params": ((dict,), {}),
         "n_chains": ((int, positive), 1000),
-        "n_steps": ((int, positive), 500),
+        "n_steps": ((int, positive), 1000),
         "burn_in": ((int, non_negative), 500),
         "thin": ((int, positive), 1),
         "warmup": ((int, non_negative), 300),
@@ -244,14 +244,18 @@ def _run(config: dict[str, Any], out: Path, world: distributed.DistributedRun, r
                                      return_stats=config["output"]["draws"] != "none", **tunables)
             samples, trajectory, local, stats = res.samples, res.trajectory, res.local, res.stats
             acceptance, divergences, summary = res.acceptance, res.divergences, res.summary
-        metrics = run_report.metrics(samples, trajectory, s, time.perf_counter() - sampling, acceptance, divergences, summary)
+        metrics = run_report.metrics(samples, trajectory, s, time.perf_counter() - sampling, acceptance, divergences, summary,
+                                     stats)
         metrics["draws_file"] = _save_draws(config, out, world, sampler, x0, tunables, trajectory, stats)
         if config["output"]["per_rank_samples"]:  # each rank writes its own shard: samples-rank<r>.{pt,npz}
             runfiles.save_samples(out, f"samples-rank{world.rank}", samples[local])
         elif world.is_main:
             runfiles.save_samples(out, "samples", samples)
         if config["output"]["plots"] and world.is_main:
-            run_report.plots(out, energy, trajectory, samples, quiet)
+            metrics["plots_skipped"] = run_report.plots(out, energy, trajectory, samples, quiet)
+        elif not config["output"]["plots"]:
+            metrics["plots_skipped"] = "[output] plots = false"
+        metrics["warnings"] = run_report.warnings(metrics)
     metrics.update(step, sampler=s["name"], energy=config["energy"]["name"] or config["energy"]["model"],
                    wall_time_s=time.perf_counter() - start, device=str(device), kernel_backends=run_report.backends(energy, x0),
                    **({"world_size": world.world_size} if world.active else {}))
@@ -294,7 +298,8 @@ def add_command(subparsers: Any) -> None:
     p.add_argument("--chunk-size", type=int, help="chains per streamed chunk (default: [run] chunk_size)")
     p.add_argument("--resume", action="store_true", help="continue a streamed or checkpointed run where it stopped")
     p.add_argument("--overwrite", action="store_true", help="start afresh in a run directory that holds a run")
-    p.add_argument("--strict", action="store_true", help="exit with status 1 if any chain went non-finite")
+    p.add_argument("--strict", action="store_true",
+                   help="exit with status 1 if any chain went non-finite or the run has a warning (R-hat, ESS, divergences, E-BFMI)")
     p.add_argument("--format", choices=list(draws.FORMATS), dest="draws_format",
                    help="the draws file: npz (numpy), netcdf (ArviZ; needs ebm-samplers[arviz]) or none (default: [output] draws)")
     p.add_argument("--quiet", action="store_true", help="print only the final summary")
@@ -319,5 +324,10 @@ def _main(args: argparse.Namespace) -> int:
         print(run_report.summary(metrics, out))
     if args.strict and metrics.get("nonfinite_chains"):
         print(f"error: --strict: {run_report.nonfinite_line(metrics)}; everything is written to {out}.", file=sys.stderr)
+        return 1
+    if args.strict and metrics.get("warnings"):
+        n = len(metrics["warnings"])
+        print(f"error: --strict: {n} warning{'s' if n > 1 else ''} (above, and in {out / 'metrics.json'}); everything is "
+              f"written to {out}.", file=sys.stderr)
         return 1
     return 0
