@@ -87,6 +87,8 @@ def load_config(path: str | Path | None, overrides: dict[str, dict[str, Any]] | 
         from ebm_samplers.arviz_export import unavailable
 
         if (why_not := unavailable()) is not None:
+            if ((overrides or {}).get("output") or {}).get("draws") == "netcdf":  # the flag, not the file, asked for it
+                raise ConfigError(f"--format netcdf: {why_not}; or write draws.npz with --format npz.")
             raise ConfigError(f"{path} [output] draws = 'netcdf': {why_not}; or write draws.npz with draws = 'npz'.")
     return config
 
