@@ -13,6 +13,7 @@ import difflib
 import inspect
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Literal, get_args
 
 from ebmcore.errors import DuplicateComponentError, InputError, PluginError, UnknownComponentError
@@ -263,8 +264,18 @@ def first_party_provider(kind: str, name: str) -> str | None:
     return None
 
 
+def _checkout_plugin(dist: str) -> Path | None:
+    """The folder of the first-party plugin ``dist`` in the source checkout ebmcore runs from, if it runs from one."""
+    folder = Path(__file__).resolve().parents[1] / "plugins" / _PLUGIN_DIRS[dist]
+    return folder if (folder / "pyproject.toml").is_file() else None
+
+
 def install_hint(dist: str) -> str:
-    """How to install the first-party distribution ``dist``."""
+    """How to install the first-party distribution ``dist``: from the source checkout ebm runs from first (the
+    packages may not be published where it runs), else from the package index."""
+    folder = _checkout_plugin(dist)
+    if folder is not None:
+        return f"install it from this checkout with `pip install -e {folder}` (where it is published: `pip install {dist}`)"
     return f"install it with `pip install {dist}` (from a source checkout: `pip install -e plugins/{_PLUGIN_DIRS[dist]}`)"
 
 
