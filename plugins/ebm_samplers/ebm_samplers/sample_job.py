@@ -63,6 +63,10 @@ SCHEMA: dict[str, Any] = {  # the defaults are the bundled configuration's (a te
 }
 
 
+REPORT_EVERY_S = 30.0
+"""Without a terminal (logs), a streamed run logs its progress at most this often (seconds)."""
+
+
 def default_config_path() -> Path:
     return Path(str(resources.files("ebm_samplers") / "configs" / "sample_default.toml"))
 
@@ -228,9 +232,15 @@ def _run(config: dict[str, Any], out: Path, world: distributed.DistributedRun, r
         x0, tunables, step = tune(config, sampler, _initial(config, energy, part.stop - part.start, generator, device),
                                   generator, quiet)
     if r["n_samples"]:
+        if not quiet:  # what it costs, up front: each chunk runs burn_in + n_steps steps on its own chains
+            n_chunks = -(-r["n_samples"] // r["chunk_size"])
+            log.info("streaming %d samples in %d chunks of up to %d chains, %d steps each (burn_in %d + n_steps %d): "
+                     "%s chain-steps", r["n_samples"], n_chunks, r["chunk_size"], s["burn_in"] + s["n_steps"], s["burn_in"],
+                     s["n_steps"], f"{r['n_samples'] * (s['burn_in'] + s['n_steps']):,}")
         metrics = chunks.stream_chunks(sampler, r["n_samples"], r["chunk_size"], s["n_steps"], out / "chunks",
                                        initial=lambda size, g: _initial(config, energy, size, g, device), seed=r["seed"],
-                                       device=device, burn_in=s["burn_in"], resume=resume, progress=progress, **tunables)
+                                       device=device, burn_in=s["burn_in"], resume=resume, progress=progress,
+                                       report_every=None if progress or quiet else REPORT_EVERY_S, **tunables)
     else:
         sampling = time.perf_counter()
         if r["checkpoint_every"]:

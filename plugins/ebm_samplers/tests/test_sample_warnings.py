@@ -108,3 +108,32 @@ def test_a_run_without_plots_does_not_say_it_wrote_them(tmp_path, capsys, monkey
     assert "plots and samples in" not in printed
     assert f"samples in {tmp_path / 'run'} (no plots: matplotlib is not installed" in printed
     assert not list((tmp_path / "run").glob("*.png"))
+
+
+def test_a_streamed_run_says_its_cost_up_front(tmp_path, capsys):
+    cfg = _config(tmp_path, "langevin", warmup=0, plots="false")  # burn_in 50, n_steps 100
+    assert main(["sample", str(cfg), "--out", str(tmp_path / "s"), "--n-samples", "25", "--chunk-size", "10"]) == 0
+    err = capsys.readouterr().err
+    assert "streaming 25 samples in 3 chunks of up to 10 chains, 150 steps each (burn_in 50 + n_steps 100): " \
+           "3,750 chain-steps" in err
+
+
+def test_a_stream_without_a_terminal_logs_its_progress(tmp_path, caplog):
+    import logging
+
+    import ebmcore
+    from ebmcore.chunks import stream_chunks
+    from ebm_samplers import LangevinSampler
+
+    sampler = LangevinSampler(ebmcore.energy("gaussian", dim=2), step_size=0.1, fused=False)
+    with caplog.at_level(logging.INFO, logger="ebmcore.chunks"):
+        stream_chunks(sampler, 25, 10, 5, tmp_path / "c", initial=lambda n, g: torch.randn(n, 2, generator=g), seed=0,
+                      device=torch.device("cpu"), report_every=0.0)
+    lines = [r.getMessage() for r in caplog.records if r.name == "ebmcore.chunks"]
+    assert [line.split(":")[0] for line in lines] == ["chunk 1 of 3 done", "chunk 2 of 3 done"]  # not after the last
+    assert all(line.endswith(" left") and "chain-steps/s, about " in line for line in lines)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="ebmcore.chunks"):  # the default: a bar or nothing, no log lines
+        stream_chunks(sampler, 25, 10, 5, tmp_path / "d", initial=lambda n, g: torch.randn(n, 2, generator=g), seed=0,
+                      device=torch.device("cpu"))
+    assert not [r for r in caplog.records if r.name == "ebmcore.chunks"]
