@@ -9,19 +9,21 @@ bounded by one chunk and any chunk can be redrawn alone.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from ebmcore.sampler import NoiseStream, Sampler
 from ebmcore.errors import InputError
 from ebmcore.recording import Diagnostics, SampleResult, nonfinite_chains
-from ebmcore.runfiles import load_torch, make_dir, save_samples, save_torch
+from ebmcore.runfiles import load_arrays, load_torch, make_dir, save_samples, save_torch
+
+log = logging.getLogger(__name__)
 
 __all__ = ["sample_in_segments", "load_checkpoint", "stream_chunks", "chunk_generator"]
 
@@ -96,16 +98,26 @@ def chunk_generator(seed: int, chunk: int, device: torch.device) -> torch.Genera
     return torch.Generator(device=device).manual_seed((seed * 1_000_003 + chunk + 1) % 2**64)
 
 
+def _duration(seconds: float) -> str:
+    """``seconds`` as ``"42 s"``, ``"17 min"`` or ``"2.1 h"``."""
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
 def stream_chunks(sampler: Sampler, n_samples: int, chunk_size: int, n_steps: int, directory: Path, *,
                   initial: Callable[[int, torch.Generator], Tensor], seed: int, device: torch.device, burn_in: int = 0,
-                  resume: bool = False, progress: bool = False, **tunables: Any) -> dict[str, Any]:
+                  resume: bool = False, progress: bool = False, report_every: float | None = None,
+                  **tunables: Any) -> dict[str, Any]:
     """Draw ``n_samples`` samples as independent chunks of at most ``chunk_size`` chains into ``directory``.
 
     Chunk ``k`` starts at ``initial(size, generator)`` with :func:`chunk_generator` ``(seed, k)``, runs ``burn_in +
     n_steps`` steps and is written as ``chunk-NNNNN.npz`` (key ``samples``); with ``resume`` the chunks already
     written are not drawn again. Returns counts, the sampling time, the mean acceptance (None without
     accept/reject), and the chains that ended non-finite: ``nonfinite_chains`` (how many) and
-    ``nonfinite_chain_indices`` (their indices in the whole stream, chunk ``k`` holding ``k·chunk_size ...``)."""
+    ``nonfinite_chain_indices`` (their indices in the whole stream, chunk ``k`` holding ``k·chunk_size ...``).
+
+    ``progress`` shows a bar (a terminal); ``report_every`` (seconds) logs instead, at INFO, a line after the chunk
+    that ends such an interval: chunks done, the rate in chain-steps per second and the time left at that rate
+    (for logs: a job whose stderr is not a terminal is not silent)."""
     make_dir(directory)
     n_chunks = math.ceil(n_samples / chunk_size)
     written = skipped = written_samples = 0
@@ -117,12 +129,14 @@ def stream_chunks(sampler: Sampler, n_samples: int, chunk_size: int, n_steps: in
 
         bar = tqdm(total=n_chunks, desc="chunks", unit="chunk")
     sampling = 0.0
+    last_report, steps_per_chain = time.perf_counter(), burn_in + n_steps
     for k in range(n_chunks):
         size = min(chunk_size, n_samples - k * chunk_size)
         name = f"chunk-{k:05d}"
         if resume and (directory / f"{name}.npz").exists():
-            with np.load(directory / f"{name}.npz") as saved:  # its non-finite chains still count
-                bad = nonfinite_chains(torch.from_numpy(saved["samples"]))
+            saved = load_arrays(directory / f"{name}.npz", keys=("samples",), what="a chunk of samples",
+                                fix="delete it, and --resume draws that chunk again")
+            bad = nonfinite_chains(torch.from_numpy(saved["samples"]))  # its non-finite chains still count
             skipped += 1
         else:
             g = chunk_generator(seed, k, device)
@@ -143,6 +157,12 @@ def stream_chunks(sampler: Sampler, n_samples: int, chunk_size: int, n_steps: in
         nonfinite += (bad + k * chunk_size).tolist()
         if bar is not None:
             bar.update(1)
+        elif report_every is not None and time.perf_counter() - last_report >= report_every and k + 1 < n_chunks:
+            last_report = time.perf_counter()
+            rate = written_samples * steps_per_chain / sampling if sampling else None
+            left = (n_samples - min(n_samples, (k + 1) * chunk_size)) * steps_per_chain
+            log.info("chunk %d of %d done: %s chain-steps/s, about %s left", k + 1, n_chunks,
+                     "-" if rate is None else f"{rate:,.0f}", "?" if not rate else _duration(left / rate))
     if bar is not None:
         bar.close()
     return {

@@ -13,8 +13,8 @@ import difflib
 import functools
 import inspect
 import re
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Literal, get_args
 
 from ebmcore.errors import DuplicateComponentError, InputError, PluginError, UnknownComponentError
@@ -270,9 +270,13 @@ def first_party_provider(kind: str, name: str) -> str | None:
 
 
 def install_hint(dist: str) -> str:
-    """How to install the plugin distribution ``dist`` (from the checkout's folder, where ebm runs from one)."""
-    folder = declared_plugins().get(dist, (dist.replace("-", "_"), {}))[0]
-    return f"install it with `pip install {dist}` (from a source checkout: `pip install -e plugins/{folder}`)"
+    """How to install the plugin distribution ``dist``: from the source checkout ebm runs from first (the packages
+    may not be published where it runs; :func:`declared_plugins`), else from the package index."""
+    declared = declared_plugins().get(dist)
+    if declared is not None:
+        return (f"install it from this checkout with `pip install -e {_CHECKOUT_PLUGINS / declared[0]}` "
+                f"(where it is published: `pip install {dist}`)")
+    return f"install it with `pip install {dist}` (from a source checkout: `pip install -e plugins/{dist.replace('-', '_')}`)"
 
 
 def _unknown_message(kind: str, name: str, available: list[str], failures: str) -> str:

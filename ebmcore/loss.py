@@ -10,7 +10,7 @@ from torch import Tensor
 
 from ebmcore.energies.base import EnergyModel
 from ebmcore.errors import InputError
-from ebmcore.validation import check_finite
+from ebmcore.validation import check_finite, check_generator
 
 __all__ = ["Loss"]
 
@@ -28,10 +28,16 @@ class Loss(ABC):
     def __call__(self, energy: EnergyModel, data: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
         """The scalar loss on ``data: (batch, *event_shape)``."""
 
-    def check_data(self, energy: EnergyModel, data: Tensor, min_rows: int = 1) -> Tensor:
-        """``data`` checked against ``energy`` (shape, dtype, device), holding at least ``min_rows`` rows and finite
+    def check_data(self, energy: EnergyModel, data: Tensor, min_rows: int = 1, *, generator: Any = None) -> Tensor:
+        """``energy`` an :class:`EnergyModel`, ``generator`` None or a ``torch.Generator`` on ``data``'s device, and
+        ``data`` checked against ``energy`` (shape, dtype, device), holding at least ``min_rows`` rows and finite
         (one host sync): an empty or NaN batch would give a NaN loss, not an error naming the data."""
+        if not isinstance(energy, EnergyModel):
+            raise InputError(f"{type(self).__name__} needs an ebmcore.EnergyModel as its first argument, got "
+                             f"{type(energy).__name__}; subclass EnergyModel and implement compute_energy(x) "
+                             "(a plain function or nn.Module is not one).")
         energy.validate(data, name="data")
+        check_generator(generator, data, name="data")
         if data.shape[0] < min_rows:
             raise InputError(f"{type(self).__name__} needs a batch of at least {min_rows} row(s), got data of shape "
                              f"{tuple(data.shape)}; check the data loader (an empty last batch: drop_last=True).")

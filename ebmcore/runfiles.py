@@ -4,8 +4,8 @@ checkpoints, models and plots; and what a run directory already holds.
 Every file is written under a temporary name (``name.tmp.suffix``), flushed to the disk (fsync), and
 renamed into place, so an interrupted run never leaves a half-written file behind. A write that fails
 (read-only directory, full disk) removes its temporary file and raises :class:`RunFileError` naming the
-path; the files written before it are untouched. Files are read back with :func:`load_torch`, which
-names a missing or truncated file and the fix.
+path; the files written before it are untouched. Files are read back with :func:`load_torch` and
+:func:`load_arrays` (``.npz``), which name a missing, truncated or foreign file and the fix.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from ebmcore.errors import ConfigError, RunFileError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["write_bytes", "write_json", "save_torch", "save_samples", "as_numpy", "load_torch", "check_run_dir",
+__all__ = ["write_bytes", "write_json", "save_torch", "save_samples", "as_numpy", "load_torch", "load_arrays",
+           "check_run_dir",
            "make_dir", "start_run", "finished_run", "clear_run"]
 
 
@@ -122,9 +123,40 @@ def load_torch(path: Path, *, map_location: Any = None, what: str, fix: str) -> 
     except FileNotFoundError:
         raise RunFileError(f"{path}: no such file (expected {what}); {fix}.") from None
     except Exception as exc:  # noqa: BLE001 - torch reports a bad file with RuntimeError, EOFError, UnpicklingError, ...
+        if "Weights only load failed" in str(exc):  # a pickle of Python objects: refused, never run
+            raise RunFileError(f"{path} holds pickled Python objects, which ebm never loads (it expected {what}); "
+                               f"{fix}.") from None
         reason = str(exc).strip().splitlines()[0].split(". ")[0] if str(exc).strip() else type(exc).__name__
         raise RunFileError(f"{path} cannot be read as {what} ({type(exc).__name__}: {reason}): it is truncated or was "
                            f"not written by ebm; {fix}.") from None
+
+
+def load_arrays(path: Path, *, what: str, fix: str, keys: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+    """Every array of the ``.npz`` at ``path``, read without pickle (``allow_pickle=False``), holding at least
+    ``keys``; a missing, truncated or foreign file, an object (pickled) array or a missing key is a
+    :class:`RunFileError` naming ``what`` the file should hold and the ``fix``."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {name: data[name] for name in data.files}
+    except FileNotFoundError:
+        raise RunFileError(f"{path}: no such file (expected {what}); {fix}.") from None
+    except ValueError as exc:  # numpy's words for an object array, or a pickle, with allow_pickle=False
+        if "Object arrays" in str(exc):
+            raise RunFileError(f"{path} holds object (pickled) arrays, which ebm never loads (it expected {what}); "
+                               f"{fix}.") from None
+        if "pickle" in str(exc):
+            raise RunFileError(f"{path} cannot be read as {what}: it is not an .npz (numpy would read it as a pickle, "
+                               f"which ebm never loads); {fix}.") from None
+        raise RunFileError(f"{path} cannot be read as {what} (ValueError: {exc}); {fix}.") from None
+    except Exception as exc:  # noqa: BLE001 - a bad file: BadZipFile, EOFError, OSError, ...
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise RunFileError(f"{path} cannot be read as {what} ({type(exc).__name__}: {reason}): it is truncated or "
+                           f"not an .npz; {fix}.") from None
+    missing = [k for k in keys if k not in arrays]
+    if missing:
+        raise RunFileError(f"{path} has no array {', '.join(map(repr, missing))} (it holds {', '.join(arrays) or 'none'}; "
+                           f"expected {what}); {fix}.")
+    return arrays
 
 
 def check_run_dir(out: Path) -> None:

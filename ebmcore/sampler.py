@@ -24,7 +24,7 @@ from ebmcore.energies.base import EnergyModel
 from ebmcore.energies.program import Program
 from ebmcore.errors import InputError
 from ebmcore.recording import NonFiniteChainsWarning, Recorder, SampleResult, check_trajectory_fits
-from ebmcore.validation import all_finite, check_energy_output, check_finite, check_gradient_output
+from ebmcore.validation import all_finite, check_energy_output, check_finite, check_generator, check_gradient_output
 
 log = logging.getLogger(__name__)
 
@@ -77,11 +77,7 @@ def check_run_arguments(x0: Any, n_steps: int, burn_in: int = 0, thin: int = 1, 
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
             kind = "non-negative" if low == 0 else "positive"
             raise InputError(f"{name} must be an integer >= {low} (a {kind} integer), got {value!r}.")
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise InputError(f"generator must be a torch.Generator, got {type(generator).__name__}.")
-    if generator is not None and isinstance(x0, Tensor) and not x0.is_meta and generator.device.type != x0.device.type:
-        raise InputError(f"generator is on {generator.device} but x0 is on {x0.device}; "
-                         f"use torch.Generator(device={str(x0.device)!r}).manual_seed(...).")
+    check_generator(generator, x0)
     if isinstance(x0, Tensor) and x0.device.type == "meta":
         raise InputError("x0 is on the meta device, which holds shapes but no values: a chain cannot run there. "
                          "Sample on 'cpu' or 'cuda' (energy.to(device), x0.to(device)); an energy's compute_* methods take meta "

@@ -10,8 +10,8 @@ from torch import Tensor
 
 from ebmcore.errors import InputError, NonFiniteError
 
-__all__ = ["all_finite", "check_batch", "check_finite", "check_positive", "check_energy_output", "check_gradient_output",
-           "check_positive_int", "check_placement", "parameter_tensor"]
+__all__ = ["all_finite", "check_batch", "check_finite", "check_positive", "check_number", "check_energy_output",
+           "check_gradient_output", "check_generator", "check_positive_int", "check_placement", "parameter_tensor"]
 
 
 def _shape(event_shape: tuple[int, ...] | None) -> str:
@@ -140,6 +140,32 @@ def check_positive(value: Any, name: str) -> float:
     if not (v > 0 and v < float("inf")):
         raise InputError(f"{name} must be a finite positive number, got {value!r}.")
     return v
+
+
+def check_number(value: Any, name: str, *, minimum: float | None = None) -> float:
+    """A finite real Python number (``True`` is not one), at least ``minimum`` where given: a NaN or an infinity
+    given as a parameter would make every loss or energy NaN or infinite, not an error naming it."""
+    at_least = "" if minimum is None else f" >= {minimum:g}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) and not (isinstance(value, Tensor) and value.numel() == 1):
+        raise InputError(f"{name} must be a finite number{at_least}, got {value!r}.")
+    v = float(value)
+    if not math.isfinite(v):
+        raise InputError(f"{name} must be a finite number{at_least}, got {v!r}; give a finite value.")
+    if minimum is not None and v < minimum:
+        raise InputError(f"{name} must be a finite number{at_least}, got {v!r}.")
+    return v
+
+
+def check_generator(generator: Any, like: Tensor | None = None, name: str = "x0") -> None:
+    """``generator`` is None or a ``torch.Generator`` on the device type of ``like`` (a tensor called ``name``)."""
+    if generator is None:
+        return
+    if not isinstance(generator, torch.Generator):
+        raise InputError(f"generator must be a torch.Generator, got {type(generator).__name__}; "
+                         "use torch.Generator().manual_seed(seed).")
+    if isinstance(like, Tensor) and not like.is_meta and generator.device.type != like.device.type:
+        raise InputError(f"generator is on {generator.device} but {name} is on {like.device}; "
+                         f"use torch.Generator(device={str(like.device)!r}).manual_seed(...).")
 
 
 def check_positive_int(value: Any, name: str) -> int:

@@ -87,7 +87,8 @@ def test_a_command_of_a_missing_plugin_says_what_to_install(monkeypatch, capsys,
     assert main([command, "--out", "x", "--steps", "3"]) == 2
     err = capsys.readouterr().err
     assert f"error: `ebm {command}` is provided by the plugin {dist}, which is not installed" in err
-    assert f"pip install {dist}" in err and f"pip install -e plugins/{dist.replace('-', '_')}" in err
+    checkout = Path(__file__).resolve().parents[1] / "plugins" / dist.replace("-", "_")  # ebm runs from this checkout
+    assert f"install it from this checkout with `pip install -e {checkout}` (where it is published: `pip install {dist}`)" in err
     assert not Path("x").exists()
 
 

@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 FIXTURE = ROOT / "tests" / "fixtures" / "ebm_example_plugin"
 INSTALLED = "installed: ebm-example-plugin"
-_BLOCK = re.compile(r"(?:<!-- (no-test|installed: ebm-example-plugin) -->\n)?```python\n(.*?)```", re.S)
+_BLOCK = re.compile(r"(?:<!-- (no-test|installed: ebm-example-plugin|output: not checked) -->\n)?```python\n(.*?)```"
+                    r"(?:\n\n```\n(.*?)```)?", re.S)  # a block, and the output it shows (a fence with no language)
 _FENCE = re.compile(r"```(\w*)\n(.*?)```(?:\n\n```\n(.*?)```)?", re.S)   # a block and the output block after it
 
 
@@ -36,22 +37,38 @@ def _examples():
                 marks = [pytest.mark.skip(reason="marked <!-- no-test -->")]
             elif match.group(1) == INSTALLED:
                 marks = [pytest.mark.skip(reason="needs the example plugin: run by test_the_plugin_walkthrough")]
-            yield pytest.param(name, match.group(2), id=f"{name.removesuffix('.md')}-{i}", marks=marks)
+            shown = None if match.group(1) == "output: not checked" else match.group(3)
+            yield pytest.param(name, match.group(2), shown, id=f"{name.removesuffix('.md')}-{i}", marks=marks)
 
 
 def test_the_docs_have_examples():
     assert sum(1 for _ in _examples()) > 40
 
 
-@pytest.mark.parametrize("page, code", list(_examples()))
-def test_docs_example_runs(page, code):
+def _matches(shown: str, printed: str) -> bool:
+    """Whether ``printed`` is the ``shown`` output: line by line, trailing spaces aside; where the output depends on
+    the machine (timings, a temporary path, a GPU), a shown line ``...`` stands for any lines, and ``...`` within a
+    line for any text."""
+    def lines(text: str) -> list[str]:
+        return [line.rstrip() for line in text.rstrip("\n").split("\n")]
+
+    pattern = "\n".join("(?:.*\n)*?.*" if line == "..." else re.escape(line).replace(re.escape("..."), ".*")
+                        for line in lines(shown))
+    return re.fullmatch(pattern, "\n".join(lines(printed))) is not None
+
+
+@pytest.mark.parametrize("page, code, shown", list(_examples()))
+def test_docs_example_runs(page, code, shown):
+    """The example runs, and prints what the page shows after it (an output block right after the code, unless
+    marked ``<!-- output: not checked -->``)."""
     # The examples are small; on one thread they cannot be slowed down by oversubscription when
     # another process keeps a core busy (with 2 threads a 200-step training example took 143 s
     # instead of 2 s on the 2-core development machine during a compile).
     saved, threads = dict(os.environ), torch.get_num_threads()
     torch.set_num_threads(1)
+    printed = io.StringIO()
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.redirect_stdout(printed):
             exec(compile(code, f"docs/{page}", "exec"), {"__name__": "__main__"})
     except SystemExit as exc:
         assert exc.code in (0, None), f"docs/{page}: example exited with {exc.code}"
@@ -59,6 +76,10 @@ def test_docs_example_runs(page, code):
         torch.set_num_threads(threads)
         os.environ.clear()
         os.environ.update(saved)
+    if shown is not None:
+        assert _matches(shown, printed.getvalue()), (
+            f"docs/{page}: the example prints\n{printed.getvalue()}\nbut the page shows\n{shown}\n(update the page, "
+            "put a line '...' where the output depends on the machine, or mark the block <!-- output: not checked -->)")
 
 
 def test_the_plugin_walkthrough(tmp_path):
@@ -96,3 +117,53 @@ def test_the_plugin_walkthrough(tmp_path):
                           cwd=project.parent, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, f"docs/plugins.md: the example plugin's tests failed:\n{proc.stdout[-4000:]}"
     assert "5 passed" in proc.stdout, proc.stdout
+
+
+def _transcripts(command: str) -> list[tuple[str, str]]:
+    """``(page, output)`` of every shell transcript line ``$ <command>`` in docs/: the lines after it, up to the next
+    ``$ `` line or the end of the block."""
+    found = []
+    for page in sorted(DOCS.rglob("*.md")):
+        fences = re.split(r"^```(\w*)\n", page.read_text(), flags=re.M)  # text, language, body, language, ...
+        # the fences open and close blocks in turn: the body after an opening fence is the block's
+        blocks = [body for language, body in zip(fences[1::4], fences[2::4]) if language == ""]
+        for block in blocks:
+            parts = re.split(r"^\$ (.*)\n", block, flags=re.M)
+            for ran, output in zip(parts[1::2], parts[2::2]):
+                if ran == command:
+                    found.append((page.relative_to(DOCS).as_posix(), output))
+    return found
+
+
+def test_shown_help_is_what_ebm_prints(capsys, monkeypatch):
+    from ebmcore.cli import main
+
+    monkeypatch.setenv("COLUMNS", "100")  # as docs/cli.md says the help was printed
+    shown = _transcripts("ebm sample --help")
+    assert shown, "docs/cli.md shows `ebm sample --help`"
+    with pytest.raises(SystemExit):
+        main(["sample", "--help"])
+    printed = capsys.readouterr().out
+    for page, output in shown:
+        assert _matches(output, printed), f"docs/{page}: `ebm sample --help` prints\n{printed}\nnot what the page shows"
+
+
+FIRST_PARTY = ("builtin", "samplers", "losses", "cuda")
+
+
+def test_shown_plugin_lists_are_what_ebm_plugins_prints(capsys):
+    # the lines of the plugins every checkout installs; a transcript may show third-party ones besides
+    from ebmcore.cli import main
+
+    assert main(["plugins"]) == 0
+    printed = {line.split()[0]: line.rstrip() for line in capsys.readouterr().out.splitlines() if line.split()}
+    shown = _transcripts("ebm plugins")
+    assert len(shown) >= 3
+    compared = 0
+    for page, output in shown:
+        for line in output.splitlines():
+            if line.split() and line.split()[0] in FIRST_PARTY:
+                compared += 1
+                assert line.rstrip() == printed[line.split()[0]], f"docs/{page}: `ebm plugins` prints\n" \
+                                                                   f"{printed[line.split()[0]]}\nwhere the page shows\n{line}"
+    assert compared >= 8

@@ -388,3 +388,19 @@ def test_check_program_holds_a_declared_program_to_compute_energy():
 
     with pytest.raises(AssertionError, match="energy of feed-forward network 3-5-1"):
         check_program(Liar(net, negate=True), torch.randn(6, 3))
+
+
+def test_a_layer_in_another_dtype_is_named_with_the_fix():
+    """Issue 29: a network whose last Linear is float64 and the rest float32 cannot run on any path: the sampler says
+    which layer and the fix (a hand-written compute_energy, which ebm does not read, gets torch's own error)."""
+    from ebm_samplers import MALASampler
+
+    net = nn.Sequential(nn.Linear(2, 8), nn.SiLU(), nn.Linear(8, 1))
+    net[2].double()
+    mixed = Wrapped(net)
+    message = (r"Linear layer 1 of the network \(Linear\(in_features=8, out_features=1, bias=True\)\) holds torch\.float64 "
+               r"weights on cpu but the first layer holds torch\.float32 on cpu; .*model\.to\(torch\.float32\)")
+    with pytest.raises(ebmcore.InputError, match=message):
+        feedforward.why_not(mixed.program(), torch.randn(5, 2))
+    with pytest.raises(ebmcore.InputError, match=message):
+        MALASampler(mixed).sample(torch.randn(5, 2), 2)

@@ -3,6 +3,7 @@ project URLs, dependency bounds, py.typed; and configurations that setuptools re
 
 import importlib.metadata
 import importlib.resources
+import sys
 import warnings
 from pathlib import Path
 
@@ -18,27 +19,47 @@ DISTRIBUTIONS = {  # distribution -> (project directory, package)
 }
 
 
+def _installed(name: str) -> importlib.metadata.Distribution:
+    """The installed distribution ``name``, never an ``*.egg-info`` that a build left in a source folder on
+    ``sys.path`` (``pip wheel --no-build-isolation .`` writes ``ebmcore.egg-info`` into the checkout)."""
+    sources = {d.resolve() for d, _ in DISTRIBUTIONS.values()}
+    path = [p for p in sys.path if Path(p or ".").resolve() not in sources]
+    found = next(iter(importlib.metadata.distributions(name=name, path=path)), None)
+    assert found is not None, f"{name} is not installed (make setup)"
+    return found
+
+
+def test_a_build_left_in_the_checkout_is_not_taken_for_the_installed_metadata(tmp_path, monkeypatch):
+    stale = tmp_path / "ebmcore.egg-info"  # what a wheel build leaves next to pyproject.toml: no licence file in it
+    stale.mkdir()
+    (stale / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: ebmcore\nVersion: 0.0.1\n")
+    monkeypatch.setitem(DISTRIBUTIONS, "ebmcore", (tmp_path, "ebmcore"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert importlib.metadata.version("ebmcore") == "0.0.1"  # what importlib finds first
+    assert _installed("ebmcore").version != "0.0.1"
+
+
 def test_every_project_is_listed():
     assert {p.parent for p in ROOT.glob("plugins/*/pyproject.toml")} | {ROOT} == {d for d, _ in DISTRIBUTIONS.values()}
 
 
 @pytest.mark.parametrize("name", DISTRIBUTIONS)
 def test_installed_metadata_names_the_licence_classifiers_and_links(name):
-    metadata = importlib.metadata.metadata(name)
+    metadata = _installed(name).metadata
     assert metadata["License-Expression"] == "Apache-2.0" and metadata.get_all("License-File") == ["LICENSE"]
-    licence = importlib.metadata.distribution(name).read_text("licenses/LICENSE")
+    licence = _installed(name).read_text("licenses/LICENSE")
     assert licence == (ROOT / "LICENSE").read_text() and "Apache License" in licence and "Version 2.0" in licence
     classifiers = metadata.get_all("Classifier")
     assert "Typing :: Typed" in classifiers and "Programming Language :: Python :: 3 :: Only" in classifiers
     assert not [c for c in classifiers if c.startswith("License ::")]  # PEP 639: the expression replaces them
     urls = dict(u.split(", ", 1) for u in metadata.get_all("Project-URL"))
     assert set(urls) == {"Homepage", "Documentation", "Source", "Issues"}
-    assert urls == dict(u.split(", ", 1) for u in importlib.metadata.metadata("ebmcore").get_all("Project-URL"))
+    assert urls == dict(u.split(", ", 1) for u in _installed("ebmcore").metadata.get_all("Project-URL"))
 
 
 @pytest.mark.parametrize("name", DISTRIBUTIONS)
 def test_ebm_dependencies_are_bounded_to_compatible_versions(name):
-    requirements = [Requirement(r) for r in importlib.metadata.requires(name) or []]
+    requirements = [Requirement(r) for r in _installed(name).requires or []]
     ours = [r for r in requirements if r.name in DISTRIBUTIONS]
     assert all(r.marker is None for r in ours)
     for r in ours:  # what docs/plugins.md advises third parties: this minor series, not the next
@@ -72,3 +93,39 @@ def _configured(directory, monkeypatch):
 
     monkeypatch.chdir(directory)  # license-files and package data are found relative to the project
     return apply_configuration(Distribution(), str(directory / "pyproject.toml"))
+
+
+def _imported_distributions(package_dir: Path) -> dict[str, str]:
+    """The distributions (normalised names) providing the third-party modules that the package's files import,
+    anywhere in a file (a lazy import too) -> the module."""
+    import ast
+    import re
+
+    provided = importlib.metadata.packages_distributions()
+    found: dict[str, str] = {}
+    for path in package_dir.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else [])
+            for top in {n.split(".")[0] for n in names} - set(sys.stdlib_module_names):
+                for dist in provided.get(top, []):
+                    found[re.sub(r"[-_.]+", "-", dist).lower()] = top
+    return found
+
+
+@pytest.mark.parametrize("name", DISTRIBUTIONS)
+def test_every_imported_distribution_is_required(name):
+    # ebmcore imported tqdm (its progress bars) without requiring it: `pip install ebmcore` then progress=True failed
+    directory, package = DISTRIBUTIONS[name]
+    required = {Requirement(r).name.lower() for r in _installed(name).requires or []}  # extras included
+    missing = {dist: module for dist, module in _imported_distributions(directory / package).items()
+               if dist not in required and dist != name}
+    assert not missing, f"{name} imports {missing} but its pyproject.toml requires none of them"
+
+
+def test_one_torch_floor_for_every_distribution():
+    floors = {}
+    for name in DISTRIBUTIONS:
+        torch_requirements = [Requirement(r) for r in _installed(name).requires or [] if Requirement(r).name == "torch"]
+        floors[name] = {str(r.specifier) for r in torch_requirements}
+    assert len({frozenset(f) for f in floors.values()}) == 1, f"torch requirements differ: {floors}"

@@ -60,8 +60,17 @@ def test_unknown_first_party_name_says_what_to_install():
     with isolated_plugins():
         with pytest.raises(UnknownComponentError) as err:
             registry.get("sampler", "mala")
-    assert "pip install ebm-samplers" in str(err.value)
-    assert "pip install -e plugins/ebm_samplers" in str(err.value)
+    checkout = Path(__file__).resolve().parents[1] / "plugins" / "ebm_samplers"
+    assert f"install it from this checkout with `pip install -e {checkout}`" in str(err.value)
+    assert "(where it is published: `pip install ebm-samplers`)" in str(err.value)
+
+
+def test_the_install_hint_outside_a_checkout_names_the_index_first(monkeypatch):
+    from ebmcore import components
+
+    monkeypatch.setattr(components, "_checkout_plugin", lambda dist: None)  # an installed ebmcore, no plugins/ beside it
+    assert components.install_hint("ebm-losses") == ("install it with `pip install ebm-losses` (from a source checkout: "
+                                                     "`pip install -e plugins/ebm_losses`)")
 
 
 def test_the_install_hints_match_what_the_first_party_plugins_register():

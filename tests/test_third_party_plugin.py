@@ -85,7 +85,8 @@ def test_the_third_party_sampler_runs_in_ebm_sample_profile_and_train(example, t
     config = FIXTURE / "configs" / "sample.toml"  # the files docs/plugins.md shows
     assert main(["sample", str(config), "--out", str(tmp_path / "sample")]) == 0
     captured = capsys.readouterr()
-    assert "warm-up skipped: ExampleULA has no acceptance statistic" in captured.err
+    assert "warm-up skipped: ExampleULA is a plain ebmcore.Sampler: warm-up adapts the step_size" in captured.err
+    assert "info.acceptance_prob" in captured.err
     metrics = json.loads((tmp_path / "sample" / "metrics.json").read_text())
     assert metrics["step_size"] == 0.05 and metrics["step_size_source"] == "given" and metrics["n_kept"] == 1000
     assert metrics["ess_bulk_min"] > 100 and metrics["r_hat_max"] < 1.05 and "acceptance" not in metrics

@@ -87,6 +87,8 @@ class EnergyModel(nn.Module):
         with torch.enable_grad():
             xg = x if (create_graph and x.requires_grad) else x.detach().requires_grad_(True)
             energy = self.compute_energy(xg)
+            if not (isinstance(energy, Tensor) and energy.is_floating_point()):  # autograd's error would not name it
+                check_energy_output(energy, x, owner=type(self).__name__)
             (grad,) = torch.autograd.grad(energy.sum(), xg, create_graph=create_graph)
         return (energy, grad) if create_graph else (energy.detach(), grad)
 

@@ -20,8 +20,9 @@ from torch import Tensor
 from torch.nn import functional as F
 
 from ebmcore.energies.program import Activation, ActivationKind, FeedForward, Opaque, Program
+from ebmcore.errors import InputError
 
-__all__ = ["ActivationMath", "math_of", "energy", "score_terms", "bind", "describe", "refusal", "closed_form", "why_not"]
+__all__ = ["ActivationMath", "math_of", "energy", "score_terms", "bind", "describe", "check_layers", "refusal", "closed_form", "why_not"]
 
 aten = torch.ops.aten
 
@@ -248,19 +249,31 @@ def bind(program: FeedForward, like: Tensor) -> Callable[[Tensor], tuple[Tensor,
     return energy_and_gradient
 
 
+def check_layers(program: FeedForward) -> None:
+    """An :class:`~ebmcore.errors.InputError` naming the first ``Linear`` layer whose weights differ in dtype or device
+    from the first layer's: no path can run such a network (torch refuses the product), so say which and the fix."""
+    first = program.layers[0].linear.weight
+    for i, layer in enumerate(program.layers):
+        for t in (layer.linear.weight, layer.linear.bias):
+            if t is not None and (t.dtype != first.dtype or t.device != first.device):
+                raise InputError(f"Linear layer {i} of the network ({layer.linear}) holds {t.dtype} weights on {t.device} but "
+                                 f"the first layer holds {first.dtype} on {first.device}; give every layer one dtype and "
+                                 f"device: model.to({first.dtype}) (or model.to(device)).")
+
+
 def refusal(program: FeedForward, like: Tensor) -> Optional[str]:
-    """Why the closed form cannot take inputs like ``like`` (None: it can): not a floating ``(n, d)`` batch, or a
-    layer whose width, dtype or device does not fit them (named by its index)."""
+    """Why the closed form cannot take inputs like ``like`` (None: it can): not a floating ``(n, d)`` batch, or a first
+    layer whose width, dtype or device does not fit them. Layers that disagree among themselves are an error
+    (:func:`check_layers`)."""
     if like.dim() != 2 or like.shape[0] == 0 or not like.is_floating_point():
         return "inputs are not a floating (n, d) batch"
-    if program.layers[0].linear.in_features != like.shape[1]:
-        return f"the first layer takes {program.layers[0].linear.in_features} features, the inputs have {like.shape[1]}"
-    for i, layer in enumerate(program.layers):
-        for name in ("weight", "bias"):
-            t = getattr(layer.linear, name)
-            if t is not None and (t.dtype != like.dtype or t.device != like.device):
-                return (f"Linear layer {i}'s {name} is {str(t.dtype).removeprefix('torch.')} on {t.device}, the inputs "
-                        f"{str(like.dtype).removeprefix('torch.')} on {like.device}")
+    first = program.layers[0].linear
+    if first.in_features != like.shape[1]:
+        return f"the first layer takes {first.in_features} features, the inputs have {like.shape[1]}"
+    check_layers(program)
+    if first.weight.dtype != like.dtype or first.weight.device != like.device:
+        return (f"the first layer is {str(first.weight.dtype).removeprefix('torch.')} on {first.weight.device}, the "
+                f"inputs {str(like.dtype).removeprefix('torch.')} on {like.device}")
     return None
 
 

@@ -18,7 +18,7 @@ from ebmcore.energies.base import closed_form_program
 from ebmcore.energies.program import FeedForward
 from ebmcore.errors import InputError
 from ebmcore.sampler import LangevinForm, check_run_arguments, stream_seed
-from ebmcore.validation import check_energy_output, check_positive
+from ebmcore.validation import check_energy_output, check_number, check_positive
 from ebm_losses.network_kernels import kernel_loss, kernel_may_run, network_kernel
 
 __all__ = ["ContrastiveDivergence", "PersistentContrastiveDivergence", "ClippedGradientEnergy"]
@@ -91,14 +91,12 @@ class ContrastiveDivergence(Loss):
                  regularization: float = 0.0, gradient_clip: float | None = None) -> None:
         if not isinstance(n_steps, int) or isinstance(n_steps, bool) or n_steps < 1:
             raise InputError(f"n_steps must be a positive integer, got {n_steps!r}.")
-        if not (isinstance(regularization, (int, float)) and regularization >= 0):
-            raise InputError(f"regularization must be a number >= 0, got {regularization!r}.")
         if not isinstance(sampler, (str, Sampler)) and not callable(sampler):
             raise InputError(f"sampler must be a registered name, an ebmcore.Sampler or a factory, got {sampler!r}.")
         self.sampler_spec = sampler
         self.n_steps = n_steps
         self.sampler_options = dict(sampler_options or {})
-        self.regularization = float(regularization)
+        self.regularization = check_number(regularization, "regularization", minimum=0)
         self.gradient_clip = None if gradient_clip is None else check_positive(gradient_clip, "gradient_clip")
         self.last_negatives: Tensor | None = None
         self._cache: tuple[int, Sampler] | None = None
@@ -167,7 +165,7 @@ class ContrastiveDivergence(Loss):
         pass
 
     def __call__(self, energy: EnergyModel, data: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
-        self.check_data(energy, data)
+        self.check_data(energy, data, generator=generator)
         starts = self._starts(data, generator)
         self._data, self._fused = data, None  # negatives() may compute this loss with its chain (see there)
         try:

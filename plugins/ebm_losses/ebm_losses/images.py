@@ -14,7 +14,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from ebmcore.errors import ConfigError, InputError
+from ebmcore import runfiles
+from ebmcore.errors import ConfigError, InputError, RunFileError
 
 __all__ = ["ImageSet", "DIGITS", "load", "load_array", "load_png_folder", "load_digits", "is_image_source",
            "to_model_range", "to_pixel_range", "split"]
@@ -41,10 +42,25 @@ def is_image_source(name: str) -> bool:
 
 
 def _looks_like_images(path: Path) -> bool:
+    """Whether ``path`` holds images (an array of 3 dimensions or more); an unreadable ``.npz`` whose arrays are
+    named as images (``images``, ``x``, ``data``) counts, so that the image loader says why it cannot be read."""
     try:
         return path.is_file() and _read_array(path).dim() >= 3
+    except RunFileError:
+        return path.suffix == ".npz" and any(k in _npz_names(path) for k in _ARRAY_KEYS if k != "samples")
     except (ConfigError, OSError, ValueError, RuntimeError):
         return False
+
+
+def _npz_names(path: Path) -> list[str]:
+    """The names of the arrays in an ``.npz``, read from its index alone ([] where it has none)."""
+    import numpy as np
+
+    try:
+        with np.load(path, allow_pickle=False) as arrays:
+            return list(arrays.files)
+    except Exception:  # noqa: BLE001 - not an .npz at all
+        return []
 
 
 def _as_nchw(values: Tensor, source: str) -> Tensor:
@@ -68,7 +84,8 @@ def _default_range(values: Tensor) -> tuple[float, float]:
 
 def _read_array(path: Path, key: str | None = None) -> Tensor:
     if path.suffix == ".pt":
-        obj = torch.load(path, weights_only=True)
+        obj = runfiles.load_torch(path, what="a tensor of images", fix="save the images alone, as a tensor: "
+                                  "torch.save(images, path), images of shape (N, C, H, W)")
         if isinstance(obj, dict):
             found = key or next((k for k in _ARRAY_KEYS if k in obj), None)
             if found is None or found not in obj:
@@ -77,13 +94,16 @@ def _read_array(path: Path, key: str | None = None) -> Tensor:
         if not isinstance(obj, Tensor):
             raise ConfigError(f"{path}: expected a tensor, got {type(obj).__name__}.")
         return obj
-    import numpy as np
-
-    with np.load(path) as arrays:
-        found = key or next((k for k in _ARRAY_KEYS if k in arrays), None) or (arrays.files[0] if len(arrays.files) == 1 else None)
-        if found is None or found not in arrays:
-            raise ConfigError(f"{path}: no array under {key or ' / '.join(_ARRAY_KEYS)}; it holds {arrays.files}.")
+    arrays = runfiles.load_arrays(path, what="an array of images", fix="write numeric images: "
+                                  "numpy.savez(path, images=images.astype('float32'))")
+    found = key or next((k for k in _ARRAY_KEYS if k in arrays), None) or (next(iter(arrays)) if len(arrays) == 1 else None)
+    if found is None or found not in arrays:
+        raise ConfigError(f"{path}: no array under {key or ' / '.join(_ARRAY_KEYS)}; it holds {list(arrays)}.")
+    try:
         return torch.from_numpy(arrays[found].copy())
+    except TypeError as exc:  # strings, or another dtype torch has no tensor for
+        raise ConfigError(f"{path}: the array {found!r} has dtype {arrays[found].dtype}, not numbers ({exc}); write numeric "
+                          "images: numpy.savez(path, images=images.astype('float32')).") from None
 
 
 def load_array(path: str | Path, key: str | None = None) -> ImageSet:
@@ -111,8 +131,12 @@ def load_png_folder(path: str | Path) -> ImageSet:
         raise ConfigError(f"{path}: no .png files in this folder.")
     arrays = []
     for f in files:
-        with Image.open(f) as image:
-            arrays.append(np.asarray(image.convert("L") if image.mode in ("L", "P", "1", "I;16") else image.convert("RGB")))
+        try:
+            with Image.open(f) as image:
+                arrays.append(np.asarray(image.convert("L") if image.mode in ("L", "P", "1", "I;16") else image.convert("RGB")))
+        except (OSError, ValueError) as exc:  # PIL's UnidentifiedImageError is an OSError; a truncated file too
+            raise ConfigError(f"{f} cannot be read as a PNG image ({type(exc).__name__}: {exc}); every *.png in {path} "
+                              "is read: remove it from the folder, or export it again as a PNG.") from None
     shapes = {a.shape for a in arrays}
     if len(shapes) > 1:
         raise ConfigError(f"{path}: the PNG files differ in size or mode ({sorted(shapes)}); resize them to one shape.")
@@ -155,6 +179,9 @@ def to_pixel_range(images: Tensor, pixel_range: tuple[float, float]) -> Tensor:
 
 def split(images: Tensor, n_test: int, seed: int) -> tuple[Tensor, Tensor]:
     """Shuffle ``images`` with ``seed`` (a local generator) and hold out ``n_test`` of them: ``(train, test)``."""
+    if images.shape[0] < 2:
+        raise InputError(f"{images.shape[0]} image(s): training needs at least 2, one to train on and one held out for "
+                         "the test set; add images.")
     if not 0 < n_test < images.shape[0]:
         raise InputError(f"n_test must be between 1 and {images.shape[0] - 1} for {images.shape[0]} images, got {n_test}.")
     order = torch.randperm(images.shape[0], generator=torch.Generator().manual_seed(seed))

@@ -17,7 +17,7 @@ from torch.nn.functional import logsigmoid
 
 from ebmcore import EnergyModel, Loss
 from ebmcore.errors import InputError
-from ebmcore.validation import check_energy_output, check_positive
+from ebmcore.validation import check_energy_output, check_number, check_positive
 
 __all__ = ["NoiseContrastiveEstimation", "GaussianNoise"]
 
@@ -58,14 +58,15 @@ class NoiseContrastiveEstimation(Loss):
         self.noise = None if noise == "gaussian" else noise
         self.noise_ratio = noise_ratio
         self.noise_scale = check_positive(noise_scale, "noise_scale")
-        self.log_normalizer = torch.nn.Parameter(torch.tensor(float(log_normalizer)))
+        self.log_normalizer = torch.nn.Parameter(torch.tensor(check_number(log_normalizer, "log_normalizer")))
 
     def parameters(self) -> list[torch.nn.Parameter]:
         """``[log_normalizer]``: the learnable ``c`` (a 0-d parameter), to train with the model's parameters."""
         return [self.log_normalizer]
 
     def __call__(self, energy: EnergyModel, data: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
-        self.check_data(energy, data, min_rows=2 if self.noise is None else 1)  # the noise is fitted to the first batch
+        # the noise is fitted to the first batch: two rows at least
+        self.check_data(energy, data, min_rows=2 if self.noise is None else 1, generator=generator)
         x = data.detach()
         if self.noise is None:
             self.noise = GaussianNoise(x.mean(0), self.noise_scale * x.std(0).clamp_min(1e-6))

@@ -44,6 +44,15 @@ def _flat_sum(t: Tensor) -> Tensor:
     return t.flatten(1).sum(1)
 
 
+def _derivative(total: Tensor, x: Tensor) -> Tensor:
+    """``∂ total/∂x`` with its graph, zero where ``total`` does not depend on ``x``: the gradient of an energy linear
+    in ``x`` is constant, its Hessian term is zero (autograd would say the input was not used)."""
+    if not total.requires_grad:
+        return torch.zeros_like(x)
+    (d,) = torch.autograd.grad(total, x, create_graph=True, allow_unused=True)
+    return torch.zeros_like(x) if d is None else d
+
+
 def _gradient(energy: EnergyModel, x: Tensor) -> Tensor:
     """``∇ₓE(x)`` with its graph, after checking that ``E(x)`` is ``(n,)``: the gradient of an ``(n, 2)`` or
     reduced energy would be that of its sum, silently."""
@@ -70,21 +79,19 @@ class ScoreMatching(Loss):
         self.method, self.n_probes, self.probe = method, n_probes, probe
 
     def __call__(self, energy: EnergyModel, data: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
-        self.check_data(energy, data)
+        self.check_data(energy, data, generator=generator)
         if self.method == "hutchinson":
             x = data.detach().repeat(self.n_probes, *([1] * (data.dim() - 1))).requires_grad_(True)
             grad = _gradient(energy, x)
             v = projections(self.probe, tuple(x.shape), like=x, generator=generator)
-            (hv,) = torch.autograd.grad(_flat_sum(grad * v).sum(), x, create_graph=True)
-            trace = _flat_sum(hv * v)
+            trace = _flat_sum(_derivative(_flat_sum(grad * v).sum(), x) * v)
         else:
             x = data.detach().requires_grad_(True)
             grad = _gradient(energy, x)
             flat = grad.flatten(1)
             trace = torch.zeros(x.shape[0], dtype=grad.dtype, device=grad.device)
             for i in range(flat.shape[1]):
-                (row,) = torch.autograd.grad(flat[:, i].sum(), x, create_graph=True)
-                trace = trace + row.flatten(1)[:, i]
+                trace = trace + _derivative(flat[:, i].sum(), x).flatten(1)[:, i]
         return (0.5 * _flat_sum(grad * grad) - trace).mean()
 
 
@@ -103,7 +110,7 @@ class SlicedScoreMatching(Loss):
         self.n_projections, self.projection, self.variance_reduction = n_projections, projection, bool(variance_reduction)
 
     def __call__(self, energy: EnergyModel, data: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
-        self.check_data(energy, data)
+        self.check_data(energy, data, generator=generator)
         x = data.detach()
         if self.n_projections > 1:
             x = x.repeat(self.n_projections, *([1] * (x.dim() - 1)))
@@ -118,8 +125,7 @@ class SlicedScoreMatching(Loss):
         x = x.requires_grad_(True)
         grad = _gradient(energy, x)
         v = projections(self.projection, tuple(x.shape), like=x, generator=generator)
-        (hv,) = torch.autograd.grad(_flat_sum(grad * v).sum(), x, create_graph=True)
-        return self._value(grad, _flat_sum(hv * v), v)
+        return self._value(grad, _flat_sum(_derivative(_flat_sum(grad * v).sum(), x) * v), v)
 
     def _value(self, grad: Tensor, vhv: Tensor, v: Tensor) -> Tensor:
         """``mean(½(vᵀ∇E)² − vᵀ∇²E v)`` (or ``½|∇E|²`` first, with variance reduction) from ``∇E``, ``vᵀ∇²E v: (n,)``."""
@@ -146,7 +152,7 @@ class DenoisingScoreMatching(Loss):
         self._span = (min(map(float, self.sigmas)), max(map(float, self.sigmas)))  # Python floats: no sync per call
 
     def __call__(self, energy: EnergyModel, data: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
-        self.check_data(energy, data)
+        self.check_data(energy, data, generator=generator)
         x = data.detach()
         root = math.sqrt(torch.finfo(x.dtype).max)  # ε/σ, σ∇E and their squares must not overflow the data's dtype
         if not 1e3 / root <= self._span[0] <= self._span[1] <= 1e-3 * root:

@@ -328,7 +328,7 @@ def _image_data(spec: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, tuple
     data = images.load(spec["dataset"])
     pixel_range = tuple(float(v) for v in spec["pixel_range"]) or data.pixel_range
     x = images.to_model_range(data.images, pixel_range)
-    train, test = images.split(x, min(spec["n_test"], x.shape[0] // 5), spec["seed"])
+    train, test = images.split(x, max(1, min(spec["n_test"], x.shape[0] // 5)), spec["seed"])  # 2 to 4 images: 1 held out
     return train[:spec["n_train"]], test, pixel_range
 
 

@@ -65,7 +65,7 @@ def test_gradient_clipping_clamps_what_the_sampler_sees_and_never_owns_the_model
 
 @pytest.mark.parametrize("build, message", [
     (lambda: ContrastiveDivergence(n_steps=0), "n_steps must be a positive integer"),
-    (lambda: ContrastiveDivergence(regularization=-1), "regularization must be a number >= 0"),
+    (lambda: ContrastiveDivergence(regularization=-1), "regularization must be a finite number >= 0"),
     (lambda: ContrastiveDivergence(sampler=3), "sampler must be a registered name"),
     (lambda: ContrastiveDivergence(gradient_clip=0), "gradient_clip must be a finite positive number"),
     (lambda: PersistentContrastiveDivergence(reinit_fraction=2), r"reinit_fraction must be in \[0, 1\]"),

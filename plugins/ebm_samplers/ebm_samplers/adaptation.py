@@ -168,7 +168,11 @@ def cannot_warm_up(sampler: Any) -> str | None:
     from ebm_samplers.sampler import AlgorithmSampler
 
     name = type(sampler).__name__
-    if not isinstance(sampler, AlgorithmSampler) or not sampler.algorithm.has_acceptance:
+    if not isinstance(sampler, AlgorithmSampler):
+        return (f"{name} is a plain ebmcore.Sampler: warm-up adapts the step_size of an ebm_samplers algorithm with "
+                "has_acceptance=True to each step's info.acceptance_prob (an info.accepted, which the run's acceptance "
+                "counts, is not enough); give step_size yourself, or use MALA, HMC or NUTS.")
+    if not sampler.algorithm.has_acceptance:
         return f"{name} has no acceptance statistic to adapt a step size to; use MALA, HMC or NUTS."
     if "step_size" not in {f.name for f in dataclasses.fields(sampler.params)}:
         return f"{name} has no step size to adapt; warm up its base sampler instead."

@@ -19,6 +19,7 @@ from torch import Tensor
 
 from ebmcore import EnergyFunctions, EnergyModel
 from ebmcore.errors import InputError
+from ebmcore.validation import check_gradient_output
 from ebm_samplers.algorithm import Algorithm, Step
 from ebm_samplers.params import checked, for_chains, optional, positive, whole
 from ebm_samplers.sampler import AlgorithmSampler
@@ -118,7 +119,8 @@ def build_kernel(sigmas: Sequence[float], n_steps_each: int, conditional: Energy
         h = last * (sigma / sigmas[-1]) ** 2
         x = state.x
         noise = torch.randn(x.shape, generator=generator, dtype=x.dtype, device=x.device)
-        new = x.add(gradient(fns, x, sigma), alpha=-h).add_(noise, alpha=math.sqrt(2.0 * h))
+        grad = check_gradient_output(gradient(fns, x, sigma), x, owner="the energy")  # shapes only: (n, 1) would broadcast
+        new = x.add(grad, alpha=-h).add_(noise, alpha=math.sqrt(2.0 * h))
         return State(new, state.n_taken + 1), Info(level, sigma)
 
     return step

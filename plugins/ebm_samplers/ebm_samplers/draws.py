@@ -29,8 +29,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ebmcore.errors import InputError
-from ebmcore.runfiles import as_numpy, write_bytes
+from ebmcore.errors import InputError, RunFileError
+from ebmcore.runfiles import as_numpy, load_arrays, write_bytes
 
 __all__ = ["ARVIZ_NAMES", "FORMATS", "Draws", "from_result", "params_stats", "save", "save_npz", "load_npz"]
 
@@ -95,10 +95,15 @@ def save_npz(draws: Draws, path: Path) -> None:
 
 
 def load_npz(path: Path) -> Draws:
-    """The :class:`Draws` of a ``draws.npz`` (tensors on the CPU)."""
-    with np.load(path, allow_pickle=False) as data:
-        stats = {name: torch.from_numpy(data[name]) for name in data.files if name not in ("x", "attrs")}
+    """The :class:`Draws` of a ``draws.npz`` (tensors on the CPU); a file that is not one is a
+    :class:`~ebmcore.errors.RunFileError` naming it."""
+    fix = "write it with ebm sample (or draws.save_npz)"
+    data = load_arrays(Path(path), keys=("x", "attrs"), what="the draws of ebm sample (x, attrs and statistics)", fix=fix)
+    try:
+        stats = {name: torch.from_numpy(value) for name, value in data.items() if name not in ("x", "attrs")}
         return Draws(torch.from_numpy(data["x"]), stats, json.loads(str(data["attrs"])))
+    except (TypeError, ValueError) as exc:  # a non-numeric array, attrs that are not JSON
+        raise RunFileError(f"{path} does not hold ebm's draws ({type(exc).__name__}: {exc}); {fix}.") from None
 
 
 FORMATS = {"npz": "draws.npz", "netcdf": "draws.nc", "none": None}

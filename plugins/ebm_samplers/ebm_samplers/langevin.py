@@ -17,6 +17,7 @@ from ebmcore import EnergyFunctions, EnergyModel, Integrator
 from ebmcore.energies.program import Analytic, ConvStack, FeedForward, Opaque
 from ebmcore.errors import InputError
 from ebmcore.sampler import LangevinForm
+from ebmcore.validation import check_gradient_output
 from ebm_samplers.algorithm import Algorithm, Chain, ChainInfo, Step, chain_kernel, compiled, draw_then
 from ebm_samplers.integrators import EulerMaruyama, resolve_integrator
 from ebm_samplers.integrators.euler_maruyama import SDEUpdate
@@ -89,7 +90,8 @@ def transition(state: State, noise: Tensor, fns: EnergyFunctions, params: Params
     ``sde`` integrator (``integrator.bind(x)``)."""
     h = per_chain(params.step_size, state.x)
     scale = noise_scale(h, per_chain(params.temperature, state.x))
-    return State(update(state.x, fns.gradient(state.x), noise, h, scale)), _INFO
+    grad = check_gradient_output(fns.gradient(state.x), state.x, owner="the energy")  # shapes only: (n, 1) would broadcast
+    return State(update(state.x, grad, noise, h, scale)), _INFO
 
 
 def options(energy: EnergyModel, integrator: Any = None) -> dict[str, Any]:

@@ -34,7 +34,8 @@ def _median_time(fn: Callable[[], Any], repeats: int) -> float:
 def profile(sampler: Any, x0: torch.Tensor, n_steps: int = 100, *, repeats: int = 5,
             generator: torch.Generator | None = None, **tunables: Any) -> dict[str, Any]:
     """Seconds per step of ``sampler`` (any ``ebmcore.Sampler``): ``total`` and
-    ``diagnostics`` (the extra cost of recording them). For an ``ebm_samplers`` sampler also the per-step loop's
+    ``diagnostics`` (the extra cost of recording them, on top of ``total``; 0 where the run with them was not
+    slower, and then ``diagnostics_measured`` is False: the difference is within the timing noise). For an ``ebm_samplers`` sampler also the per-step loop's
     ``energy_gradient``, ``rng``, ``update_acceptance`` and ``gradient_evaluations`` per step (counted), and
     ``fused_total``, seconds per step of the fused chain it runs instead (None if none); for other samplers
     those are None and ``breakdown`` says why."""
@@ -44,7 +45,7 @@ def profile(sampler: Any, x0: torch.Tensor, n_steps: int = 100, *, repeats: int 
                                         repeats) / n_steps
     if not isinstance(sampler, AlgorithmSampler):
         total = per_run()
-        return {"total": total, "diagnostics": max(per_run(return_diagnostics=True) - total, 0.0), "energy_gradient": None,
+        return {"total": total, **_diagnostics(per_run(return_diagnostics=True) - total), "energy_gradient": None,
                 "rng": None, "update_acceptance": None, "gradient_evaluations": None, "fused_total": None,
                 "breakdown": f"{type(sampler).__name__} is not an ebm_samplers algorithm: timed as a whole, no breakdown"}
     fused_setting = sampler.fused
@@ -53,11 +54,16 @@ def profile(sampler: Any, x0: torch.Tensor, n_steps: int = 100, *, repeats: int 
     sampler.fused = False
     try:
         total = per_run()
-        result = {"total": total, "diagnostics": max(per_run(return_diagnostics=True) - total, 0.0), "fused_total": fused_total,
+        result = {"total": total, **_diagnostics(per_run(return_diagnostics=True) - total), "fused_total": fused_total,
                   "path": run.path}
         return result | _breakdown(sampler, x, n_steps, repeats, generator, tunables, total)
     finally:
         sampler.fused = fused_setting
+
+
+def _diagnostics(extra: float) -> dict[str, Any]:
+    """``diagnostics`` (seconds per step, never negative) and whether it was measured at all (``extra > 0``)."""
+    return {"diagnostics": max(extra, 0.0), "diagnostics_measured": extra > 0}
 
 
 def _breakdown(sampler: AlgorithmSampler, x: torch.Tensor, n_steps: int, repeats: int, generator: torch.Generator,
@@ -111,9 +117,15 @@ def format_profile(name: str, n_chains: int, result: dict[str, Any]) -> str:
     if result.get("path"):
         lines.append(f"  path sample() takes: {result['path']}")
     for key, label in (("energy_gradient", "energy and gradient"), ("rng", "random numbers"),
-                       ("update_acceptance", "update and acceptance"), ("diagnostics", "diagnostics (when recorded)")):
+                       ("update_acceptance", "update and acceptance")):
         if result[key] is not None:
             lines.append(f"  {label:<28} {result[key] * 1e3:9.3f} ms  {100 * result[key] / total:5.1f} %")
+    label = "diagnostics (when recorded)"
+    if result.get("diagnostics_measured", True):  # extra time, not a share of the step's
+        lines.append(f"  {label:<28} {result['diagnostics'] * 1e3:+9.3f} ms  {100 * result['diagnostics'] / total:+5.1f} % "
+                     "on top of a step")
+    else:
+        lines.append(f"  {label:<28} not measurable: a run recording them was no slower, within the timing noise")
     if result.get("fused_total") is not None:
         fused = result["fused_total"]
         lines.append(f"fused chain (what sample() runs here): {fused * 1e3:.3f} ms per step, "

@@ -1,8 +1,10 @@
-"""What ``ebm sample`` reports: metrics from the kept draws (``ebmcore.diagnostics``), plots, and the summary it prints."""
+"""What ``ebm sample`` reports: metrics from the kept draws (``ebmcore.diagnostics``), the warnings they call for
+(:func:`warnings`), plots, and the summary it prints."""
 
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
@@ -14,13 +16,25 @@ from ebmcore.recording import finite_summary, nonfinite_chains
 
 log = logging.getLogger(__name__)
 
-__all__ = ["metrics", "diverged", "backends", "plots", "summary", "nonfinite_line"]
+__all__ = ["metrics", "warnings", "diverged", "backends", "plots", "summary", "nonfinite_line", "RHAT_LIMIT",
+           "ESS_PER_CHAIN", "EBFMI_LIMIT"]
+
+RHAT_LIMIT = 1.01
+"""Warn above this R-hat (rank-normalised split R-hat; Vehtari et al. 2021, as Stan, PyMC and ArviZ)."""
+ESS_PER_CHAIN = 100
+"""Warn when the bulk or tail ESS is below this many per chain (Vehtari et al. 2021: bulk-ESS > 100 × chains, Stan's
+rule): fewer, and each chain's autocorrelation, so R-hat and the ESS itself, are not estimated reliably."""
+EBFMI_LIMIT = 0.3
+"""Warn when a chain's E-BFMI (HMC, NUTS) is below this (Stan's threshold)."""
 
 
 def metrics(samples: torch.Tensor, trajectory: torch.Tensor, s: dict[str, Any], wall: float, acceptance: float | None,
-            divergences: int | None, summary: dict[str, torch.Tensor] | None = None) -> dict[str, Any]:
+            divergences: int | None, summary: dict[str, torch.Tensor] | None = None,
+            stats: dict[str, torch.Tensor] | None = None) -> dict[str, Any]:
     """Sizes, mean, the smallest bulk/tail ESS and largest R-hat over coordinates (``ebmcore.recording.finite_summary``
-    of ``trajectory: (n_kept, n_chains, *event)``, or the given ``summary``), throughput and acceptance.
+    of ``trajectory: (n_kept, n_chains, *event)``, or the given ``summary``), throughput and acceptance; with the
+    per-draw ``stats`` of a Hamiltonian sampler (``hamiltonian: (n_kept, n_chains)``), the smallest E-BFMI
+    (``ebfmi_min``) and how many chains are below :data:`EBFMI_LIMIT` (``ebfmi_low_chains``).
 
     Chains that went non-finite are counted and named (``nonfinite_chains``, ``nonfinite_chain_indices``) and left out
     of the mean and the diagnostics."""
@@ -43,6 +57,41 @@ def metrics(samples: torch.Tensor, trajectory: torch.Tensor, s: dict[str, Any], 
     }
     if acceptance is not None:
         out["acceptance"], out["divergences"] = acceptance, divergences
+    hamiltonian = (stats or {}).get("hamiltonian")
+    if hamiltonian is not None and hamiltonian.dim() == 2 and hamiltonian.shape[0] >= 3:
+        bfmi = ebmcore.diagnostics.ebfmi(hamiltonian[:, keep.to(hamiltonian.device)].cpu())
+        bfmi = bfmi[torch.isfinite(bfmi)]  # a chain whose energy never changed has none
+        if bfmi.numel():
+            out["ebfmi_min"], out["ebfmi_low_chains"] = float(bfmi.min()), int((bfmi < EBFMI_LIMIT).sum())
+    return out
+
+
+def warnings(metrics: dict[str, Any]) -> list[str]:
+    """One line per diagnostic of a run's ``metrics`` that says its draws are not to be trusted as they are, each
+    naming the fix: R-hat above :data:`RHAT_LIMIT`, bulk or tail ESS below :data:`ESS_PER_CHAIN` per chain, any
+    divergent transition, E-BFMI below :data:`EBFMI_LIMIT` (Stan's, PyMC's and ArviZ's checks). Empty for a
+    streamed run (its chunks keep no trajectory)."""
+    out = []
+    n_chains = metrics.get("n_chains") or 0
+    r_hat = metrics.get("r_hat_max")
+    if r_hat is not None and math.isfinite(r_hat) and r_hat > RHAT_LIMIT:
+        out.append(f"R-hat max {r_hat:.3f} > {RHAT_LIMIT}: the chains disagree, they have not mixed (across modes, they "
+                   "keep the ones they started in); run longer (burn_in, n_steps) after more warm-up, or use "
+                   "parallel_tempering to cross between modes.")
+    bulk, tail = metrics.get("ess_bulk_min"), metrics.get("ess_tail_min")
+    needed = ESS_PER_CHAIN * n_chains
+    if bulk is not None and tail is not None and n_chains and min(bulk, tail) < needed:
+        out.append(f"ESS bulk min {bulk:.0f}, tail min {tail:.0f} < {needed} ({ESS_PER_CHAIN} per chain x {n_chains} "
+                   "chains): too few independent draws per chain for reliable means, quantiles and R-hat; run more "
+                   "steps (n_steps), or a better-tuned sampler (warm-up, MALA or NUTS rather than Langevin).")
+    if metrics.get("divergences"):
+        out.append(f"{metrics['divergences']} divergent transitions: the sampler cannot follow the energy's curvature "
+                   "there and its draws may miss that region; lower the step size (warm up with a higher "
+                   "target_accept, e.g. 0.9) or reparametrise the energy.")
+    if metrics.get("ebfmi_low_chains"):
+        out.append(f"E-BFMI min {metrics['ebfmi_min']:.2f} < {EBFMI_LIMIT} in {metrics['ebfmi_low_chains']} of {n_chains} "
+                   "chains: momentum resampling moves poorly through the energy levels (heavy tails, a funnel); "
+                   "reparametrise the energy, or adapt a mass matrix with a longer warm-up.")
     return out
 
 
@@ -60,9 +109,10 @@ def backends(energy: ebmcore.EnergyModel, like: torch.Tensor) -> dict[str, str]:
     return {op: chosen.backend for op in ops if (chosen := ebmcore.explain(op, like).chosen)}
 
 
-def plots(out: Path, energy: ebmcore.EnergyModel, trajectory: torch.Tensor, samples: torch.Tensor, quiet: bool) -> None:
+def plots(out: Path, energy: ebmcore.EnergyModel, trajectory: torch.Tensor, samples: torch.Tensor, quiet: bool) -> str | None:
     """``landscape.png`` (2-d), ``trace.png`` and ``autocorrelation.png`` in ``out``, of the chains that stayed finite;
-    one line instead without matplotlib or without a finite chain."""
+    one line instead without matplotlib or without a finite chain, and why they were skipped is returned (None:
+    written)."""
     why_not = plotting.unavailable()
     bad = diverged(samples, trajectory)
     if why_not is None and len(bad) == samples.shape[0]:
@@ -70,7 +120,7 @@ def plots(out: Path, energy: ebmcore.EnergyModel, trajectory: torch.Tensor, samp
     if why_not is not None:
         if not quiet:
             log.info("plots skipped: %s", why_not)
-        return
+        return why_not
     if bad:
         keep = torch.ones(samples.shape[0], dtype=torch.bool)
         keep[bad] = False
@@ -82,6 +132,7 @@ def plots(out: Path, energy: ebmcore.EnergyModel, trajectory: torch.Tensor, samp
     if trajectory.shape[0] >= 4:
         acf = ebmcore.diagnostics.autocorrelation(trajectory, max_lag=min(100, trajectory.shape[0] - 1))
         plotting.plot_autocorrelation(out / "autocorrelation.png", acf)
+    return None
 
 
 def summary(metrics: dict[str, Any], out: Path) -> str:
@@ -108,7 +159,10 @@ def summary(metrics: dict[str, Any], out: Path) -> str:
         lines.append(f"  {nonfinite_line(metrics)}; the mean, ESS and R-hat are over the others")
     if metrics.get("draws_file"):
         lines.append(f"  draws and sampler statistics: {out / metrics['draws_file']}")
-    lines.append(f"  metrics: {out / 'metrics.json'}; plots and samples in {out}")
+    skipped = metrics.get("plots_skipped")
+    lines.append(f"  metrics: {out / 'metrics.json'}; " + (f"samples in {out} (no plots: {skipped})" if skipped
+                                                             else f"plots and samples in {out}"))
+    lines += [f"warning: {w}" for w in metrics.get("warnings", [])]
     return "\n".join(lines)
 
 

@@ -43,7 +43,7 @@ SCHEMA: dict[str, Any] = {  # the defaults are the bundled configuration's (a te
         "name": ((str,), "mala"),
         "params": ((dict,), {}),
         "n_chains": ((int, positive), 1000),
-        "n_steps": ((int, positive), 500),
+        "n_steps": ((int, positive), 1000),
         "burn_in": ((int, non_negative), 500),
         "thin": ((int, positive), 1),
         "warmup": ((int, non_negative), 300),
@@ -61,6 +61,10 @@ SCHEMA: dict[str, Any] = {  # the defaults are the bundled configuration's (a te
     "output": {"dir": ((str,), "runs/sample"), "plots": ((bool,), True), "per_rank_samples": ((bool,), False),
                "draws": ((str, lambda v: None if v in draws.FORMATS else f"must be one of {', '.join(draws.FORMATS)}"), "npz")},
 }
+
+
+REPORT_EVERY_S = 30.0
+"""Without a terminal (logs), a streamed run logs its progress at most this often (seconds)."""
 
 
 def default_config_path() -> Path:
@@ -87,6 +91,8 @@ def load_config(path: str | Path | None, overrides: dict[str, dict[str, Any]] | 
         from ebm_samplers.arviz_export import unavailable
 
         if (why_not := unavailable()) is not None:
+            if ((overrides or {}).get("output") or {}).get("draws") == "netcdf":  # the flag, not the file, asked for it
+                raise ConfigError(f"--format netcdf: {why_not}; or write draws.npz with --format npz.")
             raise ConfigError(f"{path} [output] draws = 'netcdf': {why_not}; or write draws.npz with draws = 'npz'.")
     return config
 
@@ -226,9 +232,15 @@ def _run(config: dict[str, Any], out: Path, world: distributed.DistributedRun, r
         x0, tunables, step = tune(config, sampler, _initial(config, energy, part.stop - part.start, generator, device),
                                   generator, quiet)
     if r["n_samples"]:
+        if not quiet:  # what it costs, up front: each chunk runs burn_in + n_steps steps on its own chains
+            n_chunks = -(-r["n_samples"] // r["chunk_size"])
+            log.info("streaming %d samples in %d chunks of up to %d chains, %d steps each (burn_in %d + n_steps %d): "
+                     "%s chain-steps", r["n_samples"], n_chunks, r["chunk_size"], s["burn_in"] + s["n_steps"], s["burn_in"],
+                     s["n_steps"], f"{r['n_samples'] * (s['burn_in'] + s['n_steps']):,}")
         metrics = chunks.stream_chunks(sampler, r["n_samples"], r["chunk_size"], s["n_steps"], out / "chunks",
                                        initial=lambda size, g: _initial(config, energy, size, g, device), seed=r["seed"],
-                                       device=device, burn_in=s["burn_in"], resume=resume, progress=progress, **tunables)
+                                       device=device, burn_in=s["burn_in"], resume=resume, progress=progress,
+                                       report_every=None if progress or quiet else REPORT_EVERY_S, **tunables)
     else:
         sampling = time.perf_counter()
         if r["checkpoint_every"]:
@@ -244,14 +256,18 @@ def _run(config: dict[str, Any], out: Path, world: distributed.DistributedRun, r
                                      return_stats=config["output"]["draws"] != "none", **tunables)
             samples, trajectory, local, stats = res.samples, res.trajectory, res.local, res.stats
             acceptance, divergences, summary = res.acceptance, res.divergences, res.summary
-        metrics = run_report.metrics(samples, trajectory, s, time.perf_counter() - sampling, acceptance, divergences, summary)
+        metrics = run_report.metrics(samples, trajectory, s, time.perf_counter() - sampling, acceptance, divergences, summary,
+                                     stats)
         metrics["draws_file"] = _save_draws(config, out, world, sampler, x0, tunables, trajectory, stats)
         if config["output"]["per_rank_samples"]:  # each rank writes its own shard: samples-rank<r>.{pt,npz}
             runfiles.save_samples(out, f"samples-rank{world.rank}", samples[local])
         elif world.is_main:
             runfiles.save_samples(out, "samples", samples)
         if config["output"]["plots"] and world.is_main:
-            run_report.plots(out, energy, trajectory, samples, quiet)
+            metrics["plots_skipped"] = run_report.plots(out, energy, trajectory, samples, quiet)
+        elif not config["output"]["plots"]:
+            metrics["plots_skipped"] = "[output] plots = false"
+        metrics["warnings"] = run_report.warnings(metrics)
     metrics.update(step, sampler=s["name"], energy=config["energy"]["name"] or config["energy"]["model"],
                    wall_time_s=time.perf_counter() - start, device=str(device), kernel_backends=run_report.backends(energy, x0),
                    **({"world_size": world.world_size} if world.active else {}))
@@ -294,7 +310,8 @@ def add_command(subparsers: Any) -> None:
     p.add_argument("--chunk-size", type=int, help="chains per streamed chunk (default: [run] chunk_size)")
     p.add_argument("--resume", action="store_true", help="continue a streamed or checkpointed run where it stopped")
     p.add_argument("--overwrite", action="store_true", help="start afresh in a run directory that holds a run")
-    p.add_argument("--strict", action="store_true", help="exit with status 1 if any chain went non-finite")
+    p.add_argument("--strict", action="store_true",
+                   help="exit with status 1 if any chain went non-finite or the run has a warning (R-hat, ESS, divergences, E-BFMI)")
     p.add_argument("--format", choices=list(draws.FORMATS), dest="draws_format",
                    help="the draws file: npz (numpy), netcdf (ArviZ; needs ebm-samplers[arviz]) or none (default: [output] draws)")
     p.add_argument("--quiet", action="store_true", help="print only the final summary")
@@ -319,5 +336,10 @@ def _main(args: argparse.Namespace) -> int:
         print(run_report.summary(metrics, out))
     if args.strict and metrics.get("nonfinite_chains"):
         print(f"error: --strict: {run_report.nonfinite_line(metrics)}; everything is written to {out}.", file=sys.stderr)
+        return 1
+    if args.strict and metrics.get("warnings"):
+        n = len(metrics["warnings"])
+        print(f"error: --strict: {n} warning{'s' if n > 1 else ''} (above, and in {out / 'metrics.json'}); everything is "
+              f"written to {out}.", file=sys.stderr)
         return 1
     return 0

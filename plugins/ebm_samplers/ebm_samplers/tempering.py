@@ -49,6 +49,13 @@ class State:
         e = self.replicas.energy
         return e[: self.n_chains] if e.dim() else e  # a scalar (a bad energy) goes to the run's shape check as it is
 
+    @property
+    def grad(self) -> Tensor:
+        """The ``T = 1`` block of the base state's gradient (AttributeError where the base state carries none), for
+        the run's check of the gradient's shape at the initial state."""
+        g = self.replicas.grad
+        return g[: self.n_chains] if g.dim() else g
+
 
 @dataclass(frozen=True)
 class Info:

@@ -121,3 +121,22 @@ def test_nuts_default_warmup_on_the_regression_as_reported(pooled):
     energy, mean, sd = kid_score_regression()
     _assert_posterior(_warm_then_sample(NUTSSampler(energy), 10, 1000, 1000, pooled), mean, sd, f"NUTS, pooled={pooled}",
                       max_rhat=1.01)
+
+
+def test_warmup_of_a_plain_sampler_with_accepted_names_the_field_it_needs():
+    # a third-party core sampler whose info has `accepted` (the run reports its acceptance): warm-up says what it reads
+    import ebmcore.sampler
+    from ebm_samplers import cannot_warm_up
+
+    class RandomWalk(ebmcore.Sampler):
+        def init(self, x):
+            return type("S", (), {"x": x})()
+
+        def step(self, state, *, generator=None, step_size=0.5):
+            return state, type("I", (), {"accepted": torch.ones(state.x.shape[0], dtype=torch.bool)})()
+
+    why = cannot_warm_up(RandomWalk(ebmcore.energy("gaussian", dim=2)))
+    assert why.startswith("RandomWalk is a plain ebmcore.Sampler") and "info.acceptance_prob" in why
+    assert "info.accepted" in why and "give step_size yourself" in why
+    with pytest.raises(InputError, match=r"info\.acceptance_prob"):
+        warmup(RandomWalk(ebmcore.energy("gaussian", dim=2)), torch.randn(8, 2), 10)

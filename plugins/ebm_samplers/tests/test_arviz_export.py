@@ -132,8 +132,13 @@ def test_netcdf_without_arviz_is_refused_before_sampling(tmp_path, capsys, monke
     monkeypatch.setattr(arviz_export, "_library", lambda: None)
     (tmp_path / "hmc.toml").write_text(CONFIG)
     assert main(["sample", str(tmp_path / "hmc.toml"), "--out", str(tmp_path / "o"), "--format", "netcdf"]) == 2
+    err = capsys.readouterr().err  # the flag asked for it: the flag is named, not a file
+    assert "error: --format netcdf: ArviZ is not installed (pip install 'ebm-samplers[arviz]'); or write draws.npz with " \
+           "--format npz." in err and "toml" not in err
+    (tmp_path / "nc.toml").write_text(CONFIG.replace("plots = false", 'plots = false\ndraws = "netcdf"'))
+    assert main(["sample", str(tmp_path / "nc.toml"), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
-    assert "[output] draws = 'netcdf': ArviZ is not installed (pip install 'ebm-samplers[arviz]')" in err
+    assert f"{tmp_path / 'nc.toml'} [output] draws = 'netcdf': ArviZ is not installed (pip install 'ebm-samplers[arviz]')" in err
     assert not (tmp_path / "o").exists()
     with pytest.raises(ebmcore.errors.MissingDependencyError, match=r"pip install 'ebm-samplers\[arviz\]'"):
         arviz_export.to_arviz(NUTSSampler(ebmcore.energy("gaussian", dim=2)).sample(torch.zeros(2, 2), 3, return_trajectory=True))

@@ -88,3 +88,44 @@ def test_the_fused_and_per_step_paths_check_alike(name):
     assert (path == "fused chain") == name.endswith("fused")
     with pytest.raises(NonFiniteError, match=r"DoubleWellEnergy energy at the initial state x0 .* rows \[2\]"):
         sampler.sample(x0, 5)
+
+
+class WrongGradient(ebmcore.EnergyModel):
+    """``E = ½|x|²`` with a hand-written gradient of shape ``(n, 1)``: it would broadcast into ``x − h∇E``."""
+
+    event_shape = (2,)
+
+    def compute_energy(self, x):
+        return 0.5 * x.square().sum(-1)
+
+    def compute_gradient(self, x, create_graph=False):
+        return x.sum(-1, keepdim=True)
+
+
+class IntegerEnergy(ebmcore.EnergyModel):
+    """An energy returned as int64 (rounded)."""
+
+    event_shape = (2,)
+
+    def compute_energy(self, x):
+        return x.square().sum(-1).round().long()
+
+
+WITH_HMC_BASE = {**SAMPLERS, "tempering-hmc": lambda e: ParallelTemperingSampler(e, "hmc", n_replicas=2)}
+
+
+@pytest.mark.parametrize("name", WITH_HMC_BASE)
+def test_a_gradient_not_shaped_like_x_is_refused_by_every_sampler(name):
+    calls = []
+    sampler = WITH_HMC_BASE[name](WrongGradient())
+    with pytest.raises(InputError, match=r"gradient is shape \(6, 1\) for x of shape \(6, 2\); compute_gradient\(x\) must "
+                                         r"return a tensor shaped like x"):
+        sampler.sample(torch.randn(6, 2), 5, callback=lambda *args: calls.append(args))
+    assert calls == []  # no step was made with it
+
+
+@pytest.mark.parametrize("name", WITH_HMC_BASE)
+def test_an_integer_energy_is_refused_by_every_sampler_with_the_same_words(name):
+    with pytest.raises(InputError, match=r"IntegerEnergy\.compute_energy\(x\) returned dtype torch\.int64; energies must "
+                                         r"be floating point"):
+        WITH_HMC_BASE[name](IntegerEnergy()).sample(torch.randn(6, 2), 5)

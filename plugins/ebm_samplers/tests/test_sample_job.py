@@ -185,6 +185,21 @@ def test_profile_prints_a_breakdown(tmp_path, capsys):
     assert "ms per step" in out and "energy and gradient" in out and "random numbers" in out
 
 
+@pytest.mark.parametrize("extra, line", [
+    (9.0e-5, "diagnostics (when recorded)     +0.090 ms  +52.9 % on top of a step"),
+    (0.0, "diagnostics (when recorded)  not measurable: a run recording them was no slower, within the timing noise"),
+])
+def test_profile_says_whether_the_diagnostics_cost_was_measured(extra, line):
+    # a share of the step's time for a phase that is not part of it, or 0.0 % when it was not measured, misled
+    from ebm_samplers.profiling import _diagnostics, format_profile
+
+    result = {"total": 1.7e-4, "energy_gradient": 1e-4, "rng": 5e-5, "update_acceptance": 2e-5, "gradient_evaluations": 1.0,
+              **_diagnostics(extra)}
+    printed = format_profile("mala", 50, result).splitlines()
+    assert printed[-1] == f"  {line}"
+    assert result["diagnostics_measured"] is (extra > 0) and _diagnostics(-1e-5) == {"diagnostics": 0.0, "diagnostics_measured": False}
+
+
 def test_profile_function():
     import ebmcore
     from ebm_samplers import HMCSampler
@@ -407,7 +422,7 @@ def _truncate(path):
     ("too many kept draws", "n_steps = 100000000000 // thin = 1 kept draws of n_chains = 200 chains of shape (2,) need about"),
     ("truncated model", "model.pt cannot be read as a model from ebm train"),
     ("not a model", "model.pt is not a model from ebm train"),
-    ("pickled code in the model", "model.pt cannot be read as a model from ebm train (UnpicklingError: Weights only load failed"),
+    ("pickled code in the model", "model.pt holds pickled Python objects, which ebm never loads (it expected a model from ebm train)"),
     ("wrong keyword", "[energy]: energy 'gaussian_mixture' (GaussianMixtureEnergy): got an unexpected keyword argument 'sd'; it takes means, stds"),
     ("missing segment", "segment-00000.pt: no such file (expected segment 0 of the checkpointed run); start the run again with --overwrite"),
     ("truncated checkpoint", "checkpoint.pt cannot be read as a sampling checkpoint"),
