@@ -68,7 +68,7 @@ def test_unknown_first_party_name_says_what_to_install():
 def test_the_install_hint_outside_a_checkout_names_the_index_first(monkeypatch):
     from ebmcore import components
 
-    monkeypatch.setattr(components, "_checkout_plugin", lambda dist: None)  # an installed ebmcore, no plugins/ beside it
+    monkeypatch.setattr(components, "declared_plugins", lambda: {})  # an installed ebmcore, no plugins/ beside it
     assert components.install_hint("ebm-losses") == ("install it with `pip install ebm-losses` (from a source checkout: "
                                                      "`pip install -e plugins/ebm_losses`)")
 
