@@ -25,6 +25,9 @@ class Kernel:
     ``refuses(*static_args) -> reason | None``: why the kernel cannot take an
     op's static arguments, e.g. a network with an activation it lacks (None:
     it takes any); callers ask before choosing the kernel's path.
+    ``pays_up_to``: the most elements per chain at which the kernel was
+    measured to beat the per-step loop it replaces (None: wherever measured);
+    beyond it automatic selection takes the per-step loop, and says so.
     """
 
     op: str
@@ -35,6 +38,7 @@ class Kernel:
     priority: int = 0
     max_event_size: int | None = None
     refuses: Callable[..., str | None] | None = None
+    pays_up_to: int | None = None
 
     def mismatch(self, device: torch.device, dtype: torch.dtype, capability: tuple[int, int] | None) -> str | None:
         """Why this kernel cannot take inputs on ``device`` with ``dtype`` (None if it can)."""

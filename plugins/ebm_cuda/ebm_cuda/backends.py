@@ -206,10 +206,19 @@ def feedforward_contrastive_chain(x: Tensor, network: FeedForward, *, n_steps: i
         seed, offset)
 
 
+HOST_CHAINS_PAY_UP_TO = {"gaussian_langevin_chain": 128, "gaussian_hmc_chain": 64, "gaussian_nuts_chain": 32}
+"""Where the host build's chains stop beating the per-step loop (``Kernel.pays_up_to``), measured by
+``benchmarks/fused_boundary.py`` (1 thread, 100 and 1,000 chains; ``benchmarks/boundary/``): the Gaussian's gradient
+costs ``d²`` per chain in the kernel, where the per-step loop's is one matrix product over all chains (NUTS on 100
+chains: 2.1× faster fused at d = 50, 2× slower at d = 100, 10× at d = 400); the other energies' gradients cost ``d``
+and the fused chains win at every measured size (NUTS on the double well: 8× at d = 128)."""
+
+
 def _kernels(device: str, dtypes: tuple[torch.dtype, ...], plain: int, fused: int, max_chain: int | None,
-             capability: tuple[int, int] | None) -> list[Kernel]:
+             capability: tuple[int, int] | None, pays_up_to: dict[str, int] | None = None) -> list[Kernel]:
     def kernel(op: str, fn: Callable[..., Any], priority: int, max_event_size: int | None = None) -> Kernel:
-        return Kernel(op, fn, (device,), dtypes, capability, priority, max_event_size)
+        return Kernel(op, fn, (device,), dtypes, capability, priority, max_event_size,
+                      pays_up_to=(pays_up_to or {}).get(op))
 
     kernels = [kernel("langevin_step", langevin_step, plain), kernel("langevin_step_philox", langevin_step_philox, plain)]
     for name in LAYOUTS:
@@ -246,7 +255,8 @@ class HostBackend(KernelBackend):
                             ("feedforward_contrastive_chain", feedforward_contrastive_chain))]
         network_kernels.append(Kernel("conv_langevin_chain", conv_langevin_chain, ("cpu",), (torch.float32,), None, 10,
                                       refuses=_conv_refusal))
-        super().__init__("cpu_fused", [*_kernels("cpu", HOST_DTYPES, -10, 10, None, None), *network_kernels],
+        super().__init__("cpu_fused", [*_kernels("cpu", HOST_DTYPES, -10, 10, None, None, HOST_CHAINS_PAY_UP_TO),
+                                       *network_kernels],
                          description="ebm-cuda: the kernels built for the CPU (fused chains, vectorised over chains)")
 
     def unavailable_reason(self) -> str | None:

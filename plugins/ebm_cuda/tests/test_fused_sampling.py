@@ -197,3 +197,29 @@ def test_checkpointed_segments_of_a_fused_run_equal_one_run(tmp_path, make):
                                  saved=load_checkpoint(tmp_path / "b", torch.device("cpu")))
     assert torch.equal(resumed.samples, one.samples) and torch.equal(resumed.trajectory, one.trajectory)
     assert all(torch.equal(resumed.stats[k], v) for k, v in one.stats.items())
+
+
+@pytest.mark.parametrize("make, op", [(lambda e: LangevinSampler(e, step_size=0.01), "gaussian_langevin_chain"),
+                                      (lambda e: HMCSampler(e, step_size=0.1, n_leapfrog_steps=3), "gaussian_hmc_chain"),
+                                      (lambda e: NUTSSampler(e, step_size=0.3), "gaussian_nuts_chain")],
+                         ids=["langevin", "hmc", "nuts"])
+def test_a_fused_chain_steps_aside_where_it_was_measured_to_stop_paying(make, op):
+    """Issue 29: NUTS on a 1,000-d Gaussian took the fused chain by default and was 12× slower. The host chains of
+    the Gaussian (a d² gradient per chain) declare where they stop beating the per-step loop; the automatic choice
+    keeps to it and says why, fused=True still forces the chain, and an energy with a d-cost gradient keeps it."""
+    from ebm_cuda.backends import HOST_CHAINS_PAY_UP_TO
+
+    limit = HOST_CHAINS_PAY_UP_TO[op]
+
+    def path(d, energy=None, **kw):
+        energy = energy or ebmcore.GaussianEnergy(torch.zeros(d), covariance=torch.eye(d))
+        sampler = make(energy)
+        for k, v in kw.items():
+            setattr(sampler, k, v)
+        return sampler.prepare(torch.randn(4, d), None, {}).path
+
+    assert path(limit) == "fused chain"
+    assert path(limit + 1).startswith(f"per-step loop (the {op} kernel is slower than the per-step loop beyond {limit} "
+                                      f"elements per chain (measured), got {limit + 1}; fused=True forces it")
+    assert path(limit + 1, fused=True) == "fused chain"
+    assert path(4 * limit, ebmcore.energy("double_well", dim=4 * limit)) == "fused chain"

@@ -148,6 +148,9 @@ def chain_kernel(op: str, energy: EnergyModel, x: Tensor, fused: bool | None, *s
         return f"no kernel for {op}: {str(exc).splitlines()[0]}"
     if kernel.max_event_size is not None and x[0].numel() > kernel.max_event_size:
         return f"the {op} kernel takes at most {kernel.max_event_size} elements per chain, got {x[0].numel()}"
+    if fused is None and kernel.pays_up_to is not None and x[0].numel() > kernel.pays_up_to:
+        return (f"the {op} kernel is slower than the per-step loop beyond {kernel.pays_up_to} elements per chain "
+                f"(measured), got {x[0].numel()}; fused=True forces it")
     refusal = kernel.refuses(*static) if kernel.refuses is not None else None
     if refusal:
         return f"the {op} kernel {refusal}"
