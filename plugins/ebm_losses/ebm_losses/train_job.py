@@ -23,6 +23,7 @@ import ebmcore
 from ebmcore import registry, runfiles
 from ebmcore.config import load_job_config, non_negative, parse_device, positive, seed_range
 from ebmcore.errors import ConfigError, InputError
+from ebmcore.threads import job_threads
 
 from ebm_losses import datasets, images
 from ebm_losses.training import Trainer
@@ -190,14 +191,11 @@ def run(config: dict[str, Any], out: Path, *, resume: bool = False, overwrite: b
         use_cuda = config["train"]["device"].startswith("cuda")
         dist_run = distributed.init("nccl" if use_cuda else "gloo", device=None if use_cuda else "cpu")
         config = dict(config, train=dict(config["train"], device=str(dist_run.device)))
-    threads = torch.get_num_threads()
-    if config["train"]["threads"]:
-        torch.set_num_threads(config["train"]["threads"])
     try:
-        return _run(config, out, resume, quiet or (dist_run is not None and not dist_run.is_main),
-                    dist_run is None or dist_run.is_main)
+        with job_threads(config["train"]["threads"]):
+            return _run(config, out, resume, quiet or (dist_run is not None and not dist_run.is_main),
+                        dist_run is None or dist_run.is_main)
     finally:
-        torch.set_num_threads(threads)
         if dist_run is not None:
             distributed.shutdown(dist_run)
 
@@ -445,6 +443,7 @@ def add_command(subparsers: Any) -> None:
     p.add_argument("--backend", help='kernel backend selection, e.g. "torch"')
     p.add_argument("--seed", type=int, help="seed of the trainer's generator (default: [train] seed)")
     p.add_argument("--steps", type=int, help="total optimisation steps (default: [train] steps)")
+    p.add_argument("--threads", type=int, help="torch threads; 0: the cores no other process keeps busy (default: [train] threads)")
     p.add_argument("--resume", action="store_true", help="continue from the run directory's checkpoint, exactly")
     p.add_argument("--overwrite", action="store_true", help="start afresh in a run directory that holds a training")
     p.add_argument("--quiet", action="store_true", help="no progress bar, no lines about what was skipped")
@@ -453,7 +452,7 @@ def add_command(subparsers: Any) -> None:
 
 def _main(args: argparse.Namespace) -> int:
     config = load_config(args.config, {"train": {"device": args.device, "backend": args.backend, "seed": args.seed,
-                                                 "steps": args.steps}})
+                                                 "steps": args.steps, "threads": args.threads}})
     out = Path(args.out or config["output"]["dir"])
     metrics = run(config, out, resume=args.resume, overwrite=args.overwrite, quiet=args.quiet)
     if int(os.environ.get("RANK", "0")) == 0:

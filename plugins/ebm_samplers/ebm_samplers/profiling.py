@@ -16,6 +16,8 @@ from typing import Any, Callable
 
 import torch
 
+from ebmcore.threads import job_threads
+
 from ebm_samplers.sampler import AlgorithmSampler
 
 __all__ = ["profile", "format_profile", "add_command"]
@@ -140,21 +142,20 @@ def add_command(subparsers: Any) -> None:
     p.add_argument("--n-chains", type=int, help="number of chains (default: [sampler] n_chains)")
     p.add_argument("--n-steps", type=int, default=50, help="steps per timed run (default: 50)")
     p.add_argument("--device", help="torch device, e.g. cpu or cuda:0 (default: [run] device)")
-    p.add_argument("--threads", type=int, help="torch.set_num_threads for the measurement")
+    p.add_argument("--threads", type=int, help="torch threads; 0: the cores no other process keeps busy (default: [run] threads)")
     p.set_defaults(func=_main)
 
 
 def _main(args: argparse.Namespace) -> int:
     from ebm_samplers.sample_job import build, load_config
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
     config = load_config(args.config, {"sampler": {"name": args.sampler, "n_chains": args.n_chains},
-                                       "run": {"device": args.device}})
+                                       "run": {"device": args.device, "threads": args.threads}})
     device = torch.device(config["run"]["device"])
     energy, sampler = build(config, device)
     s = config["sampler"]
     g = torch.Generator(device=device).manual_seed(config["run"]["seed"])
     x0 = s["init_scale"] * torch.randn((s["n_chains"], *(energy.event_shape or (2,))), generator=g, device=device)
-    print(format_profile(s["name"], s["n_chains"], profile(sampler, x0, args.n_steps, generator=g)))
+    with job_threads(config["run"]["threads"]):
+        print(format_profile(s["name"], s["n_chains"], profile(sampler, x0, args.n_steps, generator=g)))
     return 0

@@ -27,6 +27,7 @@ from ebmcore import chunks, distributed, registry, runfiles
 from ebmcore.config import load_job_config, non_negative, parse_device, positive, seed_range
 from ebmcore.errors import ConfigError, RunFileError
 from ebmcore.recording import available_memory
+from ebmcore.threads import job_threads
 
 from ebm_samplers import draws, run_report
 from ebm_samplers.adaptation import cannot_warm_up, warmup
@@ -57,6 +58,7 @@ SCHEMA: dict[str, Any] = {  # the defaults are the bundled configuration's (a te
         "n_samples": ((int, non_negative), 0),
         "chunk_size": ((int, positive), 100_000),
         "checkpoint_every": ((int, non_negative), 0),
+        "threads": ((int, non_negative), 0),
     },
     "output": {"dir": ((str,), "runs/sample"), "plots": ((bool,), True), "per_rank_samples": ((bool,), False),
                "draws": ((str, lambda v: None if v in draws.FORMATS else f"must be one of {', '.join(draws.FORMATS)}"), "npz")},
@@ -197,7 +199,7 @@ def run(config: dict[str, Any], out: Path, *, resume: bool = False, overwrite: b
     use_cuda = r["device"].startswith("cuda")
     world = distributed.init("nccl" if use_cuda else "gloo", device=None if use_cuda and world_size > 1 else r["device"])
     try:
-        with ebmcore.use_backend(*selection) if selection else contextlib.nullcontext():
+        with ebmcore.use_backend(*selection) if selection else contextlib.nullcontext(), job_threads(r["threads"]):
             return _run(config, out, world, resume, quiet or not world.is_main)
     finally:
         distributed.shutdown(world)
@@ -308,6 +310,7 @@ def add_command(subparsers: Any) -> None:
     p.add_argument("--n-steps", type=int, help="kept steps after burn-in (default: [sampler] n_steps)")
     p.add_argument("--n-samples", type=int, help="stream this many samples to disk in chunks")
     p.add_argument("--chunk-size", type=int, help="chains per streamed chunk (default: [run] chunk_size)")
+    p.add_argument("--threads", type=int, help="torch threads; 0: the cores no other process keeps busy (default: [run] threads)")
     p.add_argument("--resume", action="store_true", help="continue a streamed or checkpointed run where it stopped")
     p.add_argument("--overwrite", action="store_true", help="start afresh in a run directory that holds a run")
     p.add_argument("--strict", action="store_true",
@@ -322,7 +325,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     return {"sampler": {"name": args.sampler, "n_chains": args.n_chains, "n_steps": args.n_steps,
                         "warmup": 0 if args.step_size is not None and args.warmup is None else args.warmup},
             "run": {"device": args.device, "backend": args.backend, "seed": args.seed, "n_samples": args.n_samples,
-                    "chunk_size": args.chunk_size},
+                    "chunk_size": args.chunk_size, "threads": args.threads},
             "output": {"draws": args.draws_format}}
 
 

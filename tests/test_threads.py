@@ -1,0 +1,41 @@
+"""The jobs' thread count: as configured, or the cores no other process keeps busy (ebmcore.threads)."""
+
+import os
+
+import pytest
+import torch
+
+from ebmcore import threads
+
+
+@pytest.mark.parametrize("cores, load, free", [(2, 0.0, 2), (2, 0.4, 2), (2, 0.6, 1), (2, 1.0, 1), (2, 3.7, 1),
+                                               (16, 3.2, 13), (16, 0.0, 16)])
+def test_free_cores_are_the_cores_less_the_load(monkeypatch, cores, load, free):
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
+    assert threads.free_cores() == free
+
+
+def test_free_cores_without_a_load_average_are_all_cores(monkeypatch):
+    def unreadable():
+        raise OSError("no load average here")
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(os, "getloadavg", unreadable)
+    assert threads.free_cores() == 8
+
+
+def test_job_threads_sets_and_restores(monkeypatch):
+    before = torch.get_num_threads()
+    with threads.job_threads(1) as n:
+        assert n == 1 and torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    monkeypatch.setattr(threads, "free_cores", lambda: 1)
+    with threads.job_threads(0) as n:  # the default: the free cores, never more than torch's own default
+        assert n == 1 and torch.get_num_threads() == 1
+    monkeypatch.setattr(threads, "free_cores", lambda: 10_000)
+    with threads.job_threads(0) as n:
+        assert n == before
+    with pytest.raises(RuntimeError), threads.job_threads(1):
+        raise RuntimeError("a failing job")
+    assert torch.get_num_threads() == before  # restored after an error too
