@@ -148,6 +148,37 @@ def _interpreted_checks() -> dict[str, Any]:
         full = chain(low.float(), program, n_steps=4, step_size=0.02, noise_scale=0.3, seed=5, offset=0).to(dtype)
         results[f"{dtype}".removeprefix("torch.")] = {"dtype": str(out.dtype), "diff": (out.float() - full.float()).abs().max().item()}
 
+    # the host build (cpu_fused) on the same seed draws the same stream: the chains agree to float32 rounding
+    from ebm_cuda.backends import feedforward_langevin_chain as host_chain
+
+    host = {}
+    for depth in (1, 2, 3):
+        for activation in ACTIVATIONS:
+            p = feedforward_of(_network(depth, activation), -1.0 if depth == 2 else 1.0)
+            kw = dict(n_steps=8, step_size=0.02, noise_scale=0.2, seed=2**33 + 7, offset=11)
+            host[f"{depth}-{activation}"] = (chain(x0, p, **kw) - host_chain(x0, p, **kw)).abs().max().item()
+    results["host_build"] = host
+
+    # a sampler picks the kernel where a backend offers it (here registered for the CPU, as the triton backend is for
+    # CUDA) and runs it with the seed it draws
+    from ebmcore import Kernel, KernelBackend, SequentialEnergy, hookimpl
+    from ebmcore.testing import isolated_plugins
+    from ebm_samplers import LangevinSampler
+
+    class Interpreted:
+        @hookimpl
+        def ebm_register_kernels(self, registry):
+            registry.register_kernel_backend(KernelBackend("triton_interpreted", [Kernel(
+                "feedforward_langevin_chain", chain, ("cpu",), tc.DTYPES, None, 20, tc.MAX_WIDTH, refuses=tc.refusal)]))
+
+    with isolated_plugins(("interpreted", Interpreted())):
+        sampler = LangevinSampler(SequentialEnergy(net), step_size=0.01)
+        results["sampler_path"] = sampler.prepare(x0, None, {}).path
+        sampled = sampler.sample(x0, 4, burn_in=2, generator=torch.Generator().manual_seed(2))
+    seed = int(torch.randint(0, 2**62, (), generator=torch.Generator().manual_seed(2)))  # the key a fused run draws
+    direct = chain(x0, program, n_steps=6, step_size=0.01, noise_scale=0.02 ** 0.5, seed=seed, offset=0)
+    results["sampler_vs_direct"] = (sampled - direct).abs().max().item()
+
     # precision: tf32 is accepted (the interpreter computes every product in float32 whatever it is asked)
     results["tf32_runs"] = chain(x0, program, n_steps=2, step_size=0.02, noise_scale=0.3, seed=5, offset=0,
                                  precision="tf32").shape == (N, D)
@@ -229,6 +260,16 @@ def test_a_negated_network_equals_its_last_layer_negated(interpreted):
     assert interpreted["negated_moves"] > 0.01
 
 
+def test_the_chain_equals_the_host_build_on_the_same_seed(interpreted):
+    assert len(interpreted["host_build"]) == 3 * 4
+    assert max(interpreted["host_build"].values()) < 1e-5, interpreted["host_build"]  # 8 steps, float32 both
+
+
+def test_a_sampler_runs_the_kernel_it_resolves(interpreted):
+    assert interpreted["sampler_path"].startswith("fused chain")
+    assert interpreted["sampler_vs_direct"] == 0.0  # one launch of 6 steps, or 2 then 4: the same bits
+
+
 def test_bfloat16_and_float16_states_round_once_at_the_end(interpreted):
     for name in ("bfloat16", "float16"):
         assert interpreted[name] == {"dtype": f"torch.{name}", "diff": 0.0}
@@ -268,6 +309,48 @@ def test_refusals_and_resolution_name_their_reason():
     if torch.version.cuda is None:
         assert tc.unavailable_reason().startswith("this torch build has no CUDA")
         assert "triton" not in sys.modules  # deciding so imports no triton
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_compiled_chain_equals_the_host_build_and_samplers_resolve_it():
+    """On a GPU machine (skipped without one; failed where a GPU is present but the Triton kernels cannot run): the
+    compiled kernel against the host build on the same stream, for every activation and depth, float32 (IEEE and TF32),
+    bfloat16, a ragged chain count, restarts; resolution and a sampler's path pick it."""
+    from ebm_cuda import triton_chains as tc
+    from ebm_cuda.backends import feedforward_langevin_chain as host_chain
+    from ebm_cuda.testing import assert_chains_close, gpu_absent_reason
+    from ebm_samplers import LangevinSampler
+
+    absent = gpu_absent_reason()
+    if absent is not None:
+        pytest.skip(absent)
+    reason = tc.unavailable_reason()
+    if reason is not None:
+        pytest.fail(f"a GPU is present ({torch.cuda.get_device_name()}) but the Triton kernels cannot run: {reason}",
+                    pytrace=False)
+    x0 = torch.randn(3001, D, generator=torch.Generator().manual_seed(0))
+    kw = dict(n_steps=20, step_size=0.02, noise_scale=0.2, seed=2**40 + 3, offset=5)
+    for depth in (1, 2, 3):
+        for activation in ACTIVATIONS:
+            program = feedforward_of(_network(depth, activation), -1.0 if depth == 2 else 1.0)
+            expected = host_chain(x0, program, **kw)
+            net = _network(depth, activation).cuda()
+            cuda_program = feedforward_of(net, -1.0 if depth == 2 else 1.0)
+            got = tc.feedforward_langevin_chain(x0.cuda(), cuda_program, precision="ieee", **kw)
+            assert_chains_close(got, expected, rtol=1e-4, atol=1e-4, what=f"{depth}-{activation} ieee")
+            tf32 = tc.feedforward_langevin_chain(x0.cuda(), cuda_program, precision="tf32", **kw)
+            assert_chains_close(tf32, expected, rtol=5e-2, atol=5e-2, what=f"{depth}-{activation} tf32")
+            low = tc.feedforward_langevin_chain(x0.cuda().bfloat16(), cuda_program, precision="ieee", **kw)
+            full = tc.feedforward_langevin_chain(x0.cuda().bfloat16().float(), cuda_program, precision="ieee", **kw)
+            assert torch.equal(low, full.bfloat16())
+    half = dict(kw, n_steps=10)
+    first = tc.feedforward_langevin_chain(x0.cuda(), cuda_program, **half)
+    both = tc.feedforward_langevin_chain(first, cuda_program, **dict(half, offset=15))
+    assert torch.equal(both, tc.feedforward_langevin_chain(x0.cuda(), cuda_program, **kw))
+    for dtype in (torch.float32, torch.bfloat16):
+        assert ebmcore.explain("feedforward_langevin_chain", device="cuda", dtype=dtype).chosen.backend == "triton"
+    path = LangevinSampler(ebmcore.SequentialEnergy(net), step_size=0.01).prepare(x0.cuda(), None, {}).path
+    assert path.startswith("fused chain"), path
 
 
 if __name__ == "__main__":
