@@ -70,8 +70,9 @@ def _normals(seed_lo, seed_hi, rows, t, D: tl.constexpr, BLOCK_N: tl.constexpr):
     return tl.reshape(z, (BLOCK_N, D))
 
 
-# 64-bit seeds and steps travel as halves that are non-negative int32 (Triton types an int argument by its value, and the
-# interpreter sign-extends one typed uint32 when it widens it): seed = seed_hi·2³² + seed_lo, offset = offset_hi·2³¹ + offset_lo.
+# 64-bit seeds and steps travel as int32 halves (Triton types an int argument by its value: steps in [2³¹, 2³²), typed
+# uint32, gave wrong counters under the interpreter): seed = seed_hi·2³² + seed_lo (bit patterns), offset =
+# offset_hi·2³¹ + offset_lo (both non-negative).
 @triton.jit(do_not_specialize=["n", "d", "stride_x", "stride_out", "n_steps", "h", "s", "seed_lo", "seed_hi", "offset_lo",
                                "offset_hi"])
 def langevin_kernel(x_ptr, out_ptr, noise_ptr, hv_ptr, sv_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, w3_ptr, b3_ptr, wo_ptr,
@@ -137,7 +138,7 @@ def langevin_kernel(x_ptr, out_ptr, noise_ptr, hv_ptr, sv_ptr, w1_ptr, b1_ptr, w
             e1 = tl.dot(e2, w2, input_precision=PRECISION) * d1
         grad = tl.dot(e1, w1, input_precision=PRECISION)  # (BLOCK_N, D0); zero in the padded columns
         if NOISE_FROM_TENSOR:
-            xi = tl.load(noise_ptr + (k * n + rows64)[:, None] * d + cols[None, :], mask=mask, other=0.0)
+            xi = tl.load(noise_ptr + (n.to(tl.int64) * k + rows64)[:, None] * d + cols[None, :], mask=mask, other=0.0)
         else:
             xi = _normals(seed_lo, seed_hi, rows, offset + k, D0, BLOCK_N)
         x = x - hs * grad + ss * tl.where(col_ok[None, :], xi, 0.0)

@@ -226,11 +226,12 @@ def stream_normals(n: int, d: int, seed: int, step: int, device: Any = "cuda") -
 
 def compile_report(capability: int, *, widths: tuple[int, ...] = (2, 64, 64), activations: tuple[int, ...] | None = None,
                    block_n: int = 16, precision: str = "ieee", dtype: torch.dtype = torch.float32,
-                   noise_from_tensor: bool = False, num_warps: int = NUM_WARPS) -> dict[str, Any]:
+                   noise_from_tensor: bool = False, per_chain: bool = False, num_warps: int = NUM_WARPS) -> dict[str, Any]:
     """Compile the chain kernel for ``sm_<capability>`` without a GPU (``triton.compile`` for ``GPUTarget("cuda",
     capability, 32)``) and read its resources from ``ptxas -v`` (Triton's own ptxas): ``{"registers", "spill_stores",
     "spill_loads", "stack", "shared", "seconds"}`` (bytes but registers). ``widths``: ``(d, h_1, …)`` before padding;
-    ``activations``: codes of :data:`ACTIVATIONS` per hidden layer (SiLU everywhere by default)."""
+    ``activations``: codes of :data:`ACTIVATIONS` per hidden layer (SiLU everywhere by default); ``noise_from_tensor``,
+    ``per_chain``: the variants that read the noise from a tensor and the step sizes and noise scales per chain."""
     import re
     import subprocess
     import tempfile
@@ -253,7 +254,8 @@ def compile_report(capability: int, *, widths: tuple[int, ...] = (2, 64, 64), ac
                      offset_hi="i32")
     constexprs = dict(D0=padded[0], H1=padded[1], H2=(padded + [16, 16])[2], H3=(padded + [16, 16, 16])[3],
                       N_HIDDEN=n_hidden, ACT1=acts[0], ACT2=(acts + [0, 0])[1], ACT3=(acts + [0, 0, 0])[2], BLOCK_N=block_n,
-                      NOISE_FROM_TENSOR=noise_from_tensor, PER_CHAIN_H=False, PER_CHAIN_S=False, PRECISION=precision)
+                      NOISE_FROM_TENSOR=noise_from_tensor, PER_CHAIN_H=per_chain, PER_CHAIN_S=per_chain,
+                      PRECISION=precision)
     signature.update({name: "constexpr" for name in constexprs})
     signature = {name: signature[name] for name in fn.arg_names}
     start = time.perf_counter()
