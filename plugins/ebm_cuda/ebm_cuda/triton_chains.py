@@ -210,8 +210,9 @@ def feedforward_langevin_chain(x: Tensor, network: FeedForward, *, n_steps: int,
     if xs.stride(1) != 1:
         xs = xs.contiguous()
     noise_t = noise.detach().to(device=x.device, dtype=torch.float32).contiguous() if noise is not None else None
-    kernels.launch_langevin(xs, result, tensors, padded, acts, n_steps, h, s, hv, sv, int(seed), int(offset),
-                            _matmul_precision(precision), block_n, NUM_WARPS, noise_t)
+    with _on(x.device):  # Triton launches on the current device
+        kernels.launch_langevin(xs, result, tensors, padded, acts, n_steps, h, s, hv, sv, int(seed), int(offset),
+                                _matmul_precision(precision), block_n, NUM_WARPS, noise_t)
     return result
 
 
@@ -220,8 +221,16 @@ def stream_normals(n: int, d: int, seed: int, step: int, device: Any = "cuda") -
     the chain's noise to the bit; to ``ebm_cuda.reference.normal(n, d, seed, step)`` to float32 rounding)."""
     out = torch.empty(n, d, dtype=torch.float32, device=device)
     if n and d:
-        _kernels().launch_normals(out, int(seed), int(step))
+        with _on(out.device):
+            _kernels().launch_normals(out, int(seed), int(step))
     return out
+
+
+def _on(device: torch.device) -> Any:
+    """``torch.cuda.device(device)`` for a CUDA device (the kernel must launch on the inputs' GPU), else nothing."""
+    import contextlib
+
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
 def compile_report(capability: int, *, widths: tuple[int, ...] = (2, 64, 64), activations: tuple[int, ...] | None = None,
