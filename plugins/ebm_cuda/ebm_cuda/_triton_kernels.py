@@ -101,26 +101,26 @@ def langevin_kernel(x_ptr, out_ptr, noise_ptr, hv_ptr, sv_ptr, w1_ptr, b1_ptr, w
     else:
         ss = s
 
+    # the weights, read once per program and held across the steps
+    k1 = tl.arange(0, H1)
+    w1 = tl.load(w1_ptr + k1[:, None] * D0 + cols[None, :])  # (H1, D0)
+    b1 = tl.load(b1_ptr + k1)
+    if N_HIDDEN >= 2:
+        k2 = tl.arange(0, H2)
+        w2 = tl.load(w2_ptr + k2[:, None] * H1 + k1[None, :])  # (H2, H1)
+        b2 = tl.load(b2_ptr + k2)
+    if N_HIDDEN >= 3:
+        k3 = tl.arange(0, H3)
+        w3 = tl.load(w3_ptr + k3[:, None] * H2 + k2[None, :])  # (H3, H2)
+        b3 = tl.load(b3_ptr + k3)
+    if N_HIDDEN == 1:
+        wo = tl.load(wo_ptr + k1)
+    elif N_HIDDEN == 2:
+        wo = tl.load(wo_ptr + k2)
+    else:
+        wo = tl.load(wo_ptr + k3)
     offset = offset_hi.to(tl.int64) * 2147483648 + offset_lo.to(tl.int64)
     for k in range(n_steps):
-        # the weights, read every step from L1/L2: held across steps they spill at block_n >= 32
-        k1 = tl.arange(0, H1)
-        w1 = tl.load(w1_ptr + k1[:, None] * D0 + cols[None, :])  # (H1, D0)
-        b1 = tl.load(b1_ptr + k1)
-        if N_HIDDEN >= 2:
-            k2 = tl.arange(0, H2)
-            w2 = tl.load(w2_ptr + k2[:, None] * H1 + k1[None, :])  # (H2, H1)
-            b2 = tl.load(b2_ptr + k2)
-        if N_HIDDEN >= 3:
-            k3 = tl.arange(0, H3)
-            w3 = tl.load(w3_ptr + k3[:, None] * H2 + k2[None, :])  # (H3, H2)
-            b3 = tl.load(b3_ptr + k3)
-        if N_HIDDEN == 1:
-            wo = tl.load(wo_ptr + k1)
-        elif N_HIDDEN == 2:
-            wo = tl.load(wo_ptr + k2)
-        else:
-            wo = tl.load(wo_ptr + k3)
         z1 = tl.dot(x, tl.trans(w1), input_precision=PRECISION) + b1[None, :]
         a1, d1 = _activation(z1, ACT1)
         if N_HIDDEN == 1:
