@@ -1,6 +1,6 @@
 """The fused Langevin chain of a feed-forward energy on CUDA, written in Triton: ``feedforward_langevin_chain``.
 
-One program holds ``block_n`` chains (rows) and runs all ``n_steps`` steps on them: per step the forward pass
+One program holds ``block_n`` chains (rows; 16 by default) and runs all ``n_steps`` steps on them: per step the forward pass
 (``tl.dot`` per layer, the activation and its derivative), the chain rule backwards (``tl.dot`` with the same
 weights), and the move ``x ← x − h∇ₓE(x) + s·ξ``. The weights are read once per program; the states once and
 written once per launch, whatever ``n_steps`` is.
@@ -12,7 +12,7 @@ written once per launch, whatever ``n_steps`` is.
   network is not taken.
 - **Precision:** the state is float32, bfloat16 or float16 (loaded once, the math in float32, rounded to nearest even
   once per launch, when it is stored); the weights are copied to padded float32. The products are IEEE float32
-  (``input_precision="ieee"``) unless ``precision="tf32"`` (or ``"tf32x3"``) is given, or, with ``precision=None``, the
+  (``input_precision="ieee"``) unless ``precision="tf32"`` is given, or, with ``precision=None``, the
   default, torch's own switch for float32 products asks for TF32 (``torch.set_float32_matmul_precision("high")`` or
   ``"medium"``), as it does for the per-step path's matrix products.
 - **Noise:** the Philox stream of the C kernels (:mod:`ebm_cuda.reference`, ``docs/cuda.md``): element ``j`` of chain
@@ -37,11 +37,13 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
+from ebmcore.energies import feedforward
 from ebmcore.energies.program import ActivationKind, FeedForward
 from ebmcore.errors import InputError
 
-__all__ = ["ACTIVATIONS", "MAX_HIDDEN", "MAX_WIDTH", "DTYPES", "MIN_COMPUTE_CAPABILITY", "TRITON_VERSION", "refusal",
-           "unavailable_reason", "feedforward_langevin_chain", "stream_normals", "kernel_arguments"]
+__all__ = ["ACTIVATIONS", "MAX_HIDDEN", "MAX_WIDTH", "DTYPES", "MIN_COMPUTE_CAPABILITY", "TRITON_VERSION", "PRECISIONS",
+           "NUM_WARPS", "refusal", "unavailable_reason", "feedforward_langevin_chain", "stream_normals", "kernel_arguments",
+           "compile_report"]
 
 ACTIVATIONS: dict[ActivationKind, int] = {ActivationKind.SILU: 0, ActivationKind.TANH: 1, ActivationKind.SIGMOID: 2,
                                           ActivationKind.RELU: 3}
@@ -52,7 +54,8 @@ MAX_HIDDEN = 3
 
 MAX_WIDTH = 64
 """The widest layer (and state) the kernel takes, after padding to a multiple of 16: a program holds a block of
-activations of every layer in registers."""
+activations of every layer in registers, and its weights in shared memory. At 128 the kernel spilled kilobytes of
+registers on sm_90, and three hidden layers of 128 took 147-172 KB of shared memory (sm_80 has 164 KB)."""
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 """The chain states the kernel takes; the math is float32."""
@@ -63,7 +66,8 @@ MIN_COMPUTE_CAPABILITY = (8, 0)
 TRITON_VERSION = "3.7.1"
 """The Triton version torch's CUDA wheel pins, the one the tests and ``make setup`` install."""
 
-PRECISIONS = ("ieee", "tf32", "tf32x3")
+PRECISIONS = ("ieee", "tf32")
+"""The products offered (Triton's ``input_precision``); ``"tf32x3"`` is not: it spills 228 bytes or more on sm_80 and sm_90."""
 
 NUM_WARPS = 8
 """Warps per program. With 4, the IEEE kernel of a 2-64-64-1 network spills registers on sm_80 (and at 32 chains per
@@ -172,6 +176,11 @@ def _check(x: Tensor, network: FeedForward, n_steps: int) -> None:
     reason = refusal(network)
     if reason is not None:
         raise InputError(f"ebm_cuda.triton_chains.feedforward_langevin_chain: the kernel {reason}.")
+    feedforward.check_layers(network)  # one dtype and device for every layer
+    first = network.layers[0].linear.weight
+    if first.device != x.device:
+        raise InputError(f"ebm_cuda.triton_chains.feedforward_langevin_chain: the network is on {first.device}, x on "
+                         f"{x.device}; move one to the other (model.to(x.device)).")
     if n_steps < 0:
         raise InputError(f"ebm_cuda.triton_chains.feedforward_langevin_chain: n_steps must be >= 0, got {n_steps}.")
 
@@ -183,16 +192,17 @@ def feedforward_langevin_chain(x: Tensor, network: FeedForward, *, n_steps: int,
     ``x: (n, d)`` float32, bfloat16 or float16 (math in float32, rounded once at the end). ``step_size``,
     ``noise_scale``: numbers or one value per chain ``(n,)``. ``ξ`` is drawn in the kernel from the stream of the
     module docstring at steps ``offset, …, offset + n_steps − 1``, or, with ``noise: (n_steps, n, d)``, read from
-    that tensor (for tests). ``precision``: the products' ``input_precision`` (``"ieee"``, ``"tf32"``, ``"tf32x3"``;
+    that tensor (for tests). ``precision``: the products' ``input_precision`` (``"ieee"`` or ``"tf32"``;
     None: IEEE unless ``torch.get_float32_matmul_precision()`` is not ``"highest"``). ``block_n``: chains per
-    program (16, 32, 64, ...; the result does not depend on it). ``out``: an ``(n, d)`` tensor of ``x``'s dtype to
-    write into (returned)."""
+    program (a power of 2, at least 16; the noise and the masking do not depend on it, the products' rounding may, in
+    the last bit; above 16 the kernel may spill registers). ``out``: an ``(n, d)`` tensor of ``x``'s dtype on ``x``'s
+    device to write into (returned)."""
     _check(x, network, n_steps)
     n, d = x.shape
     result = out if out is not None else torch.empty_like(x, memory_format=torch.contiguous_format)
-    if out is not None and (out.shape != x.shape or out.dtype != x.dtype or out.stride(1) != 1):
-        raise InputError(f"ebm_cuda.triton_chains.feedforward_langevin_chain: out must be {tuple(x.shape)} {x.dtype} with "
-                         f"unit column stride.")
+    if out is not None and (out.shape != x.shape or out.dtype != x.dtype or out.device != x.device or out.stride(1) != 1):
+        raise InputError(f"ebm_cuda.triton_chains.feedforward_langevin_chain: out must be {tuple(x.shape)} {x.dtype} on "
+                         f"{x.device} with unit column stride.")
     if n == 0:
         return result
     if n_steps == 0:

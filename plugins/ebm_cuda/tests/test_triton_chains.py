@@ -320,6 +320,34 @@ def test_refusals_and_resolution_name_their_reason():
     deep = [m for _ in range(4) for m in (lin(2, 2), torch.nn.Tanh())]
     assert tc.refusal(program(*deep, lin(2, 1))) == "takes at most 3 hidden layers, the network has 4"
     assert tc.refusal(program(lin(2, 65), torch.nn.ReLU(), lin(65, 1))) == "takes layers at most 64 wide, the network has one 65 wide"
+    # the products: IEEE unless asked for TF32, by torch's switch for float32 products or by name
+    from ebmcore.errors import InputError
+
+    before = torch.get_float32_matmul_precision()
+    try:
+        for setting, expected in (("highest", "ieee"), ("high", "tf32"), ("medium", "tf32")):
+            torch.set_float32_matmul_precision(setting)
+            assert tc._matmul_precision(None) == expected
+            assert tc._matmul_precision("ieee") == "ieee"
+    finally:
+        torch.set_float32_matmul_precision(before)
+    with pytest.raises(InputError, match="precision must be one of ieee, tf32 or None"):
+        tc._matmul_precision("tf32x3")
+    # input errors name the fix, before any kernel is compiled
+    ok = program(lin(2, 8), torch.nn.SiLU(), lin(8, 1))
+    x = torch.randn(5, 2)
+    kw = dict(n_steps=2, step_size=0.1, noise_scale=0.1, seed=0, offset=0)
+    for bad, match in ((dict(x=x[None]), "x must be \\(n_chains, d\\)"), (dict(x=x.double()), "x.float\\(\\)"),
+                       (dict(x=torch.randn(5, 3)), "the network takes 2 features, x has 3"),
+                       (dict(n_steps=-1), "n_steps must be >= 0"), (dict(block_n=24), "block_n must be a power of 2"),
+                       (dict(noise=torch.randn(2, 5, 3)), "noise must be \\(n_steps, n, d\\)"),
+                       (dict(out=torch.empty(5, 3)), "out must be \\(5, 2\\)"),
+                       (dict(step_size=torch.ones(4)), "step_size has 4 values for 5 chains"),
+                       (dict(network=program(lin(2, 8), torch.nn.GELU(), lin(8, 1))), "the kernel has no gelu")):
+        args = {"x": x, "network": ok, **kw, **bad}
+        with pytest.raises(InputError, match=match):
+            tc.feedforward_langevin_chain(args.pop("x"), args.pop("network"), **args)
+    assert tc.feedforward_langevin_chain(x, ok, **dict(kw, n_steps=0)).equal(x)  # nothing to launch
     # registered: explain lists it for CUDA inputs, with why it cannot run on this machine
     rows = {c.backend: c for c in ebmcore.explain("feedforward_langevin_chain", device="cuda", dtype=torch.bfloat16).candidates}
     assert "triton" in rows
