@@ -8,8 +8,8 @@ written once per launch, whatever ``n_steps`` is.
 - **Networks:** the :class:`~ebmcore.energies.program.FeedForward` programs of the host build with 1 to
   :data:`MAX_HIDDEN` hidden layers (one kernel specialised per depth and activations through ``tl.constexpr``),
   activations of :data:`ACTIVATIONS` (SiLU, tanh, sigmoid, ReLU), any sign. Every width is padded with zeros to a
-  multiple of 16 (``tl.dot`` needs K ≥ 16), at most :data:`MAX_WIDTH` after padding; :func:`refusal` says why a
-  network is not taken.
+  power of 2 of at least 16 (``tl.arange`` takes powers of 2, ``tl.dot`` needs K ≥ 16), at most :data:`MAX_WIDTH`;
+  :func:`refusal` says why a network is not taken.
 - **Precision:** the state is float32, bfloat16 or float16 (loaded once, the math in float32, rounded to nearest even
   once per launch, when it is stored); the weights are copied to padded float32. The products are IEEE float32
   (``input_precision="ieee"``) unless ``precision="tf32"`` is given, or, with ``precision=None``, the
@@ -53,7 +53,7 @@ MAX_HIDDEN = 3
 """The most hidden layers the kernel is specialised for."""
 
 MAX_WIDTH = 64
-"""The widest layer (and state) the kernel takes, after padding to a multiple of 16: a program holds a block of
+"""The widest layer (and state) the kernel takes, after padding (16, 32 or 64): a program holds a block of
 activations of every layer in registers, and its weights in shared memory. At 128 the kernel spilled kilobytes of
 registers on sm_90, and three hidden layers of 128 took 147-172 KB of shared memory (sm_80 has 164 KB)."""
 
@@ -75,7 +75,9 @@ program on sm_90); with 8 neither does (``tests/test_triton_chains.py`` compiles
 
 
 def _pad(width: int) -> int:
-    return max(16, -(-width // 16) * 16)
+    """The width the kernel computes with: the next power of 2, at least 16 (``tl.arange`` takes powers of 2, and
+    ``tl.dot`` needs K ≥ 16)."""
+    return max(16, 1 << (width - 1).bit_length())
 
 
 def refusal(network: FeedForward) -> Optional[str]:
@@ -145,7 +147,7 @@ def _per_chain(value: Any, n: int, device: torch.device, what: str) -> tuple[flo
 
 def kernel_arguments(network: FeedForward, device: torch.device) -> tuple[list[Tensor], tuple[int, ...], tuple[int, ...]]:
     """The network as the kernel reads it: ``[W_1, b_1, …, W_H, b_H, sign·w_out]`` padded with zeros to widths of
-    multiples of 16 (float32, contiguous, on ``device``), the padded widths ``(d, h_1, …, h_H)`` and the activation codes."""
+    16, 32 or 64 (float32, contiguous, on ``device``), the padded widths ``(d, h_1, …, h_H)`` and the activation codes."""
     widths = network.widths[:-1]
     padded = tuple(_pad(w) for w in widths)
     tensors: list[Tensor] = []
