@@ -200,6 +200,7 @@ def _compile_checks() -> dict[str, Any]:
     # depth: compiled once, for sm_90
     reports["sm_90 3-40-17-5-1 tanh/sigmoid/relu float32 ieee, tensor noise, per-chain h and s"] = compile_report(
         90, widths=WIDTHS, activations=(1, 2, 3), noise_from_tensor=True, per_chain=True)
+    reports["sm_90 2-32-1 relu float16 ieee"] = compile_report(90, widths=(2, 32), activations=(3,), dtype=torch.float16)
     return reports
 
 
@@ -300,7 +301,7 @@ def test_the_kernel_compiles_for_sm80_and_sm90_without_spills(tmp_path):
     for name, report in reports.items():  # in the test's output (pytest -s, or -rA): the registers of each build
         print(f"{name}: {report['registers']} registers, {report['spill_stores']} bytes spill stores, "
               f"{report['spill_loads']} bytes spill loads, {report['shared']} bytes shared, {report['seconds']:.1f} s")
-    assert len(reports) == 7
+    assert len(reports) == 8
     assert all(0 < r["registers"] <= 255 for r in reports.values())
     # IEEE products (the default): no spills. TF32 (mma) spills a few bytes of the 2-64-64-1 kernel on sm_80 at every
     # block size and warp count tried (8-76 bytes); recorded above, and bounded so that it cannot grow unseen.
