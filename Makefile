@@ -1,13 +1,15 @@
 # One entry point for a fresh machine: `make demo` (the main job: ebm train, then ebm sample, on the bundled
 # default configurations), `make test` (all tests) and, on a GPU machine, `make gpu-check` (docs/cuda.md).
-# Both create .venv, install the CPU build of PyTorch, the core and every plugin under plugins/.
+# Both create .venv, install the CPU build of PyTorch, Triton (pinned to the version torch's CUDA wheel pins: the tests
+# run the Triton kernels under its interpreter and compile them for sm_80/sm_90 without a GPU), the core and every
+# plugin under plugins/.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PLUGINS := $(patsubst %/pyproject.toml,%,$(wildcard plugins/*/pyproject.toml))
 # plugin extras the tests need: ebm-samplers[arviz] (ArviZ export, netCDF draws), ebm-losses[images]
-# (scikit-learn's digits and PNG folders)
-EXTRAS := plugins/ebm_samplers=arviz plugins/ebm_losses=images
+# (scikit-learn's digits and PNG folders), ebm-cuda[triton] (the Triton kernels; pinned above)
+EXTRAS := plugins/ebm_samplers=arviz plugins/ebm_losses=images plugins/ebm_cuda=triton
 PLUGIN_SPECS := $(foreach p,$(PLUGINS),"$(p)$(foreach e,$(filter $(p)=%,$(EXTRAS)),[$(patsubst $(p)=%,%,$(e))])")
 
 .PHONY: setup demo test docs docs-serve gpu-check
@@ -15,7 +17,7 @@ setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml $(wildcard plugins/*/pyproject.toml) Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet "setuptools>=77" wheel torch==2.13.0
+	$(PY) -m pip install --quiet "setuptools>=77" wheel torch==2.13.0 triton==3.7.1
 	$(PY) -m pip install --quiet --no-build-isolation -e ".[test,docs,plot]" $(addprefix -e ,$(PLUGINS))
 	$(PY) -m pip install --quiet --no-build-isolation $(addprefix -e ,$(PLUGIN_SPECS))  # then their extras (one resolve with both fails)
 	touch $@

@@ -74,7 +74,8 @@ def _cmd_backends(args: argparse.Namespace) -> int:
     print("\nneural energies (an EnergyModel without an analytic gradient): the gradient is computed in closed form, "
           "equal to autograd's, when the energy's program is a feed-forward network (MLPEnergy, SequentialEnergy: "
           "nn.Linear layers and activations ending in Linear(·, 1); ebmcore.energies.feedforward); otherwise by autograd. A backend may run such a network itself: "
-          "the feedforward_* ops above (ebm-cuda's cpu_fused: ULA chains, and the fused ops of the losses). A sampler's run "
+          "the feedforward_* ops above (ebm-cuda's cpu_fused: ULA chains, and the fused ops of the losses; its triton backend: "
+          "ULA chains on CUDA). A sampler's run "
           "names the path it takes (ebm profile prints it).")
     if unresolved:
         print(f"\n{unresolved} op(s) have no kernel that can run under this selection.")

@@ -1,4 +1,5 @@
-"""The two kernel backends of ebm-cuda: ``cuda`` (the CUDA build) and ``cpu_fused`` (the host build).
+"""The kernel backends of ebm-cuda: ``cuda`` (the CUDA build), ``cpu_fused`` (the host build) and ``triton`` (the
+Triton kernels of :mod:`ebm_cuda.triton_chains`: ``feedforward_langevin_chain`` on CUDA).
 
 Both implement, for the analytic energies of ``csrc/ebm/energies.h`` (:data:`ebm_cuda.energies.KINDS`:
 ``gaussian``, ``double_well``, ``rosenbrock`` and ``harmonic``), the ops ``<energy>_energy`` and
@@ -31,12 +32,12 @@ from torch import Tensor
 from ebmcore.energies.program import ConvStack, FeedForward
 from ebmcore.kernels import torch_backend
 from ebmcore.kernels.base import Kernel, KernelBackend
-from ebm_cuda import library, ops
+from ebm_cuda import library, ops, triton_chains
 from ebm_cuda.energies import LAYOUTS
 from ebm_cuda.activations import activation_code, activation_refusal
 from ebm_cuda.ops import MAX_CUDA_CHAIN_DIM, call
 
-__all__ = ["CudaBackend", "HostBackend", "CUDA_DTYPES", "HOST_DTYPES"]
+__all__ = ["CudaBackend", "HostBackend", "TritonBackend", "CUDA_DTYPES", "HOST_DTYPES"]
 
 CUDA_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 HOST_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -261,3 +262,17 @@ class HostBackend(KernelBackend):
 
     def unavailable_reason(self) -> str | None:
         return library.host_unavailable_reason()
+
+
+class TritonBackend(KernelBackend):
+    """The Triton kernels: the fused Langevin chain of a feed-forward energy on CUDA (float32, bfloat16 and float16
+    states, math in float32; :mod:`ebm_cuda.triton_chains`). Triton is imported only where a CUDA device is seen."""
+
+    def __init__(self) -> None:
+        super().__init__("triton", [Kernel("feedforward_langevin_chain", triton_chains.feedforward_langevin_chain, ("cuda",),
+                                           triton_chains.DTYPES, triton_chains.MIN_COMPUTE_CAPABILITY, 10,
+                                           triton_chains.MAX_WIDTH, refuses=triton_chains.refusal)],
+                         description="ebm-cuda: Triton kernels (fused Langevin chains of feed-forward networks on CUDA)")
+
+    def unavailable_reason(self) -> str | None:
+        return triton_chains.unavailable_reason()

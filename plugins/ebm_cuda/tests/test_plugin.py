@@ -31,13 +31,14 @@ def test_cuda_backend_reports_why_it_cannot_run():
         ebmcore.kernels.resolve_kernel("gaussian_gradient", torch.device("cuda"), torch.float32, backend="cuda")
 
 
-def test_ebm_backends_and_ebm_cuda_info_show_both_backends():
+def test_ebm_backends_and_ebm_cuda_info_show_the_backends():
     out = subprocess.run([sys.executable, "-m", "ebmcore.cli", "backends"], capture_output=True, text=True, check=True).stdout
     assert "cpu_fused" in out and "cuda" in out
     if NO_CUDA:
         assert library.cuda_unavailable_reason() in out
     info = subprocess.run([sys.executable, "-m", "ebmcore.cli", "cuda", "info"], capture_output=True, text=True, check=True).stdout
     assert "cpu_fused  available" in info and ("cuda       unavailable" in info) == NO_CUDA
+    assert "triton" in out and ("triton     unavailable" in info) == NO_CUDA
 
 
 def test_cpu_fused_is_selected_by_name_only_for_plain_ops():

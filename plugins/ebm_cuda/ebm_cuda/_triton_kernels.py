@@ -1,0 +1,193 @@
+"""The Triton kernels of :mod:`ebm_cuda.triton_chains` (this module imports triton: import it only through
+``triton_chains._kernels()``, which does so on first use). Documented in :mod:`ebm_cuda.triton_chains`."""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import triton
+import triton.language as tl
+from torch import Tensor
+
+__all__ = ["langevin_kernel", "normals_kernel", "launch_langevin", "launch_normals"]
+
+_U24 = tl.constexpr(5.9604644775390625e-08)  # 2**-24
+_TWO_PI = tl.constexpr(6.283185307179586)
+
+
+@triton.jit
+def _activation(z, ACT: tl.constexpr):
+    """``(f(z), f'(z))`` for activation code ``ACT`` (0 SiLU, 1 tanh, 2 sigmoid, 3 ReLU)."""
+    if ACT == 0:
+        sg = tl.sigmoid(z)
+        f = z * sg
+        df = sg + f * (1.0 - sg)
+    elif ACT == 1:
+        e = tl.exp(-2.0 * tl.abs(z))
+        t = (1.0 - e) / (1.0 + e)
+        f = tl.where(z < 0, -t, t)
+        df = 1.0 - t * t
+    elif ACT == 2:
+        f = tl.sigmoid(z)
+        df = f * (1.0 - f)
+    else:
+        f = tl.maximum(z, 0.0)
+        df = tl.where(z > 0, 1.0, 0.0)
+    return f, df
+
+
+@triton.jit
+def _round_to_bfloat16(x):
+    """``x`` (float32) rounded to the nearest bfloat16, ties to even, as ``Tensor.to`` rounds, NaN kept: a float32 that
+    bfloat16 holds exactly, so the conversion that follows is exact however it rounds (the interpreter truncates)."""
+    bits = x.to(tl.uint32, bitcast=True)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return tl.where(x != x, x, bits.to(tl.float32, bitcast=True))
+
+
+@triton.jit
+def _normals(seed_lo, seed_hi, rows, t, D: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The stream's normals ``(BLOCK_N, D)`` of chains ``rows`` at step ``t`` (int64): element ``j`` is normal
+    ``j mod 4`` of Philox4x32-10(key ``(seed_lo, seed_hi)``, counter ``(j // 4, row, t mod 2^32, t // 2^32)``) by
+    Box–Muller."""
+    q = tl.arange(0, D // 4)
+    c0 = tl.zeros((BLOCK_N, D // 4), dtype=tl.uint32) + q[None, :].to(tl.uint32)
+    c1 = tl.zeros((BLOCK_N, D // 4), dtype=tl.uint32) + rows[:, None].to(tl.uint32)
+    c2 = tl.zeros((BLOCK_N, D // 4), dtype=tl.uint32) + (t & 0xFFFFFFFF).to(tl.uint32)
+    c3 = tl.zeros((BLOCK_N, D // 4), dtype=tl.uint32) + (t >> 32).to(tl.uint32)
+    w0, w1, w2, w3 = tl.philox_impl(c0, c1, c2, c3, seed_lo.to(tl.uint32), seed_hi.to(tl.uint32))
+    u1a = ((w0 >> 8) + 1).to(tl.float32) * _U24
+    u2a = (w1 >> 8).to(tl.float32) * _U24
+    u1b = ((w2 >> 8) + 1).to(tl.float32) * _U24
+    u2b = (w3 >> 8).to(tl.float32) * _U24
+    ra = tl.sqrt(-2.0 * tl.log(u1a))
+    rb = tl.sqrt(-2.0 * tl.log(u1b))
+    z0 = ra * tl.cos(u2a * _TWO_PI)
+    z1 = ra * tl.sin(u2a * _TWO_PI)
+    z2 = rb * tl.cos(u2b * _TWO_PI)
+    z3 = rb * tl.sin(u2b * _TWO_PI)
+    z = tl.join(tl.join(z0, z2), tl.join(z1, z3))  # (BLOCK_N, D // 4, 2, 2): [.., k, m] is normal 2k + m
+    return tl.reshape(z, (BLOCK_N, D))
+
+
+# 64-bit seeds and steps travel as int32 halves (Triton types an int argument by its value: steps in [2³¹, 2³²), typed
+# uint32, gave wrong counters under the interpreter): seed = seed_hi·2³² + seed_lo (bit patterns), offset =
+# offset_hi·2³¹ + offset_lo (both non-negative).
+@triton.jit(do_not_specialize=["n", "d", "stride_x", "stride_out", "n_steps", "h", "s", "seed_lo", "seed_hi", "offset_lo",
+                               "offset_hi"])
+def langevin_kernel(x_ptr, out_ptr, noise_ptr, hv_ptr, sv_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, w3_ptr, b3_ptr, wo_ptr,
+                    n, d, stride_x, stride_out, n_steps, h, s, seed_lo, seed_hi, offset_lo, offset_hi,
+                    D0: tl.constexpr, H1: tl.constexpr, H2: tl.constexpr, H3: tl.constexpr, N_HIDDEN: tl.constexpr,
+                    ACT1: tl.constexpr, ACT2: tl.constexpr, ACT3: tl.constexpr, BLOCK_N: tl.constexpr,
+                    NOISE_FROM_TENSOR: tl.constexpr, PER_CHAIN_H: tl.constexpr, PER_CHAIN_S: tl.constexpr,
+                    PRECISION: tl.constexpr):
+    """``n_steps`` Langevin steps of ``BLOCK_N`` chains per program; weights padded (``H1 × D0``, ...), the output
+    weights already multiplied by the energy's sign; ``N_HIDDEN`` in 1..3 (the unused pointers are not read)."""
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols = tl.arange(0, D0)
+    row_ok = rows < n
+    col_ok = cols < d
+    mask = row_ok[:, None] & col_ok[None, :]
+    rows64 = rows.to(tl.int64)
+    x = tl.load(x_ptr + rows64[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+
+    if PER_CHAIN_H:
+        hs = tl.load(hv_ptr + rows, mask=row_ok, other=0.0)[:, None]
+    else:
+        hs = h
+    if PER_CHAIN_S:
+        ss = tl.load(sv_ptr + rows, mask=row_ok, other=0.0)[:, None]
+    else:
+        ss = s
+
+    # the weights, read once per program and held across the steps
+    k1 = tl.arange(0, H1)
+    w1 = tl.load(w1_ptr + k1[:, None] * D0 + cols[None, :])  # (H1, D0)
+    b1 = tl.load(b1_ptr + k1)
+    if N_HIDDEN >= 2:
+        k2 = tl.arange(0, H2)
+        w2 = tl.load(w2_ptr + k2[:, None] * H1 + k1[None, :])  # (H2, H1)
+        b2 = tl.load(b2_ptr + k2)
+    if N_HIDDEN >= 3:
+        k3 = tl.arange(0, H3)
+        w3 = tl.load(w3_ptr + k3[:, None] * H2 + k2[None, :])  # (H3, H2)
+        b3 = tl.load(b3_ptr + k3)
+    if N_HIDDEN == 1:
+        wo = tl.load(wo_ptr + k1)
+    elif N_HIDDEN == 2:
+        wo = tl.load(wo_ptr + k2)
+    else:
+        wo = tl.load(wo_ptr + k3)
+    offset = offset_hi.to(tl.int64) * 2147483648 + offset_lo.to(tl.int64)
+    for k in range(n_steps):
+        z1 = tl.dot(x, tl.trans(w1), input_precision=PRECISION) + b1[None, :]
+        a1, d1 = _activation(z1, ACT1)
+        if N_HIDDEN == 1:
+            e1 = d1 * wo[None, :]
+        else:
+            z2 = tl.dot(a1, tl.trans(w2), input_precision=PRECISION) + b2[None, :]
+            a2, d2 = _activation(z2, ACT2)
+            if N_HIDDEN == 2:
+                e2 = d2 * wo[None, :]
+            else:
+                z3 = tl.dot(a2, tl.trans(w3), input_precision=PRECISION) + b3[None, :]
+                a3, d3 = _activation(z3, ACT3)
+                e3 = d3 * wo[None, :]
+                e2 = tl.dot(e3, w3, input_precision=PRECISION) * d2
+            e1 = tl.dot(e2, w2, input_precision=PRECISION) * d1
+        grad = tl.dot(e1, w1, input_precision=PRECISION)  # (BLOCK_N, D0); zero in the padded columns
+        if NOISE_FROM_TENSOR:
+            xi = tl.load(noise_ptr + (n.to(tl.int64) * k + rows64)[:, None] * d + cols[None, :], mask=mask, other=0.0)
+        else:
+            xi = _normals(seed_lo, seed_hi, rows, offset + k, D0, BLOCK_N)
+        x = x - hs * grad + ss * tl.where(col_ok[None, :], xi, 0.0)
+
+    if out_ptr.dtype.element_ty == tl.bfloat16:
+        y = _round_to_bfloat16(x).to(tl.bfloat16)
+    else:
+        y = x.to(out_ptr.dtype.element_ty)
+    tl.store(out_ptr + rows64[:, None] * stride_out + cols[None, :], y, mask=mask)
+
+
+@triton.jit(do_not_specialize=["n", "d", "seed_lo", "seed_hi", "step_lo", "step_hi"])
+def normals_kernel(out_ptr, n, d, seed_lo, seed_hi, step_lo, step_hi, D: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The stream's normals ``(n, d)`` at ``step`` (what the chain adds at that step)."""
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols = tl.arange(0, D)
+    xi = _normals(seed_lo, seed_hi, rows, step_hi.to(tl.int64) * 2147483648 + step_lo.to(tl.int64), D, BLOCK_N)
+    mask = (rows < n)[:, None] & (cols < d)[None, :]
+    tl.store(out_ptr + rows.to(tl.int64)[:, None] * d + cols[None, :], xi, mask=mask)
+
+
+def _halves(seed: int, step: int) -> tuple[int, int, int, int]:
+    """``(seed_lo, seed_hi, step_lo, step_hi)``: a 64-bit seed as 32-bit words, a step < 2⁶² as 31-bit ones."""
+    if not 0 <= seed < 2**64 or not 0 <= step < 2**62:
+        raise ValueError(f"seed must be in [0, 2^64) and the steps in [0, 2^62); got seed {seed}, step {step}")
+    lo, hi = seed & 0xFFFFFFFF, seed >> 32
+    return (lo - 2**32 if lo >= 2**31 else lo), (hi - 2**32 if hi >= 2**31 else hi), step & 0x7FFFFFFF, step >> 31
+
+
+def launch_langevin(x: Tensor, out: Tensor, tensors: Sequence[Tensor], padded: Sequence[int], acts: Sequence[int],
+                    n_steps: int, h: float, s: float, hv: Optional[Tensor], sv: Optional[Tensor], seed: int, offset: int,
+                    precision: str, block_n: int, num_warps: int, noise: Optional[Tensor]) -> None:
+    """Launch :func:`langevin_kernel` over ``cdiv(n, block_n)`` programs (arguments from ``triton_chains``)."""
+    n, d = x.shape
+    n_hidden = len(acts)
+    weights = list(tensors[:-1]) + [tensors[0]] * (6 - len(tensors[:-1]))  # unused layers: any pointer
+    widths = list(padded[1:]) + [16] * (3 - n_hidden)
+    codes = list(acts) + [0] * (3 - n_hidden)
+    placeholder = tensors[-1]
+    grid = (triton.cdiv(n, block_n),)
+    langevin_kernel[grid](
+        x, out, noise if noise is not None else placeholder, hv if hv is not None else placeholder,
+        sv if sv is not None else placeholder, *weights, tensors[-1], n, d, x.stride(0), out.stride(0), n_steps, h, s,
+        *_halves(seed, offset), D0=padded[0], H1=widths[0], H2=widths[1], H3=widths[2], N_HIDDEN=n_hidden, ACT1=codes[0],
+        ACT2=codes[1], ACT3=codes[2], BLOCK_N=block_n, NOISE_FROM_TENSOR=noise is not None, PER_CHAIN_H=hv is not None,
+        PER_CHAIN_S=sv is not None, PRECISION=precision, num_warps=num_warps)
+
+
+def launch_normals(out: Tensor, seed: int, step: int) -> None:
+    n, d = out.shape
+    block_n = 16
+    normals_kernel[(triton.cdiv(n, block_n),)](out, n, d, *_halves(seed, step), D=max(16, -(-d // 16) * 16), BLOCK_N=block_n)

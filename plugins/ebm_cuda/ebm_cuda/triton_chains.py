@@ -1,0 +1,301 @@
+"""The fused Langevin chain of a feed-forward energy on CUDA, written in Triton: ``feedforward_langevin_chain``.
+
+One program holds ``block_n`` chains (rows; 16 by default) and runs all ``n_steps`` steps on them: per step the forward pass
+(``tl.dot`` per layer, the activation and its derivative), the chain rule backwards (``tl.dot`` with the same
+weights), and the move ``x ← x − h∇ₓE(x) + s·ξ``. The weights are read once per program; the states once and
+written once per launch, whatever ``n_steps`` is.
+
+- **Networks:** the :class:`~ebmcore.energies.program.FeedForward` programs of the host build with 1 to
+  :data:`MAX_HIDDEN` hidden layers (one kernel specialised per depth and activations through ``tl.constexpr``),
+  activations of :data:`ACTIVATIONS` (SiLU, tanh, sigmoid, ReLU), any sign. Every width is padded with zeros to a
+  power of 2 of at least 16 (``tl.arange`` takes powers of 2, ``tl.dot`` needs K ≥ 16), at most :data:`MAX_WIDTH`;
+  :func:`refusal` says why a network is not taken.
+- **Precision:** the state is float32, bfloat16 or float16 (loaded once, the math in float32, rounded to nearest even
+  once per launch, when it is stored); the weights are copied to padded float32. The products are IEEE float32
+  (``input_precision="ieee"``) unless ``precision="tf32"`` is given, or, with ``precision=None``, the
+  default, torch's own switch for float32 products asks for TF32 (``torch.set_float32_matmul_precision("high")`` or
+  ``"medium"``), as it does for the per-step path's matrix products.
+- **Noise:** the Philox stream of the C kernels (:mod:`ebm_cuda.reference`, ``docs/cuda.md``): element ``j`` of chain
+  ``i`` at step ``t`` (``t = offset + k`` at the ``k``-th step of a call) is normal ``j mod 4`` of Philox4x32-10 with key
+  ``(seed mod 2³², seed // 2³²)`` and counter ``(j // 4, i, t mod 2³², t // 2³²)``, by Box–Muller on the words ``(w0, w1)``
+  and ``(w2, w3)`` (``u1 = ((w >> 8) + 1)·2⁻²⁴``, ``u2 = (w >> 8)·2⁻²⁴``). It is a function of (seed, step, chain,
+  element) only, so ``k`` steps then ``m`` steps at ``offset + k`` equal ``k + m`` steps, and neither the chain count
+  nor the block size changes a chain's noise. Its float32 ``log``, ``sqrt``, ``cos`` and ``sin`` are Triton's, so it
+  equals the host build's normals to float32 rounding (about 1e-6), not to the bit.
+
+Triton is imported when a kernel is first launched, never when this module is imported: without it the package
+imports and installs, and :func:`unavailable_reason` says why the ``triton`` backend cannot run. Under Triton's
+interpreter (``TRITON_INTERPRET=1`` in the environment before triton is imported) the same kernels run on CPU
+tensors; that is how CI tests them (``tests/test_triton_chains.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from ebmcore.energies import feedforward
+from ebmcore.energies.program import ActivationKind, FeedForward
+from ebmcore.errors import InputError
+
+__all__ = ["ACTIVATIONS", "MAX_HIDDEN", "MAX_WIDTH", "DTYPES", "MIN_COMPUTE_CAPABILITY", "TRITON_VERSION", "PRECISIONS",
+           "NUM_WARPS", "refusal", "unavailable_reason", "feedforward_langevin_chain", "stream_normals", "kernel_arguments",
+           "compile_report"]
+
+ACTIVATIONS: dict[ActivationKind, int] = {ActivationKind.SILU: 0, ActivationKind.TANH: 1, ActivationKind.SIGMOID: 2,
+                                          ActivationKind.RELU: 3}
+"""The activations the Triton chain runs, and their codes in the kernel (a ``tl.constexpr`` per layer)."""
+
+MAX_HIDDEN = 3
+"""The most hidden layers the kernel is specialised for."""
+
+MAX_WIDTH = 64
+"""The widest layer (and state) the kernel takes, after padding (16, 32 or 64): a program holds a block of
+activations of every layer in registers, and its weights in shared memory. At 128 the kernel spilled kilobytes of
+registers on sm_90, and three hidden layers of 128 took 147-172 KB of shared memory (sm_80 has 164 KB)."""
+
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+"""The chain states the kernel takes; the math is float32."""
+
+MIN_COMPUTE_CAPABILITY = (8, 0)
+"""Ampere or newer: the GPUs the kernel is compiled for in CI (sm_80, sm_90) and the oldest with TF32 products."""
+
+TRITON_VERSION = "3.7.1"
+"""The Triton version torch's CUDA wheel pins, the one the tests and ``make setup`` install."""
+
+PRECISIONS = ("ieee", "tf32")
+"""The products offered (Triton's ``input_precision``); ``"tf32x3"`` is not: it spills 228 bytes or more on sm_80 and sm_90."""
+
+NUM_WARPS = 8
+"""Warps per program. With 4, the IEEE kernel of a 2-64-64-1 network spills registers on sm_80 (and at 32 chains per
+program on sm_90); with 8 neither does (``tests/test_triton_chains.py`` compiles it for both)."""
+
+
+def _pad(width: int) -> int:
+    """The width the kernel computes with: the next power of 2, at least 16 (``tl.arange`` takes powers of 2, and
+    ``tl.dot`` needs K ≥ 16)."""
+    return max(16, 1 << (width - 1).bit_length())
+
+
+def refusal(network: FeedForward) -> Optional[str]:
+    """Why the Triton chain cannot run ``network`` (None: it can)."""
+    hidden = network.hidden
+    if not hidden:
+        return "needs a hidden layer (this energy is linear)"
+    if len(hidden) > MAX_HIDDEN:
+        return f"takes at most {MAX_HIDDEN} hidden layers, the network has {len(hidden)}"
+    missing = sorted({str(layer.activation) for layer in hidden
+                      if layer.activation.kind not in ACTIVATIONS or layer.activation.params})
+    if missing:
+        return f"has no {', '.join(missing)} (it takes {', '.join(k.value for k in ACTIVATIONS)})"
+    widest = max(network.widths[:-1])
+    if _pad(widest) > MAX_WIDTH:
+        return f"takes layers at most {MAX_WIDTH} wide, the network has one {widest} wide"
+    return None
+
+
+def _triton_reason() -> Optional[str]:
+    try:
+        import triton  # noqa: F401
+        import triton.language  # noqa: F401
+    except Exception as exc:  # an absent or broken install: a reason, not an error
+        return f"triton is not importable ({type(exc).__name__}: {exc}); pip install triton=={TRITON_VERSION}"
+    return None
+
+
+def unavailable_reason() -> Optional[str]:
+    """Why the Triton kernels cannot run on this machine's CUDA devices (None: they can). Imports triton only where
+    torch sees a CUDA device."""
+    if torch.version.cuda is None:
+        return f"this torch build has no CUDA (torch {torch.__version__}, torch.version.cuda is None)"
+    if not torch.cuda.is_available():
+        return "no CUDA device is visible"
+    return _triton_reason()
+
+
+@functools.lru_cache(maxsize=1)
+def _kernels() -> Any:
+    """The jitted kernels (triton imported here, on first use)."""
+    from ebm_cuda import _triton_kernels
+
+    return _triton_kernels
+
+
+def _matmul_precision(precision: Optional[str]) -> str:
+    if precision is None:
+        return "ieee" if torch.get_float32_matmul_precision() == "highest" else "tf32"
+    if precision not in PRECISIONS:
+        raise InputError(f"ebm_cuda.triton_chains: precision must be one of {', '.join(PRECISIONS)} or None, got {precision!r}.")
+    return precision
+
+
+def _per_chain(value: Any, n: int, device: torch.device, what: str) -> tuple[float, Optional[Tensor]]:
+    """A tunable as the kernel takes it: a float, or ``(0.0, float32 values (n,))``."""
+    if isinstance(value, Tensor):
+        if value.numel() == 1 and value.dim() == 0:
+            return float(value), None
+        flat = value.reshape(-1)
+        if flat.shape[0] != n:
+            raise InputError(f"ebm_cuda.triton_chains: {what} has {flat.shape[0]} values for {n} chains; give a number "
+                             f"or one value per chain.")
+        return 0.0, flat.to(device=device, dtype=torch.float32).contiguous()
+    return float(value), None
+
+
+def kernel_arguments(network: FeedForward, device: torch.device) -> tuple[list[Tensor], tuple[int, ...], tuple[int, ...]]:
+    """The network as the kernel reads it: ``[W_1, b_1, …, W_H, b_H, sign·w_out]`` padded with zeros to widths of
+    16, 32 or 64 (float32, contiguous, on ``device``), the padded widths ``(d, h_1, …, h_H)`` and the activation codes."""
+    widths = network.widths[:-1]
+    padded = tuple(_pad(w) for w in widths)
+    tensors: list[Tensor] = []
+    for l, layer in enumerate(network.hidden):
+        weight = layer.linear.weight.detach()
+        w = torch.zeros(padded[l + 1], padded[l], dtype=torch.float32, device=device)
+        w[: weight.shape[0], : weight.shape[1]] = weight
+        b = torch.zeros(padded[l + 1], dtype=torch.float32, device=device)
+        if layer.linear.bias is not None:
+            b[: weight.shape[0]] = layer.linear.bias.detach()
+        tensors += [w, b]
+    out = network.layers[-1].linear.weight.detach()[0]
+    wo = torch.zeros(padded[-1], dtype=torch.float32, device=device)
+    wo[: out.shape[0]] = out * network.sign
+    tensors.append(wo)
+    return tensors, padded, tuple(ACTIVATIONS[layer.activation.kind] for layer in network.hidden)
+
+
+def _check(x: Tensor, network: FeedForward, n_steps: int) -> None:
+    if x.dim() != 2:
+        raise InputError(f"ebm_cuda.triton_chains.feedforward_langevin_chain: x must be (n_chains, d), got shape {tuple(x.shape)}.")
+    if x.dtype not in DTYPES:
+        raise InputError(f"ebm_cuda.triton_chains.feedforward_langevin_chain: x is {x.dtype}; it takes "
+                         f"{', '.join(str(d).removeprefix('torch.') for d in DTYPES)} (x.float()).")
+    if network.widths[0] != x.shape[1]:
+        raise InputError(f"ebm_cuda.triton_chains.feedforward_langevin_chain: the network takes {network.widths[0]} features, "
+                         f"x has {x.shape[1]}.")
+    reason = refusal(network)
+    if reason is not None:
+        raise InputError(f"ebm_cuda.triton_chains.feedforward_langevin_chain: the kernel {reason}.")
+    feedforward.check_layers(network)  # one dtype and device for every layer
+    first = network.layers[0].linear.weight
+    if first.device != x.device:
+        raise InputError(f"ebm_cuda.triton_chains.feedforward_langevin_chain: the network is on {first.device}, x on "
+                         f"{x.device}; move one to the other (model.to(x.device)).")
+    if n_steps < 0:
+        raise InputError(f"ebm_cuda.triton_chains.feedforward_langevin_chain: n_steps must be >= 0, got {n_steps}.")
+
+
+def feedforward_langevin_chain(x: Tensor, network: FeedForward, *, n_steps: int, step_size: Any, noise_scale: Any,
+                               seed: int, offset: int, precision: Optional[str] = None, block_n: int = 16,
+                               noise: Optional[Tensor] = None, out: Optional[Tensor] = None) -> Tensor:
+    """``n_steps`` Langevin steps ``x ← x − h∇ₓE(x) + s·ξ`` of the feed-forward energy ``network`` in one launch;
+    ``x: (n, d)`` float32, bfloat16 or float16 (math in float32, rounded once at the end). ``step_size``,
+    ``noise_scale``: numbers or one value per chain ``(n,)``. ``ξ`` is drawn in the kernel from the stream of the
+    module docstring at steps ``offset, …, offset + n_steps − 1``, or, with ``noise: (n_steps, n, d)``, read from
+    that tensor (for tests). ``precision``: the products' ``input_precision`` (``"ieee"`` or ``"tf32"``;
+    None: IEEE unless ``torch.get_float32_matmul_precision()`` is not ``"highest"``). ``block_n``: chains per
+    program (a power of 2, at least 16; the noise and the masking do not depend on it, the products' rounding may, in
+    the last bit; above 16 the kernel may spill registers). ``out``: an ``(n, d)`` tensor of ``x``'s dtype on ``x``'s
+    device to write into (returned)."""
+    _check(x, network, n_steps)
+    n, d = x.shape
+    result = out if out is not None else torch.empty_like(x, memory_format=torch.contiguous_format)
+    if out is not None and (out.shape != x.shape or out.dtype != x.dtype or out.device != x.device or out.stride(1) != 1):
+        raise InputError(f"ebm_cuda.triton_chains.feedforward_langevin_chain: out must be {tuple(x.shape)} {x.dtype} on "
+                         f"{x.device} with unit column stride.")
+    if n == 0:
+        return result
+    if n_steps == 0:
+        return result.copy_(x)
+    if block_n < 16 or block_n & (block_n - 1):
+        raise InputError(f"ebm_cuda.triton_chains.feedforward_langevin_chain: block_n must be a power of 2 >= 16, got {block_n}.")
+    if noise is not None and noise.shape != (n_steps, n, d):
+        raise InputError(f"ebm_cuda.triton_chains.feedforward_langevin_chain: noise must be (n_steps, n, d) = "
+                         f"{(n_steps, n, d)}, got {tuple(noise.shape)}.")
+    kernels = _kernels()
+    tensors, padded, acts = kernel_arguments(network, x.device)
+    h, hv = _per_chain(step_size, n, x.device, "step_size")
+    s, sv = _per_chain(noise_scale, n, x.device, "noise_scale")
+    xs = x.detach()
+    if xs.stride(1) != 1:
+        xs = xs.contiguous()
+    noise_t = noise.detach().to(device=x.device, dtype=torch.float32).contiguous() if noise is not None else None
+    with _on(x.device):  # Triton launches on the current device
+        kernels.launch_langevin(xs, result, tensors, padded, acts, n_steps, h, s, hv, sv, int(seed), int(offset),
+                                _matmul_precision(precision), block_n, NUM_WARPS, noise_t)
+    return result
+
+
+def stream_normals(n: int, d: int, seed: int, step: int, device: Any = "cuda") -> Tensor:
+    """The normals ``ξ: (n, d)`` float32 of step ``step`` that the chain adds, drawn by the same Triton code (equal to
+    the chain's noise to the bit; to ``ebm_cuda.reference.normal(n, d, seed, step)`` to float32 rounding)."""
+    out = torch.empty(n, d, dtype=torch.float32, device=device)
+    if n and d:
+        with _on(out.device):
+            _kernels().launch_normals(out, int(seed), int(step))
+    return out
+
+
+def _on(device: torch.device) -> Any:
+    """``torch.cuda.device(device)`` for a CUDA device (the kernel must launch on the inputs' GPU), else nothing."""
+    import contextlib
+
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
+def compile_report(capability: int, *, widths: tuple[int, ...] = (2, 64, 64), activations: tuple[int, ...] | None = None,
+                   block_n: int = 16, precision: str = "ieee", dtype: torch.dtype = torch.float32,
+                   noise_from_tensor: bool = False, per_chain: bool = False, num_warps: int = NUM_WARPS) -> dict[str, Any]:
+    """Compile the chain kernel for ``sm_<capability>`` without a GPU (``triton.compile`` for ``GPUTarget("cuda",
+    capability, 32)``) and read its resources from ``ptxas -v`` (Triton's own ptxas): ``{"registers", "spill_stores",
+    "spill_loads", "stack", "shared", "seconds"}`` (bytes but registers). ``widths``: ``(d, h_1, …)`` before padding;
+    ``activations``: codes of :data:`ACTIVATIONS` per hidden layer (SiLU everywhere by default); ``noise_from_tensor``,
+    ``per_chain``: the variants that read the noise from a tensor and the step sizes and noise scales per chain."""
+    import re
+    import subprocess
+    import tempfile
+    import time
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia import compiler as nvidia
+    from triton.compiler import ASTSource
+
+    fn = _kernels().langevin_kernel
+    padded = [_pad(w) for w in widths]
+    n_hidden = len(widths) - 1
+    acts = list(activations if activations is not None else (0,) * n_hidden)
+    element = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
+    signature: dict[str, str] = {name: "*fp32" for name in ("noise_ptr", "hv_ptr", "sv_ptr", "w1_ptr", "b1_ptr", "w2_ptr",
+                                                           "b2_ptr", "w3_ptr", "b3_ptr", "wo_ptr")}
+    signature.update(x_ptr=f"*{element}", out_ptr=f"*{element}", n="i32", d="i32", stride_x="i32", stride_out="i32",
+                     n_steps="i32", h="fp32", s="fp32", seed_lo="i32", seed_hi="i32", offset_lo="i32",
+                     offset_hi="i32")
+    constexprs = dict(D0=padded[0], H1=padded[1], H2=(padded + [16, 16])[2], H3=(padded + [16, 16, 16])[3],
+                      N_HIDDEN=n_hidden, ACT1=acts[0], ACT2=(acts + [0, 0])[1], ACT3=(acts + [0, 0, 0])[2], BLOCK_N=block_n,
+                      NOISE_FROM_TENSOR=noise_from_tensor, PER_CHAIN_H=per_chain, PER_CHAIN_S=per_chain,
+                      PRECISION=precision)
+    signature.update({name: "constexpr" for name in constexprs})
+    signature = {name: signature[name] for name in fn.arg_names}
+    start = time.perf_counter()
+    source = ASTSource(fn=fn, signature=signature,
+                       constexprs={(fn.arg_names.index(name),): value for name, value in constexprs.items()})
+    compiled = triton.compile(source, target=GPUTarget("cuda", capability, 32), options={"num_warps": num_warps})
+    seconds = time.perf_counter() - start
+    ptxas = nvidia.get_ptxas(capability).path
+    with tempfile.TemporaryDirectory() as tmp:
+        ptx = f"{tmp}/kernel.ptx"
+        with open(ptx, "w") as f:
+            f.write(compiled.asm["ptx"])
+        log = subprocess.run([ptxas, "-v", "--regAllocOptLevel=2", f"--gpu-name={nvidia.sm_arch_from_capability(capability)}",
+                              ptx, "-o", f"{tmp}/kernel.cubin"], capture_output=True, text=True, check=True).stderr
+
+    def number(pattern: str) -> int:
+        match = re.search(pattern, log)
+        return int(match.group(1)) if match else 0
+
+    return {"registers": number(r"Used (\d+) registers"), "spill_stores": number(r"(\d+) bytes spill stores"),
+            "spill_loads": number(r"(\d+) bytes spill loads"), "stack": number(r"(\d+) bytes stack frame"),
+            "shared": int(compiled.metadata.shared), "seconds": seconds}
