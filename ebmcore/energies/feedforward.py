@@ -22,7 +22,7 @@ from torch.nn import functional as F
 from ebmcore.energies.program import Activation, ActivationKind, FeedForward, Opaque, Program
 from ebmcore.errors import InputError
 
-__all__ = ["ActivationMath", "math_of", "energy", "score_terms", "bind", "describe", "check_layers", "refusal", "closed_form", "why_not"]
+__all__ = ["ActivationMath", "math_of", "forward", "energy", "score_terms", "bind", "describe", "check_layers", "refusal", "closed_form", "why_not"]
 
 aten = torch.ops.aten
 
@@ -146,16 +146,21 @@ def describe(program: FeedForward) -> str:
     return f"closed-form gradient of a {program.describe()}"
 
 
+def forward(program: FeedForward, x: Tensor) -> Tensor:
+    """``E(x): (n,)`` by the program, differentiable in the weights (and ``x``); ``x: (n, d)``."""
+    h = x
+    for layer in program.layers:
+        h = F.linear(h, layer.linear.weight, layer.linear.bias)
+        if layer.activation is not None:
+            h = math_of(layer.activation).apply(h)  # the same ATen kernel as the module's
+    h = h.squeeze(-1)
+    return h if program.sign == 1.0 else h * program.sign
+
+
 def energy(program: FeedForward, x: Tensor) -> Tensor:
-    """``E(x): (n,)`` by the program (no autograd graph); ``x: (n, d)``."""
+    """``E(x): (n,)`` by the program, with no autograd graph."""
     with torch.no_grad():
-        h = x
-        for layer in program.layers:
-            h = F.linear(h, layer.linear.weight, layer.linear.bias)
-            if layer.activation is not None:
-                h = math_of(layer.activation).apply(h)  # the same ATen kernel as the module's
-        h = h.squeeze(-1)
-        return h if program.sign == 1.0 else h * program.sign
+        return forward(program, x)
 
 
 def score_terms(program: FeedForward, x: Tensor, v: Optional[Tensor] = None) -> tuple[Tensor, Optional[Tensor]]:

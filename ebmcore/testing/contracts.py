@@ -65,12 +65,7 @@ def check_energy(energy: EnergyModel, x: Tensor, *, fd_step: float = 1e-6) -> No
 def program_energy(program: FeedForward | ConvStack, x: Tensor) -> Tensor:
     """``E(x): (n,)`` as ``program`` says, in plain torch (differentiable): the reference a program is held to."""
     if isinstance(program, FeedForward):
-        h = x
-        for layer in program.layers:
-            h = torch.nn.functional.linear(h, layer.linear.weight, layer.linear.bias)
-            if layer.activation is not None:
-                h = feedforward.math_of(layer.activation).apply(h)
-        return program.sign * h.squeeze(-1)
+        return feedforward.forward(program, x)
     act = feedforward.math_of(program.activation).apply
     h = x
     for conv, stride in zip(program.convs, program.strides):

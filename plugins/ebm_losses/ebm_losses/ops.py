@@ -74,7 +74,7 @@ def energy_gradients(x: Tensor, a: Tensor, b: Optional[Tensor],
     """The energies ``E(xᵣ): (n,)`` and ``Σᵣ (aᵣ + bᵣEᵣ) ∂Eᵣ/∂θ`` (``a``, ``b``: ``(n,)``; ``b`` None: zero), the
     weight gradient of ``Σᵣ aᵣEᵣ + ½bᵣEᵣ²``."""
     with torch.enable_grad():
-        e = _energy(network, x)
+        e = feedforward.forward(network, x)
         value = (a * e).sum() + (0.0 if b is None else (0.5 * b * e.square()).sum())
         return (e.detach(), *_gradients(value, network, output_bias=True))
 
@@ -91,7 +91,7 @@ def contrastive_chain(x: Tensor, network: FeedForward, *, chain: Callable[..., T
         return None if c is None else torch.as_tensor(c, dtype=x.dtype, device=x.device).expand(x.shape[0])
 
     with torch.enable_grad():
-        e0, e1 = _energy(network, x), _energy(network, moved)
+        e0, e1 = feedforward.forward(network, x), feedforward.forward(network, moved)
         value = x.new_zeros(())
         for e, (a, b) in ((e0, start), (e1, end)):
             value = value + (coefficient(a) * e).sum()
@@ -99,16 +99,6 @@ def contrastive_chain(x: Tensor, network: FeedForward, *, chain: Callable[..., T
                 value = value + (0.5 * coefficient(b) * e.square()).sum()
         grads = _gradients(value, network, output_bias=True)
     return (moved, e0.detach(), e1.detach(), value.detach(), *grads)
-
-
-def _energy(network: FeedForward, x: Tensor) -> Tensor:
-    """``E(x): (n,)``, differentiable in the weights."""
-    h = x
-    for layer in network.layers:
-        h = torch.nn.functional.linear(h, layer.linear.weight, layer.linear.bias)
-        if layer.activation is not None:
-            h = feedforward.math_of(layer.activation).apply(h)
-    return network.sign * h.squeeze(-1)
 
 
 _GRADS = "weight gradients: [(out, in)], bias gradients: [(out,) | None]"
