@@ -243,6 +243,8 @@ def _run(config: dict[str, Any], out: Path, resume: bool, quiet: bool, main: boo
         "final_loss": trainer.history.losses[-1] if trainer.history.losses else None,
         "held_out_nll": evaluate(final, trainer.step).get("held_out_nll"),
         "held_out_nll_history": trainer.history.evaluations,
+        "held_out_nll_weights": ("the EMA weights (the history's entries are the trained weights at each evaluation)"
+                                 if trainer.ema is not None else "the trained weights"),
         "wall_time_s": wall,
         "throughput_samples_per_s": t["batch_size"] * (trainer.step - first_step) / wall if trainer.step > first_step else None,
         "device": str(device),

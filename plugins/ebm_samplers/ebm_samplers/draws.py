@@ -38,6 +38,10 @@ ARVIZ_NAMES = {"acceptance": "acceptance_rate", "divergent": "diverging", "hamil
                "tree_depth": "tree_depth", "n_leapfrog_steps": "n_steps"}
 """``SampleResult.stats`` names -> ArviZ's ``sample_stats`` names (``energy``, ``E(x)``, becomes ``lp = −E``)."""
 
+LAYOUT = "x: (draw, chain, *event_shape); statistics: (draw, chain); draws.nc (ArviZ) holds (chain, draw, ...)"
+"""The axes of ``draws.npz``, written into its ``attrs`` (``layout``): the trajectory's, as ``sample`` returns it;
+ArviZ's netCDF puts the chain first."""
+
 
 @dataclass(frozen=True)
 class Draws:
@@ -90,7 +94,8 @@ def save_npz(draws: Draws, path: Path) -> None:
     """Write ``draws`` to ``path`` (``.npz``) atomically (temporary name, fsync, rename)."""
     arrays = {name: as_numpy(value) for name, value in draws.stats.items()}
     buffer = io.BytesIO()
-    np.savez(buffer, x=as_numpy(draws.x), attrs=np.array(json.dumps(draws.attrs, default=str)), **arrays)
+    attrs = {**draws.attrs, "layout": LAYOUT}
+    np.savez(buffer, x=as_numpy(draws.x), attrs=np.array(json.dumps(attrs, default=str)), **arrays)
     write_bytes(path, buffer.getbuffer())
 
 
