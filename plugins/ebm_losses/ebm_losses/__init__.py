@@ -5,6 +5,7 @@ from ebm_losses import datasets
 from ebm_losses.conv import ConvEnergy, ConvPlan
 from ebm_losses.contrastive_divergence import ClippedGradientEnergy, ContrastiveDivergence, PersistentContrastiveDivergence
 from ebm_losses.nce import GaussianNoise, NoiseContrastiveEstimation
+from ebm_losses.noise_conditional import NoiseConditionalEnergy, denoise
 from ebm_losses.score_matching import DenoisingScoreMatching, ScoreMatching, SlicedScoreMatching
 from ebm_losses.training import Trainer, TrainHistory
 from ebm_losses.watchdog import Watchdog
@@ -23,6 +24,8 @@ __all__ = [
     "DenoisingScoreMatching",
     "NoiseContrastiveEstimation",
     "GaussianNoise",
+    "NoiseConditionalEnergy",
+    "denoise",
     "Trainer",
     "TrainHistory",
     "Watchdog",

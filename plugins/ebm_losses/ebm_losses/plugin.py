@@ -1,4 +1,4 @@
-"""Registers the losses of ebm-losses and its ``conv`` image energy with ebmcore (entry point ``losses``)."""
+"""Registers the losses of ebm-losses, its ``conv`` image energy and its ``noise_conditional_mlp`` energy with ebmcore (entry point ``losses``)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,14 @@ from ebmcore.registry import Registrar
 from ebm_losses.conv import ConvEnergy
 from ebm_losses.contrastive_divergence import ContrastiveDivergence, PersistentContrastiveDivergence
 from ebm_losses.nce import NoiseContrastiveEstimation
+from ebm_losses.noise_conditional import NoiseConditionalEnergy
 from ebm_losses.score_matching import DenoisingScoreMatching, ScoreMatching, SlicedScoreMatching
 
 
 @hookimpl
 def ebm_register_energies(registry: Registrar) -> None:
     registry.register_energy("conv", ConvEnergy)
+    registry.register_energy("noise_conditional_mlp", NoiseConditionalEnergy)
 
 
 @hookimpl
