@@ -4,6 +4,7 @@
 from ebm_losses import datasets
 from ebm_losses.conv import ConvEnergy, ConvPlan
 from ebm_losses.contrastive_divergence import ClippedGradientEnergy, ContrastiveDivergence, PersistentContrastiveDivergence
+from ebm_losses.energy_matching import BoltzmannEnergy, EnergyMatching
 from ebm_losses.nce import GaussianNoise, NoiseContrastiveEstimation
 from ebm_losses.noise_conditional import NoiseConditionalEnergy, denoise
 from ebm_losses.score_matching import DenoisingScoreMatching, ScoreMatching, SlicedScoreMatching
@@ -25,6 +26,8 @@ __all__ = [
     "NoiseContrastiveEstimation",
     "GaussianNoise",
     "NoiseConditionalEnergy",
+    "EnergyMatching",
+    "BoltzmannEnergy",
     "denoise",
     "Trainer",
     "TrainHistory",
