@@ -150,7 +150,7 @@ class DenoisingScoreMatching(Loss):
             sigmas = [float(sigma_range[0]), float(sigma_range[1])]
         levels = [sigma] if sigmas is None else list(sigmas) if isinstance(sigmas, (list, tuple, torch.Tensor)) else None
         if not levels or any(s is None for s in levels):
-            raise InputError("give sigma, a non-empty list sigmas, or sigma_range = [low, high].")
+            raise InputError("give sigma, or a non-empty list sigmas, or sigma_range = [low, high].")
         self.sigmas = torch.tensor([check_positive(s, "sigma") for s in levels], dtype=torch.float64)
         self.continuous = sigma_range is not None
         self._span = (min(map(float, self.sigmas)), max(map(float, self.sigmas)))  # Python floats: no sync per call
