@@ -34,7 +34,7 @@ FIRST_PARTY: dict[str, dict[str, tuple[str, ...]]] = {
         "command": ("sample", "profile"),
     },
     "ebm-losses": {
-        "energy": ("conv",),
+        "energy": ("conv", "noise_conditional_mlp"),
         "loss": (
             "contrastive_divergence",
             "persistent_contrastive_divergence",
@@ -42,6 +42,7 @@ FIRST_PARTY: dict[str, dict[str, tuple[str, ...]]] = {
             "sliced_score_matching",
             "denoising_score_matching",
             "nce",
+            "energy_matching",
         ),
         "command": ("train",),
     },
