@@ -43,6 +43,7 @@ FIRST_PARTY: dict[str, dict[str, tuple[str, ...]]] = {
             "denoising_score_matching",
             "nce",
             "energy_matching",
+            "equilibrium_matching",
         ),
         "command": ("train",),
     },

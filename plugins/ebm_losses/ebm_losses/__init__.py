@@ -5,6 +5,7 @@ from ebm_losses import datasets
 from ebm_losses.conv import ConvEnergy, ConvPlan
 from ebm_losses.contrastive_divergence import ClippedGradientEnergy, ContrastiveDivergence, PersistentContrastiveDivergence
 from ebm_losses.energy_matching import BoltzmannEnergy, EnergyMatching
+from ebm_losses.equilibrium_matching import EquilibriumMatching
 from ebm_losses.nce import GaussianNoise, NoiseContrastiveEstimation
 from ebm_losses.noise_conditional import NoiseConditionalEnergy, denoise
 from ebm_losses.score_matching import DenoisingScoreMatching, ScoreMatching, SlicedScoreMatching
@@ -28,6 +29,7 @@ __all__ = [
     "NoiseConditionalEnergy",
     "EnergyMatching",
     "BoltzmannEnergy",
+    "EquilibriumMatching",
     "denoise",
     "Trainer",
     "TrainHistory",

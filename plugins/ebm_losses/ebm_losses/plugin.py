@@ -8,6 +8,7 @@ from ebmcore.registry import Registrar
 from ebm_losses.conv import ConvEnergy
 from ebm_losses.contrastive_divergence import ContrastiveDivergence, PersistentContrastiveDivergence
 from ebm_losses.energy_matching import EnergyMatching
+from ebm_losses.equilibrium_matching import EquilibriumMatching
 from ebm_losses.nce import NoiseContrastiveEstimation
 from ebm_losses.noise_conditional import NoiseConditionalEnergy
 from ebm_losses.score_matching import DenoisingScoreMatching, ScoreMatching, SlicedScoreMatching
@@ -28,6 +29,7 @@ def ebm_register_losses(registry: Registrar) -> None:
     registry.register_loss("denoising_score_matching", DenoisingScoreMatching)
     registry.register_loss("nce", NoiseContrastiveEstimation)
     registry.register_loss("energy_matching", EnergyMatching)
+    registry.register_loss("equilibrium_matching", EquilibriumMatching)
 
 
 @hookimpl
