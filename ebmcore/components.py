@@ -34,7 +34,7 @@ FIRST_PARTY: dict[str, dict[str, tuple[str, ...]]] = {
         "command": ("sample", "profile"),
     },
     "ebm-losses": {
-        "energy": ("conv", "noise_conditional_mlp"),
+        "energy": ("conv", "noise_conditional_mlp", "image_mlp"),
         "loss": (
             "contrastive_divergence",
             "persistent_contrastive_divergence",

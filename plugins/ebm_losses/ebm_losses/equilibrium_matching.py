@@ -21,15 +21,30 @@ __all__ = ["EquilibriumMatching", "descend"]
 
 
 class EquilibriumMatching(Loss):
-    """``EquilibriumMatching(a=0.8, multiplier=4.0, source_scale=1.0)``: EqM-E's loss for any scalar energy
-    (module docstring). ``a`` in ``[0, 1)`` is where the target's magnitude starts to decay to zero at the data."""
+    """``EquilibriumMatching(a=0.8, multiplier=4.0, source_scale=1.0, sample_steps=200, sample_step_size=0.01,
+    sample_momentum=0.0)``: EqM-E's loss for any scalar energy (module docstring). ``a`` in ``[0, 1)`` is where the
+    target's magnitude starts to decay to zero at the data; the ``sample_*`` settings are those of :meth:`generate`."""
 
-    def __init__(self, a: float = 0.8, multiplier: float = 4.0, *, source_scale: float = 1.0) -> None:
+    def __init__(self, a: float = 0.8, multiplier: float = 4.0, *, source_scale: float = 1.0, sample_steps: int = 200,
+                 sample_step_size: float = 0.01, sample_momentum: float = 0.0) -> None:
         if not (isinstance(a, (int, float)) and 0 <= a < 1):
             raise InputError(f"a must lie in [0, 1), got {a!r}.")
         self.a = float(a)
         self.multiplier = check_positive(multiplier, "multiplier")
         self.source_scale = check_positive(source_scale, "source_scale")
+        if not isinstance(sample_steps, int) or sample_steps < 1:
+            raise InputError(f"sample_steps must be a positive integer, got {sample_steps!r}.")
+        if not 0 <= sample_momentum < 1:
+            raise InputError(f"sample_momentum must lie in [0, 1), got {sample_momentum!r}.")
+        self.sample_steps, self.sample_momentum = sample_steps, float(sample_momentum)
+        self.sample_step_size = check_positive(sample_step_size, "sample_step_size")
+
+    def generate(self, energy: EnergyModel, n: int, like: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        """``n`` samples ``(n, *like.shape[1:])``: :func:`descend` from the training's noise ``N(0, s²I)`` with the
+        ``sample_*`` settings (what ``ebm train`` draws for an image report)."""
+        x0 = self.source_scale * torch.randn((n, *like.shape[1:]), generator=generator, dtype=like.dtype, device=like.device)
+        return descend(energy, x0, n_steps=self.sample_steps, step_size=self.sample_step_size,
+                       momentum=self.sample_momentum)
 
     def weight(self, gamma: Tensor) -> Tensor:
         """``λ·c(γ)``: ``λ`` up to ``a``, then falling linearly to 0 at ``γ = 1``. ``gamma: (n,) -> (n,)``."""

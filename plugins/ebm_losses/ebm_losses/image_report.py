@@ -177,7 +177,8 @@ def image_report(energy: EnergyModel, loss: Any, train: Tensor, test: Tensor, pi
     quality (:func:`sample_quality`, and :func:`classifier_quality` with ``labels`` of ``train``), mean energies, and
     the AIS held-out log-likelihood (``ais_chains > 0``).
 
-    A loss without a sampler of its own (score matching) is sampled with the registered ``sampler`` and its
+    A loss with a ``generate(energy, n, like, generator)`` method (``equilibrium_matching``) draws the samples
+    itself. A loss without a sampler of its own (score matching) is sampled with the registered ``sampler`` and its
     ``sampler_params``; one with a schedule (``annealed_langevin``) runs its whole schedule, and ``denoise`` then
     adds the final denoising step at its last level (:func:`ebm_losses.noise_conditional.denoise`)."""
     from ebmcore import registry, runfiles
@@ -192,13 +193,20 @@ def image_report(energy: EnergyModel, loss: Any, train: Tensor, test: Tensor, pi
     else:
         x0 = torch.rand((n_samples, *train.shape[1:]), generator=g, device=device, dtype=train.dtype) * 2 - 1
     spec = getattr(loss, "sampler_spec", None)
-    if spec is not None:
+    own = callable(getattr(loss, "generate", None))  # a loss with its own generation procedure (EqM's descent)
+    if own:
+        spec, options = f"{type(loss).__name__}.generate", {}
+    elif spec is not None:
         options = dict(getattr(loss, "sampler_options", {})) if isinstance(spec, str) else {}
     else:
         spec, options = sampler or "langevin", dict(sampler_params or {})
-    chains = registry.get("sampler", spec if isinstance(spec, str) else "langevin")(energy, **options)
-    n_steps = getattr(chains, "total_steps", n_steps)  # a schedule runs whole
-    samples = chains.sample(x0, n_steps, generator=g).detach() if n_steps else x0
+    if own:
+        chains, samples = None, loss.generate(energy, n_samples, train, g).detach()
+        n_steps = getattr(loss, "sample_steps", n_steps)
+    else:
+        chains = registry.get("sampler", spec if isinstance(spec, str) else "langevin")(energy, **options)
+        n_steps = getattr(chains, "total_steps", n_steps)  # a schedule runs whole
+        samples = chains.sample(x0, n_steps, generator=g).detach() if n_steps else x0
     if denoise:
         sigmas = getattr(chains, "options", {}).get("sigmas")
         if not sigmas:

@@ -10,6 +10,7 @@ from ebm_losses.contrastive_divergence import ContrastiveDivergence, PersistentC
 from ebm_losses.energy_matching import EnergyMatching
 from ebm_losses.equilibrium_matching import EquilibriumMatching
 from ebm_losses.nce import NoiseContrastiveEstimation
+from ebm_losses.image_mlp import ImageMLPEnergy
 from ebm_losses.noise_conditional import NoiseConditionalEnergy
 from ebm_losses.score_matching import DenoisingScoreMatching, ScoreMatching, SlicedScoreMatching
 
@@ -18,6 +19,7 @@ from ebm_losses.score_matching import DenoisingScoreMatching, ScoreMatching, Sli
 def ebm_register_energies(registry: Registrar) -> None:
     registry.register_energy("conv", ConvEnergy)
     registry.register_energy("noise_conditional_mlp", NoiseConditionalEnergy)
+    registry.register_energy("image_mlp", ImageMLPEnergy)
 
 
 @hookimpl

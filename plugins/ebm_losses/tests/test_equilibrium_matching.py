@@ -84,3 +84,59 @@ def test_the_energy_at_its_best_temperature_is_a_density_within_the_stated_gap(e
     best = min(temperatures, key=lambda t: train_job.grid_nll(_Tempered(energy, t), train, 4.0, n=300))
     model, exact = train_job.grid_nll(_Tempered(energy, best), test, 4.0, n=300), _true_nll(test)
     assert exact <= model + 0.02 and model - exact < 0.9
+
+
+def test_image_mlp_is_an_mlp_of_the_flattened_pixels():
+    from ebm_losses.image_mlp import ImageMLPEnergy
+
+    energy = ImageMLPEnergy([1, 4, 4], hidden=[8], seed=0)
+    x = torch.randn(5, 1, 4, 4)
+    torch.testing.assert_close(energy.compute_energy(x), energy.flat.compute_energy(x.flatten(1)))
+    assert ebmcore.registry.get("energy", "image_mlp").component is ImageMLPEnergy
+    with pytest.raises(InputError, match=r"give x of shape \(n, 1, 4, 4\)"):
+        energy.compute_energy(torch.randn(5, 16))
+
+
+def _short_digits_eqm(tmp_path, steps: int = 20):
+    """The bundled ``digits_eqm`` configuration, shortened to seconds."""
+    text = train_job.bundled_config_path("digits_eqm").read_text()
+    for old, new in [("steps = 15000", f"steps = {steps}"), ("hidden = [256, 256]", "hidden = [32]"),
+                     ("sample_steps = 200", "sample_steps = 7"), ("image_samples = 400", "image_samples = 50"),
+                     ("ais_chains = 128", "ais_chains = 0"), ("plots = true", "plots = false")]:
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    path = tmp_path / "digits_eqm.toml"
+    path.write_text(text)
+    return path
+
+
+def test_train_digits_eqm_draws_its_samples_by_the_losss_descent(tmp_path, monkeypatch):
+    import json
+
+    from ebmcore.cli import main
+    from ebm_losses import equilibrium_matching
+
+    calls = []
+    real = equilibrium_matching.descend
+    monkeypatch.setattr(equilibrium_matching, "descend", lambda *a, **k: calls.append(k) or real(*a, **k))
+    out = tmp_path / "run"
+    assert main(["train", str(_short_digits_eqm(tmp_path)), "--out", str(out), "--quiet"]) == 0
+    assert calls == [{"n_steps": 7, "step_size": 0.01, "momentum": 0.0}]
+    quality = json.loads((out / "metrics.json").read_text())["sample_quality"]
+    assert torch.load(out / "samples.pt").shape == (50, 1, 8, 8)
+    assert {"classifier_ratio", "confident_classes", "spread"} <= set(quality)
+
+
+@pytest.mark.slow
+def test_the_bundled_digits_eqm_run_meets_the_sample_targets(tmp_path):
+    """The full `ebm train digits_eqm` (about 2 minutes on 2 cores): classifier ratio at least 0.8, all ten classes
+    among the confident samples, spread at least 0.8, and samples that are not copies of training digits."""
+    import json
+
+    from ebmcore.cli import main
+
+    out = tmp_path / "digits_eqm"
+    assert main(["train", "digits_eqm", "--out", str(out), "--quiet"]) == 0
+    quality = json.loads((out / "metrics.json").read_text())["sample_quality"]
+    assert quality["classifier_ratio"] >= 0.8 and quality["confident_classes"] == 10 and quality["spread"] >= 0.8
+    assert quality["nearest_train_rms_samples"] > 0.5 * quality["nearest_train_rms_test"]
