@@ -50,13 +50,14 @@ def ot_pairing(noise: Tensor, data: Tensor) -> Tensor:
 
 class EnergyMatching(Loss):
     """``EnergyMatching(flow_steps=1000, *, temperature=0.1, coupling="ot", flow_weight=1.0, n_steps=20,
-    step_size=0.01, source_scale=1.0, regularization=0.0, tau_star=0.9)``: the flow phase for ``flow_steps`` calls,
-    then the contrastive phase (module docstring). The call count is the loss's state (checkpoints resume it).
+    step_size=0.01, source_scale=1.0, regularization=0.0, tau_star=0.9, sample_steps=200)``: the flow phase for
+    ``flow_steps`` calls, then the contrastive phase (module docstring); :meth:`generate` samples with ``tau_star``
+    and ``sample_steps``. The call count is the loss's state (checkpoints resume it).
     ``last_negatives`` keeps the contrastive phase's negatives, for the training watchdog."""
 
     def __init__(self, flow_steps: int = 1000, *, temperature: float = 0.1, coupling: str = "ot",
                  flow_weight: float = 1.0, n_steps: int = 20, step_size: float = 0.01, source_scale: float = 1.0,
-                 regularization: float = 0.0, tau_star: float = 0.9) -> None:
+                 regularization: float = 0.0, tau_star: float = 0.9, sample_steps: int = 200) -> None:
         if not isinstance(flow_steps, int) or isinstance(flow_steps, bool) or flow_steps < 0:
             raise InputError(f"flow_steps must be an integer >= 0, got {flow_steps!r}.")
         if coupling not in COUPLINGS:
@@ -75,8 +76,18 @@ class EnergyMatching(Loss):
         self.step_size = check_positive(step_size, "step_size")
         self.source_scale = check_positive(source_scale, "source_scale")
         self.flow_weight, self.regularization, self.tau_star = float(flow_weight), float(regularization), float(tau_star)
+        if not isinstance(sample_steps, int) or isinstance(sample_steps, bool) or sample_steps < 1:
+            raise InputError(f"sample_steps must be a positive integer, got {sample_steps!r}.")
+        self.sample_steps = sample_steps
         self.calls = 0
         self.last_negatives: Tensor | None = None
+
+    def generate(self, energy: EnergyModel, n: int, like: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        """``n`` samples ``(n, *like.shape[1:])`` by :func:`generate` from the training's noise ``N(0, s²I)``, with
+        this loss's temperature, ``tau_star`` and ``sample_steps`` (what ``ebm train`` draws for an image report)."""
+        x0 = self.source_scale * torch.randn((n, *like.shape[1:]), generator=generator, dtype=like.dtype, device=like.device)
+        return generate(energy, x0, n_steps=self.sample_steps, temperature=self.temperature, tau_star=self.tau_star,
+                        generator=generator)
 
     @property
     def phase(self) -> str:

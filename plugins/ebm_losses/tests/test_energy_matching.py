@@ -53,6 +53,16 @@ def test_the_phases_switch_after_flow_steps_and_resume_from_the_state():
         EnergyMatching(coupling="sinkhorn")
 
 
+def test_the_losss_generate_runs_the_schedule_from_its_source_noise():
+    energy = ebmcore.MLPEnergy(dim=2, hidden=(8,), seed=0)
+    loss = EnergyMatching(5, temperature=0.3, source_scale=2.0, tau_star=0.5, sample_steps=7)
+    like = torch.zeros(3, 2)
+    x = loss.generate(energy, 11, like, torch.Generator().manual_seed(0))
+    g = torch.Generator().manual_seed(0)
+    x0 = 2.0 * torch.randn(11, 2, generator=g)
+    torch.testing.assert_close(x, generate(energy, x0, n_steps=7, temperature=0.3, tau_star=0.5, generator=g))
+
+
 def test_the_flow_loss_vanishes_for_the_exact_potential_of_a_point_mass():
     """Data at one point ``m`` and noise at ``0`` (source_scale tiny): the straight paths have velocity ``m``, which
     ``V(x) = −mᵀx`` gives exactly, so ``L_OT = 0``; the negative of it gives ``4|m|²``."""
