@@ -4,7 +4,10 @@
 from ebm_losses import datasets
 from ebm_losses.conv import ConvEnergy
 from ebm_losses.contrastive_divergence import ClippedGradientEnergy, ContrastiveDivergence, PersistentContrastiveDivergence
+from ebm_losses.energy_matching import BoltzmannEnergy, EnergyMatching
+from ebm_losses.equilibrium_matching import EquilibriumMatching
 from ebm_losses.nce import GaussianNoise, NoiseContrastiveEstimation
+from ebm_losses.noise_conditional import NoiseConditionalEnergy, denoise
 from ebm_losses.score_matching import DenoisingScoreMatching, ScoreMatching, SlicedScoreMatching
 from ebm_losses.training import Trainer, TrainHistory
 from ebm_losses.watchdog import Watchdog
@@ -22,6 +25,11 @@ __all__ = [
     "DenoisingScoreMatching",
     "NoiseContrastiveEstimation",
     "GaussianNoise",
+    "NoiseConditionalEnergy",
+    "EnergyMatching",
+    "BoltzmannEnergy",
+    "EquilibriumMatching",
+    "denoise",
     "Trainer",
     "TrainHistory",
     "Watchdog",

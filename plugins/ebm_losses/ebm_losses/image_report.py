@@ -11,9 +11,11 @@ import torch
 from torch import Tensor
 
 from ebmcore import EnergyModel
+from ebmcore.errors import InputError
 from ebmcore.plotting import pyplot, save_figure
 
-__all__ = ["plot_image_grid", "plot_energy_histograms", "ais_log_likelihood", "sample_quality", "image_report"]
+__all__ = ["plot_image_grid", "plot_energy_histograms", "ais_log_likelihood", "sample_quality", "classifier_quality",
+           "image_report", "CONFIDENCE"]
 
 
 def plot_image_grid(path: Path, images: Tensor, pixel_range: tuple[float, float], title: str, columns: int = 10) -> None:
@@ -128,15 +130,60 @@ def sample_quality(samples: Tensor, train: Tensor, test: Tensor, labels: Tensor 
     return report
 
 
+CONFIDENCE = 0.9
+"""A classifier's prediction counts as confident at this probability or above."""
+
+
+def classifier_quality(samples: Tensor, train: Tensor, train_labels: Tensor, test: Tensor, *,
+                       confidence: float = CONFIDENCE, seed: int = 0) -> dict[str, Any]:
+    """How recognisable and how varied labelled-image ``samples`` are, by a logistic-regression classifier (scikit-learn)
+    trained on ``train: (n, *shape)`` with ``train_labels: (n,)``, all on the model range ``[−1, 1]``:
+
+    - ``classifier_ratio``: the fraction of samples classified with probability ≥ ``confidence``, divided by the same
+      fraction for the held-out images ``test`` (1: as recognisable as real data);
+    - ``confident_classes``: how many classes the confident samples fall in, with their ``confident_class_counts``;
+    - ``spread``: the samples' mean pairwise distance over the held-out images' (1: as varied as the data; much
+      less: the samples collapsed onto a few images).
+
+    Samples are clipped to ``[−1, 1]`` first, as the pictures show them."""
+    try:
+        from sklearn.linear_model import LogisticRegression
+    except ImportError:
+        raise InputError("the classifier check needs scikit-learn: pip install 'ebm-losses[images]'.") from None
+    x = train.flatten(1).double().cpu().numpy()
+    clf = LogisticRegression(max_iter=2000, random_state=seed).fit(x, train_labels.cpu().numpy())
+    s = samples.flatten(1).double().clamp(-1, 1).cpu()
+    t = test.flatten(1).double().cpu()
+    p_samples, p_test = clf.predict_proba(s.numpy()), clf.predict_proba(t.numpy())
+    confident = p_samples.max(1) >= confidence
+    fraction_samples, fraction_test = float(confident.mean()), float((p_test.max(1) >= confidence).mean())
+    classes = clf.classes_[p_samples.argmax(1)][confident]
+    counts = [int((classes == c).sum()) for c in clf.classes_]
+    pairwise = lambda z: float(torch.pdist(z).mean())  # noqa: E731
+    return {"classifier_ratio": fraction_samples / fraction_test if fraction_test else None,
+            "confident_fraction_samples": fraction_samples, "confident_fraction_test": fraction_test,
+            "confidence": confidence, "confident_classes": sum(c > 0 for c in counts),
+            "confident_class_counts": counts, "spread": pairwise(s) / pairwise(t),
+            "classifier": "logistic regression on the training split's pixels (scikit-learn)"}
+
+
 def image_report(energy: EnergyModel, loss: Any, train: Tensor, test: Tensor, pixel_range: tuple[float, float], out: Path,
                  *, plots: bool, n_steps: int, ais_chains: int, ais_temperatures: int, seed: int,
-                 labels: Tensor | None = None, n_samples: int = 100) -> dict[str, Any]:
+                 labels: Tensor | None = None, n_samples: int = 100, sampler: str | None = None,
+                 sampler_params: dict[str, Any] | None = None, denoise: bool = False) -> dict[str, Any]:
     """Fresh samples of the trained ``energy`` (``n_steps`` of the loss's sampler from its noise, or from uniform noise
     on ``[−1, 1]``) written to ``samples.pt``/``.npz`` on ``pixel_range``; with ``plots``: ``samples.png``,
     ``buffer.png`` (a PCD replay buffer), ``data.png`` and ``energy_histogram.png``; returns the metrics: sample
-    quality (:func:`sample_quality`), mean energies, and the AIS held-out log-likelihood (``ais_chains > 0``)."""
+    quality (:func:`sample_quality`, and :func:`classifier_quality` with ``labels`` of ``train``), mean energies, and
+    the AIS held-out log-likelihood (``ais_chains > 0``).
+
+    A loss with a ``generate(energy, n, like, generator)`` method (``equilibrium_matching``) draws the samples
+    itself. A loss without a sampler of its own (score matching) is sampled with the registered ``sampler`` and its
+    ``sampler_params``; one with a schedule (``annealed_langevin``) runs its whole schedule, and ``denoise`` then
+    adds the final denoising step at its last level (:func:`ebm_losses.noise_conditional.denoise`)."""
     from ebmcore import registry, runfiles
     from ebm_losses import images
+    from ebm_losses.noise_conditional import denoise as denoising_step
 
     device = train.device
     g = torch.Generator(device=device).manual_seed(seed)
@@ -145,10 +192,27 @@ def image_report(energy: EnergyModel, loss: Any, train: Tensor, test: Tensor, pi
         x0 = noise(n_samples, train, g)
     else:
         x0 = torch.rand((n_samples, *train.shape[1:]), generator=g, device=device, dtype=train.dtype) * 2 - 1
-    spec = getattr(loss, "sampler_spec", "langevin")
-    options = dict(getattr(loss, "sampler_options", {})) if isinstance(spec, str) else {}
-    sampler = registry.get("sampler", spec if isinstance(spec, str) else "langevin")(energy, **options)
-    samples = sampler.sample(x0, n_steps, generator=g).detach() if n_steps else x0
+    spec = getattr(loss, "sampler_spec", None)
+    own = callable(getattr(loss, "generate", None))  # a loss with its own generation procedure (EqM's descent)
+    if own:
+        spec, options = f"{type(loss).__name__}.generate", {}
+    elif spec is not None:
+        options = dict(getattr(loss, "sampler_options", {})) if isinstance(spec, str) else {}
+    else:
+        spec, options = sampler or "langevin", dict(sampler_params or {})
+    if own:
+        chains, samples = None, loss.generate(energy, n_samples, train, g).detach()
+        n_steps = getattr(loss, "sample_steps", n_steps)
+    else:
+        chains = registry.get("sampler", spec if isinstance(spec, str) else "langevin")(energy, **options)
+        n_steps = getattr(chains, "total_steps", n_steps)  # a schedule runs whole
+        samples = chains.sample(x0, n_steps, generator=g).detach() if n_steps else x0
+    if denoise:
+        sigmas = getattr(chains, "options", {}).get("sigmas")
+        if not sigmas:
+            raise InputError(f"denoise needs a sampler with noise levels (annealed_langevin), not {spec!r}; "
+                             "set [output] denoise = false or sampler = \"annealed_langevin\".")
+        samples = denoising_step(energy, samples, sigmas[-1])
     runfiles.save_samples(out, "samples", images.to_pixel_range(samples, pixel_range))
     buffer = getattr(loss, "buffer", None)
     with torch.no_grad():
@@ -156,7 +220,8 @@ def image_report(energy: EnergyModel, loss: Any, train: Tensor, test: Tensor, pi
         e_buffer = None if buffer is None else energy.compute_energy(buffer[:len(test)]).double()
     if plots:
         plot_image_grid(out / "samples.png", images.to_pixel_range(samples, pixel_range), pixel_range,
-                        f"{n_steps} steps of {spec if isinstance(spec, str) else 'the sampler'} from noise")
+                        f"{n_steps} steps of {spec if isinstance(spec, str) else 'the sampler'} from noise"
+                        + (", then a denoising step" if denoise else ""))
         plot_image_grid(out / "data.png", images.to_pixel_range(test, pixel_range), pixel_range, "held-out data")
         curves = [("held-out data", e_test), ("fresh samples", e_samples)]
         if buffer is not None:
@@ -169,6 +234,8 @@ def image_report(energy: EnergyModel, loss: Any, train: Tensor, test: Tensor, pi
         "mean_energy_buffer": None if e_buffer is None else float(e_buffer.mean()),
         "sample_quality": sample_quality(samples, train, test, labels),
     }
+    if labels is not None:
+        metrics["sample_quality"].update(classifier_quality(samples, train, labels, test, seed=seed))
     if ais_chains:
         metrics["ais"] = ais_log_likelihood(energy, train, test, n_chains=ais_chains, n_temperatures=ais_temperatures,
                                             seed=seed, bounds=(-1.0, 1.0))

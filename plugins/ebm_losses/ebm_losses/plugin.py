@@ -1,4 +1,4 @@
-"""Registers the losses of ebm-losses and its ``conv`` image energy with ebmcore (entry point ``losses``)."""
+"""Registers the losses of ebm-losses, its ``conv`` image energy and its ``noise_conditional_mlp`` energy with ebmcore (entry point ``losses``)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,19 @@ from ebmcore.registry import Registrar
 
 from ebm_losses.conv import ConvEnergy
 from ebm_losses.contrastive_divergence import ContrastiveDivergence, PersistentContrastiveDivergence
+from ebm_losses.energy_matching import EnergyMatching
+from ebm_losses.equilibrium_matching import EquilibriumMatching
 from ebm_losses.nce import NoiseContrastiveEstimation
+from ebm_losses.image_mlp import ImageMLPEnergy
+from ebm_losses.noise_conditional import NoiseConditionalEnergy
 from ebm_losses.score_matching import DenoisingScoreMatching, ScoreMatching, SlicedScoreMatching
 
 
 @hookimpl
 def ebm_register_energies(registry: Registrar) -> None:
     registry.register_energy("conv", ConvEnergy)
+    registry.register_energy("noise_conditional_mlp", NoiseConditionalEnergy)
+    registry.register_energy("image_mlp", ImageMLPEnergy)
 
 
 @hookimpl
@@ -24,6 +30,8 @@ def ebm_register_losses(registry: Registrar) -> None:
     registry.register_loss("sliced_score_matching", SlicedScoreMatching)
     registry.register_loss("denoising_score_matching", DenoisingScoreMatching)
     registry.register_loss("nce", NoiseContrastiveEstimation)
+    registry.register_loss("energy_matching", EnergyMatching)
+    registry.register_loss("equilibrium_matching", EquilibriumMatching)
 
 
 @hookimpl

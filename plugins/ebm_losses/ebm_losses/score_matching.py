@@ -138,17 +138,28 @@ class DenoisingScoreMatching(Loss):
     """Denoising score matching: ``½ mean |∇E(x̃) − ε/σ|²`` with ``x̃ = x + σε``.
 
     With several ``sigmas`` (NCSN style), each sample gets a level drawn uniformly and the loss is
-    weighted by ``σ²``: ``½ mean |σ∇E(x̃) − ε|²``. An ordinary energy is shared by all levels; a
+    weighted by ``σ²``: ``½ mean |σ∇E(x̃) − ε|²``. With ``sigma_range=(low, high)`` each sample's level is
+    drawn log-uniformly from that interval (a continuum of levels), with the same weighting. An
+    ordinary energy is shared by all levels; a
     noise-conditional one (``noise_conditional = True``) is called as ``compute_energy(x̃, σ)`` with
     ``σ: (n,)``, as an NCSN score model. The optimum of a level is the score of the data smoothed by
     ``N(0, σ²I)``.
     """
 
-    def __init__(self, sigma: float | None = 0.1, *, sigmas: Sequence[float] | None = None) -> None:
+    def __init__(self, sigma: float | None = 0.1, *, sigmas: Sequence[float] | None = None,
+                 sigma_range: Sequence[float] | None = None) -> None:
+        if sigma_range is not None:
+            if sigmas is not None:
+                raise InputError("give sigmas (a list of levels) or sigma_range (low, high), not both.")
+            if not isinstance(sigma_range, (list, tuple)) or len(sigma_range) != 2 or not (
+                    0 < check_positive(sigma_range[0], "sigma_range[0]") < check_positive(sigma_range[1], "sigma_range[1]")):
+                raise InputError(f"sigma_range must be [low, high] with 0 < low < high, got {sigma_range!r}.")
+            sigmas = [float(sigma_range[0]), float(sigma_range[1])]
         levels = [sigma] if sigmas is None else list(sigmas) if isinstance(sigmas, (list, tuple, torch.Tensor)) else None
         if not levels or any(s is None for s in levels):
-            raise InputError("give sigma, or a non-empty list sigmas.")
+            raise InputError("give sigma, or a non-empty list sigmas, or sigma_range = [low, high].")
         self.sigmas = torch.tensor([check_positive(s, "sigma") for s in levels], dtype=torch.float64)
+        self.continuous = sigma_range is not None
         self._span = (min(map(float, self.sigmas)), max(map(float, self.sigmas)))  # Python floats: no sync per call
 
     def __call__(self, energy: EnergyModel, data: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
@@ -159,7 +170,11 @@ class DenoisingScoreMatching(Loss):
             raise InputError(f"sigma must lie in [{1e3 / root:.3g}, {1e-3 * root:.3g}] for {x.dtype} data (the loss squares "
                              f"ε/σ and σ∇E), got {self._span[0]:.3g} to {self._span[1]:.3g}.")
         eps = torch.randn(x.shape, generator=generator, dtype=x.dtype, device=x.device)
-        if self.sigmas.numel() == 1:
+        if self.continuous:  # log-uniform on [low, high]
+            low, high = self._span
+            u = torch.rand((x.shape[0],), generator=generator, dtype=x.dtype, device=x.device)
+            sigma = (math.log(low) + u * math.log(high / low)).exp()
+        elif self.sigmas.numel() == 1:
             sigma = torch.full((x.shape[0],), float(self.sigmas[0]), dtype=x.dtype, device=x.device)
         else:
             idx = torch.randint(0, self.sigmas.numel(), (x.shape[0],), generator=generator, device=x.device)

@@ -65,7 +65,8 @@ SCHEMA: dict[str, Any] = {
     },
     "output": {"dir": ((str,), "runs/train"), "plots": ((bool,), True), "n_model_samples": ((int, non_negative), 4000),
                "sampler": ((str,), "mala"), "sampler_params": ((dict,), {}),
-               "image_sample_steps": ((int, non_negative), 100),
+               "image_sample_steps": ((int, non_negative), 100), "denoise": ((bool,), False),
+               "image_samples": ((int, positive), 100),
                "ais_chains": ((int, non_negative), 256), "ais_temperatures": ((int, positive), 500)},
 }
 
@@ -104,9 +105,13 @@ def load_config(path: str | Path | None, overrides: dict[str, dict[str, Any]] | 
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{path} [{table}] params: {exc}") from None
     try:  # the report's sampler, on the model: checked now rather than after the training
-        registry.get("sampler", config["output"]["sampler"])(built["model"], **config["output"]["sampler_params"])
+        report_sampler = registry.get("sampler", config["output"]["sampler"])(built["model"],
+                                                                              **config["output"]["sampler_params"])
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{path} [output] sampler_params: {exc}") from None
+    if config["output"]["denoise"] and not getattr(report_sampler, "options", {}).get("sigmas"):
+        raise ConfigError(f"{path} [output] denoise: the final denoising step needs a sampler with noise levels; set "
+                          f"[output] sampler = \"annealed_langevin\" (not {config['output']['sampler']!r}), or denoise = false.")
     return config
 
 
@@ -278,7 +283,9 @@ def _run(config: dict[str, Any], out: Path, resume: bool, quiet: bool, main: boo
 
         metrics.update(image_report(final, loss, train, test, pixel_range, out, plots=plots, n_steps=o["image_sample_steps"],
                                     ais_chains=o["ais_chains"], ais_temperatures=o["ais_temperatures"],
-                                    seed=t["seed"], labels=_digit_labels(config["data"])))
+                                    seed=t["seed"], labels=_digit_labels(config["data"]), sampler=o["sampler"],
+                                    sampler_params=o["sampler_params"], denoise=o["denoise"],
+                                    n_samples=o["image_samples"]))
     elif o["ais_chains"] and train.dim() == 2:
         from ebm_losses.image_report import ais_log_likelihood
 
@@ -419,11 +426,23 @@ def summary(metrics: dict[str, Any], out: Path) -> str:
         f"  final loss {metrics['final_loss']:.4g}" + (f", held-out NLL {nll:.3f} nats" if nll is not None else "")
         + (f", AIS held-out log-likelihood {ais['test_log_likelihood']:.3f} ± {ais['standard_error']:.3f} nats"
            f" ({_reliability(ais)})" if (ais := metrics.get("ais")) else ""),
+        *_sample_quality_lines(metrics.get("sample_quality")),
         *_baseline_lines(metrics),
         *_watchdog_lines(metrics.get("watchdog")),
         f"  model: {out / 'model.pt'} (sample it with [energy] model = \"{out / 'model.pt'}\")",
         f"  metrics: {out / 'metrics.json'}; plots in {out}",
     ])
+
+
+def _sample_quality_lines(quality: dict[str, Any] | None) -> list[str]:
+    """The summary's line on labelled image samples: the classifier ratio, the confident classes and the spread."""
+    if not quality or "classifier_ratio" not in quality:
+        return []
+    ratio = quality["classifier_ratio"]
+    return [f"  samples: classifier ratio {'n/a' if ratio is None else f'{ratio:.2f}'} "
+            f"({quality['confident_fraction_samples']:.0%} confident at ≥ {quality['confidence']:g}, held-out data "
+            f"{quality['confident_fraction_test']:.0%}), {quality['confident_classes']} confident classes, "
+            f"spread {quality['spread']:.2f}"]
 
 
 def _watchdog_lines(report: dict[str, Any] | None) -> list[str]:

@@ -10,7 +10,8 @@ from ebmcore.errors import InputError
 from ebmcore.testing import check_loss
 
 NAMES = ["contrastive_divergence", "persistent_contrastive_divergence", "score_matching", "sliced_score_matching",
-         "denoising_score_matching", "nce"]
+         "denoising_score_matching", "nce", "energy_matching",
+         "equilibrium_matching"]
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -78,9 +78,19 @@ def init(x: Tensor, fns: EnergyFunctions) -> State:
     return State(x, 0)
 
 
-def options(energy: EnergyModel, sigmas: Sequence[float] | None = None, n_steps_each: int = 100) -> dict[str, Any]:
-    """``sigmas``: positive, non-increasing noise levels (default: 10 geometric levels from 1 to 0.01);
+def options(energy: EnergyModel, sigmas: Sequence[float] | None = None, n_steps_each: int = 100, *,
+            sigma_max: float | None = None, sigma_min: float | None = None, n_levels: int | None = None) -> dict[str, Any]:
+    """``sigmas``: positive, non-increasing noise levels (default: 10 geometric levels from 1 to 0.01), or
+    ``sigma_max``, ``sigma_min`` and ``n_levels`` for :func:`geometric_sigmas` (what a TOML configuration gives);
     ``n_steps_each``: Langevin steps per level; a noise-conditional ``energy`` is called with each level's σ."""
+    geometric = (sigma_max, sigma_min, n_levels)
+    if any(v is not None for v in geometric):
+        if sigmas is not None or any(v is None for v in geometric):
+            raise InputError("give sigmas (a list of levels), or all of sigma_max, sigma_min and n_levels (a geometric "
+                             f"schedule), not a mix; got sigmas={sigmas!r}, sigma_max={sigma_max!r}, "
+                             f"sigma_min={sigma_min!r}, n_levels={n_levels!r}.")
+        whole(1)(n_levels, "n_levels")
+        sigmas = geometric_sigmas(float(sigma_max), float(sigma_min), n_levels)  # type: ignore[arg-type]
     try:
         levels = [float(s) for s in sigmas] if sigmas is not None else geometric_sigmas()
     except (TypeError, ValueError):
