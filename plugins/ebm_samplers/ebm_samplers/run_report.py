@@ -138,7 +138,8 @@ def plots(out: Path, energy: ebmcore.EnergyModel, trajectory: torch.Tensor, samp
 def summary(metrics: dict[str, Any], out: Path) -> str:
     """The lines ``ebm sample`` prints at the end."""
     where = metrics["device"] + (f" x {metrics['world_size']} processes" if metrics.get("world_size", 1) > 1 else "")
-    lines = [f"{metrics['sampler']} on {metrics['energy']} ({where}): {metrics['wall_time_s']:.1f} s"]
+    lines = [f"{metrics['sampler']} on {metrics['energy']} ({where}): {metrics['wall_time_s']:.1f} s "
+             "(warm-up, sampling, diagnostics and files; start-up not counted)"]
     if metrics.get("step_size") is not None:
         lines.append(f"  step size {metrics['step_size']:.4g}: {metrics['step_size_source']}")
     if "n_chunks" in metrics:
