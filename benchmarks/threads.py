@@ -1,6 +1,6 @@
-"""What the jobs' default thread count costs: ``ebm sample`` and ``ebm train`` on their bundled configurations with 1
-and 2 torch threads and with the default (0: the cores no other process keeps busy), idle and with one core kept
-busy by a spinning process (``--busy``), interleaved; one JSON file (``--json``).
+"""What the jobs' thread count costs: ``ebm sample`` and ``ebm train`` on their bundled configurations with 1 (the
+default) and 2 torch threads and with 0 (the cores no other process keeps busy), idle or with one core kept busy
+by a spinning process (``--busy``), interleaved; one JSON file (``--json``).
 
     .venv/bin/python benchmarks/threads.py [--repeats 2] [--train-steps 300] [--busy] [--json PATH]
 """

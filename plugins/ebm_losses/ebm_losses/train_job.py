@@ -55,7 +55,7 @@ SCHEMA: dict[str, Any] = {
         "lr": ((float, positive), 2e-3),
         "ema_decay": ((float, int, lambda v: None if 0 <= v < 1 else "must be in [0, 1)"), 0.0),
         "clip_grad_norm": ((float, int, non_negative), 0.0),
-        "threads": ((int, non_negative), 0),
+        "threads": ((int, non_negative), 1),
         "eval_every": ((int, positive), 250),
         "checkpoint_every": ((int, positive), 250),
         "seed": ((int, seed_range), 0),
@@ -464,7 +464,7 @@ def add_command(subparsers: Any) -> None:
     p.add_argument("--backend", help='kernel backend selection, e.g. "torch"')
     p.add_argument("--seed", type=int, help="seed of the trainer's generator (default: [train] seed)")
     p.add_argument("--steps", type=int, help="total optimisation steps (default: [train] steps)")
-    p.add_argument("--threads", type=int, help="torch threads; 0: the cores no other process keeps busy (default: [train] threads)")
+    p.add_argument("--threads", type=int, help="torch threads, default 1; 0: the cores no other process keeps busy (default: [train] threads)")
     p.add_argument("--resume", action="store_true", help="continue from the run directory's checkpoint, exactly")
     p.add_argument("--overwrite", action="store_true", help="start afresh in a run directory that holds a training")
     p.add_argument("--quiet", action="store_true", help="no progress bar, no lines about what was skipped")

@@ -142,7 +142,7 @@ def add_command(subparsers: Any) -> None:
     p.add_argument("--n-chains", type=int, help="number of chains (default: [sampler] n_chains)")
     p.add_argument("--n-steps", type=int, default=50, help="steps per timed run (default: 50)")
     p.add_argument("--device", help="torch device, e.g. cpu or cuda:0 (default: [run] device)")
-    p.add_argument("--threads", type=int, help="torch threads; 0: the cores no other process keeps busy (default: [run] threads)")
+    p.add_argument("--threads", type=int, help="torch threads, default 1; 0: the cores no other process keeps busy (default: [run] threads)")
     p.set_defaults(func=_main)
 
 

@@ -58,7 +58,7 @@ SCHEMA: dict[str, Any] = {  # the defaults are the bundled configuration's (a te
         "n_samples": ((int, non_negative), 0),
         "chunk_size": ((int, positive), 100_000),
         "checkpoint_every": ((int, non_negative), 0),
-        "threads": ((int, non_negative), 0),
+        "threads": ((int, non_negative), 1),
     },
     "output": {"dir": ((str,), "runs/sample"), "plots": ((bool,), True), "per_rank_samples": ((bool,), False),
                "draws": ((str, lambda v: None if v in draws.FORMATS else f"must be one of {', '.join(draws.FORMATS)}"), "npz")},
@@ -310,7 +310,7 @@ def add_command(subparsers: Any) -> None:
     p.add_argument("--n-steps", type=int, help="kept steps after burn-in (default: [sampler] n_steps)")
     p.add_argument("--n-samples", type=int, help="stream this many samples to disk in chunks")
     p.add_argument("--chunk-size", type=int, help="chains per streamed chunk (default: [run] chunk_size)")
-    p.add_argument("--threads", type=int, help="torch threads; 0: the cores no other process keeps busy (default: [run] threads)")
+    p.add_argument("--threads", type=int, help="torch threads, default 1; 0: the cores no other process keeps busy (default: [run] threads)")
     p.add_argument("--resume", action="store_true", help="continue a streamed or checkpointed run where it stopped")
     p.add_argument("--overwrite", action="store_true", help="start afresh in a run directory that holds a run")
     p.add_argument("--strict", action="store_true",
