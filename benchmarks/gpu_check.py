@@ -197,7 +197,8 @@ if what == "host":
     path = build.build_host()
 else:
     path = build.build_cuda(["{}{}".format(*torch.cuda.get_device_capability())])
-print(f"built {path} in {time.perf_counter() - t0:.1f} s")
+import pathlib
+print(f"built {str(path).replace(str(pathlib.Path.home()), '~', 1)} in {time.perf_counter() - t0:.1f} s")
 """
 
 
