@@ -61,7 +61,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run as common  # noqa: E402  (shared seeds, problem data and exact laws; imports only numpy at module level)
 
 Z_TOL = common.Z_TOL
-GROUPS = ("G1", "G2", "G3")
+GROUPS = ("G1", "G2", "G3", "S")  # S: the seeds' figures S1-S4 of WORKLOADS.md on this device
 
 
 @dataclass(frozen=True)
@@ -687,6 +687,166 @@ def g3_rows(sizes: Sizes, device: Any, repeats: int, log: Callable) -> list[dict
 
 
 # ----------------------------------------------------------------------------------------------
+# S1-S4: the figures the original guides quote (0.41 / 0.76 / 1.8 / 38 ms on their GPU)
+# ----------------------------------------------------------------------------------------------
+
+SEEDS = {  # id: (what, the guides' GPU figure in ms)
+    "S1": ("one Langevin step, 1,000 chains, dim 10 (W1's Gaussian), step 0.01", 0.41),
+    "S2": ("one HMC step, 1,000 chains, dim 10 (standard Gaussian, step 0.1, 10 leapfrog)", 0.76),
+    "S3": ("energy gradient, 10,000 samples, dim 100 (a seeded SPD Gaussian)", 1.8),
+    "S4": ("full Langevin sampling, 10,000 chains, 100 steps, dim 10 (W1's Gaussian), step 0.01", 38.0),
+}
+SEED_INNER = {"S1": 200, "S2": 50, "S3": 20, "S4": 1}  # calls per timed run (the figure is per call)
+
+
+def seed_rows(device: Any, repeats: int, log: Callable, quick: bool = False) -> list[dict]:
+    """S1-S4 with ebm's default path, ebm's per-step loop under the ``torch`` backend (eager) and torchebm where it
+    imports; each timing with a correctness figure: S1/S2/S4 the sample moments after the run against the exact law
+    (ULA's law after the steps taken; for HMC the target itself), S3 the gradient against float64's closed form."""
+    import torch
+
+    import ebmcore
+    from ebm_samplers import HMCSampler, LangevinSampler
+
+    dev = torch.device(device)
+    scale = 10 if quick else 1
+    recs: list[dict] = []
+
+    def gen() -> Any:
+        return torch.Generator(device=dev).manual_seed(common.SEED_NOISE)
+
+    try:
+        import torchebm  # noqa: F401
+        from torchebm.core import GaussianModel, HarmonicModel
+        from torchebm.samplers import HamiltonianMonteCarlo, LangevinDynamics
+        torchebm_reason = None
+    except Exception as exc:  # noqa: BLE001
+        torchebm_reason = f"torchebm not importable ({type(exc).__name__}: {exc})"
+
+    for sid, (what, guide_ms) in SEEDS.items():
+        n = (10_000 if sid in ("S3", "S4") else 1_000) // scale
+        d = 100 if sid == "S3" else 10
+        inner = max(1, SEED_INNER[sid] // scale)
+        cov = common.gaussian_covariance(d) if sid != "S2" else np.eye(d)
+        x0 = make_x0(n, d, dev, torch.float32)
+        energy = (ebmcore.HarmonicEnergy(dim=d) if sid == "S2" else
+                  ebmcore.GaussianEnergy(torch.zeros(d), covariance=torch.tensor(cov, dtype=torch.float32), device=dev))
+        law = {"S1": lambda: common.ula_gaussian_law(cov, 0.01, inner), "S2": lambda: np.eye(d),
+               "S4": lambda: common.ula_gaussian_law(cov, 0.01, 100)}.get(sid)
+        variants: dict[str, Any] = {}
+        for variant in ("ebm", "eager", "torchebm"):
+            if variant == "torchebm" and torchebm_reason:
+                variants[variant] = torchebm_reason
+                continue
+            if sid == "S3":
+                if variant == "torchebm":
+                    model = GaussianModel(torch.zeros(d, device=dev), torch.tensor(cov, dtype=torch.float32, device=dev))
+                    variants[variant] = lambda m=model: m.gradient(x0)
+                elif variant == "ebm":
+                    variants[variant] = lambda: energy.gradient(x0)
+                else:
+                    def autograd_gradient() -> Any:
+                        x = x0.detach().requires_grad_()
+                        with ebmcore.use_backend("torch"):
+                            return torch.autograd.grad(energy(x).sum(), x)[0]
+                    variants[variant] = autograd_gradient
+                continue
+            if variant == "torchebm":
+                model = HarmonicModel(k=1.0) if sid == "S2" else GaussianModel(
+                    torch.zeros(d, device=dev), torch.tensor(cov, dtype=torch.float32, device=dev))
+                sampler = (HamiltonianMonteCarlo(model, step_size=0.1, n_leapfrog_steps=10) if sid == "S2"
+                           else LangevinDynamics(model, step_size=0.01, noise_scale=1.0))
+                sample = lambda x, k, g, s=sampler: s.sample(x=x, n_steps=k, generator=g)  # noqa: E731
+            else:
+                options = {"fused": False} if variant == "eager" else {}
+                sampler = (HMCSampler(energy, step_size=0.1, n_leapfrog_steps=10, **options) if sid == "S2"
+                           else LangevinSampler(energy, step_size=0.01, **options))
+                sample = lambda x, k, g, s=sampler: s.sample(x, k, generator=g)  # noqa: E731
+            if sid == "S4":
+                variants[variant] = lambda f=sample: f(x0, 100, gen())
+            else:
+                def one_step_calls(f=sample) -> Any:  # S1/S2: `inner` calls of one step each (per-call overhead included)
+                    g, x = gen(), x0
+                    for _ in range(inner):
+                        x = f(x, 1, g)
+                    return x
+                variants[variant] = one_step_calls
+        for variant, fn in variants.items():
+            rec: dict[str, Any] = {"id": sid, "what": what, "variant": variant, "n": n, "d": d, "inner": inner,
+                                   "guide_gpu_ms": guide_ms}
+            if isinstance(fn, str):
+                rec["skipped"] = fn
+                recs.append(rec)
+                continue
+            log(f"  {sid} {variant} ...")
+            try:
+                with ebmcore.use_backend("torch") if variant == "eager" else _nullcontext():
+                    m = measure(fn, repeats, dev)
+            except Exception as exc:  # noqa: BLE001
+                rec["skipped"] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+                log(f"    {rec['skipped']}")
+                recs.append(rec)
+                continue
+            out = m.pop("out")
+            m["per_call_s"] = m["median_s"] / inner
+            if sid == "S3":
+                x64 = x0.double()
+                exact = x64 @ torch.linalg.inv(torch.tensor(cov, dtype=torch.float64, device=dev))
+                fig = {"max_rel_err_vs_float64": float((out.double() - exact).abs().max() / exact.abs().max())}
+                fig["ok"] = fig["max_rel_err_vs_float64"] <= 1e-4
+            else:
+                xs = out.detach().double().cpu().numpy()
+                z_mean, z_cov = common.moment_z_scores(xs, np.zeros(d), law())
+                fig = {"mean_z_max": z_mean, "cov_z_max": z_cov, "ok": bool(max(z_mean, z_cov) <= Z_TOL)}
+            if variant == "ebm" and sid != "S3":
+                probe = sampler_path(variants, sid, energy, x0)
+                if probe:
+                    rec["path"] = probe
+            rec.update(timing=m, figures=fig)
+            log(f"    {1e3 * m['per_call_s']:.3f} ms per call; {fig}")
+            recs.append(rec)
+    return recs
+
+
+def sampler_path(variants: dict, sid: str, energy: Any, x0: Any) -> str | None:
+    """The path ebm's default sampler takes for ``sid`` (fused chain and its backend, or the per-step loop and why)."""
+    from ebm_samplers import HMCSampler, LangevinSampler
+
+    sampler = (HMCSampler(energy, step_size=0.1, n_leapfrog_steps=10) if sid == "S2" else LangevinSampler(energy, step_size=0.01))
+    try:
+        return common.ebm_path(sampler, x0)
+    except Exception as exc:  # noqa: BLE001
+        return f"(path unknown: {type(exc).__name__})"
+
+
+def _nullcontext() -> Any:
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+def seed_table(recs: list[dict]) -> str:
+    head = "| id | what | implementation | per call (ms) | min–max per call (ms) | the guides' GPU figure (ms) | ratio vs ebm | correctness |"
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    ebm = {r["id"]: r for r in recs if r["variant"] == "ebm" and "timing" in r}
+    for r in recs:
+        if "skipped" in r:
+            lines.append(f"| {r['id']} | {r['what']} | {r['variant']} | — | — | {r['guide_gpu_ms']} | — | skipped: {r['skipped']} |")
+            continue
+        t, f, k = r["timing"], r["figures"], r["inner"]
+        e = ebm.get(r["id"])
+        ratio = f"{t['median_s'] / e['timing']['median_s']:.2f}" if e else "—"
+        ok = "ok" if f["ok"] else "**FAIL**"
+        corr = (f"max rel err vs float64 {f['max_rel_err_vs_float64']:.1e} ({ok})" if "max_rel_err_vs_float64" in f else
+                f"max z vs exact law: mean {f['mean_z_max']:.1f}, cov {f['cov_z_max']:.1f} ({ok}: ≤ {Z_TOL:g})")
+        if r.get("path"):
+            corr += f"; path: {r['path']}"
+        lines.append(f"| {r['id']} | {r['what']} | {r['variant']} | {1e3 * t['median_s'] / k:.3f} | "
+                     f"{1e3 * t['min_s'] / k:.3f}–{1e3 * t['max_s'] / k:.3f} | {r['guide_gpu_ms']} | {ratio} | {corr} |")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------
 # Report
 # ----------------------------------------------------------------------------------------------
 
@@ -789,7 +949,7 @@ def versions(device: Any) -> dict:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--groups", default=",".join(GROUPS), help="comma-separated: G1, G2, G3 (default: all)")
+    ap.add_argument("--groups", default=",".join(GROUPS), help="comma-separated: G1, G2, G3, S (S1-S4; default: all)")
     ap.add_argument("--energies", default=",".join(ENERGIES), help="comma-separated (G1/G2): " + ", ".join(ENERGIES))
     ap.add_argument("--repeats", type=int, default=5, help="timed runs per row after one warm-up (median reported; >= 5 for figures)")
     ap.add_argument("--device", default="cuda", help="cuda (default), cuda:N, or cpu (with --quick: a test of this script)")
@@ -850,7 +1010,13 @@ def main(argv: list[str] | None = None) -> int:
     copy_gbps = bw["GBps"]
     print(f"Copy bandwidth (`y.copy_(x)`, {sizes.copy_bytes / 2**30:g} GiB float32, 2 × bytes / median time): "
           f"**{copy_gbps:.0f} GB/s**\n")
-    report: dict[str, Any] = {"meta": meta, "copy_bandwidth": bw, "analytic": [], "step_kernels": [], "g3": []}
+    report: dict[str, Any] = {"meta": meta, "copy_bandwidth": bw, "analytic": [], "step_kernels": [], "g3": [], "seeds": []}
+
+    def save() -> None:  # after every table: a run cut short by a time limit keeps what it measured
+        if args.json:
+            os.makedirs(os.path.dirname(os.path.abspath(args.json)) or ".", exist_ok=True)
+            with open(args.json, "w") as f:
+                json.dump(report, f, indent=1, default=str)
 
     dtypes: list[tuple[str, Any]] = []
     if "G1" in args.groups:
@@ -868,10 +1034,12 @@ def main(argv: list[str] | None = None) -> int:
             print(analytic_table(rows, copy_gbps))
             print(f"\n({time.perf_counter() - t0:.0f} s)\n", flush=True)
             report["analytic"] += [r.as_json(copy_gbps) for r in rows]
+            save()
         krows = step_kernel_rows(group, dtype, sizes, dev, args.repeats, log)
         print(f"### {group}: the single-step kernels alone ({dname}, dim 10, fixed gradient, {sizes.n_steps:,} calls per run)\n")
         print(kernel_table(krows, copy_gbps) + "\n", flush=True)
         report["step_kernels"] += [r.as_json(copy_gbps) for r in krows]
+        save()
     if "G3" in args.groups:
         t0 = time.perf_counter()
         recs = g3_rows(sizes, dev, args.repeats, log)
@@ -879,14 +1047,21 @@ def main(argv: list[str] | None = None) -> int:
         print(g3_table(recs))
         print(f"\n({time.perf_counter() - t0:.0f} s)\n", flush=True)
         report["g3"] = recs
+        save()
+    if "S" in args.groups:
+        t0 = time.perf_counter()
+        recs = seed_rows(dev, args.repeats, log, quick=args.quick)
+        print("## S1–S4: the figures the original guides quote, on this device (ratio: time / ebm's time)\n")
+        print(seed_table(recs))
+        print(f"\n({time.perf_counter() - t0:.0f} s)\n", flush=True)
+        report["seeds"] = recs
+        save()
     meta["loadavg_end"] = common.loadavg()
     print("State GB/s = 2 × chains × dim × itemsize × steps / median time (the chain state read and written once per "
           "step); for the one-launch chains (c, e1) an *effective* figure: they touch memory once per run, not per step, "
           f"so it may exceed the copy bandwidth. Correctness: |z| ≤ {Z_TOL:g} against the exact law after the run's steps.")
     if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)) or ".", exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1, default=str)
+        save()
         print(f"\nraw results written to {args.json}")
     return 0
 

@@ -3,7 +3,8 @@
 
 1. the environment: device, driver, torch/CUDA/nvcc/Triton versions;
 2. the builds, timed: the host library and the CUDA library for this GPU (nvcc);
-3. the GPU tests (``test_cuda_device.py``, ``test_plugin.py``) with ``CUDA_LAUNCH_BLOCKING=1``; a skip there fails;
+3. the GPU tests (``test_cuda_device.py``, ``test_plugin.py``, the Triton chain's GPU test) with ``CUDA_LAUNCH_BLOCKING=1``;
+   a skip there fails;
 4. ``gpu_check_kernels.py``: every ``.cu`` entry point and dtype on CUDA against the host build (non-contiguous and
    offset inputs, the caller's stream, CUDA-graph capture, a 2^24-chain launch, refusals);
 5. a short G1/G3 pass of ``benchmarks/gpu.py`` (``--quick``: every row's code path, not G1-G3 figures), its
@@ -40,7 +41,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks"
-GPU_TESTS = ["plugins/ebm_cuda/tests/test_cuda_device.py", "plugins/ebm_cuda/tests/test_plugin.py"]
+GPU_TESTS = ["plugins/ebm_cuda/tests/test_cuda_device.py", "plugins/ebm_cuda/tests/test_plugin.py",
+             "plugins/ebm_cuda/tests/test_triton_chains.py::test_on_a_gpu_the_compiled_chain_equals_the_host_build_and_samplers_resolve_it"]
 SAME_NOISE_TOL = 1e-3  # G3 eager vs compiled: float rounding, not different noise (that differs by O(1))
 
 
@@ -219,14 +221,14 @@ def step_build(report: Report, clock: Clock, py: str, dry: bool) -> bool:
 
 
 def step_tests(report: Report, clock: Clock, py: str, dry: bool, work: Path) -> None:
-    name = "GPU tests (" + ", ".join(Path(t).name for t in GPU_TESTS) + "), CUDA_LAUNCH_BLOCKING=1"
+    name = "GPU tests (" + ", ".join(Path(t.split("::")[0]).name for t in GPU_TESTS) + "), CUDA_LAUNCH_BLOCKING=1"
     try:
         import pytest  # noqa: F401
     except ImportError:
         report.add(name, "failed", "pytest is not installed")
         return
     junit = work / "gpu-tests.xml"
-    command = [py, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", f"--junitxml={junit}", *GPU_TESTS]
+    command = [py, "-m", "pytest", "-q", "-rs", "--durations=8", "-p", "no:cacheprovider", f"--junitxml={junit}", *GPU_TESTS]
     note = ""
     try:
         import hypothesis  # noqa: F401  (the repository's conftest.py imports it)
@@ -248,7 +250,7 @@ def step_tests(report: Report, clock: Clock, py: str, dry: bool, work: Path) -> 
     elif not dry and counts["skipped"] > 1:  # test_plugin.py's no-CUDA test is the one that skips on a GPU
         report.add(name, "failed", f"tests skipped on a GPU: {summary}", secs, output=tail(out, 30))
     else:
-        report.add(name, "passed", summary, secs)
+        report.add(name, "passed", summary, secs, output=tail(out, 14))  # the slowest tests among them
 
 
 def step_kernels(report: Report, clock: Clock, py: str, dry: bool, work: Path, sizes: str | None = None,

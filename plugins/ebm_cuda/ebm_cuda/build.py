@@ -60,11 +60,16 @@ def _cpu_identity() -> str:
 
 
 def _digest(unit: str, command: list[str], extra: str = "") -> str:
+    """The cache key: the sources' names and bytes, the command with the compiler named by its file name and the
+    sources' folder by a placeholder (where the tree or the toolkit is installed changes no byte of the library, so a
+    cache made in one checkout, or on another machine with the same compiler version, is used as is), and ``extra``
+    (the compiler's ``--version``; for the host library the CPU's flags)."""
     h = hashlib.sha256()
     for path in _sources(unit):
         h.update(path.name.encode())
         h.update(path.read_bytes())
-    h.update("\0".join(command).encode())
+    portable = [Path(command[0]).name, *(arg.replace(str(CSRC), "<csrc>") for arg in command[1:])]
+    h.update("\0".join(portable).encode())
     h.update(extra.encode())
     return h.hexdigest()[:16]
 

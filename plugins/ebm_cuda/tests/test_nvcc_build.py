@@ -65,3 +65,21 @@ def test_host_build_is_cached_by_content(tmp_path, monkeypatch):
     assert first.parent == tmp_path and first.exists()
     mtime = first.stat().st_mtime_ns
     assert build.build_host() == first and first.stat().st_mtime_ns == mtime  # not rebuilt
+
+
+def test_the_cache_key_ignores_where_the_compiler_and_the_tree_are(monkeypatch, tmp_path):
+    """A cache carried to another machine (same compiler version) or another checkout is used as is: on the first GPU
+    machine a carried CUDA build was rebuilt (70 s) because the key held nvcc's absolute path."""
+    here = build.nvcc_command(["90"], "OUT", nvcc="/usr/local/bin/nvcc")
+    there = build.nvcc_command(["90"], "OUT", nvcc="/usr/local/cuda/bin/nvcc")
+    assert build._digest("kernels.cu", here, "v13.0") == build._digest("kernels.cu", there, "v13.0")
+    moved = [arg.replace(str(build.CSRC), str(tmp_path / "elsewhere" / "csrc")) for arg in here]
+    sources = build._sources("kernels.cu")
+    monkeypatch.setattr(build, "CSRC", tmp_path / "elsewhere" / "csrc")
+    monkeypatch.setattr(build, "_sources", lambda unit: sources)  # the same bytes, read from the old place
+    # what changes the library still changes the key: the flags, the architectures, the compiler's version
+    key = build._digest("kernels.cu", moved, "v13.0")
+    monkeypatch.undo()
+    assert key == build._digest("kernels.cu", here, "v13.0")
+    assert build._digest("kernels.cu", build.nvcc_command(["80"], "OUT", nvcc="nvcc"), "v13.0") != key
+    assert build._digest("kernels.cu", here, "v12.8") != key
