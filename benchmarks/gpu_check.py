@@ -3,8 +3,8 @@
 
 1. the environment: device, driver, torch/CUDA/nvcc/Triton versions;
 2. the builds, timed: the host library and the CUDA library for this GPU (nvcc);
-3. the GPU tests (``test_cuda_device.py``, ``test_plugin.py``, the Triton chain's GPU test) with ``CUDA_LAUNCH_BLOCKING=1``;
-   a skip there fails;
+3. the GPU tests (``test_cuda_device.py``, ``test_plugin.py``, the Triton chain's GPU test), each file in its own
+   process and time limit, with ``CUDA_LAUNCH_BLOCKING=1``; a skip there fails;
 4. ``gpu_check_kernels.py``: every ``.cu`` entry point and dtype on CUDA against the host build (non-contiguous and
    offset inputs, the caller's stream, CUDA-graph capture, a 2^24-chain launch, refusals);
 5. a short G1/G3 pass of ``benchmarks/gpu.py`` (``--quick``: every row's code path, not G1-G3 figures), its
@@ -41,8 +41,11 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks"
-GPU_TESTS = ["plugins/ebm_cuda/tests/test_cuda_device.py", "plugins/ebm_cuda/tests/test_plugin.py",
-             "plugins/ebm_cuda/tests/test_triton_chains.py::test_on_a_gpu_the_compiled_chain_equals_the_host_build_and_samplers_resolve_it"]
+GPU_TESTS = [  # (pytest target, its time limit in seconds)
+    ("plugins/ebm_cuda/tests/test_cuda_device.py", 120),
+    ("plugins/ebm_cuda/tests/test_plugin.py", 90),
+    ("plugins/ebm_cuda/tests/test_triton_chains.py::test_on_a_gpu_the_compiled_chain_equals_the_host_build_and_samplers_resolve_it", 150),
+]
 SAME_NOISE_TOL = 1e-3  # G3 eager vs compiled: float rounding, not different noise (that differs by O(1))
 
 
@@ -221,36 +224,43 @@ def step_build(report: Report, clock: Clock, py: str, dry: bool) -> bool:
 
 
 def step_tests(report: Report, clock: Clock, py: str, dry: bool, work: Path) -> None:
-    name = "GPU tests (" + ", ".join(Path(t.split("::")[0]).name for t in GPU_TESTS) + "), CUDA_LAUNCH_BLOCKING=1"
+    """Each GPU test file in its own pytest process with its own time limit (on the first GPU machine one slow test
+    cut off the whole run, and with it every other file's results), ``faulthandler_timeout`` dumping the stacks of a
+    test that runs past 60 s, the slowest tests in the check's output."""
     try:
         import pytest  # noqa: F401
     except ImportError:
-        report.add(name, "failed", "pytest is not installed")
+        report.add("GPU tests", "failed", "pytest is not installed")
         return
-    junit = work / "gpu-tests.xml"
-    command = [py, "-m", "pytest", "-q", "-rs", "--durations=8", "-p", "no:cacheprovider", f"--junitxml={junit}", *GPU_TESTS]
-    note = ""
+    note, extra = "", []
     try:
         import hypothesis  # noqa: F401  (the repository's conftest.py imports it)
     except ImportError:
-        command[4:4] = ["--noconftest", "-p", "ebmcore.testing.fixtures"]
+        extra = ["--noconftest", "-p", "ebmcore.testing.fixtures"]
         note = " (hypothesis missing: without the repository's conftest.py)"
-    rc, out, secs = run(command, clock.limit(180), env={"CUDA_LAUNCH_BLOCKING": "1"})
-    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-    if junit.exists():
-        suite = ET.parse(junit).getroot()
-        suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
-        counts = {k: int(suite.get(k, 0)) for k in counts}
-    passed = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
-    summary = f"{passed} passed, {counts['failures']} failed, {counts['errors']} errors, {counts['skipped']} skipped{note}"
-    if rc is None:
-        report.add(name, "failed", f"{failure(rc, out)} ({summary})", secs, output=tail(out, 40))
-    elif rc != 0:
-        report.add(name, "failed", summary, secs, output=tail(out, 60))
-    elif not dry and counts["skipped"] > 1:  # test_plugin.py's no-CUDA test is the one that skips on a GPU
-        report.add(name, "failed", f"tests skipped on a GPU: {summary}", secs, output=tail(out, 30))
-    else:
-        report.add(name, "passed", summary, secs, output=tail(out, 14))  # the slowest tests among them
+    for target, cap in GPU_TESTS:
+        label = Path(target.split("::")[0]).name + (" (its GPU test)" if "::" in target else "")
+        name = f"GPU tests: {label}, CUDA_LAUNCH_BLOCKING=1"
+        junit = work / f"gpu-tests-{label.split('.')[0]}.xml"
+        command = [py, "-m", "pytest", "-q", "-rs", *extra, "--durations=5", "-o", "faulthandler_timeout=60",
+                   "-p", "no:cacheprovider", f"--junitxml={junit}", target]
+        rc, out, secs = run(command, clock.limit(cap), env={"CUDA_LAUNCH_BLOCKING": "1"})
+        counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+        if junit.exists():
+            suite = ET.parse(junit).getroot()
+            suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+            counts = {k: int(suite.get(k, 0)) for k in counts}
+        passed = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
+        summary = f"{passed} passed, {counts['failures']} failed, {counts['errors']} errors, {counts['skipped']} skipped{note}"
+        allowed_skips = 1 if label == "test_plugin.py" else 0  # its no-CUDA test skips on a GPU
+        if rc is None:
+            report.add(name, "failed", f"{failure(rc, out)} ({summary})", secs, output=tail(out, 80))
+        elif rc != 0:
+            report.add(name, "failed", summary, secs, output=tail(out, 80))
+        elif not dry and counts["skipped"] > allowed_skips:
+            report.add(name, "failed", f"tests skipped on a GPU: {summary}", secs, output=tail(out, 30))
+        else:
+            report.add(name, "passed", summary, secs, output=tail(out, 10))  # the slowest tests among them
 
 
 def step_kernels(report: Report, clock: Clock, py: str, dry: bool, work: Path, sizes: str | None = None,

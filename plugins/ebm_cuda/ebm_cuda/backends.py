@@ -264,13 +264,22 @@ class HostBackend(KernelBackend):
         return library.host_unavailable_reason()
 
 
+# On the first GPU it ran on (an H200, 2026-11-26, benchmarks/results/2026-11-26-gpu-h200.md) the Triton chain took
+# 329 ms for W4 at 1,000,000 chains x 100 steps against the per-step loop's 161 ms (IEEE float32 products): slower,
+# so it ranks below the per-step loop (-10) and runs only when asked for (``fused=True``), until a tuned kernel
+# measures faster.
+TRITON_CHAIN_PRIORITY = -10
+
+
 class TritonBackend(KernelBackend):
     """The Triton kernels: the fused Langevin chain of a feed-forward energy on CUDA (float32, bfloat16 and float16
-    states, math in float32; :mod:`ebm_cuda.triton_chains`). Triton is imported only where a CUDA device is seen."""
+    states, math in float32; :mod:`ebm_cuda.triton_chains`). Triton is imported only where a CUDA device is seen.
+    Ranked below the per-step loop (:data:`TRITON_CHAIN_PRIORITY`): measured slower on an H200, it runs with
+    ``fused=True``."""
 
     def __init__(self) -> None:
         super().__init__("triton", [Kernel("feedforward_langevin_chain", triton_chains.feedforward_langevin_chain, ("cuda",),
-                                           triton_chains.DTYPES, triton_chains.MIN_COMPUTE_CAPABILITY, 10,
+                                           triton_chains.DTYPES, triton_chains.MIN_COMPUTE_CAPABILITY, TRITON_CHAIN_PRIORITY,
                                            triton_chains.MAX_WIDTH, refuses=triton_chains.refusal)],
                          description="ebm-cuda: Triton kernels (fused Langevin chains of feed-forward networks on CUDA)")
 

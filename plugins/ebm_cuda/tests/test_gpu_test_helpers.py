@@ -112,3 +112,19 @@ def test_test_cuda_device_fails_on_a_gpu_machine_whose_build_failed(tmp_path):
     assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
     assert "2 errors" in run.stdout and "skipped" not in run.stdout, run.stdout[-3000:]
     assert "could not be built: injected failure" in run.stdout
+
+
+def test_most_chains_close_allows_a_few_chains_apart_and_no_more():
+    """NUTS on an H200 under compute-sanitizer: one chain of 333 picked another state of the same tree (0.58 apart)."""
+    from ebm_cuda.testing import assert_most_chains_close
+
+    expected = torch.randn(333, 64, generator=torch.Generator().manual_seed(0))
+    actual = expected.clone()
+    actual[317, 53] += 0.58
+    assert assert_most_chains_close(actual, expected, rtol=1e-3, atol=1e-3, what="nuts") == 1
+    assert assert_most_chains_close(expected, expected, rtol=1e-3, atol=1e-3) == 0
+    actual[[3, 40, 99, 200], 0] += 1.0  # 5 of 333 apart: more than 1 %
+    with pytest.raises(AssertionError, match=r"nuts: 5 of 333 chains apart \(at most 3 allowed\), first at rows \[3, 40, 99, 200, 317\]"):
+        assert_most_chains_close(actual, expected, rtol=1e-3, atol=1e-3, what="nuts")
+    with pytest.raises(AssertionError, match="shapes differ"):
+        assert_most_chains_close(actual[:5], expected, rtol=1e-3, atol=1e-3)

@@ -31,14 +31,22 @@ def test_cuda_backend_reports_why_it_cannot_run():
         ebmcore.kernels.resolve_kernel("gaussian_gradient", torch.device("cuda"), torch.float32, backend="cuda")
 
 
+def _ebm(*args: str) -> str:
+    """``ebm <args>``'s output; a failure shows what it printed (on the first GPU machine this test failed and said
+    nothing more than CalledProcessError)."""
+    run = subprocess.run([sys.executable, "-m", "ebmcore.cli", *args], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, f"ebm {' '.join(args)}: exit {run.returncode}\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
+    return run.stdout
+
+
 def test_ebm_backends_and_ebm_cuda_info_show_the_backends():
-    out = subprocess.run([sys.executable, "-m", "ebmcore.cli", "backends"], capture_output=True, text=True, check=True).stdout
-    assert "cpu_fused" in out and "cuda" in out
+    out = _ebm("backends")
+    assert "cpu_fused" in out and "cuda" in out, out
     if NO_CUDA:
-        assert library.cuda_unavailable_reason() in out
-    info = subprocess.run([sys.executable, "-m", "ebmcore.cli", "cuda", "info"], capture_output=True, text=True, check=True).stdout
-    assert "cpu_fused  available" in info and ("cuda       unavailable" in info) == NO_CUDA
-    assert "triton" in out and ("triton     unavailable" in info) == NO_CUDA
+        assert library.cuda_unavailable_reason() in out, out
+    info = _ebm("cuda", "info")
+    assert "cpu_fused  available" in info and ("cuda       unavailable" in info) == NO_CUDA, info
+    assert "triton" in out and ("triton     unavailable" in info) == NO_CUDA, (out, info)
 
 
 def test_cpu_fused_is_selected_by_name_only_for_plain_ops():

@@ -373,7 +373,7 @@ def test_refusals_and_resolution_name_their_reason():
 def test_on_a_gpu_the_compiled_chain_equals_the_host_build_and_samplers_resolve_it():
     """On a GPU machine (skipped without one; failed where a GPU is present but the Triton kernels cannot run): the
     compiled kernel against the host build on the same stream, for every activation and every depth, float32 (IEEE and TF32),
-    bfloat16, a ragged chain count, restarts; resolution and a sampler's path pick it."""
+    bfloat16, a ragged chain count, restarts; resolution picks it, a sampler runs it with ``fused=True``."""
     from ebm_cuda import triton_chains as tc
     from ebm_cuda.backends import feedforward_langevin_chain as host_chain
     from ebm_cuda.testing import assert_chains_close, gpu_absent_reason
@@ -413,8 +413,11 @@ def test_on_a_gpu_the_compiled_chain_equals_the_host_build_and_samplers_resolve_
     assert torch.equal(both, tc.feedforward_langevin_chain(x0.cuda(), cuda_program, **kw))
     for dtype in (torch.float32, torch.bfloat16):
         assert ebmcore.explain("feedforward_langevin_chain", device="cuda", dtype=dtype).chosen.backend == "triton"
-    path = LangevinSampler(ebmcore.SequentialEnergy(net), step_size=0.01).prepare(x0.cuda(), None, {}).path
-    assert path.startswith("fused chain"), path
+    # measured slower than the per-step loop on an H200: automatic sampling keeps the loop, fused=True runs the chain
+    energy = ebmcore.SequentialEnergy(net)
+    assert LangevinSampler(energy, step_size=0.01).prepare(x0.cuda(), None, {}).form is None  # no network chain
+    run = LangevinSampler(energy, step_size=0.01, fused=True).prepare(x0.cuda(), None, {})
+    assert run.path.startswith("fused chain") and run.form is not None, run.path
 
 
 if __name__ == "__main__":
