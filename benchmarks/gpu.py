@@ -297,8 +297,9 @@ def fused_seed(device: Any) -> int:
     (``ebmcore.sampler.stream_seed``), so that (d) runs (c)'s stream one step per call."""
     import torch
 
-    g = torch.Generator(device=device).manual_seed(common.SEED_NOISE)
-    return int(torch.randint(0, 2**62, (), generator=g, device=torch.device(device)))
+    from ebmcore.sampler import stream_seed
+
+    return stream_seed(torch.Generator(device=device).manual_seed(common.SEED_NOISE), torch.device(device))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -741,7 +742,7 @@ def seed_rows(device: Any, repeats: int, log: Callable, quick: bool = False) -> 
         inner = max(1, SEED_INNER[sid] // scale)
         cov = common.gaussian_covariance(d) if sid != "S2" else np.eye(d)
         x0 = make_x0(n, d, dev, torch.float32)
-        energy = (ebmcore.HarmonicEnergy(dim=d) if sid == "S2" else
+        energy = (ebmcore.HarmonicEnergy(dim=d).to(dev) if sid == "S2" else
                   ebmcore.GaussianEnergy(torch.zeros(d), covariance=torch.tensor(cov, dtype=torch.float32), device=dev))
         law = {"S1": lambda: common.ula_gaussian_law(cov, 0.01, inner), "S2": lambda: np.eye(d),
                "S4": lambda: common.ula_gaussian_law(cov, 0.01, 100)}.get(sid)
@@ -752,7 +753,7 @@ def seed_rows(device: Any, repeats: int, log: Callable, quick: bool = False) -> 
                 continue
             if sid == "S3":
                 if variant == "torchebm":
-                    model = GaussianModel(torch.zeros(d, device=dev), torch.tensor(cov, dtype=torch.float32, device=dev))
+                    model = GaussianModel(torch.zeros(d), torch.tensor(cov, dtype=torch.float32), device=dev)  # its own device=
                     variants[variant] = lambda m=model: m.gradient(x0)
                 elif variant == "ebm":
                     variants[variant] = lambda: energy.gradient(x0)
@@ -764,10 +765,10 @@ def seed_rows(device: Any, repeats: int, log: Callable, quick: bool = False) -> 
                     variants[variant] = autograd_gradient
                 continue
             if variant == "torchebm":
-                model = HarmonicModel(k=1.0) if sid == "S2" else GaussianModel(
-                    torch.zeros(d, device=dev), torch.tensor(cov, dtype=torch.float32, device=dev))
-                sampler = (HamiltonianMonteCarlo(model, step_size=0.1, n_leapfrog_steps=10) if sid == "S2"
-                           else LangevinDynamics(model, step_size=0.01, noise_scale=1.0))
+                model = HarmonicModel(k=1.0, device=dev) if sid == "S2" else GaussianModel(
+                    torch.zeros(d), torch.tensor(cov, dtype=torch.float32), device=dev)
+                sampler = (HamiltonianMonteCarlo(model, step_size=0.1, n_leapfrog_steps=10, device=dev) if sid == "S2"
+                           else LangevinDynamics(model, step_size=0.01, noise_scale=1.0, device=dev))
                 sample = lambda x, k, g, s=sampler: s.sample(x=x, n_steps=k, generator=g)  # noqa: E731
             else:
                 options = {"fused": False} if variant == "eager" else {}
@@ -801,10 +802,11 @@ def seed_rows(device: Any, repeats: int, log: Callable, quick: bool = False) -> 
                 continue
             out = m.pop("out")
             m["per_call_s"] = m["median_s"] / inner
+            if out.device != x0.device:  # a result on another device than the states (torchebm's own device=)
+                rec["note"] = f"result on {out.device}, states on {x0.device}"
             if sid == "S3":
-                x64 = x0.double()
-                exact = x64 @ torch.linalg.inv(torch.tensor(cov, dtype=torch.float64, device=dev))
-                fig = {"max_rel_err_vs_float64": float((out.double() - exact).abs().max() / exact.abs().max())}
+                exact = x0.double().cpu() @ torch.linalg.inv(torch.tensor(cov, dtype=torch.float64))
+                fig = {"max_rel_err_vs_float64": float((out.detach().double().cpu() - exact).abs().max() / exact.abs().max())}
                 fig["ok"] = fig["max_rel_err_vs_float64"] <= 1e-4
             else:
                 xs = out.detach().double().cpu().numpy()
