@@ -99,7 +99,7 @@ class ContrastiveDivergence(Loss):
         self.regularization = check_number(regularization, "regularization", minimum=0)
         self.gradient_clip = None if gradient_clip is None else check_positive(gradient_clip, "gradient_clip")
         self.last_negatives: Tensor | None = None
-        self._cache: tuple[int, Sampler] | None = None
+        self._cache: tuple[EnergyModel, Sampler] | None = None  # (the energy, its sampler): identity, not id()
         self._data: Tensor | None = None  # this call's data, while negatives() runs
         self._fused: _ChainLoss | None = None  # what the contrastive chain computed in this call
 
@@ -107,14 +107,14 @@ class ContrastiveDivergence(Loss):
         """The sampler that draws negatives for ``energy`` (built once per energy and cached)."""
         if isinstance(self.sampler_spec, Sampler):
             return self.sampler_spec
-        if self._cache is not None and self._cache[0] == id(energy):
+        if self._cache is not None and self._cache[0] is energy:
             return self._cache[1]
         target = energy if self.gradient_clip is None else ClippedGradientEnergy(energy, self.gradient_clip)
         if isinstance(self.sampler_spec, str):
             sampler = registry.get("sampler", self.sampler_spec)(target, **self.sampler_options)
         else:
             sampler = self.sampler_spec(target)
-        self._cache = (id(energy), sampler)
+        self._cache = (energy, sampler)
         return sampler
 
     def negatives(self, energy: EnergyModel, start: Tensor, generator: torch.Generator | None = None) -> Tensor:

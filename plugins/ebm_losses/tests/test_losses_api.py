@@ -31,6 +31,10 @@ def test_cd_takes_a_sampler_by_name_instance_or_factory():
     values = [loss(energy, data, generator=torch.Generator().manual_seed(0)) for loss in (by_name, by_instance, by_factory)]
     assert values[0] == values[1] == values[2]
     assert by_instance.sampler_for(energy) is instance
+    # a built sampler is kept for its energy (identity, not id(): a new energy gets its own)
+    assert by_name.sampler_for(energy) is by_name.sampler_for(energy) and by_name.sampler_for(energy).energy is energy
+    other = ebmcore.MLPEnergy(dim=2, hidden=(8,), seed=1)
+    assert by_name.sampler_for(other).energy is other
     with pytest.raises(ebmcore.UnknownComponentError, match="(?s)no sampler named 'langevn'.*Did you mean 'langevin'"):
         ContrastiveDivergence("langevn")(energy, data)
 
