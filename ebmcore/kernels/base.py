@@ -7,6 +7,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from ebmcore.kernels.fused import fused_op
+
 __all__ = ["Kernel", "KernelBackend", "FLOAT_DTYPES"]
 
 FLOAT_DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -71,9 +73,15 @@ class KernelBackend:
             self.add(kernel)
 
     def add(self, kernel: Kernel) -> None:
-        """Add ``kernel`` under its ``op``; raises ``ValueError`` if this backend already has a kernel for that op."""
+        """Add ``kernel`` under its ``op``; raises ``ValueError`` if this backend already has a kernel for that op, or
+        if the op is a fused op (:data:`ebmcore.kernels.fused.FUSED_OPS`) whose parameters the kernel does not take."""
         if kernel.op in self._kernels:
             raise ValueError(f"backend '{self.name}' already has a kernel for op '{kernel.op}'")
+        definition = fused_op(kernel.op)
+        why = definition.conformance(kernel.fn) if definition is not None else None
+        if why:
+            raise ValueError(f"backend '{self.name}': its kernel for op '{kernel.op}' does not take the op's parameters "
+                             f"{definition.signature}: it {why}.")
         self._kernels[kernel.op] = kernel
 
     @property

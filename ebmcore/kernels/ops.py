@@ -17,8 +17,9 @@ import torch
 
 from ebmcore.energies.analytic import AnalyticEnergy
 from ebmcore.energies.catalog import builtin_analytic_energies
+from ebmcore.kernels.fused import FUSED_OPS, FusedOp, fused_op
 
-__all__ = ["OpSpec", "OPS", "FUSED_OPS", "energy_ops", "op_spec", "sample_inputs"]
+__all__ = ["OpSpec", "OPS", "FusedOp", "FUSED_OPS", "fused_op", "energy_ops", "op_spec", "sample_inputs"]
 
 
 @dataclass(frozen=True)
@@ -67,30 +68,6 @@ OPS["langevin_step"] = OpSpec(
     "(x: (n, d), grad: (n, d), noise: (n, d), step_size: float | (n, 1), noise_scale: float | (n, 1)) -> x': (n, d)",
     _langevin,
 )
-
-
-FUSED_OPS: dict[str, str] = {
-    "<energy>_langevin_chain": "(x: (n, d), *energy_args, n_steps: int, step_size: float | (n,), noise_scale: float | (n,), "
-                               "seed: int, offset: int) -> x': (n, d)",
-    "<energy>_hmc_chain": "(x: (n, d), *energy_args, n_steps: int, step_size: float | (n,), n_leapfrog_steps: int, "
-                          "inverse_temperature: float, seed: int, offset: int) -> (x': (n, d), accepted: (n,), divergent: (n,))",
-    "<energy>_nuts_chain": "(x: (n, d), *energy_args, n_steps: int, step_size: float | (n,), max_tree_depth: int, "
-                           "inverse_temperature: float, seed: int, offset: int) -> (x': (n, d), acceptance: (n,), divergent: (n,), "
-                           "n_leapfrog: (n,), tree_depth: (n,))",
-    "langevin_step_philox": "(x: (n, d), grad: (n, d), step_size, noise_scale, seed: int, offset: int) -> x': (n, d)",
-    "feedforward_langevin_chain": "(x: (n, d), network: ebmcore.energies.program.FeedForward, n_steps: int, "
-                                  "step_size: float | (n,), noise_scale: float | (n,), seed: int, offset: int) -> x': (n, d)",
-    "conv_langevin_chain": "(x: (n, C, H, W), stack: ebmcore.energies.program.ConvStack, n_steps: int, step_size: float | (n,), "
-                           "noise_scale: float | (n,), seed: int, offset: int) -> x': (n, C, H, W)",
-}
-"""The fused chains, with no ``torch`` reference: they run many steps per launch, the noise drawn inside the kernel
-from a counter-based stream keyed by ``seed`` at steps ``offset, offset + 1, ...`` (``ebm-cuda`` defines it:
-Philox4x32-10, ``ebm_cuda.reference``); ``<energy>`` is an :class:`~ebmcore.energies.AnalyticEnergy`'s ``op``
-and ``energy_args`` its ``kernel_args()``. ``feedforward_langevin_chain`` and ``conv_langevin_chain`` run the ULA
-chains of an energy whose program (:mod:`ebmcore.energies.program`) is a ``FeedForward`` network or a
-``ConvStack``. Samplers call them when a backend provides them (``fused=`` of the samplers) and otherwise run
-their torch path, so forcing ``EBM_BACKEND=torch`` selects the reference path. Plugins define the ops of their own
-components where they use them (the losses': ``ebm_losses.ops.LOSS_OPS``)."""
 
 
 def op_spec(op: str) -> OpSpec:

@@ -10,7 +10,6 @@ what is differentiated (``∇ₓE``), has None.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import torch
@@ -18,20 +17,11 @@ from torch import Tensor
 
 from ebmcore.energies import feedforward
 from ebmcore.energies.program import FeedForward
+from ebmcore.kernels.fused import FusedOp
 
-__all__ = ["LossOp", "LOSS_OPS", "denoising_score_matching", "sliced_score_matching", "energy_gradients",
-           "contrastive_chain"]
+__all__ = ["LOSS_OPS", "denoising_score_matching", "sliced_score_matching", "energy_gradients", "contrastive_chain"]
 
 Gradients = tuple[list[Tensor], list[Optional[Tensor]]]
-
-
-@dataclass(frozen=True)
-class LossOp:
-    """A fused op of the losses: its signature (for people) and its torch reference."""
-
-    name: str
-    signature: str
-    reference: Callable[..., Any]
 
 
 def _parameters(network: FeedForward) -> list[Tensor]:
@@ -102,18 +92,17 @@ def contrastive_chain(x: Tensor, network: FeedForward, *, chain: Callable[..., T
 
 
 _GRADS = "weight gradients: [(out, in)], bias gradients: [(out,) | None]"
-LOSS_OPS: dict[str, LossOp] = {op.name: op for op in (
-    LossOp("feedforward_denoising_score_matching",
-           f"(x: (n, d), target: (n, d), scale: (n,) | None, network: FeedForward) -> (loss: (), {_GRADS})",
-           denoising_score_matching),
-    LossOp("feedforward_sliced_score_matching", f"(x: (n, d), v: (n, d), network: FeedForward) -> (loss: (), {_GRADS})",
-           sliced_score_matching),
-    LossOp("feedforward_energy_gradients",
-           f"(x: (n, d), a: (n,), b: (n,) | None, network: FeedForward) -> (energies: (n,), {_GRADS})", energy_gradients),
-    LossOp("feedforward_contrastive_chain",
-           "(x: (n, d), network: FeedForward, *, n_steps: int >= 1, step_size: float | (n,), noise_scale: float | (n,), "
-           f"seed: int, offset: int, start: (a, b), end: (a, b)) -> (x': (n, d), E(x): (n,), E(x'): (n,), loss: (), {_GRADS})",
-           contrastive_chain),
+_NETWORK = "network: FeedForward"
+LOSS_OPS: dict[str, FusedOp] = {op.name: op for op in (
+    FusedOp("feedforward_denoising_score_matching", ("x: (n, d)", "target: (n, d)", "scale: (n,) | None", _NETWORK), (),
+            f"(loss: (), {_GRADS})", denoising_score_matching),
+    FusedOp("feedforward_sliced_score_matching", ("x: (n, d)", "v: (n, d)", _NETWORK), (), f"(loss: (), {_GRADS})",
+            sliced_score_matching),
+    FusedOp("feedforward_energy_gradients", ("x: (n, d)", "a: (n,)", "b: (n,) | None", _NETWORK), (),
+            f"(energies: (n,), {_GRADS})", energy_gradients),
+    FusedOp("feedforward_contrastive_chain", ("x: (n, d)", _NETWORK),
+            ("n_steps: int >= 1", "step_size: float | (n,)", "noise_scale: float | (n,)", "seed: int", "offset: int",
+             "start: (a, b)", "end: (a, b)"), f"(x': (n, d), E(x): (n,), E(x'): (n,), loss: (), {_GRADS})", contrastive_chain),
 )}
 """The losses' fused ops by name (contrastive divergence: ``feedforward_energy_gradients`` and
 ``feedforward_contrastive_chain``; score matching: the other two)."""

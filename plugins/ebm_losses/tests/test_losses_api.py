@@ -127,3 +127,35 @@ def test_every_loss_refuses_an_energy_that_is_not_one_value_per_row(name, output
     loss = ebmcore.registry.get("loss", name)()
     with pytest.raises(InputError, match=rf"returned shape {shape} .*\.squeeze\(-1\)"):
         loss(_Net(output), torch.randn(16, 2), generator=torch.Generator().manual_seed(0))
+
+
+def test_the_losses_fused_ops_are_defined_once_and_every_kernel_takes_their_parameters():
+    from ebm_losses.network_kernels import network_kernel
+    from ebm_losses.ops import LOSS_OPS
+    from ebmcore import Kernel, KernelBackend, hookimpl
+    from ebmcore.errors import PluginError
+    from ebmcore.testing import isolated_plugins
+
+    assert LOSS_OPS["feedforward_energy_gradients"].signature.startswith(
+        "(x: (n, d), a: (n,), b: (n,) | None, network: FeedForward) -> (energies: (n,), weight gradients")
+    backends = {e.component.name: e.component for e in ebmcore.plugins.session().table.entries("kernel")}
+    implemented = [(name, op) for name, backend in backends.items() for op in backend.kernels if op in LOSS_OPS]
+    for name, op in implemented:
+        assert LOSS_OPS[op].conformance(backends[name].kernels[op].fn) is None, (name, op)
+    if "cpu_fused" in backends:  # ebm-cuda's host build implements all four
+        assert sorted(op for name, op in implemented if name == "cpu_fused") == sorted(LOSS_OPS)
+
+    def wrong(x, a, network):  # forgot b
+        raise AssertionError("never called")
+
+    class Wrong:
+        @hookimpl
+        def ebm_register_kernels(self, registry):
+            registry.register_kernel_backend(KernelBackend("wrong", [Kernel("feedforward_energy_gradients", wrong, ("cpu",),
+                                                                             priority=50)]))
+
+    energy = ebmcore.MLPEnergy(dim=2, hidden=(8,), seed=0)
+    with isolated_plugins(("wrong", Wrong())):
+        with pytest.raises(PluginError, match=r"op 'feedforward_energy_gradients' \(.*wrong\) does not take the op's "
+                                              r"parameters \(x: \(n, d\), a: \(n,\), b: \(n,\) \| None, network"):
+            network_kernel("feedforward_energy_gradients", energy.program(), torch.randn(4, 2))

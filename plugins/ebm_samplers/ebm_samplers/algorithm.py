@@ -133,7 +133,7 @@ def identity_mass_refusal(params: Any) -> str | None:
 
 
 def chain_kernel(op: str, energy: EnergyModel, x: Tensor, fused: bool | None, *static: Any) -> Kernel | str:
-    """The kernel of the fused ``op`` (:data:`ebmcore.kernels.ops.FUSED_OPS`, provided by a backend such as
+    """The kernel of the fused ``op`` (:data:`ebmcore.kernels.fused.FUSED_OPS`, provided by a backend such as
     ``ebm-cuda``) for states ``x``, or why none can run here; the per-step loop is what it competes with. ``"<energy>_..."`` ops
     need an analytic energy (``<energy>`` is its ``op``). With ``fused=None`` (automatic) a kernel
     is used only if it does not rank below the per-step loop (priority >= 0); ``fused=True`` takes any that can run.

@@ -1,0 +1,114 @@
+"""The fused ops, each defined once (:class:`FusedOp`): the parameters every implementation takes and what it
+returns. A backend whose kernel does not take an op's parameters is refused when it is built
+(:meth:`ebmcore.KernelBackend.add`). Plugins define the fused ops of their own components the same way (the losses':
+``ebm_losses.ops.LOSS_OPS``)."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+__all__ = ["FusedOp", "FUSED_OPS", "fused_op"]
+
+
+@dataclass(frozen=True)
+class FusedOp:
+    """A fused op, defined once: the parameters every implementation takes and what it returns.
+
+    ``positional`` and ``keywords`` (keyword-only) are ``"name: shape or type"``; ``"*name"`` takes the rest
+    positionally (an analytic energy's ``kernel_args()``). A name starting with ``<energy>`` defines one op per
+    analytic energy (``gaussian_langevin_chain``, ...). :meth:`conformance` holds an implementation's Python signature
+    to the definition: a backend that adds a kernel whose parameters differ is refused when it is built
+    (:meth:`ebmcore.KernelBackend.add`), not found out by a wrong result. ``reference``: a pure-torch
+    implementation, where the op has one (the chains' noise stream is the backend's: ``ebm-cuda`` defines it)."""
+
+    name: str
+    positional: tuple[str, ...]
+    keywords: tuple[str, ...] = ()
+    returns: str = ""
+    reference: Optional[Callable[..., Any]] = None
+
+    def matches(self, op: str) -> bool:
+        """Whether ``op`` is this op (for ``<energy>_...``: any analytic energy's)."""
+        if self.name.startswith("<energy>"):
+            suffix = self.name[len("<energy>"):]
+            return op.endswith(suffix) and len(op) > len(suffix)
+        return op == self.name
+
+    @property
+    def signature(self) -> str:
+        """For people: ``(x: (n, d), *energy_args, *, n_steps: int, ...) -> x': (n, d)``."""
+        parts = [*self.positional, *(("*", *self.keywords) if self.keywords else ())]
+        if self.keywords and any(p.startswith("*") for p in self.positional):
+            parts.remove("*")  # after *args the rest is keyword-only already
+        return f"({', '.join(parts)}) -> {self.returns}"
+
+    def conformance(self, fn: Callable[..., Any]) -> Optional[str]:
+        """Why ``fn``'s parameters do not match the definition (None if they do). Extra keyword parameters with
+        defaults are allowed (a kernel's own options, such as Triton's ``precision``); callables without a Python
+        signature are not checked."""
+        try:
+            params = list(inspect.signature(fn).parameters.values())
+        except (TypeError, ValueError):
+            return None
+        kind = inspect.Parameter
+        positional = [p.name for p in params if p.kind in (kind.POSITIONAL_ONLY, kind.POSITIONAL_OR_KEYWORD)]
+        rest = any(p.kind is kind.VAR_POSITIONAL for p in params)
+        keyword_only = {p.name: p for p in params if p.kind is kind.KEYWORD_ONLY}
+        any_keyword = any(p.kind is kind.VAR_KEYWORD for p in params)
+        want = [_name(p) for p in self.positional if not p.startswith("*")]
+        want_rest = any(p.startswith("*") for p in self.positional)
+        problems = []
+        if positional != want:
+            problems.append(f"positional parameters ({', '.join(positional)}), the op's are ({', '.join(want)})")
+        if rest != want_rest:
+            problems.append("takes the energy's arguments as *args" if rest else "does not take the energy's arguments as *args")
+        keywords = [_name(k) for k in self.keywords]
+        missing = [] if any_keyword else [k for k in keywords if k not in keyword_only]
+        if missing:
+            problems.append(f"lacks the keyword-only parameters {', '.join(missing)}")
+        required = [n for n, p in keyword_only.items() if n not in keywords and p.default is kind.empty]
+        if required:
+            problems.append(f"requires parameters the op does not pass: {', '.join(required)}")
+        return "; ".join(problems) or None
+
+
+def _name(parameter: str) -> str:
+    return parameter.split(":", 1)[0].strip().lstrip("*")
+
+
+_CHAIN = ("n_steps: int", "step_size: float | (n,)", "noise_scale: float | (n,)", "seed: int", "offset: int")
+FUSED_OPS: dict[str, FusedOp] = {op.name: op for op in (
+    FusedOp("<energy>_langevin_chain", ("x: (n, d)", "*energy_args"), _CHAIN, "x': (n, d)"),
+    FusedOp("<energy>_hmc_chain", ("x: (n, d)", "*energy_args"),
+            ("n_steps: int", "step_size: float | (n,)", "n_leapfrog_steps: int", "inverse_temperature: float", "seed: int",
+             "offset: int"), "(x': (n, d), accepted: (n,), divergent: (n,))"),
+    FusedOp("<energy>_nuts_chain", ("x: (n, d)", "*energy_args"),
+            ("n_steps: int", "step_size: float | (n,)", "max_tree_depth: int", "inverse_temperature: float", "seed: int",
+             "offset: int"), "(x': (n, d), acceptance: (n,), divergent: (n,), n_leapfrog: (n,), tree_depth: (n,))"),
+    FusedOp("langevin_step_philox", ("x: (n, d)", "grad: (n, d)", "step_size: float | (n,)", "noise_scale: float | (n,)",
+                                     "seed: int", "offset: int"), (), "x': (n, d)"),
+    FusedOp("feedforward_langevin_chain", ("x: (n, d)", "network: ebmcore.energies.program.FeedForward"), _CHAIN, "x': (n, d)"),
+    FusedOp("conv_langevin_chain", ("x: (n, C, H, W)", "stack: ebmcore.energies.program.ConvStack"), _CHAIN,
+            "x': (n, C, H, W)"),
+)}
+"""The fused chains, defined here once (:class:`FusedOp`), with no ``torch`` reference: they run many steps per
+launch, the noise drawn inside the kernel from a counter-based stream keyed by ``seed`` at steps ``offset, offset + 1,
+...`` (``ebm-cuda`` defines it: Philox4x32-10, ``ebm_cuda.reference``); ``<energy>`` is an
+:class:`~ebmcore.energies.AnalyticEnergy`'s ``op`` and ``energy_args`` its ``kernel_args()``.
+``feedforward_langevin_chain`` and ``conv_langevin_chain`` run the ULA chains of an energy whose program
+(:mod:`ebmcore.energies.program`) is a ``FeedForward`` network or a ``ConvStack``. Samplers call them when a backend
+provides them (``fused=`` of the samplers) and otherwise run their torch path, so forcing ``EBM_BACKEND=torch``
+selects the reference path. Plugins define the ops of their own components as :class:`FusedOp` too, where they use
+them (the losses': ``ebm_losses.ops.LOSS_OPS``), and hold the kernels they resolve to them (:func:`fused_op`)."""
+
+
+def fused_op(op: str, definitions: Any = None) -> Optional[FusedOp]:
+    """The definition of ``op`` among ``definitions`` (default :data:`FUSED_OPS`), or None: the op of that exact
+    name, else an ``<energy>_...`` op it is an instance of (``feedforward_langevin_chain`` is its own op, not the
+    ``<energy>_langevin_chain`` of an energy called ``feedforward``)."""
+    definitions = definitions or FUSED_OPS
+    if op in definitions:
+        return definitions[op]
+    return next((d for d in definitions.values() if d.matches(op)), None)
