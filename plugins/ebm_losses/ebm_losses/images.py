@@ -1,4 +1,5 @@
-"""Image data for ``ebm train``: arrays in ``.npz``/``.pt`` files, a folder of PNG files, or scikit-learn's digits.
+"""Image data for ``ebm train``: arrays in ``.npz``/``.pt`` files, a folder of PNG files, CIFAR-10's binary batches, or
+scikit-learn's digits.
 
 Every loader returns images ``(N, C, H, W)`` as stored (no scaling) and the range their pixels are
 on (:class:`ImageSet`). :func:`to_model_range` maps that range linearly onto ``[−1, 1]``, the range
@@ -17,13 +18,21 @@ from torch import Tensor
 from ebmcore import runfiles
 from ebmcore.errors import ConfigError, InputError, RunFileError
 
-__all__ = ["ImageSet", "DIGITS", "load", "load_array", "load_png_folder", "load_digits", "is_image_source",
+__all__ = ["ImageSet", "DIGITS", "CIFAR_FOLDER", "CIFAR_URL", "CIFAR_RECORD_BYTES", "load", "load_array", "load_png_folder", "load_cifar_binary", "load_digits",
+           "is_image_source",
            "to_model_range", "to_pixel_range", "split"]
 
 DIGITS = "digits"
 """The name of scikit-learn's handwritten digits (1,797 grey 8×8 images, pixels 0–16; ``pip install ebm-losses[images]``)."""
 
 _ARRAY_KEYS = ("images", "x", "data", "samples")
+
+CIFAR_FOLDER = "cifar-10-batches-bin"
+"""The folder CIFAR-10's binary version unpacks to."""
+CIFAR_URL = "https://www.cs.toronto.edu/~kriz/cifar.html"
+CIFAR_RECORD_BYTES = 1 + 3 * 32 * 32
+"""One record of CIFAR-10's binary batches (``data_batch_1.bin`` ... ``data_batch_5.bin``, ``test_batch.bin``): a label
+byte ``0–9``, then the 1,024 red, 1,024 green and 1,024 blue pixel bytes of a 32×32 image, rows first."""
 
 
 @dataclass(frozen=True)
@@ -38,7 +47,8 @@ class ImageSet:
 
 def is_image_source(name: str) -> bool:
     """Whether a ``[data] dataset`` value names image data rather than a 2-d toy set or a point file."""
-    return name == DIGITS or Path(name).is_dir() or name.endswith((".npz", ".pt")) and _looks_like_images(Path(name))
+    return (name == DIGITS or Path(name).is_dir() or name.endswith(".bin") and Path(name).is_file()
+            or name.endswith((".npz", ".pt")) and _looks_like_images(Path(name)))
 
 
 def _looks_like_images(path: Path) -> bool:
@@ -144,6 +154,39 @@ def load_png_folder(path: str | Path) -> ImageSet:
     return ImageSet(values.float(), (0.0, 255.0))
 
 
+def _cifar_batches(path: Path) -> list[Path]:
+    """The binary batch files of a CIFAR-10 folder (``data_batch_*.bin``, sorted; the held-out split is drawn from
+    them, so ``test_batch.bin`` is not read), or the file ``path`` itself."""
+    return sorted(path.glob("data_batch_*.bin")) if path.is_dir() else [path]
+
+
+def load_cifar_binary(path: str | Path) -> ImageSet:
+    """CIFAR-10 from its binary batches (the ``cifar-10-batches-bin`` folder of the "binary version" download, or one
+    ``.bin`` file): ``(N, 3, 32, 32)``, pixels ``0–255``, labels ``0–9``. Read as bytes (:data:`CIFAR_RECORD_BYTES` per
+    record): nothing is unpickled."""
+    import numpy as np
+
+    path = Path(path)
+    files = _cifar_batches(path)
+    if not files:
+        raise ConfigError(f"{path}: no data_batch_*.bin files in this folder; it should be CIFAR-10's "
+                          "cifar-10-batches-bin folder (the binary version, not the Python pickles).")
+    images, labels = [], []
+    for f in files:
+        raw = np.fromfile(f, dtype=np.uint8)
+        if raw.size == 0 or raw.size % CIFAR_RECORD_BYTES:
+            raise ConfigError(f"{f}: {raw.size:,} bytes is not a whole number of CIFAR-10 records ({CIFAR_RECORD_BYTES:,} "
+                              "bytes each: a label byte, then 3,072 pixel bytes); the file is truncated or not a CIFAR-10 "
+                              "binary batch (CIFAR-100's records have two label bytes).")
+        records = raw.reshape(-1, CIFAR_RECORD_BYTES)
+        if int(records[:, 0].max()) > 9:
+            raise ConfigError(f"{f}: label bytes up to {int(records[:, 0].max())}; CIFAR-10's are 0-9 (is this CIFAR-100, "
+                              "whose records have two label bytes?).")
+        labels.append(torch.from_numpy(records[:, 0].astype(np.int64)))
+        images.append(torch.from_numpy(records[:, 1:].copy()).view(-1, 3, 32, 32))
+    return ImageSet(torch.cat(images).float(), (0.0, 255.0), torch.cat(labels))
+
+
 def load_digits() -> ImageSet:
     """scikit-learn's handwritten digits: ``(1797, 1, 8, 8)``, pixels ``0–16``, labels ``0–9`` (no download)."""
     try:
@@ -155,10 +198,14 @@ def load_digits() -> ImageSet:
 
 
 def load(name: str) -> ImageSet:
-    """``digits``, a folder of PNG files, or a ``.npz``/``.pt`` array file."""
+    """``digits``, CIFAR-10's binary batches (a folder holding ``data_batch_*.bin``, or one ``.bin`` file), a folder
+    of PNG files, or a ``.npz``/``.pt`` array file."""
     if name == DIGITS:
         return load_digits()
-    if Path(name).is_dir():
+    path = Path(name)
+    if path.suffix == ".bin" or path.is_dir() and _cifar_batches(path):
+        return load_cifar_binary(path)
+    if path.is_dir():
         return load_png_folder(name)
     return load_array(name)
 

@@ -36,9 +36,10 @@ __all__ = ["SCHEMA", "load_config", "run", "add_command", "grid_nll", "held_out_
 
 SCHEMA: dict[str, Any] = {
     "data": {
-        "dataset": ((str, lambda v: None if v in datasets.DATASETS or v == images.DIGITS or v.endswith((".pt", ".npz"))
-                     or Path(v).is_dir() else
-                     f"must be one of {', '.join(datasets.DATASETS)}, {images.DIGITS}, a .pt/.npz file or a folder of PNG files"),
+        "dataset": ((str, lambda v: None if v in datasets.DATASETS or v == images.DIGITS or v.endswith((".pt", ".npz", ".bin"))
+                     or Path(v).is_dir() or Path(v).name == images.CIFAR_FOLDER else
+                     f"must be one of {', '.join(datasets.DATASETS)}, {images.DIGITS}, a .pt/.npz file, a folder of PNG files "
+                     f"or CIFAR-10's binary batches (a {images.CIFAR_FOLDER} folder or a .bin file)"),
                     "eight_gaussians"),
         "pixel_range": ((list, lambda v: None if not v or (len(v) == 2 and all(isinstance(b, (int, float)) for b in v)
                                                           and v[1] > v[0]) else "must be [low, high] with high > low, or []"),
@@ -96,7 +97,10 @@ def load_config(path: str | Path | None, overrides: dict[str, dict[str, Any]] | 
         raise ConfigError(f"{path} [train] watchdog: {exc}") from None
     dataset = config["data"]["dataset"]
     if dataset not in datasets.DATASETS and dataset != images.DIGITS and not Path(dataset).exists():
-        raise ConfigError(f"{path} [data] dataset: no such file {dataset!r}.")
+        hint = (f" It is CIFAR-10's binary version: download cifar-10-binary.tar.gz from {images.CIFAR_URL}, unpack it in "
+                f"the folder you run from (tar xzf cifar-10-binary.tar.gz), or set [data] dataset to the path of its "
+                f"{images.CIFAR_FOLDER} folder." if Path(dataset).name == images.CIFAR_FOLDER or dataset.endswith(".bin") else "")
+        raise ConfigError(f"{path} [data] dataset: no such file {dataset!r}.{hint}")
     built = {}
     for table, kind, key in (("model", "energy", "energy"), ("loss", "loss", "name")):
         factory = registry.get(kind, config[table][key])

@@ -163,3 +163,57 @@ def test_ais_log_likelihood_matches_the_exact_gaussian_log_density():
     exact = float(law.log_prob(test).mean())
     assert report["reliable"] and abs(report["test_log_likelihood"] - exact) < 4 * report["standard_error"] + 1e-3
     assert report["test_log_likelihood_per_dim"] == pytest.approx(report["test_log_likelihood"] / 2)
+
+
+def _cifar_file(path: Path, labels: list[int], seed: int) -> np.ndarray:
+    """A file in CIFAR-10's binary format (a label byte, 3,072 pixel bytes per record); returns the pixels (N, 3, 32, 32)."""
+    rng = np.random.default_rng(seed)
+    pixels = rng.integers(0, 256, size=(len(labels), 3, 32, 32), dtype=np.uint8)
+    records = np.concatenate([np.array(labels, dtype=np.uint8)[:, None], pixels.reshape(len(labels), -1)], axis=1)
+    path.write_bytes(records.tobytes())
+    return pixels
+
+
+def test_cifar10_binary_batches_are_read_as_bytes_record_by_record(tmp_path):
+    folder = tmp_path / images.CIFAR_FOLDER
+    folder.mkdir()
+    first = _cifar_file(folder / "data_batch_1.bin", [3, 9, 0], seed=1)
+    second = _cifar_file(folder / "data_batch_2.bin", [7, 1], seed=2)
+    _cifar_file(folder / "test_batch.bin", [5], seed=3)  # not read: the held-out split comes from the training batches
+    loaded = images.load(str(folder))
+    assert loaded.images.shape == (5, 3, 32, 32) and loaded.pixel_range == (0.0, 255.0)
+    assert loaded.labels.tolist() == [3, 9, 0, 7, 1]
+    assert torch.equal(loaded.images, torch.from_numpy(np.concatenate([first, second])).float())  # red plane, then green, blue
+    assert images.is_image_source(str(folder / "data_batch_1.bin"))
+    assert images.load(str(folder / "data_batch_2.bin")).labels.tolist() == [7, 1]
+    (tmp_path / "short.bin").write_bytes((folder / "data_batch_2.bin").read_bytes()[:-5])
+    with pytest.raises(ConfigError, match=r"short.bin: 6,141 bytes is not a whole number of CIFAR-10 records \(3,073 bytes"):
+        images.load(str(tmp_path / "short.bin"))
+    _cifar_file(tmp_path / "hundred.bin", [42], seed=4)
+    with pytest.raises(ConfigError, match="label bytes up to 42; CIFAR-10's are 0-9"):
+        images.load(str(tmp_path / "hundred.bin"))
+
+
+def test_the_bundled_cifar10_run_starts_on_a_small_file_in_that_format(tmp_path, monkeypatch):
+    from ebmcore.config import tomllib  # tomllib, or tomli on Python 3.10
+
+    config = tomllib.loads(train_job.bundled_config_path("cifar10").read_text())  # (load_config checks the device: cuda)
+    assert config["data"]["dataset"] == images.CIFAR_FOLDER and config["train"]["device"] == "cuda"
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"no such file 'cifar-10-batches-bin'. It is CIFAR-10's binary version: download "
+                                          r"cifar-10-binary.tar.gz"):
+        train_job.load_config("cifar10", {"train": {"device": "cpu"}})
+    (tmp_path / images.CIFAR_FOLDER).mkdir()
+    _cifar_file(tmp_path / images.CIFAR_FOLDER / "data_batch_1.bin", [i % 10 for i in range(40)], seed=5)
+    text = train_job.bundled_config_path("cifar10").read_text()
+    for old, new in [("n_train = 49000", "n_train = 30"), ("n_test = 1000", "n_test = 10"), ("n_steps = 60", "n_steps = 2"),
+                     ("buffer_size = 10000", "buffer_size = 64"), ("widths = [64, 128, 256, 256]", "widths = [4, 8]"),
+                     ("batch_size = 128", "batch_size = 8"), ("image_sample_steps = 200", "image_sample_steps = 2"),
+                     ("plots = true", "plots = false"), ('device = "cuda"', 'device = "cpu"')]:
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    (tmp_path / "cifar.toml").write_text(text)
+    assert main(["train", "cifar.toml", "--out", "run", "--steps", "2", "--quiet"]) == 0
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["steps"] == 2 and metrics["image_shape"] == [3, 32, 32] and metrics["pixel_range"] == [0.0, 255.0]
+    assert torch.load(tmp_path / "run" / "samples.pt").shape[1:] == (3, 32, 32)
