@@ -77,8 +77,8 @@ class Clock:
         return max(0.0, min(cap, self.left() - 5.0))
 
 
-def run(command: list[str], timeout: float, env: dict | None = None) -> tuple[int | None, str, float]:
-    """``(exit status or None on timeout, the output's last 6,000 characters, seconds)``; a timed-out command is
+def run(command: list[str], timeout: float, env: dict | None = None, keep: int = 6000) -> tuple[int | None, str, float]:
+    """``(exit status or None on timeout, the output's last ``keep`` characters, seconds)``; a timed-out command is
     killed with its process group."""
     t0 = time.monotonic()
     if timeout <= 0:
@@ -93,7 +93,7 @@ def run(command: list[str], timeout: float, env: dict | None = None) -> tuple[in
         out, _ = proc.communicate()
         rc = None
         out = (out or "") + f"\n[killed after {timeout:.0f} s]"
-    return rc, (out or "")[-6000:], time.monotonic() - t0
+    return rc, (out or "")[-keep:], time.monotonic() - t0
 
 
 NOT_STARTED = "not run: no time left in the budget"
@@ -336,6 +336,25 @@ def step_benchmark(report: Report, clock: Clock, py: str, dry: bool, work: Path)
     return data
 
 
+def step_workloads(report: Report, clock: Clock, py: str, dry: bool, out: Path, groups: list[str]) -> None:
+    """``--workloads``: after the checks, ``benchmarks/gpu.py`` at full size for ``groups`` (one process per group, in
+    the order given, each saving its tables as it goes), with what is left of the budget: ``<results>-<group>.md``
+    (the tables) and ``.json`` (raw) beside the results file. Dry: ``--device cpu --quick``."""
+    for group in groups:
+        name = f"workloads: gpu.py --groups {group}"
+        stem = out.with_name(f"{out.stem}-{group.lower()}")
+        command = [py, str(BENCH / "gpu.py"), "--groups", group, "--repeats", "3" if group in ("G1", "G2") else "5",
+                   "--json", str(stem.with_suffix(".json"))] + (["--device", "cpu", "--quick"] if dry else [])
+        rc, text, secs = run(command, clock.limit(300), env={"TORCH_COMPILE_DISABLE": "1"} if dry else None, keep=1_000_000)
+        stem.with_suffix(".md").write_text(text)  # the tables and the progress lines (the raw figures are in .json)
+        failed = [line.strip() for line in text.splitlines() if "**FAIL**" in line or "failed:" in line]
+        if rc == 0 and not failed:
+            report.add(name, "passed", f"tables in {stem.name}.md", secs)
+        else:
+            report.add(name, "failed", failure(rc, text) if rc != 0 else f"{len(failed)} rows failed or missed their "
+                       "correctness check", secs, output="\n".join(failed[:20]) + "\n" + tail(text, 20))
+
+
 # ----------------------------------------------------------------------------------------------
 
 
@@ -378,6 +397,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="the results file (default: $GPU_CHECK_OUT, else $OUT/gpu-check-<date>.json, "
                                              "else benchmarks/results/gpu-check-<date>.json; dry: in the temp folder)")
     ap.add_argument("--budget", type=float, default=480.0, help="seconds for all steps (default 480)")
+    ap.add_argument("--workloads", default="", metavar="GROUPS",
+                    help="after the checks, gpu.py at full size for these groups, e.g. S,G3,G1,G2, in the budget left")
     ap.add_argument("--bare-site", type=Path, metavar="DIR", help=argparse.SUPPRESS)  # gpu_check.sh's fallback: see bare_site
     args = ap.parse_args(argv)
     if args.bare_site:
@@ -404,10 +425,12 @@ def main(argv: list[str] | None = None) -> int:
         else:
             report.add("kernels", "failed", "not run: a build failed")
         benchmark = step_benchmark(report, clock, py, args.dry, work)
-        if built:  # last: the least predictable in time, they get what is left of the budget
+        if built:  # the least predictable in time: they get what is left of the budget (less the workloads')
             step_sanitizer(report, clock, py, args.dry, work)
         else:
             report.add("compute-sanitizer", "failed", "not run: a build failed")
+        if args.workloads:
+            step_workloads(report, clock, py, args.dry, out, [g.strip().upper() for g in args.workloads.split(",") if g.strip()])
     return finish(report, meta, clock, args, out, started, benchmark)
 
 

@@ -106,3 +106,19 @@ def test_the_bare_machine_fallback_declares_every_packages_entry_points(tmp_path
         assert f"Name: {project['name']}\n" in (info / "METADATA").read_text()
         for name, target in project["entry-points"]["ebmcore"].items():
             assert f"{name} = {target}\n" in (info / "entry_points.txt").read_text()
+
+
+def test_the_workloads_step_writes_the_tables_and_flags_a_failed_correctness_check(tmp_path, monkeypatch):
+    """``--workloads``: gpu.py after the checks (dry: on the CPU, quick), its tables beside the results file; a row whose
+    correctness check fails, or that failed to run, fails the step."""
+    check = _gpu_check()
+    report, clock = check.Report(), check.Clock(300)
+    out = tmp_path / "gpu-check.json"
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    check.step_workloads(report, clock, sys.executable, True, out, ["S"])
+    assert [c["status"] for c in report.checks] == ["passed"], report.checks
+    tables = (tmp_path / "gpu-check-s.md").read_text()
+    assert tables.count("| S") >= 8 and json.loads((tmp_path / "gpu-check-s.json").read_text())["seeds"]
+    monkeypatch.setattr(check, "run", lambda *a, **k: (0, "| S1 | ... | **FAIL**: ≤ 5 |\n", 1.0))
+    check.step_workloads(report, clock, sys.executable, True, out, ["S"])
+    assert report.checks[-1]["status"] == "failed" and "1 rows failed" in report.checks[-1]["reason"]
