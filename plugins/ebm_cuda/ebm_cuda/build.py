@@ -17,7 +17,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-__all__ = ["BuildError", "CSRC", "cache_dir", "find_cxx", "find_nvcc", "host_command", "nvcc_command", "build_host", "build_cuda"]
+__all__ = ["BuildError", "CSRC", "cache_dir", "find_cxx", "find_nvcc", "host_command", "nvcc_command", "build_host", "build_cuda",
+           "SANITIZER_FLAGS", "sanitized_host_command", "build_host_sanitized"]
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 HOST_FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fopenmp", "-fPIC", "-shared", "-std=c++17")
@@ -128,6 +129,25 @@ def _build(name: str, unit: str, make_command, extra: str) -> Path:
 def build_host() -> Path:
     """The host library, compiled now if not cached (about 10 s)."""
     return _build("libebm_host", "host.cpp", host_command, _cpu_identity())
+
+
+SANITIZER_FLAGS = ("-O0", "-g1", "-fno-omit-frame-pointer", "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined")
+"""The sanitized host build's flags in place of ``-O3``: AddressSanitizer and UndefinedBehaviorSanitizer, every report
+fatal; ``-O0`` compiles in about 10 s (the checks run at small sizes)."""
+
+
+def sanitized_host_command(out: Path | str, cxx: str | None = None) -> list[str]:
+    """The command that builds the host library with :data:`SANITIZER_FLAGS` (GCC or Clang)."""
+    command = host_command(out, cxx)
+    return [command[0], *SANITIZER_FLAGS, *(f for f in command[1:] if f != "-O3")]
+
+
+def build_host_sanitized() -> Path:
+    """The host library under AddressSanitizer and UndefinedBehaviorSanitizer, compiled now if not cached. Load it with
+    ``EBM_CUDA_HOST_LIBRARY=<path>`` in a process started with the sanitizer runtimes preloaded
+    (``LD_PRELOAD="$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)"``, and
+    ``ASAN_OPTIONS=detect_leaks=0``: Python's own allocations are not leaks)."""
+    return _build("libebm_host-sanitized", "host.cpp", sanitized_host_command, _cpu_identity())
 
 
 def build_cuda(archs: list[str]) -> Path:

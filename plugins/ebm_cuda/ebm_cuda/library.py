@@ -9,6 +9,7 @@ backends report); they build the library on first use, once per process.
 from __future__ import annotations
 
 import ctypes
+import os
 from ctypes import POINTER, c_double, c_int, c_int64, c_uint64, c_void_p
 
 import torch
@@ -117,6 +118,9 @@ def _load(name: str, make) -> Library | str:
 def _build_host() -> Library | str:
     if "host" in _loaded:  # built (or failed) already: no compiler search on every launch
         return _loaded["host"]
+    given = os.environ.get("EBM_CUDA_HOST_LIBRARY")
+    if given:  # a host library built elsewhere, e.g. build.build_host_sanitized()'s
+        return _load("host", lambda: Library(given, "host"))
     if build.find_cxx() is None:
         return "no C++ compiler to build the host kernels (install g++ or clang++, or set CXX)"
     return _load("host", lambda: Library(str(build.build_host()), "host"))
