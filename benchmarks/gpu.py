@@ -43,6 +43,7 @@ non-finite chains and the mean energy compared with row (a)'s (two-sample z). Se
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import math
@@ -793,7 +794,7 @@ def seed_rows(device: Any, repeats: int, log: Callable, quick: bool = False) -> 
                 continue
             log(f"  {sid} {variant} ...")
             try:
-                with ebmcore.use_backend("torch") if variant == "eager" else _nullcontext():
+                with ebmcore.use_backend("torch") if variant == "eager" else contextlib.nullcontext():
                     m = measure(fn, repeats, dev)
             except Exception as exc:  # noqa: BLE001
                 rec["skipped"] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
@@ -813,7 +814,7 @@ def seed_rows(device: Any, repeats: int, log: Callable, quick: bool = False) -> 
                 z_mean, z_cov = common.moment_z_scores(xs, np.zeros(d), law())
                 fig = {"mean_z_max": z_mean, "cov_z_max": z_cov, "ok": bool(max(z_mean, z_cov) <= Z_TOL)}
             if variant == "ebm" and sid != "S3":
-                probe = sampler_path(variants, sid, energy, x0)
+                probe = sampler_path(sid, energy, x0)
                 if probe:
                     rec["path"] = probe
             rec.update(timing=m, figures=fig)
@@ -822,7 +823,7 @@ def seed_rows(device: Any, repeats: int, log: Callable, quick: bool = False) -> 
     return recs
 
 
-def sampler_path(variants: dict, sid: str, energy: Any, x0: Any) -> str | None:
+def sampler_path(sid: str, energy: Any, x0: Any) -> str | None:
     """The path ebm's default sampler takes for ``sid`` (fused chain and its backend, or the per-step loop and why)."""
     from ebm_samplers import HMCSampler, LangevinSampler
 
@@ -831,12 +832,6 @@ def sampler_path(variants: dict, sid: str, energy: Any, x0: Any) -> str | None:
         return common.ebm_path(sampler, x0)
     except Exception as exc:  # noqa: BLE001
         return f"(path unknown: {type(exc).__name__})"
-
-
-def _nullcontext() -> Any:
-    import contextlib
-
-    return contextlib.nullcontext()
 
 
 def seed_table(recs: list[dict]) -> str:
