@@ -58,11 +58,14 @@ def plot_energy_histograms(path: Path, energies: Sequence[tuple[str, Tensor]], t
 
 
 def ais_log_likelihood(energy: EnergyModel, train: Tensor, test: Tensor, *, n_chains: int, n_temperatures: int,
-                       seed: int, bounds: tuple[float, float] | None = None, min_scale: float = 0.1,
+                       seed: int, bounds: tuple[float, float] | None = None,
+                       base: tuple[Tensor, Tensor] | None = None, min_scale: float = 0.1,
                        min_ess_fraction: float = 0.1, check_temperatures: int | None = None) -> dict[str, Any]:
     """Held-out mean ``log p(x) = −E(x) − log Z`` (nats per example, and per dimension) with ``log Z`` from AIS
-    (:func:`ebm_samplers.ais.estimate_log_z`): on the box ``bounds`` (images: the density restricted to ``[−1, 1]^d``),
-    else from the base ``N(mean, std²)`` of ``train`` per dimension, std at least ``min_scale``. Its standard error is
+    (:func:`ebm_samplers.ais.estimate_log_z`): from ``base = (loc: (d,), scale_tril: (d, d))``, a full-covariance
+    Gaussian (an energy's own fitted base, ``ais_base()``; the density on all of ``R^d``), else on the box ``bounds``
+    (images: the density restricted to ``[−1, 1]^d``), else from the base ``N(mean, std²)`` of ``train`` per
+    dimension, std at least ``min_scale``; ``domain`` says which. Its standard error is
     that of ``log Z`` (the test mean's own is ``test_mean_se``).
 
     ``reliable`` is True only when the estimator's own checks pass (``checks``): the weights' effective sample size
@@ -74,7 +77,14 @@ def ais_log_likelihood(energy: EnergyModel, train: Tensor, test: Tensor, *, n_ch
     from ebm_losses.likelihood import compare
 
     generator = torch.Generator(device=train.device).manual_seed(seed)
-    where = {"bounds": bounds} if bounds is not None else {"loc": train.mean(0), "scale": train.std(0).clamp_min(min_scale)}
+    if base is not None:
+        where: dict[str, Any] = {"loc": base[0], "scale_tril": base[1]}
+        domain = f"R^{test[0].numel()}, annealed from the model's fitted Gaussian base"
+    elif bounds is not None:
+        where, domain = {"bounds": bounds}, f"the box [{bounds[0]:g}, {bounds[1]:g}]^{test[0].numel()}, from its uniform density"
+    else:
+        where = {"loc": train.mean(0), "scale": train.std(0).clamp_min(min_scale)}
+        domain = f"R^{test[0].numel()}, annealed from a diagonal Gaussian of the training data"
     run = lambda k: estimate_log_z(energy, n_chains, k, event_shape=tuple(train.shape[1:]),  # noqa: E731
                                    generator=generator, **where)
     result = run(n_temperatures)
@@ -100,6 +110,7 @@ def ais_log_likelihood(energy: EnergyModel, train: Tensor, test: Tensor, *, n_ch
     return {"test_log_likelihood": mean, "test_log_likelihood_per_dim": mean / d,
             "standard_error": result.standard_error, "test_mean_se": float(e.std() / math.sqrt(len(e))),
             "reliable": all(check["passed"] for check in checks.values()), "checks": checks, "warnings": records,
+            "domain": domain,
             "log_z": result.summary()}
 
 
@@ -237,6 +248,8 @@ def image_report(energy: EnergyModel, loss: Any, train: Tensor, test: Tensor, pi
     if labels is not None:
         metrics["sample_quality"].update(classifier_quality(samples, train, labels, test, seed=seed))
     if ais_chains:
+        own_base = energy.ais_base() if callable(getattr(energy, "ais_base", None)) else None
         metrics["ais"] = ais_log_likelihood(energy, train, test, n_chains=ais_chains, n_temperatures=ais_temperatures,
-                                            seed=seed, bounds=(-1.0, 1.0))
+                                            seed=seed, bounds=None if own_base is not None else (-1.0, 1.0),
+                                            base=own_base)
     return metrics

@@ -10,8 +10,10 @@ from ebm_losses.contrastive_divergence import ContrastiveDivergence, PersistentC
 from ebm_losses.energy_matching import EnergyMatching
 from ebm_losses.equilibrium_matching import EquilibriumMatching
 from ebm_losses.nce import NoiseContrastiveEstimation
+from ebm_losses.gaussian_residual import GaussianResidualEnergy
 from ebm_losses.image_mlp import ImageMLPEnergy
 from ebm_losses.noise_conditional import NoiseConditionalEnergy
+from ebm_losses.whitened_cd import WhitenedContrastiveDivergence
 from ebm_losses.score_matching import DenoisingScoreMatching, ScoreMatching, SlicedScoreMatching
 
 
@@ -20,6 +22,7 @@ def ebm_register_energies(registry: Registrar) -> None:
     registry.register_energy("conv", ConvEnergy)
     registry.register_energy("noise_conditional_mlp", NoiseConditionalEnergy)
     registry.register_energy("image_mlp", ImageMLPEnergy)
+    registry.register_energy("gaussian_residual", GaussianResidualEnergy)
 
 
 @hookimpl
@@ -32,6 +35,7 @@ def ebm_register_losses(registry: Registrar) -> None:
     registry.register_loss("nce", NoiseContrastiveEstimation)
     registry.register_loss("energy_matching", EnergyMatching)
     registry.register_loss("equilibrium_matching", EquilibriumMatching)
+    registry.register_loss("whitened_contrastive_divergence", WhitenedContrastiveDivergence)
 
 
 @hookimpl

@@ -230,6 +230,8 @@ def _run(config: dict[str, Any], out: Path, resume: bool, quiet: bool, main: boo
     if main:
         runfiles.start_run(out, config)
     energy = registry.get("energy", config["model"]["energy"])(**config["model"]["params"]).to(device)
+    if callable(getattr(energy, "fit_base", None)):  # a base density fitted to the training split (gaussian_residual)
+        energy.fit_base(train)
     loss = registry.get("loss", config["loss"]["name"])(**config["loss"]["params"])
     t = config["train"]
     lim = float(train.abs().max()) * 1.25 if train.dim() == 2 and train.shape[1] == 2 else 0.0
@@ -354,6 +356,8 @@ def _digit_labels(spec: dict[str, Any]) -> torch.Tensor | None:
 
 def _negatives_report(loss: Any) -> dict[str, Any] | None:
     """How a contrastive loss drew its negatives, flagged when its chains do not target the model's density ``exp(−E)``."""
+    if callable(getattr(loss, "negatives_report", None)):
+        return loss.negatives_report()
     spec = getattr(loss, "sampler_spec", None)
     if not isinstance(spec, str):
         return None

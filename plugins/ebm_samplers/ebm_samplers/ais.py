@@ -115,14 +115,17 @@ class _Path:
 
 
 def estimate_log_z(energy: EnergyModel, n_chains: int = 256, n_temperatures: int = 500, *, event_shape: Sequence[int] | None = None,
-        loc: Any = 0.0, scale: Any = 1.0, transition: str = "mala", n_steps: int = 1, step_size: float | None = None,
+        loc: Any = 0.0, scale: Any = 1.0, scale_tril: Tensor | None = None, transition: str = "mala", n_steps: int = 1, step_size: float | None = None,
         n_leapfrog_steps: int | None = None, adapt: bool = True, target_accept: float = 0.65,
         betas: Sequence[float] | None = None, bounds: tuple[float, float] | None = None,
         generator: torch.Generator | None = None, dtype: torch.dtype | None = None, device: Any = None) -> AISResult:
     """Estimate ``log Z`` of ``exp(−E)`` with ``n_chains`` AIS chains over ``n_temperatures`` (or the schedule ``betas``).
 
     ``loc`` and ``scale`` (numbers or tensors broadcasting to ``event_shape``) define the base ``N(loc, scale²)``;
-    pick them to cover the energy's mass (e.g. the data's mean and std). With ``bounds = (low, high)`` the domain is
+    pick them to cover the energy's mass (e.g. the data's mean and std). With ``scale_tril: (d, d)`` (lower
+    triangular, ``d = prod(event_shape)``) the base is ``N(loc, LLᵀ)`` with full covariance instead: the chains then
+    run in the whitened coordinates ``z = L⁻¹(x − loc)``, where the base is ``N(0, I)`` and one step size suits
+    every direction (``log Z`` of ``x`` is that of ``z`` plus ``Σ log Lᵢᵢ``; the samples are mapped back to ``x``). With ``bounds = (low, high)`` the domain is
     the box ``[low, high]^d`` instead (images on ``[−1, 1]``): the base is uniform on it, ``log Z`` is that of
     ``exp(−E)`` restricted to it, and moves that leave it are rejected. ``transition``: ``"mala"`` or ``"hmc"``,
     ``n_steps`` per temperature; ``step_size`` starts at the sampler's default times the mean base scale.
@@ -146,6 +149,13 @@ def estimate_log_z(energy: EnergyModel, n_chains: int = 256, n_temperatures: int
     dtype = dtype or (ref.dtype if ref is not None else torch.float64)
     device = torch.device(device) if device is not None else (ref.device if ref is not None else torch.device("cpu"))
     d = math.prod(shape)
+    if scale_tril is not None:
+        if bounds is not None:
+            raise InputError("give bounds or scale_tril, not both: the full-covariance base is unbounded.")
+        return _whitened(energy, n_chains, n_temperatures, shape=shape, loc=loc, scale_tril=scale_tril,
+                         transition=transition, n_steps=n_steps, step_size=step_size,
+                         n_leapfrog_steps=n_leapfrog_steps, adapt=adapt, target_accept=target_accept, betas=schedule,
+                         generator=generator, dtype=dtype, device=device)
     if bounds is not None:
         low, high = (float(b) for b in bounds)
         if not high > low:
@@ -164,9 +174,75 @@ def estimate_log_z(energy: EnergyModel, n_chains: int = 256, n_temperatures: int
         x = loc_t + scale_t * torch.randn((n_chains, *shape), generator=generator, dtype=dtype, device=device)
         mean_scale = float(scale_t.mean())
 
-    module = _TRANSITIONS[transition]
     energy.validate(x, name="the AIS states")
-    fns = bind_energy(energy, x)
+    return _anneal(bind_energy(energy, x), x, base, log_z0, mean_scale, n_chains=n_chains, schedule=schedule,
+                   transition=transition, n_steps=n_steps, step_size=step_size, n_leapfrog_steps=n_leapfrog_steps,
+                   adapt=adapt, target_accept=target_accept, generator=generator, dtype=dtype, device=device)
+
+
+class _Whitened(EnergyModel):
+    """``z -> E(loc + L·z)`` for ``z: (n, d)``, the energy ``E`` seen in whitened coordinates (a view, not an owner)."""
+
+    def __init__(self, energy: EnergyModel, loc: Tensor, tril: Tensor, shape: tuple[int, ...]) -> None:
+        super().__init__()
+        object.__setattr__(self, "_energy", energy)
+        self.loc, self.tril, self.shape = loc, tril, shape
+        self.event_shape = (tril.shape[0],)
+
+    def _reference_tensor(self) -> Tensor | None:
+        return self.tril
+
+    def unwhiten(self, z: Tensor) -> Tensor:
+        return (self.loc + z @ self.tril.T).reshape(z.shape[0], *self.shape)
+
+    def compute_energy(self, z: Tensor) -> Tensor:
+        return self._energy.compute_energy(self.unwhiten(z))
+
+    def bind(self, like: Tensor) -> EnergyFunctions:
+        fns = bind_energy(self._energy, self.unwhiten(like))
+
+        def energy_and_gradient(z: Tensor) -> tuple[Tensor, Tensor]:
+            e, g = fns.energy_and_gradient(self.unwhiten(z))
+            return e, g.flatten(1) @ self.tril  # ∇_z = Lᵀ∇_x, as rows
+
+        return EnergyFunctions(lambda z: fns.energy(self.unwhiten(z)), lambda z: energy_and_gradient(z)[1],
+                               energy_and_gradient, fns.path)
+
+
+def _whitened(energy: EnergyModel, n_chains: int, n_temperatures: int, *, shape: tuple[int, ...], loc: Any,
+              scale_tril: Tensor, generator: torch.Generator | None, dtype: torch.dtype | None, device: Any,
+              **options: Any) -> AISResult:
+    """:func:`estimate_log_z` from ``N(loc, LLᵀ)``: AIS of ``z -> E(loc + Lz)`` from ``N(0, I)``, ``log Z`` shifted
+    by ``log|det L|``, samples mapped back."""
+    d = math.prod(shape)
+    ref = energy._reference_tensor()
+    dtype = dtype or (ref.dtype if ref is not None else torch.float64)
+    device = torch.device(device) if device is not None else (ref.device if ref is not None else torch.device("cpu"))
+    tril = torch.as_tensor(scale_tril).to(dtype=dtype, device=device)
+    if tril.shape != (d, d):
+        raise InputError(f"scale_tril must have shape ({d}, {d}) for event shape {shape}, got {tuple(tril.shape)}.")
+    diagonal = tril.diagonal()
+    if not bool((diagonal > 0).all()) or not bool(torch.isfinite(tril).all()):
+        raise InputError("scale_tril must be finite, lower triangular, with a positive diagonal (a Cholesky factor).")
+    tril = torch.tril(tril)
+    loc_t = torch.as_tensor(loc, dtype=dtype, device=device)
+    loc_t = loc_t.reshape(d) if loc_t.numel() == d else loc_t.expand(shape).reshape(d)  # (d,) or like the event
+    view = _Whitened(energy, loc_t, tril, shape)
+    result = estimate_log_z(view, n_chains, 1, betas=options.pop("betas"), event_shape=(d,), generator=generator,
+                            dtype=dtype, device=device, **options)
+    shift = float(diagonal.double().log().sum())
+    return AISResult(result.log_z + shift, result.standard_error, result.mean_log_weight + shift,
+                     result.mean_log_weight_se, result.effective_sample_size, result.acceptance_rate, result.n_chains,
+                     result.n_temperatures, result.transition, result.log_weights + shift,
+                     view.unwhiten(result.samples))
+
+
+def _anneal(fns: EnergyFunctions, x: Tensor, base: Base, log_z0: float, mean_scale: float, *, n_chains: int,
+            schedule: list[float], transition: str, n_steps: int, step_size: float | None,
+            n_leapfrog_steps: int | None, adapt: bool, target_accept: float, generator: torch.Generator | None,
+            dtype: torch.dtype, device: torch.device) -> AISResult:
+    """The AIS loop of :func:`estimate_log_z` from states ``x`` drawn from ``base`` (whose ``log Z`` is ``log_z0``)."""
+    module = _TRANSITIONS[transition]
     defaults = module.Params(n_leapfrog_steps=n_leapfrog_steps) if transition == "hmc" else module.Params()
     params = defaults.resolve(x)
     h0 = params.step_size * mean_scale if step_size is None else float(step_size)
