@@ -1,11 +1,16 @@
 """The ``ebm`` command (also ``python -m ebmcore``): ``ebm plugins``, ``ebm backends``, ``ebm demo``, ``ebm --version``,
 and the subcommands plugins add through ``ebm_add_commands`` (``ebm train``, ``ebm sample``, ``ebm profile``).
-``--quiet``/``--verbose`` set the level of the library messages it shows (:mod:`ebmcore.logs`)."""
+``--quiet``/``--verbose`` set the level of the library messages it shows (:mod:`ebmcore.logs`).
+
+``ebm``, ``ebm --help`` and ``ebm --version`` import neither torch nor any plugin: the parser they need is the core's
+plus the subcommands the plugins declare (:mod:`ebmcore.commands`), and the versions come from the installed
+metadata. Every other command line builds the whole parser, plugins loaded, as :func:`_parser` does."""
 
 from __future__ import annotations
 
 import argparse
 import functools
+import importlib.metadata
 import logging
 import math
 import sys
@@ -13,17 +18,15 @@ import time
 import warnings
 from typing import Any, Sequence
 
-import torch
-
 import ebmcore
-from ebmcore import logs, plugins, registry
-from ebmcore.components import declared_plugins, install_hint
+from ebmcore import commands, config, logs, plugins, registry
+from ebmcore.components import FIRST_PARTY_DISTRIBUTIONS, declared_plugins, install_hint
 from ebmcore.config import parse_device
 from ebmcore.errors import EBMError, UnknownComponentError
 
 __all__ = ["main"]
 
-_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64}
+_DTYPES = ("bfloat16", "float16", "float32", "float64")  # names of torch dtypes (torch is imported by the commands)
 
 
 def _cmd_plugins(args: argparse.Namespace) -> int:
@@ -48,7 +51,9 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
     return 1 if s.failures() or s.table.conflicts() else 0
 
 
-def _devices() -> list[torch.device]:
+def _devices() -> list[Any]:
+    import torch
+
     devices = [torch.device("cpu")]
     if torch.cuda.is_available():
         devices += [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
@@ -56,6 +61,8 @@ def _devices() -> list[torch.device]:
 
 
 def _cmd_backends(args: argparse.Namespace) -> int:
+    import torch
+
     for entry in registry.entries("kernel"):
         reason = entry.component.unavailable_reason()
         state = "available" if reason is None else f"unavailable: {reason}"
@@ -67,7 +74,7 @@ def _cmd_backends(args: argparse.Namespace) -> int:
     unresolved = 0
     for device in devices:
         for op in ops:
-            why = ebmcore.explain(op, device=device, dtype=_DTYPES[args.dtype])
+            why = ebmcore.explain(op, device=device, dtype=getattr(torch, args.dtype))
             unresolved += why.chosen is None
             print()
             print(why)
@@ -84,6 +91,8 @@ def _cmd_backends(args: argparse.Namespace) -> int:
 
 def _double_well_mean_abs() -> float:
     """E|x| under p(x) ∝ exp(-(x²-1)²), by the trapezoidal rule (the exact reference for the demo)."""
+    import torch
+
     xs = torch.linspace(-4, 4, 20001, dtype=torch.float64)
     w = torch.exp(-((xs * xs - 1) ** 2))
     return float(torch.trapezoid(xs.abs() * w, xs) / torch.trapezoid(w, xs))
@@ -91,6 +100,8 @@ def _double_well_mean_abs() -> float:
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     """Unadjusted Langevin on a 2-d double well with the core's energy and kernel dispatch."""
+    import torch
+
     energy = ebmcore.energy("double_well", dim=2)
     g = torch.Generator().manual_seed(args.seed)
     x = torch.randn(args.n_chains, 2, generator=g)
@@ -115,13 +126,16 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_version(args: argparse.Namespace) -> int:
+    import torch
+
     s = plugins.session()
     extra = ", ".join(f"{r.distribution} {r.version}" for r in s.records.values() if r.distribution != "ebmcore")
     print(f"ebm {ebmcore.__version__} (torch {torch.__version__}; plugins: {extra or 'none'})")
     return 0
 
 
-def _parser() -> argparse.ArgumentParser:
+def _core_parser() -> tuple[argparse.ArgumentParser, Any]:
+    """The parser with the core's options and subcommands, and its sub-parsers object for the plugins' commands."""
     parser = argparse.ArgumentParser(prog="ebm", description="ebm: energy-based models in PyTorch")
     parser.add_argument("--version", action="store_true", help="print the versions of ebmcore, torch and the plugins")
     parser.add_argument("-q", "--quiet", dest="log_level", action="store_const", const=logging.WARNING,
@@ -144,14 +158,75 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--step-size", type=float, default=0.01, help="Langevin step size h (default: 0.01)")
     p.add_argument("--seed", type=int, default=0, help="seed of the generator (default: 0)")
     p.set_defaults(func=_cmd_demo)
+    return parser, sub
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The whole parser: the core's, and the subcommands the loaded plugins add through ``ebm_add_commands``."""
+    parser, sub = _core_parser()
     plugins.session().add_commands(sub)
+    _add_missing_commands(sub)
+    return parser
+
+
+def _add_missing_commands(sub: Any) -> None:
+    """A subcommand for each command of a first-party plugin of the checkout that no loaded plugin added."""
     for dist, (_, provided) in declared_plugins().items():  # a checkout's command whose plugin is missing: what to install
         for command in provided.get("command", ()):
             if command not in sub.choices:
                 p = sub.add_parser(command, help=f"(not available: needs the plugin {dist})", add_help=False, prefix_chars="\0")
                 p.add_argument("args", nargs="*", help="ignored")
                 p.set_defaults(func=functools.partial(_missing_command, command, dist))
-    return parser
+
+
+def _plugin_entry_points(cfg: Any) -> list[tuple[str, str, str, bool]] | None:
+    """``(name, distribution, version, blocked)`` of each plugin entry point, in the order and with the skips of
+    :meth:`ebmcore.plugins.PluginSession.load` (without loading any); None for metadata without the core's entry point."""
+    found = importlib.metadata.entry_points(group=plugins.ENTRY_POINT_GROUP)
+    core = [ep for ep in found if ep.dist is not None and ep.dist.name == plugins.CORE_DISTRIBUTION]
+    if not core:
+        return None
+    seen, listed = set(), []
+    for ep in core + ([ep for ep in found if ep not in core] if not cfg.disable_plugin_autoload else []):
+        dist = ep.dist.name if ep.dist is not None else "(unknown distribution)"
+        if (ep.name, dist) not in seen:
+            seen.add((ep.name, dist))
+            blocked = ep.name in cfg.disable_plugins and dist != plugins.CORE_DISTRIBUTION
+            listed.append((ep.name, dist, ep.dist.version if ep.dist is not None else "?", blocked))
+    return listed
+
+
+def _fast(argv: list[str]) -> int | None:
+    """``ebm``, ``ebm --help`` and ``ebm --version`` without importing torch or a plugin; None where only the whole
+    parser can answer: a configuration error (it reports it), a plugin that loads and declares no commands, or plugins
+    already loaded in this process (``ebmcore.register_plugin`` may have added one that no entry point names)."""
+    if argv not in ([], ["-h"], ["--help"], ["--version"]) or plugins.loaded():  # loaded: it may hold register_plugin's
+        return None
+    try:
+        cfg = config.get_config()
+        found = _plugin_entry_points(cfg)
+        torch_version = importlib.metadata.version("torch")
+    except (ebmcore.EBMError, importlib.metadata.PackageNotFoundError):
+        return None
+    if found is None:
+        return None
+    if argv == ["--version"]:
+        extra = ", ".join(f"{dist} {version}" for _, dist, version, _ in found if dist != plugins.CORE_DISTRIBUTION)
+        print(f"ebm {ebmcore.__version__} (torch {torch_version}; plugins: {extra or 'none'})")
+        return 0
+    parser, sub = _core_parser()
+    loading = [(name, dist) for name, dist, _, blocked in found if not blocked]
+    for name, dist in sorted(loading, key=lambda plugin: plugin[1] not in FIRST_PARTY_DISTRIBUTIONS):  # as add_commands
+        declared = commands.declared_commands(name, dist)
+        if declared is None:
+            return None
+        for command, line in declared.items():
+            if command not in sub.choices:  # a taken name is not replaced (add_commands)
+                sub.add_parser(command, help=line)
+    _add_missing_commands(sub)
+    parser.parse_args(argv)  # --help: prints the help and exits 0, as the whole parser does
+    parser.print_help()
+    return 2
 
 
 def _missing_command(command: str, dist: str, args: argparse.Namespace) -> int:
@@ -177,6 +252,9 @@ def _show_warning(message: Any, category: type, filename: str, lineno: int, file
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    fast = _fast(sys.argv[1:] if argv is None else list(argv))
+    if fast is not None:
+        return fast
     try:
         parser = _parser()
     except EBMError as exc:

@@ -102,4 +102,8 @@ def ebm_add_commands(subparsers: Any) -> None:
     ``run(args) -> int`` is the exit status. ``ebm-samplers`` adds ``sample``
     and ``profile``, ``ebm-losses`` adds ``train``. A plugin whose hook raises
     is reported by ``ebm plugins``; the other commands still work.
+
+    ``ebm --help`` lists the commands without calling this hook where every
+    plugin declares them (name and one-line help) in the entry-point group
+    ``ebmcore.commands``: see :mod:`ebmcore.commands`.
     """

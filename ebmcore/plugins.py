@@ -24,7 +24,7 @@ from ebmcore import config, hookspecs
 from ebmcore.version import __version__
 from ebmcore.components import FIRST_PARTY_DISTRIBUTIONS, HOOK_OF_KIND, KINDS, ComponentTable, Provider, Registrar
 
-__all__ = ["PluginRecord", "PluginSession", "session", "reset", "register_plugin", "ENTRY_POINT_GROUP"]
+__all__ = ["PluginRecord", "PluginSession", "session", "loaded", "reset", "register_plugin", "ENTRY_POINT_GROUP"]
 
 ENTRY_POINT_GROUP = "ebmcore"
 CORE_DISTRIBUTION = "ebmcore"
@@ -225,6 +225,11 @@ def session() -> PluginSession:
         if _session is None or _session.config_generation != _config_generation():
             _session = PluginSession(config.get_config()).load()
         return _session
+
+
+def loaded() -> bool:
+    """Whether the plugins are loaded in this process (a lookup, ``register_plugin`` or ``ebm``'s whole parser did it)."""
+    return _session is not None
 
 
 def reset() -> None:

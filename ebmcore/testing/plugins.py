@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from ebmcore import plugins
+from ebmcore.commands import ENTRY_POINT_GROUP as COMMANDS_GROUP
 from ebmcore.config import get_config
 from ebmcore.components import Provider
 
@@ -45,12 +46,15 @@ def installed_distribution(
     version: str,
     entry_points: Mapping[str, str],
     files: Mapping[str, str],
+    commands: Mapping[str, str] | None = None,
 ) -> Iterator[Path]:
     """Install a minimal distribution into ``root`` and put it on ``sys.path`` for the block.
 
     ``entry_points`` maps entry-point names in the ``ebmcore`` group to
     ``"module:attr"`` or ``"module"``; ``files`` maps paths relative to
-    ``root`` to source text. The distribution has real ``.dist-info``
+    ``root`` to source text; ``commands`` maps entry-point names in the
+    ``ebmcore.commands`` group (the ``ebm`` subcommands a plugin declares,
+    :mod:`ebmcore.commands`) likewise. The distribution has real ``.dist-info``
     metadata, so ``importlib.metadata`` finds it exactly like a pip-installed
     package. Its modules are removed from ``sys.modules`` afterwards.
     """
@@ -64,7 +68,9 @@ def installed_distribution(
     info.mkdir(exist_ok=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
     eps = "".join(f"{k} = {v}\n" for k, v in entry_points.items())
-    (info / "entry_points.txt").write_text(f"[{plugins.ENTRY_POINT_GROUP}]\n{eps}")
+    declared = "".join(f"{k} = {v}\n" for k, v in (commands or {}).items())
+    declared = f"\n[{COMMANDS_GROUP}]\n{declared}" if commands is not None else ""
+    (info / "entry_points.txt").write_text(f"[{plugins.ENTRY_POINT_GROUP}]\n{eps}{declared}")
     (info / "RECORD").write_text("")
     top = {Path(rel).parts[0].removesuffix(".py") for rel in files}
     before = set(sys.modules)

@@ -7,11 +7,12 @@ import argparse
 import torch
 
 from ebm_cuda import build, library, triton_chains
+from ebm_cuda.commands import COMMANDS
 from ebm_cuda.testing import gpu_absent_reason
 
 
 def add_command(subparsers) -> None:
-    parser = subparsers.add_parser("cuda", help="ebm-cuda kernels: availability and ahead-of-time builds")
+    parser = subparsers.add_parser("cuda", help=COMMANDS["cuda"])
     sub = parser.add_subparsers(dest="cuda_command", required=True)
     sub.add_parser("info", help="say which kernel builds can run here, and why not").set_defaults(func=_info)
     b = sub.add_parser("build", help="compile the kernels now (they are otherwise compiled on first use, then cached)")

@@ -26,6 +26,7 @@ from ebmcore.errors import ConfigError, InputError
 from ebmcore.threads import job_threads
 
 from ebm_losses import datasets, images
+from ebm_losses.commands import COMMANDS
 from ebm_losses.training import Trainer
 from ebm_losses.watchdog import Watchdog
 
@@ -464,7 +465,7 @@ def _watchdog_lines(report: dict[str, Any] | None) -> list[str]:
 
 
 def add_command(subparsers: Any) -> None:
-    p = subparsers.add_parser("train", help="train an energy model (bundled default: sliced score matching on eight Gaussians)")
+    p = subparsers.add_parser("train", help=COMMANDS["train"])
     p.add_argument("config", nargs="?", help="a TOML configuration, or 'digits' for the bundled image run "
                                              "(default: the bundled train_default.toml)")
     p.add_argument("--out", help="run directory (default: [output] dir)")

@@ -18,6 +18,7 @@ import torch
 
 from ebmcore.threads import job_threads
 
+from ebm_samplers.commands import COMMANDS
 from ebm_samplers.sampler import AlgorithmSampler
 
 __all__ = ["profile", "format_profile", "add_command"]
@@ -136,7 +137,7 @@ def format_profile(name: str, n_chains: int, result: dict[str, Any]) -> str:
 
 
 def add_command(subparsers: Any) -> None:
-    p = subparsers.add_parser("profile", help="time per step and its breakdown for a sampler configuration")
+    p = subparsers.add_parser("profile", help=COMMANDS["profile"])
     p.add_argument("config", nargs="?", help="a sample configuration (default: the bundled one)")
     p.add_argument("--sampler", help="a registered sampler name (default: [sampler] name)")
     p.add_argument("--n-chains", type=int, help="number of chains (default: [sampler] n_chains)")

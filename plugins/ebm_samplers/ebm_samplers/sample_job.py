@@ -30,6 +30,7 @@ from ebmcore.recording import available_memory
 from ebmcore.threads import job_threads
 
 from ebm_samplers import draws, run_report
+from ebm_samplers.commands import COMMANDS
 from ebm_samplers.adaptation import cannot_warm_up, warmup
 from ebm_samplers.params import event_size
 from ebm_samplers.sampler import AlgorithmSampler
@@ -297,7 +298,7 @@ def _after_segment(index: int) -> None:
 
 
 def add_command(subparsers: Any) -> None:
-    p = subparsers.add_parser("sample", help="sample an energy with any registered sampler (bundled default config)")
+    p = subparsers.add_parser("sample", help=COMMANDS["sample"])
     p.add_argument("config", nargs="?", help="a TOML configuration (default: the bundled sample_default.toml)")
     p.add_argument("--out", help="run directory (default: [output] dir)")
     p.add_argument("--device", help="torch device, e.g. cpu or cuda:0 (default: [run] device)")

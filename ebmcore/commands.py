@@ -1,0 +1,64 @@
+"""The ``ebm`` subcommands each plugin declares, read without importing the plugins (nor torch).
+
+A plugin adds its subcommands through the ``ebm_add_commands`` hook, which needs the plugin imported. So that
+``ebm --help`` can list them without that, a plugin also declares them: an entry point of the group
+``ebmcore.commands`` with the same name as its entry point of the group ``ebmcore``, naming a dict
+``{command: one-line help}`` in the order the hook adds them::
+
+    [project.entry-points."ebmcore.commands"]
+    my_plugin = "my_package.commands:COMMANDS"   # {} for a plugin that adds none
+
+The module is read from its file without running its package's ``__init__`` (which would import the plugin and
+torch), so it imports nothing; the plugin's parsers take their help from the same dict. ``ebm --help`` builds the
+whole parser, plugins imported, when some plugin that loads has no declaration (``ebmcore.cli``).
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.metadata
+import importlib.util
+import sys
+from types import ModuleType
+from typing import Any
+
+__all__ = ["ENTRY_POINT_GROUP", "BUILTIN", "declared_commands"]
+
+ENTRY_POINT_GROUP = "ebmcore.commands"
+
+BUILTIN: dict[str, str] = {}
+"""The core's builtin plugin adds no subcommand (``ebm plugins``, ``backends`` and ``demo`` are the core's parser's)."""
+
+
+def _module_alone(name: str) -> ModuleType:
+    """The module ``name`` executed from its file, its parent packages found but not imported."""
+    if name in sys.modules:
+        return sys.modules[name]
+    top, *rest = name.split(".")
+    spec = importlib.util.find_spec(top)  # a top-level name is found without being imported
+    for i in range(len(rest)):
+        if spec is None or not spec.submodule_search_locations:
+            break
+        spec = importlib.machinery.PathFinder.find_spec(".".join([top, *rest[: i + 1]]), spec.submodule_search_locations)
+    if spec is None or spec.loader is None or spec.name != name:
+        raise ModuleNotFoundError(f"no module named {name!r}", name=name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def declared_commands(plugin: str, distribution: str) -> dict[str, str] | None:
+    """``{command: one-line help}`` that the plugin entry point ``plugin`` of ``distribution`` declares, or None where
+    it declares nothing or its declaration cannot be read (then only the full parser knows its commands)."""
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name == plugin and ep.dist is not None and ep.dist.name == distribution:
+            try:
+                found: Any = _module_alone(ep.module)
+                for attribute in (ep.attr or "").split("."):
+                    found = getattr(found, attribute) if attribute else found
+            except Exception:  # noqa: BLE001 - an unreadable declaration: the full parser decides
+                return None
+            if isinstance(found, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in found.items()):
+                return dict(found)
+            return None
+    return None

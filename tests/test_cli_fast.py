@@ -1,0 +1,145 @@
+"""``ebm``, ``ebm --help`` and ``ebm --version`` answer without importing torch or a plugin (issue 29), and print
+exactly what the whole parser, plugins loaded, prints: the subcommands come from what each plugin declares in the
+entry-point group ``ebmcore.commands`` (:mod:`ebmcore.commands`)."""
+
+import importlib.metadata as importlib_metadata
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import ebmcore
+from ebmcore import cli, plugins
+from ebmcore.testing import installed_distribution
+
+CONFIGURATIONS = {  # name -> (environment, distribution hidden as if not installed)
+    "every plugin": ({}, None),
+    "one blocked": ({"EBM_DISABLE_PLUGINS": "losses"}, None),
+    "autoload off": ({"EBM_DISABLE_PLUGIN_AUTOLOAD": "1"}, None),
+    "ebm-cuda not installed": ({}, "ebm-cuda"),
+}
+
+
+def _fast(argv, capsys):
+    """What ``main(argv)`` prints and returns in a fresh process's state (no plugin loaded), and that it loaded none."""
+    plugins.reset()
+    try:
+        status = cli.main(argv)
+    except SystemExit as exc:  # --help: argparse exits 0
+        status = exc.code
+    assert not plugins.loaded(), f"ebm {' '.join(argv)} loaded the plugins"
+    return capsys.readouterr().out, status
+
+
+@pytest.mark.parametrize("configuration", CONFIGURATIONS)
+def test_the_fast_help_and_version_are_the_whole_parsers_line_by_line(configuration, monkeypatch, capsys):
+    environment, hidden = CONFIGURATIONS[configuration]
+    monkeypatch.setenv("COLUMNS", "100")  # argparse wraps to the terminal: the same width for both
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    ebmcore.reload_config()
+    if hidden:
+        real = importlib_metadata.entry_points
+        monkeypatch.setattr(importlib_metadata, "entry_points",
+                            lambda **kw: [ep for ep in real(**kw) if not (ep.dist and ep.dist.name == hidden)])
+
+    fast_help, status = _fast(["--help"], capsys)
+    assert status == 0
+    assert _fast([], capsys) == (fast_help, 2)  # `ebm` alone prints the help and exits 2
+    fast_version, status = _fast(["--version"], capsys)
+    assert status == 0
+
+    plugins.reset()
+    whole_help = cli._parser().format_help()
+    assert plugins.loaded()
+    assert fast_help.splitlines() == whole_help.splitlines()
+    assert cli.main(["--version"]) == 0  # the plugins are loaded now: the whole parser answers
+    assert fast_version == capsys.readouterr().out
+
+    if configuration == "every plugin":  # what docs/cli.md shows
+        for command in ("sample", "profile", "train", "cuda"):
+            assert any(line.split()[:1] == [command] for line in fast_help.splitlines())
+        assert fast_version.startswith("ebm 0.1.0 (torch ") and fast_version.endswith(
+            "; plugins: ebm-samplers 0.1.0, ebm-losses 0.1.0, ebm-cuda 0.1.0)\n")
+    if configuration == "ebm-cuda not installed":  # the command of an uninstalled first-party plugin, and its hint
+        assert "    cuda                (not available: needs the plugin ebm-cuda)" in fast_help.splitlines()
+        assert "ebm-cuda" not in fast_version
+    if configuration == "autoload off":
+        assert fast_version.endswith("; plugins: none)\n")
+
+
+def test_help_and_version_import_neither_torch_nor_a_plugin():
+    code = (
+        "import sys\n"
+        "from ebmcore.cli import main\n"
+        "for argv, expected in ([], 2), (['--help'], 0), (['--version'], 0):\n"
+        "    try:\n"
+        "        status = main(argv)\n"
+        "    except SystemExit as exc:\n"
+        "        status = exc.code\n"
+        "    assert status == expected, (argv, status)\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'ebm_samplers', 'ebm_losses', 'ebm_cuda'))\n"
+        "assert loaded == [], loaded[:10]\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "sample an energy with any registered sampler" in run.stdout and "ebm-cuda 0.1.0" in run.stdout
+
+
+def test_the_console_script_prints_the_version_line():
+    script = Path(sys.executable).parent / "ebm"
+    if not script.exists():
+        pytest.skip("no ebm script beside this Python")
+    run = subprocess.run([str(script), "--version"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    torch_version = importlib_metadata.version("torch")
+    assert run.stdout == f"ebm 0.1.0 (torch {torch_version}; plugins: ebm-samplers 0.1.0, ebm-losses 0.1.0, ebm-cuda 0.1.0)\n"
+
+
+HELLO = """
+import ebmcore
+
+@ebmcore.hookimpl
+def ebm_add_commands(subparsers):
+    subparsers.add_parser("hello", help="a command of its own").set_defaults(func=lambda args: 0)
+"""
+
+HELLO_DECLARED = {
+    "hello.py": HELLO,
+    "hello_meta/__init__.py": "raise RuntimeError('the package of a declaration is not imported by ebm --help')\n",
+    "hello_meta/commands.py": "COMMANDS = {'hello': 'a command of its own'}\n",
+}
+
+
+def test_a_command_added_only_through_the_hook_still_shows_in_the_help(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "100")
+    with installed_distribution(tmp_path, "hello-plugin", "1.0", {"hello": "hello"}, {"hello.py": HELLO}):
+        plugins.reset()
+        with pytest.raises(SystemExit):
+            cli.main(["--help"])
+        assert plugins.loaded()  # no declaration: the whole parser answered
+        assert "    hello               a command of its own" in capsys.readouterr().out.splitlines()
+        assert cli.main(["hello"]) == 0
+
+
+def test_a_declared_third_party_command_is_in_the_fast_help(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "100")
+    with installed_distribution(tmp_path, "hello-plugin", "1.0", {"hello": "hello"}, HELLO_DECLARED,
+                                commands={"hello": "hello_meta.commands:COMMANDS"}):
+        fast_help, status = _fast(["--help"], capsys)
+        assert status == 0 and "hello_meta" not in sys.modules
+        assert "    hello               a command of its own" in fast_help.splitlines()
+        assert "hello-plugin 1.0" in _fast(["--version"], capsys)[0]
+        plugins.reset()
+        assert fast_help.splitlines() == cli._parser().format_help().splitlines()
+        assert cli.main(["hello"]) == 0
+
+
+def test_a_declaration_that_cannot_be_read_leaves_the_help_to_the_whole_parser(tmp_path, capsys):
+    with installed_distribution(tmp_path, "hello-plugin", "1.0", {"hello": "hello"}, {"hello.py": HELLO},
+                                commands={"hello": "hello_missing:COMMANDS"}):
+        plugins.reset()
+        with pytest.raises(SystemExit):
+            cli.main(["--help"])
+        assert plugins.loaded() and "a command of its own" in capsys.readouterr().out
