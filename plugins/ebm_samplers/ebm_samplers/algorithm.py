@@ -20,13 +20,15 @@ from torch import Tensor
 
 from ebmcore import EnergyFunctions, EnergyModel
 from ebmcore.energies.analytic import AnalyticEnergy
+from ebmcore.energies.program import Analytic, ConvStack, FeedForward, Opaque, Program
 from ebmcore.errors import BackendUnavailableError, UnknownComponentError
 from ebmcore.kernels import Kernel, resolve_kernel
+from ebmcore.kernels.fused import FUSED_OPS
 from ebmcore.sampler import Chain
 from ebm_samplers.params import IDENTITY
 
 __all__ = ["Algorithm", "Step", "Chain", "ChainInfo", "GradientState", "init_gradient_state", "DIVERGENCE_THRESHOLD",
-           "draw_then", "compiled", "identity_mass_refusal", "chain_kernel"]
+           "draw_then", "compiled", "identity_mass_refusal", "chain_kernel", "fused_chain"]
 
 DIVERGENCE_THRESHOLD = 1000.0
 """A transition whose energy error (``−log`` of its acceptance ratio) exceeds this is divergent (as in Stan)."""
@@ -157,3 +159,32 @@ def chain_kernel(op: str, energy: EnergyModel, x: Tensor, fused: bool | None, *s
     if kernel.priority < 0 and fused is None:
         return f"the {op} kernel ranks below the per-step loop here (priority {kernel.priority}); fused=True forces it"
     return kernel
+
+
+NETWORK_OP_PREFIX = {FeedForward: "feedforward", ConvStack: "conv"}
+"""The prefix of the fused ops that run a network program itself (``feedforward_langevin_chain``, ...)."""
+
+
+def fused_chain(family: str, energy: EnergyModel, program: Program, x: Tensor,
+                fused: bool | None) -> Callable[..., Any] | str:
+    """The one question a sampler asks: which kernel runs ``family`` (``"langevin_chain"``, ``"hmc_chain"``,
+    ``"nuts_chain"``) on the energy's ``program`` for states ``x``, or why none does. The op follows from the program:
+    ``<op>_<family>`` for an analytic energy, ``feedforward_<family>`` / ``conv_<family>`` for a network where such an op
+    is defined (:data:`~ebmcore.kernels.fused.FUSED_OPS`). Returns ``chain(x, **keywords)``: the kernel with the
+    program's own arguments bound (the energy's parameters, or the network), called with the family's keywords."""
+    prefix = NETWORK_OP_PREFIX.get(type(program))
+    if isinstance(program, Analytic):
+        op, bound, static = f"{program.op}_{family}", program.args, ()
+    elif prefix is not None and f"{prefix}_{family}" in FUSED_OPS:
+        if torch.is_autocast_enabled(x.device.type):
+            return "torch.autocast is on: the network runs in torch under it"
+        op, bound, static = f"{prefix}_{family}", (program,), (program,)
+    elif isinstance(program, Opaque) and any(f"{p}_{family}" in FUSED_OPS for p in NETWORK_OP_PREFIX.values()):
+        return program.reason  # what would let a kernel run it
+    else:
+        return f"{type(energy).__name__} is not an analytic energy"
+    kernel = chain_kernel(op, energy, x, fused, *static)
+    if isinstance(kernel, str):
+        return kernel
+    fn = kernel.fn
+    return lambda y, **keywords: fn(y, *bound, **keywords)

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from ebmcore import EnergyFunctions, EnergyModel
-from ebm_samplers.algorithm import (DIVERGENCE_THRESHOLD, Algorithm, Chain, ChainInfo, GradientState, Step, chain_kernel,
+from ebm_samplers.algorithm import (DIVERGENCE_THRESHOLD, Algorithm, Chain, ChainInfo, GradientState, Step, fused_chain,
                                     compiled, draw_then, init_gradient_state, identity_mass_refusal)
 from ebm_samplers.integrators import Leapfrog, SplittingIntegrator, resolve_integrator
 from ebm_samplers.params import (ChainScalar, InverseMass, as_inverse_mass, checked, event_size, for_chains,
@@ -116,14 +116,13 @@ def build_chain(energy: EnergyModel, fns: EnergyFunctions, x: Tensor, params: Pa
     refusal = identity_mass_refusal(params)
     if refusal:
         return refusal
-    kernel = chain_kernel("<energy>_hmc_chain", energy, x, fused_setting)
-    if isinstance(kernel, str):
-        return kernel
-    chain, args = kernel.fn, energy.kernel_args()
+    chain = fused_chain("hmc_chain", energy, fns.program, x, fused_setting)
+    if isinstance(chain, str):
+        return chain
     h, n_leapfrog, beta = params.step_size, params.n_leapfrog_steps, 1.0 / params.temperature
 
     def run(state: State, n: int, seed: int, offset: int) -> tuple[State, ChainInfo]:
-        x_new, accepted, divergent = chain(state.x, *args, n_steps=n, step_size=h, n_leapfrog_steps=n_leapfrog,
+        x_new, accepted, divergent = chain(state.x, n_steps=n, step_size=h, n_leapfrog_steps=n_leapfrog,
                                            inverse_temperature=beta, seed=seed, offset=offset)
         energy_new, grad = fns.energy_and_gradient(x_new)
         return State(x_new, energy_new, grad), ChainInfo(accepted, divergent)

@@ -18,7 +18,7 @@ from ebmcore.energies.program import Analytic, ConvStack, FeedForward, Opaque
 from ebmcore.errors import InputError
 from ebmcore.sampler import LangevinForm
 from ebmcore.validation import check_gradient_output
-from ebm_samplers.algorithm import Algorithm, Chain, ChainInfo, Step, chain_kernel, compiled, draw_then
+from ebm_samplers.algorithm import Algorithm, Chain, ChainInfo, Step, chain_kernel, compiled, draw_then, fused_chain
 from ebm_samplers.integrators import EulerMaruyama, resolve_integrator
 from ebm_samplers.integrators.euler_maruyama import SDEUpdate
 from ebm_samplers.params import ChainScalar, checked, event_size, for_chains, optional, per_chain, positive, with_fields
@@ -108,9 +108,9 @@ def build_kernel(integrator: Integrator | None = None, compile: bool = False) ->
 
 def build_chain(energy: EnergyModel, fns: EnergyFunctions, x: Tensor, params: Params, fused_setting: bool | None,
                 integrator: Integrator) -> Chain | tuple[Chain, LangevinForm] | str:
-    """Many ULA steps per launch, by the bound energy's program (``fns.program``): the ``<energy>_langevin_chain``
-    kernel of an analytic energy, the ``feedforward_langevin_chain`` kernel of a feed-forward network, or the
-    ``conv_langevin_chain`` kernel of a conv stack (``ebm_losses.ConvEnergy``); for other energies, one
+    """Many ULA steps per launch, the kernel :func:`~ebm_samplers.algorithm.fused_chain` finds for the bound energy's
+    program (``fns.program``): ``<energy>_langevin_chain`` for an analytic energy, ``feedforward_langevin_chain`` for a
+    feed-forward network, ``conv_langevin_chain`` for a conv stack (``ebm_losses.ConvEnergy``); for other energies, one
     ``langevin_step_philox`` kernel per step (the noise drawn inside it). Euler–Maruyama only.
     A network's chain declares its :class:`~ebmcore.sampler.LangevinForm` (contrastive divergence runs
     ``feedforward_contrastive_chain``, the same moves with its loss, from it)."""
@@ -119,24 +119,11 @@ def build_chain(energy: EnergyModel, fns: EnergyFunctions, x: Tensor, params: Pa
     h = params.step_size
     s = noise_scale(h, params.temperature)
     program = fns.program
-    if isinstance(program, (FeedForward, ConvStack)):  # a network the kernel runs itself
-        op = "feedforward_langevin_chain" if isinstance(program, FeedForward) else "conv_langevin_chain"
-        chain = ("torch.autocast is on: the network runs in torch under it" if torch.is_autocast_enabled(x.device.type)
-                 else chain_kernel(op, energy, x, fused_setting, program))
-        if not isinstance(chain, str):
-            network_fn = chain.fn
-            run = lambda state, n, seed, offset: (  # noqa: E731
-                State(network_fn(state.x, program, n_steps=n, step_size=h, noise_scale=s, seed=seed, offset=offset)),
-                ChainInfo(None, None))
-            return run, LangevinForm(program, h, s)
-    elif isinstance(program, Analytic):
-        chain = chain_kernel(f"{program.op}_langevin_chain", energy, x, fused_setting)
-        if not isinstance(chain, str):
-            chain_fn, args = chain.fn, program.args
-            return lambda state, n, seed, offset: (
-                State(chain_fn(state.x, *args, n_steps=n, step_size=h, noise_scale=s, seed=seed, offset=offset)), ChainInfo(None, None))
-    else:
-        chain = program.reason if isinstance(program, Opaque) else f"{type(energy).__name__} is not an analytic energy"
+    chain = fused_chain("langevin_chain", energy, program, x, fused_setting)
+    if not isinstance(chain, str):
+        run = lambda state, n, seed, offset: (  # noqa: E731
+            State(chain(state.x, n_steps=n, step_size=h, noise_scale=s, seed=seed, offset=offset)), ChainInfo(None, None))
+        return (run, LangevinForm(program, h, s)) if isinstance(program, (FeedForward, ConvStack)) else run
     step = chain_kernel("langevin_step_philox", energy, x, fused_setting)
     if isinstance(step, str):
         return f"{chain}; {step}"

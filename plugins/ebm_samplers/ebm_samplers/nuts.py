@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from ebmcore import EnergyFunctions, EnergyModel
-from ebm_samplers.algorithm import (DIVERGENCE_THRESHOLD, Algorithm, Chain, ChainInfo, GradientState, Step, chain_kernel,
+from ebm_samplers.algorithm import (DIVERGENCE_THRESHOLD, Algorithm, Chain, ChainInfo, GradientState, Step, fused_chain,
                                     init_gradient_state, identity_mass_refusal)
 from ebm_samplers.params import (ChainScalar, as_inverse_mass, checked, event_size, for_chains, in_range, optional,
                                  per_chain, positive, whole, with_fields)
@@ -239,14 +239,13 @@ def build_chain(energy: EnergyModel, fns: EnergyFunctions, x: Tensor, params: Pa
         return refusal
     if params.jitter:
         return f"jitter={params.jitter} is set, the fused chain takes a fixed step size"
-    kernel = chain_kernel("<energy>_nuts_chain", energy, x, fused_setting)
-    if isinstance(kernel, str):
-        return kernel
-    chain, args = kernel.fn, energy.kernel_args()
+    chain = fused_chain("nuts_chain", energy, fns.program, x, fused_setting)
+    if isinstance(chain, str):
+        return chain
     h, depth, beta = params.step_size, params.max_tree_depth, 1.0 / params.temperature
 
     def run(state: State, n: int, seed: int, offset: int) -> tuple[State, FusedInfo]:
-        x_new, accepted, divergent, n_leapfrog, tree_depth = chain(state.x, *args, n_steps=n, step_size=h, max_tree_depth=depth,
+        x_new, accepted, divergent, n_leapfrog, tree_depth = chain(state.x, n_steps=n, step_size=h, max_tree_depth=depth,
                                                                    inverse_temperature=beta, seed=seed, offset=offset)
         energy_new, grad = fns.energy_and_gradient(x_new)
         return State(x_new, energy_new, grad), FusedInfo(accepted, divergent, n_leapfrog, tree_depth)
