@@ -425,7 +425,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             report.add("kernels", "failed", "not run: a build failed")
         benchmark = step_benchmark(report, clock, py, args.dry, work)
-        if built:  # the least predictable in time: they get what is left of the budget (less the workloads')
+        if built:  # the least predictable in time: they get what is left of the budget (the workloads come after:
+            # give --budget room for both, e.g. 540 s with --workloads)
             step_sanitizer(report, clock, py, args.dry, work)
         else:
             report.add("compute-sanitizer", "failed", "not run: a build failed")

@@ -11,6 +11,7 @@ resolved, buffers allocated, a fused multi-step chain). The loop makes no host s
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import warnings
 from abc import ABC, abstractmethod
@@ -105,10 +106,15 @@ def stream_seed(generator: torch.Generator | None, device: torch.device) -> int:
     if where.type != "cuda":
         return int(torch.randint(0, 2**62, (), generator=generator, device=where))
     if generator is None:
-        generator = torch.cuda.default_generators[where.index if where.index is not None else torch.cuda.current_device()]
-    offset = generator.get_offset()
-    generator.set_offset(offset + 4)  # what one draw of a scalar advances (offsets move in multiples of 4)
+        index = where.index if where.index is not None else torch.cuda.current_device()  # (initialises CUDA first)
+        generator = torch.cuda.default_generators[index]
+    with _OFFSET_LOCK:  # read and advance as one step: two threads sharing the generator get different keys
+        offset = generator.get_offset()
+        generator.set_offset(offset + 4)  # what one draw of a scalar advances (offsets move in multiples of 4)
     return host_key(generator.initial_seed(), offset)
+
+
+_OFFSET_LOCK = threading.Lock()
 
 
 def host_key(seed: int, offset: int) -> int:

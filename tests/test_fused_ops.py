@@ -4,7 +4,6 @@ refused when its backend is built, and every registered backend's kernels take t
 from __future__ import annotations
 
 import pytest
-import torch
 
 from ebmcore import plugins
 from ebmcore.kernels import Kernel, KernelBackend
@@ -27,9 +26,13 @@ def good_chain(x, *params, n_steps, step_size, noise_scale, seed, offset, block=
 
 @pytest.mark.parametrize("fn, why", [
     (lambda x, params, n_steps, step_size, noise_scale, seed, offset: x,
-     "positional parameters (x, params, n_steps, step_size, noise_scale, seed, offset), the op's are (x); does not take "
-     "the energy's arguments as *args; lacks the keyword-only parameters n_steps, step_size, noise_scale, seed, offset"),
-    (lambda x, *params, n_steps, step_size, seed, offset: x, "lacks the keyword-only parameters noise_scale"),
+     "takes n_steps, step_size, noise_scale, seed, offset positionally, where the energy's arguments go: make them "
+     "keyword-only; lacks the keyword parameters n_steps, step_size, noise_scale, seed, offset"),
+    (lambda y, *params, n_steps, step_size, noise_scale, seed, offset: y,
+     "positional parameters (y), the op's are (x)"),
+    (lambda x, *, n_steps, step_size, noise_scale, seed, offset: x,
+     "does not take the energy's arguments (as *args or parameters of their own)"),
+    (lambda x, *params, n_steps, step_size, seed, offset: x, "lacks the keyword parameters noise_scale"),
     (lambda x, *params, n_steps, step_size, noise_scale, seed, offset, temperature: x,
      "requires parameters the op does not pass: temperature"),
 ])
@@ -37,6 +40,8 @@ def test_a_kernel_that_does_not_take_the_ops_parameters_is_refused_when_its_back
     definition = FUSED_OPS["<energy>_langevin_chain"]
     assert definition.conformance(good_chain) is None
     assert definition.conformance(lambda x, *a, **kw: x) is None  # **kwargs takes every keyword
+    # the energy's parameters by their own names, as `fn(x, mean, precision, n_steps=...)` calls it: fine
+    assert definition.conformance(lambda x, mean, precision, *, n_steps, step_size, noise_scale, seed, offset: x) is None
     assert definition.conformance(fn) == why
     with pytest.raises(ValueError, match="backend 'mine': its kernel for op 'gaussian_langevin_chain' does not take the "
                                          r"op's parameters \(x: \(n, d\), \*energy_args, n_steps"):
@@ -49,7 +54,9 @@ def test_a_plugins_own_op_is_checked_the_same_way():
     assert op.signature == "(x: (n, d), v: (n, d), *, scale: float) -> (n,)"
     assert op.conformance(lambda x, v, *, scale: x) is None
     assert op.conformance(lambda x, w, *, scale: x) == "positional parameters (x, w), the op's are (x, v)"
-    assert op.conformance(torch.add) is None or isinstance(op.conformance(torch.add), str)  # builtins: checked if they can be
+    assert op.conformance(lambda x, v, scale: x) is None  # without *args, a keyword may be positional-or-keyword
+    assert op.conformance(lambda x, v, scale, extra: x) == "requires parameters the op does not pass: extra"
+    assert op.conformance(lambda x, v: x) == "lacks the keyword parameters scale"
 
 
 def test_every_registered_backend_takes_the_parameters_of_every_fused_op_it_implements():

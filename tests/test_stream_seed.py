@@ -47,3 +47,17 @@ def test_host_keys_of_neighbouring_seeds_and_offsets_are_unrelated():
     bits = torch.tensor([[(k >> b) & 1 for b in range(62)] for k in keys], dtype=torch.float64)
     # each bit is set in half the keys: 4,096 keys give a standard error of 0.0078 on the fraction
     assert (bits.mean(0) - 0.5).abs().max() < 6 * 0.0078
+
+
+def test_threads_sharing_a_cuda_generator_get_different_keys():
+    import threading
+
+    g = FakeCudaGenerator(9)
+    keys: list[int] = []
+    threads = [threading.Thread(target=lambda: keys.extend(stream_seed(g, torch.device("cuda")) for _ in range(200)))
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(keys) == 800 and len(set(keys)) == 800 and g.offset == 3200

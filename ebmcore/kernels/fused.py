@@ -45,32 +45,41 @@ class FusedOp:
         return f"({', '.join(parts)}) -> {self.returns}"
 
     def conformance(self, fn: Callable[..., Any]) -> Optional[str]:
-        """Why ``fn``'s parameters do not match the definition (None if they do). Extra keyword parameters with
-        defaults are allowed (a kernel's own options, such as Triton's ``precision``); callables without a Python
-        signature are not checked."""
+        """Why ``fn`` cannot be called as the op is called (None if it can): ``fn(x, <positional args>, **keywords)``.
+        The op's positional parameters come first, by name; an ``<energy>`` op's parameters then follow positionally
+        (``*args``, or parameters of their own names), so its keywords must be keyword-only; another op's keywords may
+        also be positional-or-keyword parameters. Extra parameters with defaults are allowed (a kernel's own options,
+        such as Triton's ``precision``); callables without a Python signature are not checked."""
         try:
             params = list(inspect.signature(fn).parameters.values())
         except (TypeError, ValueError):
             return None
         kind = inspect.Parameter
-        positional = [p.name for p in params if p.kind in (kind.POSITIONAL_ONLY, kind.POSITIONAL_OR_KEYWORD)]
+        positional = [p for p in params if p.kind in (kind.POSITIONAL_ONLY, kind.POSITIONAL_OR_KEYWORD)]
         rest = any(p.kind is kind.VAR_POSITIONAL for p in params)
-        keyword_only = {p.name: p for p in params if p.kind is kind.KEYWORD_ONLY}
         any_keyword = any(p.kind is kind.VAR_KEYWORD for p in params)
         want = [_name(p) for p in self.positional if not p.startswith("*")]
         want_rest = any(p.startswith("*") for p in self.positional)
-        problems = []
-        if positional != want:
-            problems.append(f"positional parameters ({', '.join(positional)}), the op's are ({', '.join(want)})")
-        if rest != want_rest:
-            problems.append("takes the energy's arguments as *args" if rest else "does not take the energy's arguments as *args")
         keywords = [_name(k) for k in self.keywords]
-        missing = [] if any_keyword else [k for k in keywords if k not in keyword_only]
+        problems = []
+        head, tail = [p.name for p in positional[:len(want)]], positional[len(want):]
+        if head != want:
+            problems.append(f"positional parameters ({', '.join(p.name for p in positional)}), the op's are ({', '.join(want)})")
+        if want_rest:  # the energy's arguments: *args, or parameters of their own; no keyword may sit among them
+            if not rest and not tail:
+                problems.append("does not take the energy's arguments (as *args or parameters of their own)")
+            clash = [p.name for p in tail if p.name in keywords]
+            if clash:
+                problems.append(f"takes {', '.join(clash)} positionally, where the energy's arguments go: make them keyword-only")
+        by_keyword = {p.name: p for p in params if p.kind is kind.KEYWORD_ONLY
+                      or (not want_rest and p.kind is kind.POSITIONAL_OR_KEYWORD and p in tail)}
+        missing = [] if any_keyword else [k for k in keywords if k not in by_keyword]
         if missing:
-            problems.append(f"lacks the keyword-only parameters {', '.join(missing)}")
-        required = [n for n, p in keyword_only.items() if n not in keywords and p.default is kind.empty]
-        if required:
-            problems.append(f"requires parameters the op does not pass: {', '.join(required)}")
+            problems.append(f"lacks the keyword parameters {', '.join(missing)}")
+        unpassed = [p.name for p in params if p.default is kind.empty and p.name not in keywords and (
+            p.kind is kind.KEYWORD_ONLY or (not want_rest and p in tail))]
+        if unpassed:
+            problems.append(f"requires parameters the op does not pass: {', '.join(unpassed)}")
         return "; ".join(problems) or None
 
 
@@ -108,7 +117,7 @@ def fused_op(op: str, definitions: Any = None) -> Optional[FusedOp]:
     """The definition of ``op`` among ``definitions`` (default :data:`FUSED_OPS`), or None: the op of that exact
     name, else an ``<energy>_...`` op it is an instance of (``feedforward_langevin_chain`` is its own op, not the
     ``<energy>_langevin_chain`` of an energy called ``feedforward``)."""
-    definitions = definitions or FUSED_OPS
+    definitions = FUSED_OPS if definitions is None else definitions
     if op in definitions:
         return definitions[op]
     return next((d for d in definitions.values() if d.matches(op)), None)

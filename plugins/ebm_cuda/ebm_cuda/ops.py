@@ -38,8 +38,9 @@ _OPS: dict[str, torch._ops.OpOverload] = {}
 def _op(name: str, impl) -> torch._ops.OpOverload:
     """Define ``torch.ops.ebm_cuda.<name>`` once: its schema inferred from ``impl``'s annotations, ``impl`` its CPU and
     CUDA kernel (the host build or the CUDA build, by the inputs' device). Defined with the low-level
-    ``torch.library.Library``: a call dispatches in about 2 µs (``torch.library.custom_op``'s wrapper costs about
-    11 µs, which is why eager calls used to bypass the op); every call, eager or traced, goes through it."""
+    ``torch.library.Library``, a call through :func:`call` costs about 8 µs more than the implementation called
+    directly, where ``torch.library.custom_op``'s wrapper costs about 17 µs (why eager calls used to bypass the op;
+    ``benchmarks/op_dispatch.py``); every call, eager or traced, goes through it."""
     _LIBRARY.define(name + torch.library.infer_schema(impl, mutates_args=()))
     for key in ("CPU", "CUDA"):
         _LIBRARY.impl(name, impl, key)
@@ -519,8 +520,12 @@ def _(x, grad, noise, step_size, noise_scale, step_sizes, noise_scales):
 
 
 def call(name: str, *args):
-    """Run ``torch.ops.ebm_cuda.<name>`` (eager or under ``torch.compile``, which sees its fake implementation)."""
-    return _OPS[name](*args)
+    """Run ``torch.ops.ebm_cuda.<name>`` (eager or under ``torch.compile``, which sees its fake implementation), with
+    grad mode off: the ops have no autograd formula, and a network's weights (parameters) among the inputs must not
+    make the states they return require grad (the energy and gradient kernels run the torch reference instead where
+    a graph is needed)."""
+    with torch.no_grad():
+        return _OPS[name](*args)
 
 
 def normal(n: int, d: int, seed: int, step: int, device: torch.device | str = "cpu") -> Tensor:

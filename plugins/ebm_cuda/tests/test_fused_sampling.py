@@ -223,3 +223,18 @@ def test_a_fused_chain_steps_aside_where_it_was_measured_to_stop_paying(make, op
                                       f"elements per chain (measured), got {limit + 1}; fused=True forces it")
     assert path(limit + 1, fused=True) == "fused chain"
     assert path(4 * limit, ebmcore.energy("double_well", dim=4 * limit)) == "fused chain"
+
+
+def test_fused_network_chains_return_states_that_do_not_require_grad():
+    """The ops have no autograd formula: a network's weights (parameters) among their inputs must not make the returned
+    states require grad (found in review: ``sample()`` of an MLPEnergy returned a tensor ``.numpy()`` refused)."""
+    import ebmcore
+    from ebm_samplers import LangevinSampler
+
+    energy = ebmcore.MLPEnergy(dim=2, hidden=(8,), seed=0)
+    sampler = LangevinSampler(energy, step_size=0.01)
+    x = torch.randn(16, 2, generator=torch.Generator().manual_seed(0))
+    assert sampler.prepare(x, None, {}).form is not None  # the fused network chain runs here (cpu_fused)
+    out = sampler.sample(x, 3, generator=torch.Generator().manual_seed(1))
+    assert not out.requires_grad and out.grad_fn is None
+    out.numpy()

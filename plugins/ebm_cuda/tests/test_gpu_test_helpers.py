@@ -123,8 +123,8 @@ def test_most_chains_close_allows_a_few_chains_apart_and_no_more():
     actual[317, 53] += 0.58
     assert assert_most_chains_close(actual, expected, rtol=1e-3, atol=1e-3, what="nuts") == 1
     assert assert_most_chains_close(expected, expected, rtol=1e-3, atol=1e-3) == 0
-    actual[[3, 40, 99, 200], 0] += 1.0  # 5 of 333 apart: more than 1 %
-    with pytest.raises(AssertionError, match=r"nuts: 5 of 333 chains apart \(at most 3 allowed\), first at rows \[3, 40, 99, 200, 317\]"):
+    actual[3, 0] += 1.0  # a second chain apart: more than one
+    with pytest.raises(AssertionError, match=r"nuts: 2 of 333 chains apart \(at most 1 allowed\), first at rows \[3, 317\]"):
         assert_most_chains_close(actual, expected, rtol=1e-3, atol=1e-3, what="nuts")
     with pytest.raises(AssertionError, match="shapes differ"):
         assert_most_chains_close(actual[:5], expected, rtol=1e-3, atol=1e-3)

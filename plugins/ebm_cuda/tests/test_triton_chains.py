@@ -415,7 +415,12 @@ def test_on_a_gpu_the_compiled_chain_equals_the_host_build_and_samplers_resolve_
         assert ebmcore.explain("feedforward_langevin_chain", device="cuda", dtype=dtype).chosen.backend == "triton"
     # measured slower than the per-step loop on an H200: automatic sampling keeps the loop, fused=True runs the chain
     energy = ebmcore.SequentialEnergy(net)
-    assert LangevinSampler(energy, step_size=0.01).prepare(x0.cuda(), None, {}).form is None  # no network chain
+    # automatic: the network chain is refused (it ranks below the loop), the per-step langevin_step_philox kernel runs
+    from ebm_samplers.algorithm import fused_chain
+
+    why = fused_chain("langevin_chain", energy, energy.program(), x0.cuda(), None)
+    assert isinstance(why, str) and "ranks below the per-step loop" in why, why
+    assert LangevinSampler(energy, step_size=0.01).prepare(x0.cuda(), None, {}).form is None
     run = LangevinSampler(energy, step_size=0.01, fused=True).prepare(x0.cuda(), None, {})
     assert run.path.startswith("fused chain") and run.form is not None, run.path
 

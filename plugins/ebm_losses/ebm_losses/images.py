@@ -203,8 +203,8 @@ def load(name: str) -> ImageSet:
     if name == DIGITS:
         return load_digits()
     path = Path(name)
-    if path.suffix == ".bin" or path.is_dir() and _cifar_batches(path):
-        return load_cifar_binary(path)
+    if path.suffix == ".bin" or path.is_dir() and (path.name == CIFAR_FOLDER or _cifar_batches(path)):
+        return load_cifar_binary(path)  # (a cifar-10-batches-bin folder without its batches: the error says so)
     if path.is_dir():
         return load_png_folder(name)
     return load_array(name)

@@ -66,6 +66,10 @@ class WhitenedContrastiveDivergence(Loss):
         if missing:
             raise InputError(f"whitened_contrastive_divergence needs an energy with a fitted base in whitened "
                              f"coordinates (gaussian_residual); {type(energy).__name__} lacks {', '.join(missing)}.")
+        if not bool(getattr(energy, "fitted", True)):
+            raise InputError(f"whitened_contrastive_divergence: the base of {type(energy).__name__} is not fitted, so it "
+                             "would train against N(0, I) in pixel space; call energy.fit_base(train) first (ebm train "
+                             "does so before the first step).")
 
     @staticmethod
     def _functions(energy: EnergyModel) -> EnergyFunctions:

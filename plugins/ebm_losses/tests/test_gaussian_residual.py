@@ -67,6 +67,8 @@ def test_gaussian_residual_rejects_bad_shapes_and_is_registered():
         GaussianResidualEnergy((1, 4, 4)).compute_energy(torch.randn(3, 16))
     with pytest.raises(InputError, match="lacks whiten"):
         WhitenedContrastiveDivergence()(ebmcore.MLPEnergy(dim=2, hidden=(4,), seed=0), torch.randn(8, 2))
+    with pytest.raises(InputError, match=r"is not fitted.*call energy.fit_base\(train\) first"):
+        WhitenedContrastiveDivergence()(GaussianResidualEnergy((1, 4, 4), hidden=(4,)), torch.randn(8, 1, 4, 4))
 
 
 class _Gaussian(EnergyModel):
@@ -103,6 +105,8 @@ def test_ais_from_a_full_covariance_base_recovers_a_known_log_z():
         estimate_log_z(target, 4, 2, scale_tril=base, bounds=(-1.0, 1.0))
     with pytest.raises(InputError, match="shape"):
         estimate_log_z(target, 4, 2, scale_tril=torch.eye(2, dtype=torch.float64))
+    with pytest.raises(InputError, match=r"lower triangular.*not its transpose"):  # an upper factor is not silently cut
+        estimate_log_z(target, 4, 2, scale_tril=base.T)
 
 
 def test_whitened_cd_moves_the_correction_and_keeps_its_chains():

@@ -189,6 +189,9 @@ def test_cifar10_binary_batches_are_read_as_bytes_record_by_record(tmp_path):
     (tmp_path / "short.bin").write_bytes((folder / "data_batch_2.bin").read_bytes()[:-5])
     with pytest.raises(ConfigError, match=r"short.bin: 6,141 bytes is not a whole number of CIFAR-10 records \(3,073 bytes"):
         images.load(str(tmp_path / "short.bin"))
+    (tmp_path / "empty" / images.CIFAR_FOLDER).mkdir(parents=True)  # the folder, without its batches
+    with pytest.raises(ConfigError, match="no data_batch_.*bin files in this folder; it should be CIFAR-10's"):
+        images.load(str(tmp_path / "empty" / images.CIFAR_FOLDER))
     _cifar_file(tmp_path / "hundred.bin", [42], seed=4)
     with pytest.raises(ConfigError, match="label bytes up to 42; CIFAR-10's are 0-9"):
         images.load(str(tmp_path / "hundred.bin"))

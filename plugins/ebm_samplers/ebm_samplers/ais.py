@@ -222,9 +222,9 @@ def _whitened(energy: EnergyModel, n_chains: int, n_temperatures: int, *, shape:
     if tril.shape != (d, d):
         raise InputError(f"scale_tril must have shape ({d}, {d}) for event shape {shape}, got {tuple(tril.shape)}.")
     diagonal = tril.diagonal()
-    if not bool((diagonal > 0).all()) or not bool(torch.isfinite(tril).all()):
-        raise InputError("scale_tril must be finite, lower triangular, with a positive diagonal (a Cholesky factor).")
-    tril = torch.tril(tril)
+    if not bool((diagonal > 0).all()) or not bool(torch.isfinite(tril).all()) or not torch.equal(tril, tril.tril()):
+        raise InputError("scale_tril must be finite, lower triangular, with a positive diagonal (a Cholesky factor: "
+                         "torch.linalg.cholesky(covariance), not its transpose).")
     loc_t = torch.as_tensor(loc, dtype=dtype, device=device)
     loc_t = loc_t.reshape(d) if loc_t.numel() == d else loc_t.expand(shape).reshape(d)  # (d,) or like the event
     view = _Whitened(energy, loc_t, tril, shape)
