@@ -3,7 +3,9 @@
 compiled vs the ebm-cuda kernels (and torchebm's Triton kernels where importable), in fp32 (G1) and
 bf16/fp16 state (G2), and W4/W5 at 100x the batch (G3): the eager per-step loop, the same loop through
 torch.compile (the same noise from the same generator: its samples, W5's loss and gradient must agree with
-eager's to float rounding; ``w4_same_noise`` is that comparison at a test's size) and ebm's default path.
+eager's to float rounding; ``w4_same_noise`` is that comparison at a test's size), ebm's default path, and
+torchebm's ``LangevinDynamics`` and ``ContrastiveDivergence`` where torchebm imports (drawing from the same generator,
+its W4 samples agree with the eager loop's where it draws the same normals in the same order).
 
     benchmarks/.venv/bin/python benchmarks/gpu.py [--json benchmarks/results/<date>-gpu.json]
         [--groups G1,G2,G3] [--repeats 5] [--quick] [--device cuda]
@@ -635,6 +637,7 @@ def g3_rows(sizes: Sizes, device: Any, repeats: int, log: Callable) -> list[dict
             rec["figures"]["max_abs_diff_vs_eager"] = float((x - w4["eager"]).abs().max())
         log(f"    median {m['median_s'] * 1e3:.1f} ms; mean E {rec['figures']['mean_energy']:.5f}; path: {rec['path']}")
         out.append(rec)
+    out.append(torchebm_w4(energy, x0, steps, device, repeats, gen, log, w4.get("eager")))
     w4.clear()
 
     # W5 at 100x: one CD-10 training step (loss, backward, Adam)
@@ -697,7 +700,100 @@ def g3_rows(sizes: Sizes, device: Any, repeats: int, log: Callable) -> list[dict
         rec.update(timing=m, figures=fig)
         log(f"    median {m['median_s'] * 1e3:.1f} ms per step; loss {fig['loss']:.6g}")
         out.append(rec)
+    out.append(torchebm_w5(data, init, sizes, device, repeats, gen, log))
     return out
+
+
+def torchebm_w4(energy: Any, x0: Any, steps: int, device: Any, repeats: int, gen: Callable, log: Callable,
+                eager: Any = None) -> dict:
+    """W4 at 100x with torchebm 0.8.9: ``LangevinDynamics(model, step_size=0.01, noise_scale=1, device=...)`` (its ULA)
+    on the same MLP, from the same ``x0`` and generator (where it draws the same normals in the same order as ebm's
+    eager loop, ``eager``'s samples, the difference is reported); skipped, saying why, where torchebm does not import."""
+    import torch
+
+    label = f"W4 ×100: ULA on the MLP 2-64-64-1 SiLU, {x0.shape[0]:,} chains, {steps} steps, step 0.01 (torchebm LangevinDynamics)"
+    rec: dict[str, Any] = {"workload": "W4x100", "variant": "torchebm", "label": label, "n": x0.shape[0], "n_steps": steps}
+    try:
+        from torchebm.samplers import LangevinDynamics
+
+        model = _torchebm_mlp(energy.net, device)
+        sampler = LangevinDynamics(model, step_size=0.01, noise_scale=1.0, device=device)
+        log(f"  G3 {label} ...")
+        m = measure(lambda: sampler.sample(x=x0, n_steps=steps, generator=gen()), repeats, device)
+    except Exception as exc:  # noqa: BLE001 - not importable, or it failed: a row that says why
+        rec["skipped"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+        log(f"    skipped: {rec['skipped']}")
+        return rec
+    x = m.pop("out")
+    with torch.no_grad():
+        e = energy.net(x.to(device)).squeeze(-1).double()
+    rec.update(timing=m, figures={"mean_energy": float(e.mean()), "nonfinite_chains": int((~torch.isfinite(x).all(1)).sum())})
+    if eager is not None and eager.shape == x.shape:
+        rec["figures"]["max_abs_diff_vs_eager"] = float((x.to(eager.device) - eager).abs().max())
+    log(f"    median {m['median_s'] * 1e3:.1f} ms; mean E {rec['figures']['mean_energy']:.5f}")
+    return rec
+
+
+def torchebm_w5(data: Any, init: dict, sizes: Sizes, device: Any, repeats: int, gen: Callable, log: Callable) -> dict:
+    """W5 at 100x with torchebm 0.8.9: ``ContrastiveDivergence(model, LangevinDynamics(...), k_steps=10,
+    persistent=False, energy_reg_weight=0)`` and Adam, from the same initial weights; skipped where it does not import."""
+    import torch
+
+    label = (f"W5 ×100: one CD-10 training step (Langevin negatives, backward, Adam lr 1e-3), batch {sizes.w5_batch:,} "
+             "(torchebm ContrastiveDivergence)")
+    rec: dict[str, Any] = {"workload": "W5x100", "variant": "torchebm", "label": label, "batch": sizes.w5_batch,
+                           "inner": sizes.w5_inner}
+    try:
+        from torchebm.losses import ContrastiveDivergence
+        from torchebm.samplers import LangevinDynamics
+
+        net = common.make_mlp().to(device)
+        model = _torchebm_mlp(net, device)
+        loss = ContrastiveDivergence(model, LangevinDynamics(model, step_size=0.01, noise_scale=1.0, device=device),
+                                     k_steps=10, persistent=False, energy_reg_weight=0.0)
+        params = list(net.parameters())
+
+        def train() -> Any:
+            with torch.no_grad():
+                for k, t in net.state_dict().items():
+                    t.copy_(init[k])
+            opt = torch.optim.Adam(params, lr=1e-3)
+            g = gen()
+            for _ in range(sizes.w5_inner):
+                out = loss(data, generator=g)
+                value = out[0] if isinstance(out, tuple) else out
+                opt.zero_grad(set_to_none=True)
+                value.backward()
+                opt.step()
+            return value
+
+        log(f"  G3 {label} ...")
+        m = measure(train, repeats, device)
+    except Exception as exc:  # noqa: BLE001
+        rec["skipped"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+        log(f"    skipped: {rec['skipped']}")
+        return rec
+    value = m.pop("out")
+    for k in ("median_s", "min_s", "max_s"):
+        m[k] /= sizes.w5_inner
+    rec.update(timing=m, figures={"loss": float(value.detach())})  # (its loss after the run's last step)
+    log(f"    median {m['median_s'] * 1e3:.1f} ms per step")
+    return rec
+
+
+def _torchebm_mlp(net: Any, device: Any) -> Any:
+    """torchebm's model around ``net``: ``E(x) = net(x)``, on ``device``."""
+    from torchebm.core import BaseModel
+
+    class MLPModel(BaseModel):
+        def __init__(self, inner: Any) -> None:
+            super().__init__(device=device)
+            self.net = inner
+
+        def forward(self, x: Any) -> Any:
+            return self.net(x).squeeze(-1)
+
+    return MLPModel(net)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -913,12 +1009,12 @@ def g3_table(recs: list[dict]) -> str:
             if f.get("nonfinite_chains"):
                 corr += f", **{f['nonfinite_chains']} non-finite chains**"
             if "max_abs_diff_vs_eager" in f:
-                corr += f", max abs diff vs eager (same noise) {f['max_abs_diff_vs_eager']:.1e}"
+                corr += f", max abs diff vs eager ({'same noise' if r['variant'] in SAME_NOISE else 'same generator'}) {f['max_abs_diff_vs_eager']:.1e}"
             if r.get("path"):
                 corr += f"; path: {r['path']}"
             per = ""
         else:
-            corr = f"loss {f['loss']:.6g}, grad norm {f['grad_norm']:.5g}"
+            corr = f"loss {f['loss']:.6g}" + (f", grad norm {f['grad_norm']:.5g}" if "grad_norm" in f else " (after the last step)")
             if "loss_rel_diff_vs_eager" in f:
                 corr += f", rel diff vs eager: loss {f['loss_rel_diff_vs_eager']:.1e}, gradient {f['grad_rel_diff_vs_eager']:.1e}"
             per = " per step"
