@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import math
 
 import torch
@@ -42,3 +44,16 @@ def grid_nll(energy: ebmcore.EnergyModel, test: torch.Tensor, lim: float = 4.5, 
     with torch.no_grad():
         log_z = torch.logsumexp(-energy.compute_energy(points), 0) + 2 * math.log(float(g[1] - g[0]))
         return float((energy.compute_energy(test) + log_z).mean())
+
+
+def shortened_config(name: str, replacements: list[tuple[str, str]], path: Path) -> Path:
+    """The bundled ``train_<name>.toml`` with each ``(old, new)`` replaced once (each ``old`` must occur: a test notices
+    when the bundled file changes under it), written to ``path``; returns ``path``."""
+    from ebm_losses import train_job
+
+    text = train_job.bundled_config_path(name).read_text()
+    for old, new in replacements:
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    path.write_text(text)
+    return path

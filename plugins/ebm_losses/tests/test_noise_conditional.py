@@ -13,6 +13,7 @@ import torch
 import ebmcore
 from ebmcore.errors import ConfigError, InputError
 from ebm_losses import DenoisingScoreMatching, NoiseConditionalEnergy, Trainer, datasets, denoise, train_job
+from loss_problems import shortened_config
 from ebm_samplers import AnnealedLangevinSampler, geometric_sigmas
 
 
@@ -146,16 +147,11 @@ def test_the_smallest_level_density_is_near_the_exact_smoothed_density(eight_gau
 
 def _short_digits_dsm(tmp_path, steps: int = 20):
     """The bundled ``digits_dsm`` configuration, shortened to seconds."""
-    text = train_job.bundled_config_path("digits_dsm").read_text()
-    for old, new in [("steps = 20000", f"steps = {steps}"), ("hidden = [256, 256]", "hidden = [32]"),
-                     ("n_levels = 30, n_steps_each = 60", "n_levels = 3, n_steps_each = 2"),
-                     ("image_samples = 400", "image_samples = 120"), ("ais_chains = 128", "ais_chains = 16"),
-                     ("ais_temperatures = 300", "ais_temperatures = 20"), ("plots = true", "plots = false")]:
-        assert old in text, old
-        text = text.replace(old, new, 1)
-    path = tmp_path / "digits_dsm.toml"
-    path.write_text(text)
-    return path
+    changes = [("steps = 20000", f"steps = {steps}"), ("hidden = [256, 256]", "hidden = [32]"),
+               ("n_levels = 30, n_steps_each = 60", "n_levels = 3, n_steps_each = 2"),
+               ("image_samples = 400", "image_samples = 120"), ("ais_chains = 128", "ais_chains = 16"),
+               ("ais_temperatures = 300", "ais_temperatures = 20"), ("plots = true", "plots = false")]
+    return shortened_config("digits_dsm", changes, tmp_path / "digits_dsm.toml")
 
 
 def test_train_digits_dsm_samples_by_annealed_langevin_and_reports_the_classifier_check(tmp_path, capsys):
