@@ -10,7 +10,7 @@ import torch
 import ebmcore
 from ebmcore import EnergyModel
 from ebmcore.errors import InputError
-from ebm_losses import likelihood, train_job
+from ebm_losses import likelihood
 from ebm_losses.gaussian_residual import GaussianResidualEnergy
 from ebm_losses.whitened_cd import WhitenedContrastiveDivergence
 from loss_problems import shortened_config
