@@ -833,6 +833,7 @@ def seed_rows(device: Any, repeats: int, log: Callable, quick: bool = False) -> 
     except Exception as exc:  # noqa: BLE001
         torchebm_reason = f"torchebm not importable ({type(exc).__name__}: {exc})"
 
+    paths: dict[str, str] = {}  # S1, S2, S4: the path ebm's sampler takes
     for sid, (what, guide_ms) in SEEDS.items():
         n = (10_000 if sid in ("S3", "S4") else 1_000) // scale
         d = 100 if sid == "S3" else 10
@@ -872,6 +873,8 @@ def seed_rows(device: Any, repeats: int, log: Callable, quick: bool = False) -> 
                 sampler = (HMCSampler(energy, step_size=0.1, n_leapfrog_steps=10, **options) if sid == "S2"
                            else LangevinSampler(energy, step_size=0.01, **options))
                 sample = lambda x, k, g, s=sampler: s.sample(x, k, generator=g)  # noqa: E731
+                if variant == "ebm":
+                    paths[sid] = common.ebm_path(sampler, x0)  # the fused chain and its backend, or the loop and why
             if sid == "S4":
                 variants[variant] = lambda f=sample: f(x0, 100, gen())
             else:
@@ -909,25 +912,12 @@ def seed_rows(device: Any, repeats: int, log: Callable, quick: bool = False) -> 
                 xs = out.detach().double().cpu().numpy()
                 z_mean, z_cov = common.moment_z_scores(xs, np.zeros(d), law())
                 fig = {"mean_z_max": z_mean, "cov_z_max": z_cov, "ok": bool(max(z_mean, z_cov) <= Z_TOL)}
-            if variant == "ebm" and sid != "S3":
-                probe = sampler_path(sid, energy, x0)
-                if probe:
-                    rec["path"] = probe
+            if variant == "ebm" and sid in paths:
+                rec["path"] = paths[sid]
             rec.update(timing=m, figures=fig)
             log(f"    {1e3 * m['per_call_s']:.3f} ms per call; {fig}")
             recs.append(rec)
     return recs
-
-
-def sampler_path(sid: str, energy: Any, x0: Any) -> str | None:
-    """The path ebm's default sampler takes for ``sid`` (fused chain and its backend, or the per-step loop and why)."""
-    from ebm_samplers import HMCSampler, LangevinSampler
-
-    sampler = (HMCSampler(energy, step_size=0.1, n_leapfrog_steps=10) if sid == "S2" else LangevinSampler(energy, step_size=0.01))
-    try:
-        return common.ebm_path(sampler, x0)
-    except Exception as exc:  # noqa: BLE001
-        return f"(path unknown: {type(exc).__name__})"
 
 
 def seed_table(recs: list[dict]) -> str:

@@ -19,7 +19,6 @@ import torch
 from torch import Tensor
 
 from ebmcore import EnergyFunctions, EnergyModel
-from ebmcore.energies.analytic import AnalyticEnergy
 from ebmcore.energies.program import Analytic, ConvStack, FeedForward, Opaque, Program
 from ebmcore.errors import BackendUnavailableError, UnknownComponentError
 from ebmcore.kernels import Kernel, resolve_kernel
@@ -136,14 +135,10 @@ def identity_mass_refusal(params: Any) -> str | None:
 
 def chain_kernel(op: str, energy: EnergyModel, x: Tensor, fused: bool | None, *static: Any) -> Kernel | str:
     """The kernel of the fused ``op`` (:data:`ebmcore.kernels.fused.FUSED_OPS`, provided by a backend such as
-    ``ebm-cuda``) for states ``x``, or why none can run here; the per-step loop is what it competes with. ``"<energy>_..."`` ops
-    need an analytic energy (``<energy>`` is its ``op``). With ``fused=None`` (automatic) a kernel
+    ``ebm-cuda``) for states ``x``, or why none can run here; the per-step loop is what it competes with (a sampler's
+    chains find their op through :func:`fused_chain`). With ``fused=None`` (automatic) a kernel
     is used only if it does not rank below the per-step loop (priority >= 0); ``fused=True`` takes any that can run.
     ``static``: the op's arguments that a kernel may refuse (:attr:`ebmcore.kernels.Kernel.refuses`)."""
-    if op.startswith("<energy>"):
-        if not isinstance(energy, AnalyticEnergy):
-            return f"{type(energy).__name__} is not an analytic energy"
-        op = op.replace("<energy>", energy.op)
     try:
         kernel = resolve_kernel(op, x.device, x.dtype, getattr(energy, "backend", None))
     except (BackendUnavailableError, UnknownComponentError) as exc:
