@@ -61,7 +61,9 @@ class Run:
     transition with everything bound; ``chain``, a fused multi-step chain (None: one step at a time) and
     ``path``, the words for which of the two runs and why; ``energy_of(state)``: ``E`` at the state's positions,
     for diagnostics; ``form``, what ``chain`` computes where it declares it (e.g. :class:`LangevinForm`), so that a
-    caller may run a fused op of the same family that does more in the same launch (None: not declared)."""
+    caller may run a fused op of the same family that does more in the same launch (None: not declared);
+    ``keyed``: whether ``chain`` draws its noise from the stream its ``seed`` and ``offset`` name (False: from the
+    generator, as ``step`` does, so that it computes what the per-step loop computes; no key is then drawn)."""
 
     state: Any
     step: Callable[[Any], tuple[Any, Any]]
@@ -69,6 +71,7 @@ class Run:
     chain: Optional[Chain] = None
     path: str = "per-step loop"
     form: Any = None
+    keyed: bool = True
 
 
 def check_run_arguments(x0: Any, n_steps: int, burn_in: int = 0, thin: int = 1, generator: Any = None) -> None:
@@ -233,7 +236,7 @@ class Sampler(ABC):
         if isinstance(energy, Tensor):
             self.check_initial_energy(x, energy, grad if isinstance(grad, Tensor) else None)
         if run.chain is not None:
-            seed = stream_seed(generator, x.device)  # drawn as sample draws it, whatever n_steps
+            seed = stream_seed(generator, x.device) if run.keyed else 0  # drawn as sample draws it, whatever n_steps
             if n_steps:
                 state, _ = run.chain(state, n_steps, seed, 0)
         else:
@@ -290,6 +293,9 @@ class Sampler(ABC):
         if run.chain is None:
             step = run.step
             advance = lambda state, size, offset: step(state)  # noqa: E731
+        elif not run.keyed:
+            chain = run.chain
+            advance = lambda state, size, offset: chain(state, size, 0, 0)  # noqa: E731
         else:
             stream = stream if stream is not None else NoiseStream()
             if stream.seed is None:
@@ -313,7 +319,7 @@ class Sampler(ABC):
         if bar is not None:
             bar.close()
         wall = time.perf_counter() - start
-        if run.chain is not None:
+        if run.chain is not None and run.keyed:
             stream.offset += done
         nonfinite = self.warn_nonfinite(state.x)
         final = state.x.clone() if state.x is x else state.x  # never hand back the caller's own tensor

@@ -26,7 +26,7 @@ from ebmcore.kernels.fused import FUSED_OPS
 from ebmcore.sampler import Chain
 from ebm_samplers.params import IDENTITY
 
-__all__ = ["Algorithm", "Step", "Chain", "ChainInfo", "GradientState", "init_gradient_state", "DIVERGENCE_THRESHOLD",
+__all__ = ["Algorithm", "Step", "Chain", "ChainInfo", "StepLoop", "GradientState", "init_gradient_state", "DIVERGENCE_THRESHOLD",
            "draw_then", "compiled", "identity_mass_refusal", "chain_kernel", "fused_chain"]
 
 DIVERGENCE_THRESHOLD = 1000.0
@@ -60,7 +60,8 @@ class Algorithm:
     None: the algorithm has no chain); ``energy_of(state, fns, **static)``: ``E`` at the
     state's positions for diagnostics (None: ``state.energy`` if the state carries it, else
     ``fns.energy(state.x)``); ``compile_refusal``: why ``compile=True`` cannot apply (None:
-    ``build_kernel`` takes ``compile``).
+    ``build_kernel`` takes ``compile``); ``graph_refusal``: why its transition cannot be captured in a CUDA graph
+    (a host sync in it; None: it can, :mod:`ebm_samplers.graphs`).
     """
 
     name: str
@@ -72,6 +73,7 @@ class Algorithm:
     build_chain: Optional[Callable[..., "Chain | str"]] = None
     energy_of: Optional[Callable[..., Tensor]] = None
     compile_refusal: Optional[str] = None
+    graph_refusal: Optional[str] = None
 
 
 @cache
@@ -106,6 +108,14 @@ def draw_then(transition: Callable[..., Any], *, uniform: bool, bind: Callable[[
             noise.normal_(generator=generator)
             return transition(state, noise, fns, params, *bound)
     return step
+
+
+@dataclass(frozen=True)
+class StepLoop:
+    """What ``build_chain`` returns for a chain that launches kernels at every step (e.g. one fused Langevin move per
+    step) rather than many steps per launch: on CUDA a captured graph of the transition is preferred where it can run."""
+
+    chain: Chain
 
 
 @dataclass(frozen=True)

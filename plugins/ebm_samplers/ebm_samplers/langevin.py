@@ -18,7 +18,7 @@ from ebmcore.energies.program import Analytic, ConvStack, FeedForward, Opaque
 from ebmcore.errors import InputError
 from ebmcore.sampler import LangevinForm
 from ebmcore.validation import check_gradient_output
-from ebm_samplers.algorithm import Algorithm, Chain, ChainInfo, Step, chain_kernel, compiled, draw_then, fused_chain
+from ebm_samplers.algorithm import Algorithm, Chain, ChainInfo, Step, StepLoop, chain_kernel, compiled, draw_then, fused_chain
 from ebm_samplers.integrators import EulerMaruyama, resolve_integrator
 from ebm_samplers.integrators.euler_maruyama import SDEUpdate
 from ebm_samplers.params import ChainScalar, checked, event_size, for_chains, optional, per_chain, positive, with_fields
@@ -107,11 +107,11 @@ def build_kernel(integrator: Integrator | None = None, compile: bool = False) ->
 
 
 def build_chain(energy: EnergyModel, fns: EnergyFunctions, x: Tensor, params: Params, fused_setting: bool | None,
-                integrator: Integrator) -> Chain | tuple[Chain, LangevinForm] | str:
+                integrator: Integrator) -> Chain | tuple[Chain, LangevinForm] | StepLoop | str:
     """Many ULA steps per launch, the kernel :func:`~ebm_samplers.algorithm.fused_chain` finds for the bound energy's
     program (``fns.program``): ``<energy>_langevin_chain`` for an analytic energy, ``feedforward_langevin_chain`` for a
     feed-forward network, ``conv_langevin_chain`` for a conv stack (``ebm_losses.ConvEnergy``); for other energies, one
-    ``langevin_step_philox`` kernel per step (the noise drawn inside it). Euler–Maruyama only.
+    ``langevin_step_philox`` kernel per step (the noise drawn inside it; a :class:`StepLoop`). Euler–Maruyama only.
     A network's chain declares its :class:`~ebmcore.sampler.LangevinForm` (contrastive divergence runs
     ``feedforward_contrastive_chain``, the same moves with its loss, from it)."""
     if not isinstance(integrator, EulerMaruyama):
@@ -135,7 +135,7 @@ def build_chain(energy: EnergyModel, fns: EnergyFunctions, x: Tensor, params: Pa
             y = step_fn(y, gradient(y), h, s, seed, offset + t)
         return State(y), ChainInfo(None, None)
 
-    return run_steps
+    return StepLoop(run_steps)
 
 
 ALGORITHM = Algorithm("langevin", Params, init, build_kernel, has_acceptance=False, options=options, build_chain=build_chain)

@@ -254,7 +254,8 @@ def build_chain(energy: EnergyModel, fns: EnergyFunctions, x: Tensor, params: Pa
 
 
 ALGORITHM = Algorithm("nuts", Params, init, build_kernel, has_acceptance=True, build_chain=build_chain,
-                      compile_refusal="its trajectories have a data-dependent length")
+                      compile_refusal="its trajectories have a data-dependent length",
+                      graph_refusal="its trees stop growing when every chain's has, a host sync per doubling")
 
 
 class NUTSSampler(AlgorithmSampler):

@@ -18,9 +18,11 @@ from torch import Tensor
 
 from ebmcore import EnergyFunctions, EnergyModel, Sampler
 from ebmcore.energies.binding import bind_energy
+from ebmcore.energies.program import Opaque
 from ebmcore.sampler import Chain, Run
 from ebmcore.errors import InputError
-from ebm_samplers.algorithm import Algorithm
+from ebm_samplers import graphs
+from ebm_samplers.algorithm import Algorithm, StepLoop
 from ebm_samplers.params import accepted_fields
 
 __all__ = ["AlgorithmSampler"]
@@ -76,6 +78,7 @@ class AlgorithmSampler(Sampler):
         if compile and self.algorithm.compile_refusal:
             raise InputError(f"{name} does not support compile=True: {self.algorithm.compile_refusal}.")
         self.autocast, self.compile, self.fused = autocast, bool(compile), fused
+        self._graph: tuple[tuple, graphs.GraphChain] | None = None  # the last captured graph and what it depends on
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.params}, options={self.options})"
@@ -115,30 +118,59 @@ class AlgorithmSampler(Sampler):
         params = self.resolve(x, overrides)
         state = self.algorithm.init(x, fns)
         kernel = self.kernel()
-        chain, path = self._chain(fns, x, params, every_step)
+        step = lambda s: kernel(s, fns, generator, params)  # noqa: E731
+        chain, reason = self._chain(fns, x, params, every_step)
         chain, form = chain if isinstance(chain, tuple) else (chain, None)
+        path = "fused chain"
+        if reason is not None or isinstance(chain, StepLoop):
+            chain, path = self._graph_chain(chain, reason, every_step, fns, state, params, generator, step)
+            if chain is None and self.fused:
+                raise InputError(f"{type(self).__name__}(fused=True): no fused chain can run: {path[len('per-step loop ('):-1]}. "
+                                 "Use fused=None to fall back to the per-step loop.")
         if fns.path:
             path = f"{path}; gradient: {fns.path}"
         if self.algorithm.energy_of is not None:
             energy_of = lambda s: self.algorithm.energy_of(s, fns, **self.options)  # noqa: E731
         else:
             energy_of = (lambda s: s.energy) if hasattr(state, "energy") else (lambda s: fns.energy(s.x))
-        return Run(state, lambda s: kernel(s, fns, generator, params), energy_of, chain, path, form)
+        return Run(state, step, energy_of, chain, path, form, keyed=not isinstance(chain, graphs.GraphChain))
 
-    def _chain(self, fns: EnergyFunctions, x: Tensor, params: Any, every_step: bool) -> tuple[Optional[Chain], str]:
+    def _graph_chain(self, loop: StepLoop | None, reason: str | None, every_step: bool, fns: EnergyFunctions, state: Any,
+                     params: Any, generator: torch.Generator | None, step: Callable[[Any], Any]) -> tuple[Any, str]:
+        """Where no chain runs many steps per launch (``reason``: why; ``loop``: a chain that launches at every step):
+        on a device with graphs, :data:`graphs.GRAPH_STEPS` transitions per replay of a captured graph
+        (:mod:`ebm_samplers.graphs`), else ``loop``'s chain or the per-step loop; and the run's path, saying why."""
+        capture = graphs.capture_for(state.x.device)
+        if capture is None or self.fused is False or every_step or self.compile or self.autocast is not None:
+            return (None, f"per-step loop ({reason})") if loop is None else (loop.chain, "fused chain")
+        why = reason if loop is None else "the fused chain launches kernels at every step"
+        program = self.energy.program()
+        refusal = self.algorithm.graph_refusal or graphs.state_refusal(state)
+        if refusal is None and isinstance(program, Opaque) and not self.fused:
+            refusal = ("fused=True captures the transitions of an energy ebm does not read (its Python code then runs "
+                       "once, at capture)")
+        key = None if refusal else graphs.graph_key(self.energy, program, state.x, params, generator, fns.path)
+        if key is not None and (self._graph is None or self._graph[0] != key):
+            self._graph = None
+            try:
+                self._graph = (key, graphs.GraphChain(step, state, self.algorithm.has_acceptance,
+                                                      graphs.generator_of(generator, state.x.device), capture))
+            except Exception as exc:  # a host sync, or an op capture does not take: the exact per-step fallback
+                refusal = f"capturing one failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        if refusal is not None:
+            where = "per-step loop" if loop is None else "fused chain, one launch per step"
+            return (None if loop is None else loop.chain), f"{where} ({why}; no CUDA graph: {refusal})"
+        return self._graph[1], f"CUDA graph, {graphs.GRAPH_STEPS} transitions per launch ({why})"
+
+    def _chain(self, fns: EnergyFunctions, x: Tensor, params: Any, every_step: bool) -> tuple[Any, Optional[str]]:
+        """The algorithm's fused chain (``build_chain``'s result), or None and why none runs."""
         if self.fused is False:
-            return None, "per-step loop (fused=False)"
+            return None, "fused=False"
         if self.algorithm.build_chain is None:
-            reason: Any = f"{type(self).__name__} has no fused chain kernels"
-        elif every_step:
-            reason = "a callback needs every step"
-        elif self.compile or self.autocast is not None:
-            reason = "compile=True or autocast is set"
-        else:
-            reason = self.algorithm.build_chain(self.energy, fns, x, params, self.fused, **self.options)
-        if not isinstance(reason, str):
-            return reason, "fused chain"
-        if self.fused:
-            raise InputError(f"{type(self).__name__}(fused=True): no fused chain can run: {reason}. "
-                             "Use fused=None to fall back to the per-step loop.")
-        return None, f"per-step loop ({reason})"
+            return None, f"{type(self).__name__} has no fused chain kernels"
+        if every_step:
+            return None, "a callback needs every step"
+        if self.compile or self.autocast is not None:
+            return None, "compile=True or autocast is set"
+        chain = self.algorithm.build_chain(self.energy, fns, x, params, self.fused, **self.options)
+        return (None, chain) if isinstance(chain, str) else (chain, None)
