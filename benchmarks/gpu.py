@@ -701,6 +701,83 @@ def g3_rows(sizes: Sizes, device: Any, repeats: int, log: Callable) -> list[dict
         log(f"    median {m['median_s'] * 1e3:.1f} ms per step; loss {fig['loss']:.6g}")
         out.append(rec)
     out.append(torchebm_w5(data, init, sizes, device, repeats, gen, log))
+    out += conv_pcd_rows(device, repeats, log, inner=sizes.w5_inner)
+    return out
+
+
+CONV_PCD = {"widths": (32, 64), "image": (1, 8, 8), "batch": 64, "buffer": 2000, "k": 20, "step_size": 10.0,
+            "noise_scale": 0.005}
+"""The conv-energy PCD step of ``benchmarks/image_step.py`` (``ebm train digits``'s), on uniform images in [-1, 1]: the
+issue's graph-capture target is measured on it (default path: a captured graph on CUDA, against ``fused=False``)."""
+
+
+def conv_pcd_rows(device: Any, repeats: int, log: Callable, inner: int = 5) -> list[dict]:
+    """One PCD training step of a ``ConvEnergy`` (20 Langevin steps, backward, Adam), ebm's default path against the
+    per-step loop (``fused=False``), from the same generator: a captured graph draws what the loop draws, so the first
+    step's loss and gradient agree to float rounding there."""
+    import torch
+    import ebm_losses
+
+    c = CONV_PCD
+    data = torch.rand(c["batch"], *c["image"], generator=torch.Generator().manual_seed(0)).mul_(2).sub_(1).to(device)
+    base = ebm_losses.ConvEnergy(image_shape=c["image"], widths=c["widths"], seed=0).to(device)
+    init = {k: v.detach().clone() for k, v in base.state_dict().items()}
+    params = list(base.parameters())
+    out, first = [], {}
+    for key, options in (("eager", {"fused": False}), ("default", {})):
+        label = (f"conv PCD step: ConvEnergy {c['widths']}, batch {c['batch']} of {c['image']}, {c['k']} Langevin steps "
+                 f"(h {c['step_size']:g}, σ {c['noise_scale']:g}), buffer {c['buffer']:,}, backward, Adam")
+        loss = ebm_losses.PersistentContrastiveDivergence(
+            "langevin", c["k"], sampler_options={"step_size": c["step_size"], "noise_scale": c["noise_scale"], **options},
+            buffer_size=c["buffer"], reinit_fraction=0.05, regularization=0.1)
+        state: dict[str, Any] = {}
+
+        def gen() -> Any:
+            return torch.Generator(device=device).manual_seed(common.SEED_NOISE)
+
+        def first_step() -> tuple[float, Any]:
+            with torch.no_grad():
+                for k, t in base.state_dict().items():
+                    t.copy_(init[k])
+            value = loss(base, data, generator=gen())
+            for q in params:
+                q.grad = None
+            value.backward()
+            return float(value.detach()), torch.cat([q.grad.reshape(-1) for q in params]).double()
+
+        def train() -> Any:
+            g = state.setdefault("g", gen())
+            opt = state.setdefault("opt", torch.optim.Adam(params, lr=1e-3))
+            for _ in range(inner):
+                value = loss(base, data, generator=g)
+                opt.zero_grad(set_to_none=True)
+                value.backward()
+                opt.step()
+            return value
+
+        rec: dict[str, Any] = {"workload": "ConvPCD", "variant": key, "label": label, "batch": c["batch"], "inner": inner}
+        log(f"  G3 {label} ({key}) ...")
+        try:
+            value, grads = first_step()
+            m = measure(train, repeats, device)
+            rec["path"] = loss.sampler_for(base).prepare(data, state["g"], {}).path
+        except Exception as exc:  # noqa: BLE001
+            rec["skipped"] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+            log(f"    {rec['skipped']}")
+            out.append(rec)
+            continue
+        m.pop("out")
+        for k in ("median_s", "min_s", "max_s"):
+            m[k] /= inner
+        fig = {"loss": value, "grad_norm": float(grads.norm())}
+        if "eager" in first:
+            ref_loss, ref_grads = first["eager"]
+            fig["loss_rel_diff_vs_eager"] = abs(value - ref_loss) / max(abs(ref_loss), 1e-30)
+            fig["grad_rel_diff_vs_eager"] = float((grads - ref_grads).norm() / ref_grads.norm().clamp_min(1e-30))
+        first[key] = (value, grads)
+        rec.update(timing=m, figures=fig)
+        log(f"    median {m['median_s'] * 1e3:.2f} ms per step; loss {value:.6g}")
+        out.append(rec)
     return out
 
 
@@ -1007,6 +1084,8 @@ def g3_table(recs: list[dict]) -> str:
             corr = f"loss {f['loss']:.6g}" + (f", grad norm {f['grad_norm']:.5g}" if "grad_norm" in f else " (after the last step)")
             if "loss_rel_diff_vs_eager" in f:
                 corr += f", rel diff vs eager: loss {f['loss_rel_diff_vs_eager']:.1e}, gradient {f['grad_rel_diff_vs_eager']:.1e}"
+            if r.get("path"):
+                corr += f"; path: {r['path']}"
             per = " per step"
         lines.append(f"| {r['label']} | {r['variant']} | {1e3 * t['median_s']:.2f}{per} | {1e3 * t['min_s']:.2f}–{1e3 * t['max_s']:.2f} "
                      f"| {1e3 * t['first_s']:.0f} | {speed} | {corr} |")

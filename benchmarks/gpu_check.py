@@ -3,7 +3,8 @@
 
 1. the environment: device, driver, torch/CUDA/nvcc/Triton versions;
 2. the builds, timed: the host library and the CUDA library for this GPU (nvcc);
-3. the GPU tests (``test_cuda_device.py``, ``test_plugin.py``, the Triton chain's GPU test), each file in its own
+3. the GPU tests (``test_cuda_device.py``, ``test_plugin.py``, the Triton chain's GPU test, the captured graphs'
+   ``test_graphs.py``), each file in its own
    process and time limit, with ``CUDA_LAUNCH_BLOCKING=1``; a skip there fails;
 4. ``gpu_check_kernels.py``: every ``.cu`` entry point and dtype on CUDA against the host build (non-contiguous and
    offset inputs, the caller's stream, CUDA-graph capture, a 2^24-chain launch, refusals);
@@ -45,6 +46,7 @@ GPU_TESTS = [  # (pytest target, its time limit in seconds)
     ("plugins/ebm_cuda/tests/test_cuda_device.py", 120),
     ("plugins/ebm_cuda/tests/test_plugin.py", 90),
     ("plugins/ebm_cuda/tests/test_triton_chains.py::test_on_a_gpu_the_compiled_chain_equals_the_host_build_and_samplers_resolve_it", 150),
+    ("plugins/ebm_samplers/tests/test_graphs.py", 90),
 ]
 SAME_NOISE_TOL = 1e-3  # G3 eager vs compiled: float rounding, not different noise (that differs by O(1))
 
@@ -333,6 +335,16 @@ def step_benchmark(report: Report, clock: Clock, py: str, dry: bool, work: Path)
     else:
         report.add("benchmark: G3 eager vs compiled, same noise", "passed" if diff <= SAME_NOISE_TOL else "failed",
                    f"max abs diff {diff:.1e} (limit {SAME_NOISE_TOL:g})")
+    conv = [r for r in data["g3"] if r["workload"] == "ConvPCD" and r["variant"] == "default"]
+    name = "benchmark: G3 conv PCD step, captured graph vs per-step loop"
+    if not conv or "figures" not in conv[0]:
+        report.add(name, "failed", "the default conv PCD row did not run: " + (str(conv[0].get("skipped")) if conv else "no row"))
+    elif not str(conv[0].get("path")).startswith("CUDA graph"):
+        report.add(name, "skipped", f"the default path is not a captured graph here: {conv[0].get('path')}")
+    else:
+        rel = max(conv[0]["figures"]["loss_rel_diff_vs_eager"], conv[0]["figures"]["grad_rel_diff_vs_eager"])
+        report.add(name, "passed" if rel <= SAME_NOISE_TOL else "failed",
+                   f"the same draws: first step's loss and gradient, largest relative difference {rel:.1e} (limit {SAME_NOISE_TOL:g})")
     return data
 
 

@@ -28,3 +28,29 @@ def test_g3_eager_and_compiled_draw_the_same_noise(monkeypatch):
     for key in gpu.SAME_NOISE:
         assert result["paths"][key].startswith("per-step loop"), result["paths"]
     assert gpu.G3_VARIANTS["default"][0] == {}  # ebm's own path, timed beside them and compared in law only
+
+
+def test_the_conv_pcd_rows_compare_a_captured_graph_with_the_per_step_loop(monkeypatch):
+    """G3's conv PCD step at a tiny size, on the CPU with the torch backend (no fused conv chain) and a stand-in
+    capture that replays by running the body: the default path is then a captured graph, and it draws what the
+    per-step loop draws, so the first step's loss and gradient are equal."""
+    import ebmcore
+    from ebm_samplers import graphs
+
+    def stand_in(body, generator):
+        body()
+        return body
+
+    monkeypatch.setattr(graphs, "capture_for", lambda device: stand_in)
+    gpu = _gpu_script()
+    monkeypatch.setitem(gpu.CONV_PCD, "widths", (4, 8))
+    monkeypatch.setitem(gpu.CONV_PCD, "batch", 8)
+    monkeypatch.setitem(gpu.CONV_PCD, "buffer", 32)
+    monkeypatch.setitem(gpu.CONV_PCD, "k", 12)
+    with ebmcore.use_backend("torch"):
+        recs = gpu.conv_pcd_rows("cpu", 1, lambda *a: None, inner=1)
+    eager, default = recs
+    assert eager["path"].startswith("per-step loop (fused=False)"), eager["path"]
+    assert default["path"].startswith("CUDA graph, 10 transitions per launch"), default["path"]
+    assert default["figures"]["loss_rel_diff_vs_eager"] == 0.0 and default["figures"]["grad_rel_diff_vs_eager"] == 0.0
+    assert "speed-up vs eager" in gpu.g3_table(recs)
