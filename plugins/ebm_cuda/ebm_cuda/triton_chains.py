@@ -318,7 +318,8 @@ def feedforward_contrastive_chain(x: Tensor, network: FeedForward, *, n_steps: i
     for l, layer in enumerate(network.hidden):
         weight = layer.linear.weight
         rows, cols = padded[l + 1], padded[l]
-        weight_grads.append(sums[at: at + rows * cols].view(rows, cols)[: weight.shape[0], : weight.shape[1]].to(weight.dtype))
+        weight_grads.append(sums[at: at + rows * cols].view(rows, cols)[: weight.shape[0], : weight.shape[1]]
+                            .to(weight.dtype).contiguous())
         at += rows * cols
         bias = layer.linear.bias
         bias_grads.append(None if bias is None else sums[at: at + weight.shape[0]].to(bias.dtype))

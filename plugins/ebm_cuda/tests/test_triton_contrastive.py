@@ -288,6 +288,10 @@ def test_refusals_input_errors_and_resolution_name_their_reason():
         args = {"x": x, "network": ok, **kw, **bad}
         with pytest.raises(InputError, match=match):
             tc.feedforward_contrastive_chain(args.pop("x"), args.pop("network"), **args)
+    # no chains: nothing to launch (and no triton imported), zero gradients of the layers' shapes
+    empty = tc.feedforward_contrastive_chain(x[:0], ok, **kw)
+    assert empty[0].shape == (0, 2) and empty[1].shape == empty[2].shape == (0,) and empty[3].item() == 0.0
+    assert [tuple(g.shape) for g in empty[4]] == [(8, 2), (1, 8)] and all(not g.any() for g in empty[4] + empty[5])
     # the losses' definition of the op takes it (checked when contrastive divergence first resolves it)
     from ebm_losses.ops import LOSS_OPS
 
@@ -296,6 +300,44 @@ def test_refusals_input_errors_and_resolution_name_their_reason():
     assert rows["triton"].priority == TRITON_CHAIN_PRIORITY
     if torch.version.cuda is None:
         assert rows["triton"].reason.startswith("cannot run: this torch build has no CUDA")
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_compiled_contrastive_chain_equals_the_chain_and_the_host_build():
+    """On a GPU machine (skipped without one; failed where a GPU is present but the Triton kernels cannot run): the
+    compiled contrastive kernel's states against the compiled chain's (to the bit), its outputs against the host
+    build's on the same stream, and contrastive divergence running it with ``fused=True``."""
+    from ebm_cuda import triton_chains as tc
+    from ebm_cuda.backends import feedforward_contrastive_chain as host_contrastive
+    from ebm_cuda.testing import gpu_absent_reason
+    from ebm_losses import ContrastiveDivergence
+    from ebm_samplers import LangevinSampler
+
+    absent = gpu_absent_reason()
+    if absent is not None:
+        pytest.skip(absent)
+    reason = tc.unavailable_reason()
+    if reason is not None:
+        pytest.fail(f"a GPU is present ({torch.cuda.get_device_name()}) but the Triton kernels cannot run: {reason}",
+                    pytrace=False)
+    gen = torch.Generator().manual_seed(0)
+    x0 = torch.randn(3001, D, generator=gen)
+    a, b = torch.randn(3001, generator=gen), torch.rand(3001, generator=gen)
+    kw = dict(n_steps=20, step_size=0.02, noise_scale=0.2, seed=2**40 + 3, offset=5, start=(a, b), end=(-a, None))
+    for depth, sign in ((2, -1.0), (3, 1.0)):
+        net = _network(depth)
+        host = host_contrastive(x0, feedforward_of(net, sign), **kw)
+        program = feedforward_of(copy.deepcopy(net).cuda(), sign)
+        cuda_kw = dict(kw, start=(a.cuda(), b.cuda()), end=(-a.cuda(), None))
+        got = tc.feedforward_contrastive_chain(x0.cuda(), program, precision="ieee", **cuda_kw)
+        chain_kw = {k: v for k, v in kw.items() if k not in ("start", "end")}
+        assert torch.equal(got[0], tc.feedforward_langevin_chain(x0.cuda(), program, precision="ieee", **chain_kw))
+        assert _relative([t.cpu() if t is not None else None for t in _flat(got)], _flat(host)) < 1e-3  # 20 steps, float32 noise
+    energy = ebmcore.SequentialEnergy(_network(2).cuda())
+    data = torch.randn(512, D, device="cuda")
+    loss = ContrastiveDivergence(lambda e: LangevinSampler(e, step_size=0.01, fused=True), 5)
+    value = loss(energy, data)
+    assert "GivenGradients" in type(value.grad_fn).__name__, value.grad_fn
 
 
 if __name__ == "__main__":
