@@ -118,13 +118,17 @@ def _interpreted_checks() -> dict[str, Any]:
     results["more_chains"] = max((bigger[i][:N] - blocks[16][i]).abs().max().item() for i in range(3))
     results["more_chains_gradients"] = _relative(_flat(bigger)[3:], _flat(blocks[16])[3:])
 
-    # bfloat16 states: the chain's states, and the ends' energies at the states as stored
-    low = x0.bfloat16()
-    got = cd(low, program, start=start, end=end, **kw)
-    ref = chain(low, program, **kw)
-    results["bfloat16"] = {"dtype": str(got[0].dtype), "states": (got[0].float() - ref.float()).abs().max().item(),
-                           "ends": ((got[2] - cd(ref.float(), program, start=end, end=end, **dict(kw, n_steps=1))[1])
-                                    .abs().max().item())}
+    # bfloat16 and float16 states: the chain's states, and the ends' energies at the states as stored
+    for dtype in (torch.bfloat16, torch.float16):
+        low = x0.to(dtype)
+        got = cd(low, program, start=start, end=end, **kw)
+        ref = chain(low, program, **kw)
+        results[str(dtype).removeprefix("torch.")] = {
+            "dtype": str(got[0].dtype), "states": (got[0].float() - ref.float()).abs().max().item(),
+            "ends": (got[2] - cd(ref.float(), program, start=end, end=end, **dict(kw, n_steps=1))[1]).abs().max().item()}
+    # TF32 is accepted (the interpreter computes every product in float32 whatever it is asked)
+    results["tf32_states"] = (cd(x0, program, start=start, end=end, precision="tf32", **kw)[0]
+                              - chain(x0, program, precision="tf32", **kw)).abs().max().item()
 
     # contrastive divergence resolves it where its sampler runs the Triton chain: both kernels registered for the CPU
     # (as the triton backend registers them for CUDA, the same priority), under the interpreter
@@ -238,8 +242,10 @@ def test_block_size_and_chain_count_do_not_change_the_results(interpreted):
 
 
 @needs_triton
-def test_bfloat16_states_and_the_ends_energies_at_the_stored_states(interpreted):
-    assert interpreted["bfloat16"] == {"dtype": "torch.bfloat16", "states": 0.0, "ends": 0.0}
+def test_bfloat16_and_float16_states_and_the_ends_energies_at_the_stored_states(interpreted):
+    for name in ("bfloat16", "float16"):
+        assert interpreted[name] == {"dtype": f"torch.{name}", "states": 0.0, "ends": 0.0}
+    assert interpreted["tf32_states"] == 0.0
 
 
 @needs_triton
