@@ -109,10 +109,11 @@ def _contribute(part_ptr, e_ptr, a_ptr, b_ptr, bo_ptr, side, pid, n, rows, row_o
     else:
         top = a3
     energy = tl.sum(top * wo[None, :], axis=1) + tl.load(bo_ptr)
-    tl.store(e_ptr + side * n + rows, energy, mask=row_ok)
-    c = tl.load(a_ptr + side * n + rows, mask=row_ok, other=0.0)
+    at = side.to(tl.int64) * n + rows  # (2, n) buffers: side·n + row past 2³¹ where n > 2³⁰
+    tl.store(e_ptr + at, energy, mask=row_ok)
+    c = tl.load(a_ptr + at, mask=row_ok, other=0.0)
     if HAS_B:
-        b = tl.load(b_ptr + side * n + rows, mask=row_ok, other=0.0)
+        b = tl.load(b_ptr + at, mask=row_ok, other=0.0)
         c = c + tl.where(b == 0.0, 0.0, b * energy)
     c = tl.where(row_ok, c, 0.0)[:, None]
     base = part_ptr + (2 * pid + side).to(tl.int64) * P
