@@ -158,8 +158,9 @@ def langevin_kernel(x_ptr, out_ptr, noise_ptr, hv_ptr, sv_ptr, w1_ptr, b1_ptr, w
 
     ``CONTRASTIVE`` (``n_steps >= 1``): the same steps, and one pass more at the ends; the passes at the starts (the
     first step's own) and at the ends also store the energies and the block's part of the weight gradient
-    (:func:`_contribute`; ``a_ptr``, ``b_ptr``: the coefficients ``(2, n)``, ``bo``: the output bias times the sign).
-    Without it those pointers are not read."""
+    (:func:`_contribute`; ``a_ptr``, ``b_ptr``: the coefficients ``(2, n)``, ``bo_ptr``: the output bias times the
+    sign, ``e_ptr``: the energies ``(2, n)``, ``part_ptr``: the partial sums ``(2·programs, P)``). Without it those
+    pointers are not read."""
     pid = tl.program_id(0)
     rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     cols = tl.arange(0, D0)

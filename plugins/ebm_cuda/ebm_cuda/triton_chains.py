@@ -1,9 +1,12 @@
-"""The fused Langevin chain of a feed-forward energy on CUDA, written in Triton: ``feedforward_langevin_chain``.
+"""The fused Langevin chain of a feed-forward energy on CUDA, written in Triton: ``feedforward_langevin_chain``, and
+the same chain with contrastive divergence's energies, loss and weight gradient: ``feedforward_contrastive_chain``.
 
 One program holds ``block_n`` chains (rows; 16 by default) and runs all ``n_steps`` steps on them: per step the forward pass
 (``tl.dot`` per layer, the activation and its derivative), the chain rule backwards (``tl.dot`` with the same
 weights), and the move ``x ← x − h∇ₓE(x) + s·ξ``. The weights are read once per program; the states once and
-written once per launch, whatever ``n_steps`` is.
+written once per launch, whatever ``n_steps`` is. The contrastive chain is the same kernel with one ``tl.constexpr``
+more: its passes at the starts (the first step's) and at the ends (one pass more) also give the energies and the
+block's part of the weight gradient (:func:`feedforward_contrastive_chain`).
 
 - **Networks:** the :class:`~ebmcore.energies.program.FeedForward` programs of the host build with 1 to
   :data:`MAX_HIDDEN` hidden layers (one kernel specialised per depth and activations through ``tl.constexpr``),
