@@ -285,12 +285,10 @@ def feedforward_contrastive_chain(x: Tensor, network: FeedForward, *, n_steps: i
     what = "feedforward_contrastive_chain"
     _check(x, network, n_steps, what, min_steps=1)
     _check_block(block_n, what)
-    n, d = x.shape
-    device = x.device
+    n, device = x.shape[0], x.device
     a, b = _coefficients((start, end), n, device)
     tensors, padded, acts = kernel_arguments(network, device)
-    layers = network.layers
-    output = layers[-1].linear
+    output = network.layers[-1].linear
     bo = torch.zeros(1, dtype=torch.float32, device=device)  # the output bias times the sign, read by the kernel
     if output.bias is not None:
         bo.copy_(output.bias.detach().reshape(1)).mul_(network.sign)
