@@ -70,19 +70,97 @@ def _normals(seed_lo, seed_hi, rows, t, D: tl.constexpr, BLOCK_N: tl.constexpr):
     return tl.reshape(z, (BLOCK_N, D))
 
 
+@triton.jit
+def _langevin_move(x, grad, hs, ss, k, offset, noise_ptr, n, d, rows, rows64, cols, mask, col_ok, seed_lo, seed_hi,
+                   D0: tl.constexpr, BLOCK_N: tl.constexpr, NOISE_FROM_TENSOR: tl.constexpr):
+    """The ``k``-th move ``x − h·grad + s·ξ`` of a call, ``ξ`` from the stream at step ``offset + k`` (or read from the
+    noise tensor)."""
+    if NOISE_FROM_TENSOR:
+        xi = tl.load(noise_ptr + (n.to(tl.int64) * k + rows64)[:, None] * d + cols[None, :], mask=mask, other=0.0)
+    else:
+        xi = _normals(seed_lo, seed_hi, rows, offset + k, D0, BLOCK_N)
+    return x - hs * grad + ss * tl.where(col_ok[None, :], xi, 0.0)
+
+
+@triton.jit
+def _stored(x, DTYPE: tl.constexpr):
+    """``x`` (float32) as the state is stored: rounded to ``DTYPE`` (bfloat16 to nearest even)."""
+    if DTYPE == tl.bfloat16:
+        y = _round_to_bfloat16(x).to(tl.bfloat16)
+    else:
+        y = x.to(DTYPE)
+    return y
+
+
+@triton.jit
+def _contribute(part_ptr, e_ptr, a_ptr, b_ptr, bo_ptr, side, pid, n, rows, row_ok, x, a1, e1, a2, e2, a3, e3, wo,
+                D0: tl.constexpr, H1: tl.constexpr, H2: tl.constexpr, H3: tl.constexpr, N_HIDDEN: tl.constexpr,
+                HAS_B: tl.constexpr, P: tl.constexpr, PRECISION: tl.constexpr):
+    """The energies ``E = wo·a_top + bo`` (``bo`` at ``bo_ptr``: the output bias times the sign) of the block's chains
+    at one end (``side`` 0: the starts, 1: the ends), stored at ``e_ptr + side·n``, and the block's part of
+    ``Σᵣ cᵣ ∂Eᵣ/∂θ``, ``c = a + b·E`` (``b = 0``: ``c = a``), over its rows, stored in slot ``2·pid + side`` of the
+    partial sums (``P`` floats: per hidden layer ``W_l`` then ``b_l``, padded, then ``Σ c·a_top`` for the output
+    weights, before the energy's sign). ``a_l = f(z_l)``, ``e_l = ∂E/∂z_l``;
+    for levels beyond ``N_HIDDEN`` any tensors (not read)."""
+    if N_HIDDEN == 1:
+        top = a1
+    elif N_HIDDEN == 2:
+        top = a2
+    else:
+        top = a3
+    energy = tl.sum(top * wo[None, :], axis=1) + tl.load(bo_ptr)
+    at = side.to(tl.int64) * n + rows  # (2, n) buffers: side·n + row past 2³¹ where n > 2³⁰
+    tl.store(e_ptr + at, energy, mask=row_ok)
+    c = tl.load(a_ptr + at, mask=row_ok, other=0.0)
+    if HAS_B:
+        b = tl.load(b_ptr + at, mask=row_ok, other=0.0)
+        c = c + tl.where(b == 0.0, 0.0, b * energy)
+    c = tl.where(row_ok, c, 0.0)[:, None]
+    base = part_ptr + (2 * pid + side).to(tl.int64) * P
+    cols = tl.arange(0, D0)
+    k1 = tl.arange(0, H1)
+    ce1 = c * e1
+    tl.store(base + k1[:, None] * D0 + cols[None, :], tl.dot(tl.trans(ce1), x, input_precision=PRECISION))
+    tl.store(base + H1 * D0 + k1, tl.sum(ce1, axis=0))
+    if N_HIDDEN >= 2:
+        base2 = base + H1 * (D0 + 1)
+        k2 = tl.arange(0, H2)
+        ce2 = c * e2
+        tl.store(base2 + k2[:, None] * H1 + k1[None, :], tl.dot(tl.trans(ce2), a1, input_precision=PRECISION))
+        tl.store(base2 + H2 * H1 + k2, tl.sum(ce2, axis=0))
+        if N_HIDDEN >= 3:
+            base3 = base2 + H2 * (H1 + 1)
+            k3 = tl.arange(0, H3)
+            ce3 = c * e3
+            tl.store(base3 + k3[:, None] * H2 + k2[None, :], tl.dot(tl.trans(ce3), a2, input_precision=PRECISION))
+            tl.store(base3 + H3 * H2 + k3, tl.sum(ce3, axis=0))
+            tl.store(base3 + H3 * (H2 + 1) + k3, tl.sum(c * top, axis=0))
+        else:
+            tl.store(base2 + H2 * (H1 + 1) + k2, tl.sum(c * top, axis=0))
+    else:
+        tl.store(base + H1 * (D0 + 1) + k1, tl.sum(c * top, axis=0))
+
+
 # 64-bit seeds and steps travel as int32 halves (Triton types an int argument by its value: steps in [2³¹, 2³²), typed
 # uint32, gave wrong counters under the interpreter): seed = seed_hi·2³² + seed_lo (bit patterns), offset =
 # offset_hi·2³¹ + offset_lo (both non-negative).
 @triton.jit(do_not_specialize=["n", "d", "stride_x", "stride_out", "n_steps", "h", "s", "seed_lo", "seed_hi", "offset_lo",
                                "offset_hi"])
 def langevin_kernel(x_ptr, out_ptr, noise_ptr, hv_ptr, sv_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, w3_ptr, b3_ptr, wo_ptr,
+                    a_ptr, b_ptr, bo_ptr, e_ptr, part_ptr,
                     n, d, stride_x, stride_out, n_steps, h, s, seed_lo, seed_hi, offset_lo, offset_hi,
                     D0: tl.constexpr, H1: tl.constexpr, H2: tl.constexpr, H3: tl.constexpr, N_HIDDEN: tl.constexpr,
                     ACT1: tl.constexpr, ACT2: tl.constexpr, ACT3: tl.constexpr, BLOCK_N: tl.constexpr,
                     NOISE_FROM_TENSOR: tl.constexpr, PER_CHAIN_H: tl.constexpr, PER_CHAIN_S: tl.constexpr,
-                    PRECISION: tl.constexpr):
+                    PRECISION: tl.constexpr, CONTRASTIVE: tl.constexpr, HAS_B: tl.constexpr, P: tl.constexpr):
     """``n_steps`` Langevin steps of ``BLOCK_N`` chains per program; weights padded (``H1 × D0``, ...), the output
-    weights already multiplied by the energy's sign; ``N_HIDDEN`` in 1..3 (the unused pointers are not read)."""
+    weights already multiplied by the energy's sign; ``N_HIDDEN`` in 1..3 (the unused pointers are not read).
+
+    ``CONTRASTIVE`` (``n_steps >= 1``): the same steps, and one pass more at the ends; the passes at the starts (the
+    first step's own) and at the ends also store the energies and the block's part of the weight gradient
+    (:func:`_contribute`; ``a_ptr``, ``b_ptr``: the coefficients ``(2, n)``, ``bo_ptr``: the output bias times the
+    sign, ``e_ptr``: the energies ``(2, n)``, ``part_ptr``: the partial sums ``(2·programs, P)``). Without it those
+    pointers are not read."""
     pid = tl.program_id(0)
     rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     cols = tl.arange(0, D0)
@@ -120,7 +198,15 @@ def langevin_kernel(x_ptr, out_ptr, noise_ptr, hv_ptr, sv_ptr, w1_ptr, b1_ptr, w
     else:
         wo = tl.load(wo_ptr + k3)
     offset = offset_hi.to(tl.int64) * 2147483648 + offset_lo.to(tl.int64)
-    for k in range(n_steps):
+    if CONTRASTIVE:
+        n_passes = n_steps + 1  # the last pass, at the ends, makes no move
+    else:
+        n_passes = n_steps
+    for k in range(n_passes):
+        if CONTRASTIVE:
+            if out_ptr.dtype.element_ty != tl.float32:
+                if k == n_steps:  # the ends' pass sees the states as they are stored
+                    x = _stored(x, out_ptr.dtype.element_ty).to(tl.float32)
         z1 = tl.dot(x, tl.trans(w1), input_precision=PRECISION) + b1[None, :]
         a1, d1 = _activation(z1, ACT1)
         if N_HIDDEN == 1:
@@ -136,18 +222,24 @@ def langevin_kernel(x_ptr, out_ptr, noise_ptr, hv_ptr, sv_ptr, w1_ptr, b1_ptr, w
                 e3 = d3 * wo[None, :]
                 e2 = tl.dot(e3, w3, input_precision=PRECISION) * d2
             e1 = tl.dot(e2, w2, input_precision=PRECISION) * d1
-        grad = tl.dot(e1, w1, input_precision=PRECISION)  # (BLOCK_N, D0); zero in the padded columns
-        if NOISE_FROM_TENSOR:
-            xi = tl.load(noise_ptr + (n.to(tl.int64) * k + rows64)[:, None] * d + cols[None, :], mask=mask, other=0.0)
+        if CONTRASTIVE:
+            if N_HIDDEN == 1:
+                a2, e2, a3, e3 = a1, e1, a1, e1  # not read
+            elif N_HIDDEN == 2:
+                a3, e3 = a2, e2
+            if (k == 0) | (k == n_steps):
+                _contribute(part_ptr, e_ptr, a_ptr, b_ptr, bo_ptr, tl.minimum(k, 1), pid, n, rows, row_ok, x, a1, e1, a2,
+                            e2, a3, e3, wo, D0, H1, H2, H3, N_HIDDEN, HAS_B, P, PRECISION)
+            if k < n_steps:
+                grad = tl.dot(e1, w1, input_precision=PRECISION)
+                x = _langevin_move(x, grad, hs, ss, k, offset, noise_ptr, n, d, rows, rows64, cols, mask, col_ok, seed_lo,
+                                   seed_hi, D0, BLOCK_N, NOISE_FROM_TENSOR)
         else:
-            xi = _normals(seed_lo, seed_hi, rows, offset + k, D0, BLOCK_N)
-        x = x - hs * grad + ss * tl.where(col_ok[None, :], xi, 0.0)
+            grad = tl.dot(e1, w1, input_precision=PRECISION)  # (BLOCK_N, D0); zero in the padded columns
+            x = _langevin_move(x, grad, hs, ss, k, offset, noise_ptr, n, d, rows, rows64, cols, mask, col_ok, seed_lo,
+                               seed_hi, D0, BLOCK_N, NOISE_FROM_TENSOR)
 
-    if out_ptr.dtype.element_ty == tl.bfloat16:
-        y = _round_to_bfloat16(x).to(tl.bfloat16)
-    else:
-        y = x.to(out_ptr.dtype.element_ty)
-    tl.store(out_ptr + rows64[:, None] * stride_out + cols[None, :], y, mask=mask)
+    tl.store(out_ptr + rows64[:, None] * stride_out + cols[None, :], _stored(x, out_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit(do_not_specialize=["n", "d", "seed_lo", "seed_hi", "step_lo", "step_hi"])
@@ -170,21 +262,28 @@ def _halves(seed: int, step: int) -> tuple[int, int, int, int]:
 
 def launch_langevin(x: Tensor, out: Tensor, tensors: Sequence[Tensor], padded: Sequence[int], acts: Sequence[int],
                     n_steps: int, h: float, s: float, hv: Optional[Tensor], sv: Optional[Tensor], seed: int, offset: int,
-                    precision: str, block_n: int, num_warps: int, noise: Optional[Tensor]) -> None:
-    """Launch :func:`langevin_kernel` over ``cdiv(n, block_n)`` programs (arguments from ``triton_chains``)."""
+                    precision: str, block_n: int, num_warps: int, noise: Optional[Tensor],
+                    contrastive: Optional[tuple[Tensor, Optional[Tensor], Tensor, Tensor, Tensor]] = None) -> None:
+    """Launch :func:`langevin_kernel` over ``cdiv(n, block_n)`` programs (arguments from ``triton_chains``);
+    ``contrastive``: ``(a (2, n), b (2, n) or None, energies (2, n), partial sums (2·programs, P), output bias·sign (1,))``
+    for the ``CONTRASTIVE`` variant."""
     n, d = x.shape
     n_hidden = len(acts)
     weights = list(tensors[:-1]) + [tensors[0]] * (6 - len(tensors[:-1]))  # unused layers: any pointer
     widths = list(padded[1:]) + [16] * (3 - n_hidden)
     codes = list(acts) + [0] * (3 - n_hidden)
     placeholder = tensors[-1]
+    a, b, energies, partials, bo = contrastive if contrastive is not None else (placeholder, None, placeholder, placeholder,
+                                                                                   placeholder)
     grid = (triton.cdiv(n, block_n),)
     langevin_kernel[grid](
         x, out, noise if noise is not None else placeholder, hv if hv is not None else placeholder,
-        sv if sv is not None else placeholder, *weights, tensors[-1], n, d, x.stride(0), out.stride(0), n_steps, h, s,
-        *_halves(seed, offset), D0=padded[0], H1=widths[0], H2=widths[1], H3=widths[2], N_HIDDEN=n_hidden, ACT1=codes[0],
-        ACT2=codes[1], ACT3=codes[2], BLOCK_N=block_n, NOISE_FROM_TENSOR=noise is not None, PER_CHAIN_H=hv is not None,
-        PER_CHAIN_S=sv is not None, PRECISION=precision, num_warps=num_warps)
+        sv if sv is not None else placeholder, *weights, tensors[-1], a, b if b is not None else placeholder, bo,
+        energies, partials, n, d, x.stride(0), out.stride(0), n_steps, h, s, *_halves(seed, offset), D0=padded[0],
+        H1=widths[0], H2=widths[1], H3=widths[2], N_HIDDEN=n_hidden, ACT1=codes[0], ACT2=codes[1], ACT3=codes[2],
+        BLOCK_N=block_n, NOISE_FROM_TENSOR=noise is not None, PER_CHAIN_H=hv is not None, PER_CHAIN_S=sv is not None,
+        PRECISION=precision, CONTRASTIVE=contrastive is not None, HAS_B=b is not None,
+        P=partials.shape[1] if contrastive is not None else 1, num_warps=num_warps)
 
 
 def launch_normals(out: Tensor, seed: int, step: int) -> None:

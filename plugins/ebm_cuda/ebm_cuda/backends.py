@@ -1,5 +1,6 @@
 """The kernel backends of ebm-cuda: ``cuda`` (the CUDA build), ``cpu_fused`` (the host build) and ``triton`` (the
-Triton kernels of :mod:`ebm_cuda.triton_chains`: ``feedforward_langevin_chain`` on CUDA).
+Triton kernels of :mod:`ebm_cuda.triton_chains`: ``feedforward_langevin_chain`` and ``feedforward_contrastive_chain``
+on CUDA).
 
 Both implement, for the analytic energies of ``csrc/ebm/energies.h`` (:data:`ebm_cuda.energies.KINDS`:
 ``gaussian``, ``double_well``, ``rosenbrock`` and ``harmonic``), the ops ``<energy>_energy`` and
@@ -272,16 +273,21 @@ TRITON_CHAIN_PRIORITY = -10
 
 
 class TritonBackend(KernelBackend):
-    """The Triton kernels: the fused Langevin chain of a feed-forward energy on CUDA (float32, bfloat16 and float16
-    states, math in float32; :mod:`ebm_cuda.triton_chains`). Triton is imported only where a CUDA device is seen.
-    Ranked below the per-step loop (:data:`TRITON_CHAIN_PRIORITY`): measured slower on an H200, it runs with
-    ``fused=True``."""
+    """The Triton kernels of :mod:`ebm_cuda.triton_chains` on CUDA (float32, bfloat16 and float16 states, math in
+    float32): the fused Langevin chain of a feed-forward energy, and the same chain with contrastive divergence's
+    energies, loss and weight gradient (``feedforward_contrastive_chain``, one of the losses' fused ops). Triton is
+    imported only where a CUDA device is seen. Both rank below the per-step loop (:data:`TRITON_CHAIN_PRIORITY`):
+    the chain, measured slower on an H200, runs with ``fused=True``, and contrastive divergence runs its op only where
+    its sampler runs that chain."""
 
     def __init__(self) -> None:
-        super().__init__("triton", [Kernel("feedforward_langevin_chain", triton_chains.feedforward_langevin_chain, ("cuda",),
-                                           triton_chains.DTYPES, triton_chains.MIN_COMPUTE_CAPABILITY, TRITON_CHAIN_PRIORITY,
-                                           triton_chains.MAX_WIDTH, refuses=triton_chains.refusal)],
-                         description="ebm-cuda: Triton kernels (fused Langevin chains of feed-forward networks on CUDA)")
+        super().__init__("triton", [Kernel(op, fn, ("cuda",), triton_chains.DTYPES, triton_chains.MIN_COMPUTE_CAPABILITY,
+                                           TRITON_CHAIN_PRIORITY, triton_chains.MAX_WIDTH, refuses=triton_chains.refusal)
+                                    for op, fn in (("feedforward_langevin_chain", triton_chains.feedforward_langevin_chain),
+                                                   ("feedforward_contrastive_chain",
+                                                    triton_chains.feedforward_contrastive_chain))],
+                         description="ebm-cuda: Triton kernels (fused Langevin chains of feed-forward networks, and "
+                                     "contrastive divergence's, on CUDA)")
 
     def unavailable_reason(self) -> str | None:
         return triton_chains.unavailable_reason()

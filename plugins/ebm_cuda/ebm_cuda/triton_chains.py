@@ -1,9 +1,12 @@
-"""The fused Langevin chain of a feed-forward energy on CUDA, written in Triton: ``feedforward_langevin_chain``.
+"""The fused Langevin chain of a feed-forward energy on CUDA, written in Triton: ``feedforward_langevin_chain``, and
+the same chain with contrastive divergence's energies, loss and weight gradient: ``feedforward_contrastive_chain``.
 
 One program holds ``block_n`` chains (rows; 16 by default) and runs all ``n_steps`` steps on them: per step the forward pass
 (``tl.dot`` per layer, the activation and its derivative), the chain rule backwards (``tl.dot`` with the same
 weights), and the move ``x ← x − h∇ₓE(x) + s·ξ``. The weights are read once per program; the states once and
-written once per launch, whatever ``n_steps`` is.
+written once per launch, whatever ``n_steps`` is. The contrastive chain is the same kernel with one ``tl.constexpr``
+more: its passes at the starts (the first step's) and at the ends (one pass more) also give the energies and the
+block's part of the weight gradient (:func:`feedforward_contrastive_chain`).
 
 - **Networks:** the :class:`~ebmcore.energies.program.FeedForward` programs of the host build with 1 to
   :data:`MAX_HIDDEN` hidden layers (one kernel specialised per depth and activations through ``tl.constexpr``),
@@ -42,8 +45,8 @@ from ebmcore.energies.program import ActivationKind, FeedForward
 from ebmcore.errors import InputError
 
 __all__ = ["ACTIVATIONS", "MAX_HIDDEN", "MAX_WIDTH", "DTYPES", "MIN_COMPUTE_CAPABILITY", "TRITON_VERSION", "PRECISIONS",
-           "NUM_WARPS", "refusal", "unavailable_reason", "feedforward_langevin_chain", "stream_normals", "kernel_arguments",
-           "compile_report"]
+           "NUM_WARPS", "refusal", "unavailable_reason", "feedforward_langevin_chain", "feedforward_contrastive_chain",
+           "stream_normals", "kernel_arguments", "compile_report"]
 
 ACTIVATIONS: dict[ActivationKind, int] = {ActivationKind.SILU: 0, ActivationKind.TANH: 1, ActivationKind.SIGMOID: 2,
                                           ActivationKind.RELU: 3}
@@ -166,25 +169,30 @@ def kernel_arguments(network: FeedForward, device: torch.device) -> tuple[list[T
     return tensors, padded, tuple(ACTIVATIONS[layer.activation.kind] for layer in network.hidden)
 
 
-def _check(x: Tensor, network: FeedForward, n_steps: int) -> None:
+def _check(x: Tensor, network: FeedForward, n_steps: int, what: str = "feedforward_langevin_chain", min_steps: int = 0) -> None:
     if x.dim() != 2:
-        raise InputError(f"ebm_cuda.triton_chains.feedforward_langevin_chain: x must be (n_chains, d), got shape {tuple(x.shape)}.")
+        raise InputError(f"ebm_cuda.triton_chains.{what}: x must be (n_chains, d), got shape {tuple(x.shape)}.")
     if x.dtype not in DTYPES:
-        raise InputError(f"ebm_cuda.triton_chains.feedforward_langevin_chain: x is {x.dtype}; it takes "
+        raise InputError(f"ebm_cuda.triton_chains.{what}: x is {x.dtype}; it takes "
                          f"{', '.join(str(d).removeprefix('torch.') for d in DTYPES)} (x.float()).")
     if network.widths[0] != x.shape[1]:
-        raise InputError(f"ebm_cuda.triton_chains.feedforward_langevin_chain: the network takes {network.widths[0]} features, "
+        raise InputError(f"ebm_cuda.triton_chains.{what}: the network takes {network.widths[0]} features, "
                          f"x has {x.shape[1]}.")
     reason = refusal(network)
     if reason is not None:
-        raise InputError(f"ebm_cuda.triton_chains.feedforward_langevin_chain: the kernel {reason}.")
+        raise InputError(f"ebm_cuda.triton_chains.{what}: the kernel {reason}.")
     feedforward.check_layers(network)  # one dtype and device for every layer
     first = network.layers[0].linear.weight
     if first.device != x.device:
-        raise InputError(f"ebm_cuda.triton_chains.feedforward_langevin_chain: the network is on {first.device}, x on "
+        raise InputError(f"ebm_cuda.triton_chains.{what}: the network is on {first.device}, x on "
                          f"{x.device}; move one to the other (model.to(x.device)).")
-    if n_steps < 0:
-        raise InputError(f"ebm_cuda.triton_chains.feedforward_langevin_chain: n_steps must be >= 0, got {n_steps}.")
+    if n_steps < min_steps:
+        raise InputError(f"ebm_cuda.triton_chains.{what}: n_steps must be >= {min_steps}, got {n_steps}.")
+
+
+def _check_block(block_n: int, what: str) -> None:
+    if block_n < 16 or block_n & (block_n - 1):
+        raise InputError(f"ebm_cuda.triton_chains.{what}: block_n must be a power of 2 >= 16, got {block_n}.")
 
 
 def feedforward_langevin_chain(x: Tensor, network: FeedForward, *, n_steps: int, step_size: Any, noise_scale: Any,
@@ -209,8 +217,7 @@ def feedforward_langevin_chain(x: Tensor, network: FeedForward, *, n_steps: int,
         return result
     if n_steps == 0:
         return result.copy_(x)
-    if block_n < 16 or block_n & (block_n - 1):
-        raise InputError(f"ebm_cuda.triton_chains.feedforward_langevin_chain: block_n must be a power of 2 >= 16, got {block_n}.")
+    _check_block(block_n, "feedforward_langevin_chain")
     if noise is not None and noise.shape != (n_steps, n, d):
         raise InputError(f"ebm_cuda.triton_chains.feedforward_langevin_chain: noise must be (n_steps, n, d) = "
                          f"{(n_steps, n, d)}, got {tuple(noise.shape)}.")
@@ -226,6 +233,108 @@ def feedforward_langevin_chain(x: Tensor, network: FeedForward, *, n_steps: int,
         kernels.launch_langevin(xs, result, tensors, padded, acts, n_steps, h, s, hv, sv, int(seed), int(offset),
                                 _matmul_precision(precision), block_n, NUM_WARPS, noise_t)
     return result
+
+
+def _coefficients(pairs: tuple[tuple[Any, Any], tuple[Any, Any]], n: int, device: torch.device,
+                  ) -> tuple[Tensor, Optional[Tensor]]:
+    """``start``, ``end`` as the kernel reads them: ``a: (2, n)`` float32 and ``b: (2, n)`` (zero for a None ``b``; None
+    when both are None)."""
+    for name, pair in zip(("start", "end"), pairs):
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise InputError(f"ebm_cuda.triton_chains.feedforward_contrastive_chain: {name} must be a pair (a, b), got {pair!r}.")
+    a = torch.empty(2, n, dtype=torch.float32, device=device)
+    b = None if pairs[0][1] is None and pairs[1][1] is None else torch.zeros(2, n, dtype=torch.float32, device=device)
+    for side, (name, pair) in enumerate(zip(("start", "end"), pairs)):
+        for row, value, what in ((a, pair[0], f"{name}[0]"), (b, pair[1], f"{name}[1]")):
+            if value is None:
+                if row is a:
+                    raise InputError(f"ebm_cuda.triton_chains.feedforward_contrastive_chain: {what} (a) must be a number or "
+                                     f"one value per chain, got None.")
+                continue
+            number, vector = _per_chain(value, n, device, what)
+            row[side] = vector if vector is not None else number
+    return a, b
+
+
+def feedforward_contrastive_chain(x: Tensor, network: FeedForward, *, n_steps: int, step_size: Any, noise_scale: Any,
+                                  seed: int, offset: int, start: tuple[Any, Any], end: tuple[Any, Any],
+                                  precision: Optional[str] = None, block_n: int = 16) -> tuple[Any, ...]:
+    """Contrastive divergence's chains with their loss and weight gradient, in one launch: the ``n_steps >= 1`` moves
+    of :func:`feedforward_langevin_chain` from ``x: (n, d)`` (its kernel with ``CONTRASTIVE`` set: the same code for
+    the passes and moves, so the same states for the same seed, offset, precision and block size; to the bit under
+    Triton's interpreter, where the tests compare them), and, at the starts ``x`` and at the ends
+    ``x'``, the energies and ``Σᵣ cᵣ ∂E(xᵣ)/∂θ`` for every weight and bias ``θ``, ``c = a + b·E``, with ``(a, b) =
+    start`` at the starts and ``end`` at the ends (numbers or ``(n,)``; ``b`` None: zero). The pass at the starts is
+    the first step's own (its ``∇ₓE`` makes the first move); one pass more, after the last move, gives the ends'.
+    Returns ``(x', E(x): (n,), E(x'): (n,), loss: (), weight grads, bias grads)`` like the host build's
+    (``ebm_cuda.backends.feedforward_contrastive_chain``): the loss ``Σᵣ aᵣEᵣ + ½bᵣEᵣ²`` over both ends, summed in
+    float64 and returned as float32, gradients per layer (``(out, in)`` weights, ``(out,)`` biases, None where a layer
+    has no bias) in the network's dtype, the energies and loss float32.
+
+    States: float32, bfloat16 or float16 as the chain takes them; the ends' energies are those of ``x'`` as stored
+    (rounded to the state's dtype). ``precision``, ``block_n``: as :func:`feedforward_langevin_chain`'s.
+
+    The weight gradient is a sum over chains. Each program stores its block's sums at the starts and at the ends in
+    slots of its own of a ``(2·programs, P)`` float32 buffer (``P``: the padded parameters, about 5,300 for a
+    2-64-64-1 network), which one ``torch.sum`` over the slots then adds: deterministic (the same bits for the same
+    chain count and block size, where atomic adds would change with the order the programs finish in), no
+    synchronisation between programs, and each program writes each of its two slots once (at its first and its last
+    pass). The
+    buffer costs ``8·P/block_n`` bytes per chain (2.7 KB for that network at 16 chains per program: the order of the
+    activations that autograd keeps for the same loss); a larger ``block_n`` makes it smaller."""
+    what = "feedforward_contrastive_chain"
+    _check(x, network, n_steps, what, min_steps=1)
+    _check_block(block_n, what)
+    n, device = x.shape[0], x.device
+    a, b = _coefficients((start, end), n, device)
+    tensors, padded, acts = kernel_arguments(network, device)
+    output = network.layers[-1].linear
+    bo = torch.zeros(1, dtype=torch.float32, device=device)  # the output bias times the sign, read by the kernel
+    if output.bias is not None:
+        bo.copy_(output.bias.detach().reshape(1)).mul_(network.sign)
+    result = torch.empty_like(x, memory_format=torch.contiguous_format)
+    energies = torch.empty(2, n, dtype=torch.float32, device=device)
+    size = _partial_size(padded)
+    if n:
+        h, hv = _per_chain(step_size, n, device, "step_size")
+        s, sv = _per_chain(noise_scale, n, device, "noise_scale")
+        xs = x.detach()
+        if xs.stride(1) != 1:
+            xs = xs.contiguous()
+        partials = torch.empty(2 * (-(-n // block_n)), size, dtype=torch.float32, device=device)
+        with _on(device):
+            _kernels().launch_langevin(xs, result, tensors, padded, acts, n_steps, h, s, hv, sv, int(seed), int(offset),
+                                       _matmul_precision(precision), block_n, NUM_WARPS, None,
+                                       contrastive=(a, b, energies, partials, bo))
+        sums = partials.sum(0)
+    else:
+        sums = torch.zeros(size, dtype=torch.float32, device=device)
+    e64 = energies.double()
+    b64 = torch.zeros_like(e64) if b is None else b.double()
+    loss = (e64 * (a.double() + 0.5 * b64 * e64)).sum().float()
+    c_sum = (a.double() + torch.where(b64 == 0, 0.0, b64 * e64)).sum()
+    weight_grads: list[Tensor] = []
+    bias_grads: list[Optional[Tensor]] = []
+    at = 0
+    for l, layer in enumerate(network.hidden):
+        weight = layer.linear.weight
+        rows, cols = padded[l + 1], padded[l]
+        weight_grads.append(sums[at: at + rows * cols].view(rows, cols)[: weight.shape[0], : weight.shape[1]]
+                            .to(weight.dtype).contiguous())
+        at += rows * cols
+        bias = layer.linear.bias
+        bias_grads.append(None if bias is None else sums[at: at + weight.shape[0]].to(bias.dtype))
+        at += rows
+    top = output.weight
+    weight_grads.append((sums[at: at + top.shape[1]] * network.sign).view(1, -1).to(top.dtype))
+    bias_grads.append(None if output.bias is None else (c_sum * network.sign).reshape(1).to(output.bias.dtype))
+    return result, energies[0], energies[1], loss, weight_grads, bias_grads
+
+
+def _partial_size(padded: tuple[int, ...]) -> int:
+    """The floats of one slot of the contrastive kernel's partial sums, for padded widths ``(d, h_1, …)``: per hidden
+    layer ``h_l × h_{l−1}`` weights and ``h_l`` biases, then the ``h_L`` output weights."""
+    return sum(padded[l + 1] * (padded[l] + 1) for l in range(len(padded) - 1)) + padded[-1]
 
 
 def stream_normals(n: int, d: int, seed: int, step: int, device: Any = "cuda") -> Tensor:
@@ -247,12 +356,14 @@ def _on(device: torch.device) -> Any:
 
 def compile_report(capability: int, *, widths: tuple[int, ...] = (2, 64, 64), activations: tuple[int, ...] | None = None,
                    block_n: int = 16, precision: str = "ieee", dtype: torch.dtype = torch.float32,
-                   noise_from_tensor: bool = False, per_chain: bool = False, num_warps: int = NUM_WARPS) -> dict[str, Any]:
+                   noise_from_tensor: bool = False, per_chain: bool = False, num_warps: int = NUM_WARPS,
+                   contrastive: bool = False, has_b: bool = True) -> dict[str, Any]:
     """Compile the chain kernel for ``sm_<capability>`` without a GPU (``triton.compile`` for ``GPUTarget("cuda",
     capability, 32)``) and read its resources from ``ptxas -v`` (Triton's own ptxas): ``{"registers", "spill_stores",
     "spill_loads", "stack", "shared", "seconds"}`` (bytes but registers). ``widths``: ``(d, h_1, …)`` before padding;
     ``activations``: codes of :data:`ACTIVATIONS` per hidden layer (SiLU everywhere by default); ``noise_from_tensor``,
-    ``per_chain``: the variants that read the noise from a tensor and the step sizes and noise scales per chain."""
+    ``per_chain``: the variants that read the noise from a tensor and the step sizes and noise scales per chain;
+    ``contrastive``: the kernel of :func:`feedforward_contrastive_chain` (``has_b``: with quadratic coefficients ``b``)."""
     import re
     import subprocess
     import tempfile
@@ -269,14 +380,16 @@ def compile_report(capability: int, *, widths: tuple[int, ...] = (2, 64, 64), ac
     acts = list(activations if activations is not None else (0,) * n_hidden)
     element = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
     signature: dict[str, str] = {name: "*fp32" for name in ("noise_ptr", "hv_ptr", "sv_ptr", "w1_ptr", "b1_ptr", "w2_ptr",
-                                                           "b2_ptr", "w3_ptr", "b3_ptr", "wo_ptr")}
+                                                           "b2_ptr", "w3_ptr", "b3_ptr", "wo_ptr", "a_ptr", "b_ptr",
+                                                           "bo_ptr", "e_ptr", "part_ptr")}
     signature.update(x_ptr=f"*{element}", out_ptr=f"*{element}", n="i32", d="i32", stride_x="i32", stride_out="i32",
                      n_steps="i32", h="fp32", s="fp32", seed_lo="i32", seed_hi="i32", offset_lo="i32",
                      offset_hi="i32")
     constexprs = dict(D0=padded[0], H1=padded[1], H2=(padded + [16, 16])[2], H3=(padded + [16, 16, 16])[3],
                       N_HIDDEN=n_hidden, ACT1=acts[0], ACT2=(acts + [0, 0])[1], ACT3=(acts + [0, 0, 0])[2], BLOCK_N=block_n,
                       NOISE_FROM_TENSOR=noise_from_tensor, PER_CHAIN_H=per_chain, PER_CHAIN_S=per_chain,
-                      PRECISION=precision)
+                      PRECISION=precision, CONTRASTIVE=contrastive, HAS_B=contrastive and has_b,
+                      P=_partial_size(tuple(padded)) if contrastive else 1)
     signature.update({name: "constexpr" for name in constexprs})
     signature = {name: signature[name] for name in fn.arg_names}
     start = time.perf_counter()

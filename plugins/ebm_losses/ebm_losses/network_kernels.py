@@ -1,4 +1,5 @@
-"""Losses of feed-forward energies computed by a kernel backend (``ebm-cuda``'s host build), made differentiable.
+"""Losses of feed-forward energies computed by a kernel backend (``ebm-cuda``'s host build; its Triton kernels on
+CUDA), made differentiable.
 
 A kernel that runs the network itself returns gradients in its weights, not an autograd graph. These helpers
 find such a kernel (:func:`network_kernel`) and hand the gradients it computed with the loss to autograd
