@@ -3,7 +3,7 @@
 
 1. the environment: device, driver, torch/CUDA/nvcc/Triton versions;
 2. the builds, timed: the host library and the CUDA library for this GPU (nvcc);
-3. the GPU tests (``test_cuda_device.py``, ``test_plugin.py``, the Triton chain's GPU test, the captured graphs'
+3. the GPU tests (``test_cuda_device.py``, ``test_plugin.py``, the Triton chains' GPU tests, the captured graphs'
    ``test_graphs.py``), each file in its own
    process and time limit, with ``CUDA_LAUNCH_BLOCKING=1``; a skip there fails;
 4. ``gpu_check_kernels.py``: every ``.cu`` entry point and dtype on CUDA against the host build (non-contiguous and
@@ -46,6 +46,7 @@ GPU_TESTS = [  # (pytest target, its time limit in seconds)
     ("plugins/ebm_cuda/tests/test_cuda_device.py", 120),
     ("plugins/ebm_cuda/tests/test_plugin.py", 90),
     ("plugins/ebm_cuda/tests/test_triton_chains.py::test_on_a_gpu_the_compiled_chain_equals_the_host_build_and_samplers_resolve_it", 150),
+    ("plugins/ebm_cuda/tests/test_triton_contrastive.py::test_on_a_gpu_the_compiled_contrastive_chain_equals_the_chain_and_the_host_build", 150),
     ("plugins/ebm_samplers/tests/test_graphs.py", 90),
 ]
 SAME_NOISE_TOL = 1e-3  # G3 eager vs compiled: float rounding, not different noise (that differs by O(1))
