@@ -82,8 +82,9 @@ def _cmd_backends(args: argparse.Namespace) -> int:
           "equal to autograd's, when the energy's program is a feed-forward network (MLPEnergy, SequentialEnergy: "
           "nn.Linear layers and activations ending in Linear(·, 1); ebmcore.energies.feedforward); otherwise by autograd. A backend may run such a network itself: "
           "the feedforward_* ops above (ebm-cuda's cpu_fused: ULA chains, and the fused ops of the losses; its triton backend: "
-          "ULA chains on CUDA, and the losses' fused op of the same chain). A sampler's run "
-          "names the path it takes (ebm profile prints it).")
+          "ULA chains on CUDA, and the losses' fused op of the same chain). On CUDA, where no fused chain runs, "
+          "ebm-samplers replays its per-step loop as a captured CUDA graph (docs/samplers.md). A sampler's run "
+          "names the path it takes and why (ebm profile prints it).")
     if unresolved:
         print(f"\n{unresolved} op(s) have no kernel that can run under this selection.")
     return 1 if unresolved else 0
