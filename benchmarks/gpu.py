@@ -22,8 +22,9 @@ dim 2, barrier 1, step 0.01; Rosenbrock dim 10, a = 1, b = 100, step 1e-4, the l
 seeded ``x0 ~ N(0, I)``:
 
   (a) eager:     ``LangevinSampler(E, fused=False)`` under ``ebmcore.use_backend("torch")`` (per-step loop)
-  (a2) ebm per-step with the backends' own kernels (``fused=False``, default selection: the ``cuda``
-       backend's gradient and ``langevin_step`` kernels on a GPU; on the CPU this is (a), not repeated)
+  (a2) ebm per-step with the backends' own kernels (``fused=False`` under ``use_backend("cuda", "torch")``: the
+       ``cuda`` backend's gradient and ``langevin_step`` kernels on a GPU, even where they rank below torch; on the
+       CPU this is (a), not repeated)
   (b) compiled:  ``LangevinSampler(E, fused=False, compile=True)`` under ``use_backend("torch")``
   (c) fused:     ``LangevinSampler(E, fused=True)``: ``<energy>_langevin_chain``, one launch for all steps
   (d) 1-step:    the same op called with ``n_steps=1`` once per step (the same Philox stream as (c));
@@ -414,7 +415,7 @@ def analytic_rows(group: str, name: str, dtype: Any, sizes: Sizes, device: Any, 
         if dev.type == "cuda":
             sa2 = LangevinSampler(energy, step_size=h, fused=False)
             attempt(row("a2", "ebm per-step loop, cuda backend per-op kernels (fused=False)"),
-                    lambda: sa2.sample(x0, steps, generator=gen()))
+                    lambda: sa2.sample(x0, steps, generator=gen()), lambda: ebmcore.use_backend("cuda", "torch"))
         else:
             row("a2", "ebm per-step loop, backends' per-op kernels").skipped = \
                 "on the CPU the per-op kernels of cpu_fused rank below torch: the same as (a)"

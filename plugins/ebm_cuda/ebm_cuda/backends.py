@@ -13,7 +13,8 @@ their denoising and sliced score matching losses with their weight gradients
 gradient of a loss linear or quadratic in them (``feedforward_energy_gradients``: contrastive divergence), also
 fused with the chain that draws the negatives (``feedforward_contrastive_chain``).
 
-Priorities: on CUDA every kernel outranks the ``torch`` reference (10 against 0). On the CPU the
+Priorities: on CUDA every kernel outranks the ``torch`` reference (10 against 0), but the energy and gradient kernels
+of the energies measured slower than it (:data:`CUDA_PER_OP_SLOWER`: the double well; -10). On the CPU the
 plain energy, gradient and step kernels rank below it (-10: selected only by name, e.g.
 ``EBM_BACKEND=cpu_fused,torch``, as the tests do; PyTorch's own ops are as fast, and its
 vectorised normal generator beats the per-chain ``langevin_step_philox`` there), while the fused
@@ -38,7 +39,7 @@ from ebm_cuda.energies import LAYOUTS
 from ebm_cuda.activations import activation_code, activation_refusal
 from ebm_cuda.ops import MAX_CUDA_CHAIN_DIM, call
 
-__all__ = ["CudaBackend", "HostBackend", "TritonBackend", "CUDA_DTYPES", "HOST_DTYPES"]
+__all__ = ["CudaBackend", "HostBackend", "TritonBackend", "CUDA_DTYPES", "HOST_DTYPES", "CUDA_PER_OP_SLOWER"]
 
 CUDA_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 HOST_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -216,8 +217,17 @@ chains: 2.1× faster fused at d = 50, 2× slower at d = 100, 10× at d = 400); t
 and the fused chains win at every measured size (NUTS on the double well: 8× at d = 128)."""
 
 
+CUDA_PER_OP_SLOWER = {"double_well": "102.8 ms against eager torch's 57.8 ms (float32), 129.0 against 52.4 (bfloat16), "
+                                      "87.0 against 49.7 (float16)"}
+"""Energies whose per-op ``cuda`` energy and gradient kernels were measured slower than the ``torch`` reference's ops
+(G1's per-step loop, 1,000,000 chains × 1,000 steps, an H200, 2026-11-26, ``benchmarks/results/2026-11-26-gpu-h200.md``):
+they rank below it (priority -10), selected only by name. The Gaussian (184 against 186 ms) and Rosenbrock (181
+against 413 ms) kernels keep their rank. The fused chains are not affected (8× eager on the double well)."""
+
+
 def _kernels(device: str, dtypes: tuple[torch.dtype, ...], plain: int, fused: int, max_chain: int | None,
-             capability: tuple[int, int] | None, pays_up_to: dict[str, int] | None = None) -> list[Kernel]:
+             capability: tuple[int, int] | None, pays_up_to: dict[str, int] | None = None,
+             slower: dict[str, str] | None = None) -> list[Kernel]:
     def kernel(op: str, fn: Callable[..., Any], priority: int, max_event_size: int | None = None) -> Kernel:
         return Kernel(op, fn, (device,), dtypes, capability, priority, max_event_size,
                       pays_up_to=(pays_up_to or {}).get(op))
@@ -225,8 +235,8 @@ def _kernels(device: str, dtypes: tuple[torch.dtype, ...], plain: int, fused: in
     kernels = [kernel("langevin_step", langevin_step, plain), kernel("langevin_step_philox", langevin_step_philox, plain)]
     for name in LAYOUTS:
         kernels += [
-            kernel(f"{name}_energy", _energy_kernel(name, False), plain),
-            kernel(f"{name}_gradient", _energy_kernel(name, True), plain),
+            kernel(f"{name}_energy", _energy_kernel(name, False), -10 if name in (slower or {}) else plain),
+            kernel(f"{name}_gradient", _energy_kernel(name, True), -10 if name in (slower or {}) else plain),
             kernel(f"{name}_langevin_chain", _langevin_chain_kernel(name), fused, max_chain),
             kernel(f"{name}_hmc_chain", _hmc_chain_kernel(name), fused, max_chain),
             kernel(f"{name}_nuts_chain", _nuts_chain_kernel(name), fused, max_chain),
@@ -238,7 +248,8 @@ class CudaBackend(KernelBackend):
     """The CUDA build: float32, bfloat16 and float16 states (math in float32) on CUDA devices."""
 
     def __init__(self) -> None:
-        super().__init__("cuda", _kernels("cuda", CUDA_DTYPES, 10, 10, MAX_CUDA_CHAIN_DIM, MIN_COMPUTE_CAPABILITY),
+        super().__init__("cuda", _kernels("cuda", CUDA_DTYPES, 10, 10, MAX_CUDA_CHAIN_DIM, MIN_COMPUTE_CAPABILITY,
+                                          slower=CUDA_PER_OP_SLOWER),
                          description="ebm-cuda: CUDA kernels (fused Langevin/HMC/NUTS chains with in-kernel Philox RNG)")
 
     def unavailable_reason(self) -> str | None:

@@ -8,7 +8,7 @@ import torch
 
 import ebmcore
 from ebmcore.errors import BackendUnavailableError
-from ebm_cuda import library
+from ebm_cuda import backends, library
 from ebmcore.kernels.resolve import clear_cache
 
 NO_CUDA = library.cuda_unavailable_reason() is not None
@@ -55,6 +55,18 @@ def test_cpu_fused_is_selected_by_name_only_for_plain_ops():
     assert ebmcore.explain("gaussian_langevin_chain", x).chosen.backend == "cpu_fused"
     with ebmcore.use_backend("cpu_fused"):
         assert ebmcore.explain("gaussian_gradient", x).chosen.backend == "cpu_fused"
+
+
+def test_on_cuda_the_per_op_kernels_measured_slower_than_torch_rank_below_it():
+    """Read from the registered backend's kernels, as the resolver reads them: the double well's energy and gradient
+    below the reference (measured slower on an H200), the other energies' and every chain above it."""
+    cuda = ebmcore.registry.get("kernel", "cuda").component
+    assert set(backends.CUDA_PER_OP_SLOWER) == {"double_well"}
+    for name in ("gaussian", "double_well", "rosenbrock", "harmonic"):
+        slower = name in backends.CUDA_PER_OP_SLOWER
+        for op in (f"{name}_energy", f"{name}_gradient"):
+            assert cuda.kernels[op].priority == (-10 if slower else 10), op
+        assert cuda.kernels[f"{name}_langevin_chain"].priority == 10
 
 
 def test_a_failed_build_is_a_reason_and_sampling_falls_back(monkeypatch, tmp_path):
