@@ -4,6 +4,7 @@ refused when its backend is built, and every registered backend's kernels take t
 from __future__ import annotations
 
 import pytest
+import torch
 
 from ebmcore import plugins
 from ebmcore.kernels import Kernel, KernelBackend
@@ -69,3 +70,23 @@ def test_every_registered_backend_takes_the_parameters_of_every_fused_op_it_impl
                 checked += 1
     # the host and CUDA builds implement every analytic energy's three chains, the step and the network chains
     assert checked >= 2 * (3 * 4 + 1) + 2
+
+
+def test_every_chain_op_but_nuts_has_a_reference_and_the_langevin_one_is_ula_on_the_given_stream():
+    from ebmcore.kernels.fused import FUSED_OPS, langevin_chain_reference
+
+    assert {name for name, op in FUSED_OPS.items() if op.reference is None} == {"<energy>_nuts_chain"}
+    calls = []
+
+    def normal(n, d, seed, step):  # a stand-in stream: the step number everywhere, and the calls recorded
+        calls.append((n, d, seed, step))
+        return torch.full((n, d), float(step))
+
+    x = torch.randn(3, 2, 2, dtype=torch.float64)
+    h = torch.tensor([0.1, 0.2, 0.3])
+    out = langevin_chain_reference(lambda z: 2 * z, x, n_steps=2, step_size=h, noise_scale=0.5, seed=9, offset=4, normal=normal)
+    expected = x
+    for t in (4, 5):
+        expected = expected - h.view(3, 1, 1).double() * 2 * expected + 0.5 * t
+    torch.testing.assert_close(out, expected)
+    assert calls == [(3, 4, 9, 4), (3, 4, 9, 5)]  # (n, elements per chain, seed, offset + t)

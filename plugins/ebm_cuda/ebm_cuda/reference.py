@@ -1,4 +1,5 @@
-"""The kernels' definitions in plain PyTorch: the Philox4x32-10 stream and the fused chains.
+"""The kernels' noise in plain PyTorch: the Philox4x32-10 stream, the ``normal`` and ``uniform`` that the chains'
+references (``ebmcore.kernels.fused``: ``langevin_chain_reference(..., normal=normal)``) take.
 
 These are what the tests hold the host and CUDA builds to. Slow (the 32-bit arithmetic runs in
 int64 tensors); use them to check, not to sample.
@@ -7,12 +8,11 @@ int64 tensors); use them to check, not to sample.
 from __future__ import annotations
 
 import math
-from typing import Callable
 
 import torch
 from torch import Tensor
 
-__all__ = ["philox4x32", "normal", "uniform", "langevin_chain", "hmc_chain"]
+__all__ = ["philox4x32", "normal", "uniform"]
 
 _MASK = 0xFFFFFFFF
 _M0, _M1, _W0, _W1 = 0xD2511F53, 0xCD9E8D57, 0x9E3779B9, 0xBB67AE85
@@ -61,43 +61,3 @@ def uniform(n: int, seed: int, step: int) -> Tensor:
     """The stream's Metropolis uniforms ``(n,)`` in [0, 1) at ``step`` (float32)."""
     w = _words(n, [0xFFFFFFFF], seed, step)[:, 0, 0]
     return ((w >> 8).to(torch.float64) * 2.0**-24).to(torch.float32)
-
-
-def langevin_chain(gradient: Callable[[Tensor], Tensor], x: Tensor, n_steps: int, step_size, noise_scale, seed: int,
-                   offset: int) -> Tensor:
-    """``n_steps`` steps of ``x − h∇E(x) + s·ξ_t``, ``ξ_t = normal(n, d, seed, offset + t)``, in ``x``'s dtype.
-
-    The kernels compute bfloat16/float16 chains in float32 and round once per launch: compare
-    them with this function on ``x.float()``, rounded at the end."""
-    for t in range(n_steps):
-        xi = normal(x.shape[0], x.shape[1], seed, offset + t).to(x)
-        x = (x - step_size * gradient(x)) + noise_scale * xi
-    return x
-
-
-def hmc_chain(energy_and_gradient: Callable[[Tensor], tuple[Tensor, Tensor]], x: Tensor, n_steps: int, step_size: float,
-              n_leapfrog_steps: int, inverse_temperature: float, seed: int, offset: int) -> tuple[Tensor, Tensor, Tensor]:
-    """The fused HMC kernel's transitions (identity mass, leapfrog with merged kicks), in ``x``'s dtype.
-    Returns ``x'``, accepted and divergent counts ``(n,)``."""
-    n, d = x.shape
-    beta, h = inverse_temperature, step_size
-    e, g = energy_and_gradient(x)
-    accepted = torch.zeros(n, dtype=torch.int32)
-    divergent = torch.zeros(n, dtype=torch.int32)
-    for t in range(n_steps):
-        p = normal(n, d, seed, offset + t).to(x)
-        k0 = (p * p).sum(1)
-        xn, p = x.clone(), p - 0.5 * h * beta * g
-        for step in range(n_leapfrog_steps):
-            xn = xn + h * p
-            en, gn = energy_and_gradient(xn)
-            p = p - (0.5 if step + 1 == n_leapfrog_steps else 1.0) * h * beta * gn
-        delta = (beta * en + 0.5 * (p * p).sum(1)) - (beta * e + 0.5 * k0)
-        finite = torch.isfinite(delta)
-        prob = torch.where(finite, torch.exp(-delta.clamp(min=0)), torch.zeros_like(delta))
-        accept = uniform(n, seed, offset + t).to(x) < prob
-        x = torch.where(accept[:, None], xn, x)
-        e, g = torch.where(accept, en, e), torch.where(accept[:, None], gn, g)
-        accepted += accept.to(torch.int32)
-        divergent += (~finite | (delta > 1000)).to(torch.int32)
-    return x, accepted, divergent

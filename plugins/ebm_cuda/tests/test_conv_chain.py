@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from ebmcore.errors import InputError
+from ebmcore.kernels.fused import FUSED_OPS
 from ebm_cuda import ops, reference
 from ebm_cuda.backends import conv_langevin_chain
 from ebm_losses import ConvEnergy, PersistentContrastiveDivergence
@@ -17,10 +18,10 @@ ACTIVATIONS = ("relu", "sigmoid", "silu", "tanh")
 
 
 def _autograd_chain(energy, x, n_steps, h, s, seed, offset=0):
-    """The reference: ``x − h∇E(x) + s·ξ_t`` with autograd's gradient and the stream's normals (per image, C-order)."""
-    for t in range(n_steps):
-        x = x - h * energy.gradient(x) + s * reference.normal(x.shape[0], x[0].numel(), seed, offset + t).view(x.shape)
-    return x
+    """The op's reference (``x − h∇E(x) + s·ξ_t``) with autograd's gradient and the stream's normals (per image,
+    C-order)."""
+    return FUSED_OPS["conv_langevin_chain"].reference(energy.gradient, x, n_steps=n_steps, step_size=h, noise_scale=s,
+                                                      seed=seed, offset=offset, normal=reference.normal)
 
 
 def _noise_only(x, n_steps, s, seed, offset=0):
@@ -50,10 +51,7 @@ def test_per_chain_step_sizes_and_noise_scales():
     x0 = torch.randn(20, 1, 8, 8)
     h, s = torch.linspace(1.0, 10.0, 20), torch.linspace(0.01, 0.1, 20)
     out = conv_langevin_chain(x0, energy.program(), n_steps=3, step_size=h, noise_scale=s, seed=3, offset=0)
-    x = x0
-    for t in range(3):
-        x = x - h.view(-1, 1, 1, 1) * energy.gradient(x) + s.view(-1, 1, 1, 1) * reference.normal(20, 64, 3, t).view(x.shape)
-    torch.testing.assert_close(out, x, rtol=1e-5, atol=2e-6)
+    torch.testing.assert_close(out, _autograd_chain(energy, x0, 3, h, s, 3), rtol=1e-5, atol=2e-6)
 
 
 def test_a_nonfinite_chain_stays_apart_and_threads_change_nothing():

@@ -17,6 +17,7 @@ from torch import nn
 import ebmcore
 from ebmcore.energies import feedforward
 from ebmcore.energies.base import closed_form_program
+from ebmcore.kernels.fused import FUSED_OPS
 from ebmcore.errors import InputError
 from ebm_cuda import ops, reference
 from ebm_cuda.activations import ACTIVATION_CODES
@@ -66,10 +67,9 @@ def _linears_and_codes(net, activation, widths):
 
 
 def _autograd_chain(energy, x, n_steps, h, s, seed, offset=0):
-    """The reference: ``x − h∇E(x) + s·ξ_t`` with autograd's gradient and the stream's normals."""
-    for t in range(n_steps):
-        x = x - h * energy.gradient(x) + s * reference.normal(x.shape[0], x.shape[1], seed, offset + t)
-    return x
+    """The op's reference (``x − h∇E(x) + s·ξ_t``) with autograd's gradient and the stream's normals."""
+    return FUSED_OPS["feedforward_langevin_chain"].reference(energy.gradient, x, n_steps=n_steps, step_size=h, noise_scale=s,
+                                                             seed=seed, offset=offset, normal=reference.normal)
 
 
 @pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
@@ -92,10 +92,7 @@ def test_per_chain_step_sizes_and_noise_scales():
     network, _ = closed_form_program(energy, x0)
     h, s = torch.linspace(0.01, 0.05, 40), torch.linspace(0.1, 0.3, 40)
     out = feedforward_langevin_chain(x0, network, n_steps=3, step_size=h, noise_scale=s, seed=3, offset=0)
-    x = x0
-    for t in range(3):
-        x = x - h[:, None] * energy.gradient(x) + s[:, None] * reference.normal(40, 2, 3, t)
-    torch.testing.assert_close(out, x, rtol=1e-5, atol=2e-6)
+    torch.testing.assert_close(out, _autograd_chain(energy, x0, 3, h, s, 3), rtol=1e-5, atol=2e-6)
 
 
 def test_a_nonfinite_chain_stays_apart_and_threads_change_nothing():

@@ -6,6 +6,7 @@ import torch
 import ebmcore
 from ebmcore.errors import InputError
 from ebmcore.kernels import torch_backend as ref
+from ebmcore.kernels.fused import FUSED_OPS
 from ebm_cuda import reference
 from ebm_samplers import HMCSampler, LangevinSampler, NUTSSampler
 
@@ -27,7 +28,8 @@ def test_langevin_uses_the_fused_chain_by_default():
     x0 = torch.randn(50, 4, dtype=torch.float64)
     out = LangevinSampler(energy, step_size=0.05).sample(x0, 12, burn_in=3, generator=torch.Generator().manual_seed(7))
     mean, precision = energy.kernel_args()
-    expected = reference.langevin_chain(lambda z: ref.gaussian_gradient(z, mean, precision), x0, 15, 0.05, 0.1**0.5, _seed_of(7), 0)
+    expected = FUSED_OPS["<energy>_langevin_chain"].reference(lambda z: ref.gaussian_gradient(z, mean, precision), x0, n_steps=15, step_size=0.05,
+                                                        noise_scale=0.1**0.5, seed=_seed_of(7), offset=0, normal=reference.normal)
     torch.testing.assert_close(out, expected, rtol=1e-6, atol=1e-6)
 
 
@@ -40,7 +42,8 @@ def test_recording_chunks_the_chain_without_changing_it():
                          generator=torch.Generator().manual_seed(1))
     assert torch.equal(rec.samples, plain) and rec.trajectory.shape == (6, 30, 4)
     mean, precision = energy.kernel_args()
-    after_11 = reference.langevin_chain(lambda z: ref.gaussian_gradient(z, mean, precision), x0, 11, 0.05, 0.1**0.5, _seed_of(1), 0)
+    after_11 = FUSED_OPS["<energy>_langevin_chain"].reference(lambda z: ref.gaussian_gradient(z, mean, precision), x0, n_steps=11, step_size=0.05,
+                                                        noise_scale=0.1**0.5, seed=_seed_of(1), offset=0, normal=reference.normal)
     torch.testing.assert_close(rec.trajectory[1], after_11, rtol=1e-6, atol=1e-6)  # kept state 2 = after 5 + 2*3 steps
     torch.testing.assert_close(rec.diagnostics.mean[1], after_11.mean(0), rtol=1e-6, atol=1e-6)
 
@@ -118,7 +121,8 @@ def test_a_fused_kernel_of_negative_priority_runs_only_when_asked():
         assert torch.equal(auto, sampler.sample(x0, 5, generator=torch.Generator().manual_seed(1)))
         sampler.fused = True
         forced = sampler.sample(x0, 5, generator=torch.Generator().manual_seed(1))
-    expected = reference.langevin_chain(lambda z: ref.harmonic_gradient(z, torch.zeros(3), 1.0), x0, 5, 0.1, 0.2**0.5, _seed_of(1), 0)
+    expected = FUSED_OPS["<energy>_langevin_chain"].reference(lambda z: ref.harmonic_gradient(z, torch.zeros(3), 1.0), x0, n_steps=5, step_size=0.1,
+                                                        noise_scale=0.2**0.5, seed=_seed_of(1), offset=0, normal=reference.normal)
     torch.testing.assert_close(forced, expected, rtol=1e-6, atol=1e-6)
 
 
@@ -127,8 +131,9 @@ def test_hmc_uses_the_fused_chain_by_default():
     x0 = torch.randn(10, 3, dtype=torch.float64)
     out = HMCSampler(energy, step_size=0.2, n_leapfrog_steps=3).sample(x0, 5, generator=torch.Generator().manual_seed(1))
     mean, precision = energy.kernel_args()
-    expected, _, _ = reference.hmc_chain(lambda z: (ref.gaussian_energy(z, mean, precision), ref.gaussian_gradient(z, mean, precision)),
-                                         x0, 5, 0.2, 3, 1.0, _seed_of(1), 0)
+    expected, _, _ = FUSED_OPS["<energy>_hmc_chain"].reference(
+        lambda z: (ref.gaussian_energy(z, mean, precision), ref.gaussian_gradient(z, mean, precision)), x0, n_steps=5, step_size=0.2,
+        n_leapfrog_steps=3, inverse_temperature=1.0, seed=_seed_of(1), offset=0, normal=reference.normal, uniform=reference.uniform)
     torch.testing.assert_close(out, expected, rtol=1e-6, atol=1e-6)
 
 

@@ -5,6 +5,7 @@ import torch
 
 from ebmcore.errors import InputError
 from ebmcore.kernels import torch_backend as ref
+from ebmcore.kernels.fused import fused_op
 from ebmcore.kernels.ops import sample_inputs
 from ebmcore.testing import check_kernel
 from ebm_cuda import ops, reference
@@ -57,7 +58,8 @@ def test_langevin_chain_matches_reference_steps_with_the_same_noise(name, dtype)
     h = 1e-3 if name == "rosenbrock" else 0.02
     got = BACKEND.kernels[f"{name}_langevin_chain"].fn(x.to(dtype), *params, n_steps=8, step_size=h, noise_scale=0.3, seed=12345, offset=77)
     grad = getattr(ref, f"{name}_gradient")
-    expected = reference.langevin_chain(lambda z: grad(z, *params), x, 8, h, 0.3, 12345, 77)
+    expected = fused_op(f"{name}_langevin_chain").reference(lambda z: grad(z, *params), x, n_steps=8, step_size=h, noise_scale=0.3,
+                                                              seed=12345, offset=77, normal=reference.normal)
     tol = 1e-5 if dtype == torch.float32 else 1e-6  # float64 states take float32 noise: a few float32 ulps of it
     torch.testing.assert_close(got.double(), expected, rtol=tol, atol=tol)
 
@@ -81,7 +83,9 @@ def test_hmc_chain_matches_reference(name):
     got, accepted, divergent = BACKEND.kernels[f"{name}_hmc_chain"].fn(
         x, *params, n_steps=6, step_size=h, n_leapfrog_steps=5, inverse_temperature=0.8, seed=9, offset=3)
     e, g = getattr(ref, f"{name}_energy"), getattr(ref, f"{name}_gradient")
-    exp_x, exp_acc, exp_div = reference.hmc_chain(lambda z: (e(z, *params), g(z, *params)), x, 6, h, 5, 0.8, 9, 3)
+    exp_x, exp_acc, exp_div = fused_op(f"{name}_hmc_chain").reference(
+        lambda z: (e(z, *params), g(z, *params)), x, n_steps=6, step_size=h, n_leapfrog_steps=5, inverse_temperature=0.8, seed=9,
+        offset=3, normal=reference.normal, uniform=reference.uniform)
     torch.testing.assert_close(got, exp_x, rtol=1e-5, atol=1e-5)  # float32 noise, amplified along trajectories
     assert torch.equal(accepted, exp_acc) and torch.equal(divergent, exp_div)
     assert 0 < accepted.sum() < 6 * x.shape[0] or name != "double_well"  # some moves accepted
