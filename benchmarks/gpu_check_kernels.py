@@ -98,10 +98,11 @@ def close(a: torch.Tensor, b: torch.Tensor, tol: float, what: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dry", action="store_true", help="host build against host build on the CPU, tiny sizes")
-    ap.add_argument("--emulated", metavar="LIB", help="kernels.cu built for the host (build.build_cuda_emulated()) against "
-                                                      "the host build, on the CPU")
-    ap.add_argument("--sizes", choices=sorted(SIZES), help="default: dry with --dry, else full")
+    where = ap.add_mutually_exclusive_group()
+    where.add_argument("--dry", action="store_true", help="host build against host build on the CPU, tiny sizes")
+    where.add_argument("--emulated", metavar="LIB", help="kernels.cu built for the host (build.build_cuda_emulated()) "
+                                                         "against the host build, on the CPU")
+    ap.add_argument("--sizes", choices=sorted(SIZES), help="default: dry with --dry, memcheck with --emulated, else full")
     ap.add_argument("--json", metavar="PATH", help="write the checks here")
     args = ap.parse_args(argv)
     sizes = SIZES[args.sizes or ("dry" if args.dry else "memcheck" if args.emulated else "full")]
@@ -116,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     dev = "cpu" if no_gpu else "cuda"
     checks = Checks(dev, args.json)
     # where the "gpu" side runs: the CUDA build (or with --dry the host build), or the emulated .cu build on the CPU
-    on_gpu = (lambda: ops.cuda_emulation(library.Library(args.emulated, "cuda"))) if args.emulated else contextlib.nullcontext
+    emulated = library.Library(args.emulated, "cuda") if args.emulated else None
+    on_gpu = (lambda: ops.cuda_emulation(emulated)) if emulated else contextlib.nullcontext
     if not no_gpu:
         def load() -> None:
             why = library.cuda_unavailable_reason()
@@ -296,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
             return "skipped: the host build takes d = 65 and float64"
         from ebmcore.errors import InputError
 
-        refused = (InputError, library.KernelError) if args.emulated else InputError
+        refused = library.KernelError if args.emulated else InputError
         for x in (torch.zeros(4, 65, device=dev), torch.zeros(4, 3, device=dev, dtype=torch.float64)):
             try:
                 with on_gpu():
