@@ -117,7 +117,18 @@ def main(argv: list[str] | None = None) -> int:
     dev = "cpu" if no_gpu else "cuda"
     checks = Checks(dev, args.json)
     # where the "gpu" side runs: the CUDA build (or with --dry the host build), or the emulated .cu build on the CPU
-    emulated = library.Library(args.emulated, "cuda") if args.emulated else None
+    class Recorded(library.Library):
+        """The emulated CUDA build, recording in ``ran`` the entry points called (``ebm_cuda_<name>``)."""
+
+        def __init__(self, path: str) -> None:
+            super().__init__(path, "cuda")
+            self.ran: set[str] = set()
+
+        def call(self, name: str, *args: Any) -> None:
+            self.ran.add(name)
+            super().call(name, *args)
+
+    emulated = Recorded(args.emulated) if args.emulated else None
     on_gpu = (lambda: ops.cuda_emulation(emulated)) if emulated else contextlib.nullcontext
     if not no_gpu:
         def load() -> None:
@@ -308,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
             raise AssertionError(f"a {tuple(x.shape)} {x.dtype} state was not refused")
 
     checks.run("refusals: d = 65 and float64 on the GPU", refusals)
+    if emulated:
+        print("emulated entry points run:", " ".join(sorted(emulated.ran)))
     return finish(checks)
 
 

@@ -6,7 +6,7 @@ heap buffer of exactly the launch's bytes. ``benchmarks/gpu_check_kernels.py --e
 of ``kernels.cu`` (energy and gradient, Langevin/HMC/NUTS chains, both step kernels, the normals, Philox, the
 refusals) against the host build on the same Philox stream, in a child process with the sanitizer runtimes preloaded,
 any report fatal: under AddressSanitizer and UBSan at the ``memcheck`` sizes (every energy, dtype and MAXD class, 333
-chains: partial blocks), under ThreadSanitizer at the ``racecheck`` sizes (a host-side racecheck of the shared-memory
+chains: partial blocks; every ``ebm_cuda_*`` function of ``kernels.cu`` must have run), under ThreadSanitizer at the ``racecheck`` sizes (a host-side racecheck of the shared-memory
 tiles between barriers). The same libraries with a planted defect (``EBM_CUDA_EMULATION_PLANT``: a shared allocation 4
 bytes short; a ``__syncthreads()`` that waits for no one) show that each run reports one.
 """
@@ -70,6 +70,10 @@ def test_every_cuda_entry_point_equals_the_host_build_under_asan_and_ubsan(emula
     # 12 energy x dtype checks over d in {1, 3, 8, 16, 17, 33, 64}, the step kernels, layouts, the refusals
     assert report.count("PASSED") == 15 and "FAILED" not in report, report[-3000:]
     assert "d in [1, 3, 8, 16, 17, 33, 64]" in report and "PASSED  refusals" in report, report[-3000:]
+    # every entry point of kernels.cu ran (a new one fails here until the harness calls it)
+    entry_points = set(re.findall(r"^int ebm_cuda_(\w+)\(", (build.CSRC / "kernels.cu").read_text(), re.M))
+    ran = re.search(r"^emulated entry points run: (.*)$", report, re.M)
+    assert ran and set(ran.group(1).split()) == entry_points, (ran and ran.group(0), sorted(entry_points))
 
 
 @needs_tsan
