@@ -3,24 +3,29 @@
 two step kernels, the normals and Philox) in every dtype on CUDA against the host build, on the same Philox stream;
 non-contiguous and offset inputs; the caller's stream; CUDA-graph capture; a 2^24-chain launch; refusals.
 
-    python benchmarks/gpu_check_kernels.py [--dry] [--sizes full|memcheck|racecheck|dry] [--json PATH]
+    python benchmarks/gpu_check_kernels.py [--dry | --emulated LIB] [--sizes full|memcheck|racecheck|dry] [--json PATH]
 
 ``--dry`` runs the same comparisons host build against host build on the CPU at tiny sizes (what CI runs, so this
-script cannot rot). ``--sizes memcheck`` / ``racecheck`` are the small odd-sized runs ``gpu_check.py`` launches under
-``compute-sanitizer`` (kernel entry points only, no graph capture or side streams). Prints one line per check;
-``--json`` writes them as ``[{name, status, reason, seconds}]``. Exit status 1 if a check failed.
+script cannot rot). ``--emulated LIB`` runs them with ``kernels.cu`` itself built for the host (``LIB`` from
+``ebm_cuda.build.build_cuda_emulated()``, its blocks' threads OS threads) in place of the CUDA build, on CPU tensors:
+what CI runs under AddressSanitizer and ThreadSanitizer (``plugins/ebm_cuda/tests/test_cuda_emulation.py``).
+``--sizes memcheck`` (the default with ``--emulated``) / ``racecheck`` are the small odd-sized runs ``gpu_check.py``
+launches under ``compute-sanitizer`` (kernel entry points only, no graph capture or side streams). Prints one line per
+check; ``--json`` writes them as ``[{name, status, reason, seconds}]``. Exit status 1 if a check failed.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable
+from types import SimpleNamespace
+from typing import Any, Callable, ContextManager
 
 import torch
 
@@ -72,6 +77,20 @@ class Checks:
                 json.dump(self.results, f, indent=1)
 
 
+class Side:
+    """A backend's kernels (``.kernels[name].fn``), each called inside ``context()``: with ``--emulated``,
+    ``ops.cuda_emulation`` (the emulated CUDA build), else nothing."""
+
+    def __init__(self, backend: Any, context: Callable[[], ContextManager]) -> None:
+        def inside(fn: Callable) -> Callable:
+            def run(*args: Any, **kwargs: Any) -> Any:
+                with context():
+                    return fn(*args, **kwargs)
+            return run
+
+        self.kernels = {name: SimpleNamespace(fn=inside(kernel.fn)) for name, kernel in backend.kernels.items()}
+
+
 def close(a: torch.Tensor, b: torch.Tensor, tol: float, what: str) -> None:
     torch.testing.assert_close(a.detach().cpu().double(), b.detach().cpu().double(), rtol=tol, atol=tol, equal_nan=True,
                                msg=lambda m: f"{what}: {m}")
@@ -79,21 +98,39 @@ def close(a: torch.Tensor, b: torch.Tensor, tol: float, what: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dry", action="store_true", help="host build against host build on the CPU, tiny sizes")
-    ap.add_argument("--sizes", choices=sorted(SIZES), help="default: dry with --dry, else full")
+    where = ap.add_mutually_exclusive_group()
+    where.add_argument("--dry", action="store_true", help="host build against host build on the CPU, tiny sizes")
+    where.add_argument("--emulated", metavar="LIB", help="kernels.cu built for the host (build.build_cuda_emulated()) "
+                                                         "against the host build, on the CPU")
+    ap.add_argument("--sizes", choices=sorted(SIZES), help="default: dry with --dry, memcheck with --emulated, else full")
     ap.add_argument("--json", metavar="PATH", help="write the checks here")
     args = ap.parse_args(argv)
-    sizes = SIZES[args.sizes or ("dry" if args.dry else "full")]
-    sanitizer = args.sizes in ("memcheck", "racecheck")
+    sizes = SIZES[args.sizes or ("dry" if args.dry else "memcheck" if args.emulated else "full")]
+    sanitizer = args.sizes in ("memcheck", "racecheck") or bool(args.emulated)
+    no_gpu = args.dry or bool(args.emulated)
 
     from ebm_cuda import library, ops
     from ebm_cuda.backends import CudaBackend, HostBackend
     from ebm_cuda.testing import assert_chains_close, assert_most_chains_close
     from ebmcore.kernels.ops import sample_inputs
 
-    dev = "cpu" if args.dry else "cuda"
+    dev = "cpu" if no_gpu else "cuda"
     checks = Checks(dev, args.json)
-    if not args.dry:
+    # where the "gpu" side runs: the CUDA build (or with --dry the host build), or the emulated .cu build on the CPU
+    class Recorded(library.Library):
+        """The emulated CUDA build, recording in ``ran`` the entry points called (``ebm_cuda_<name>``)."""
+
+        def __init__(self, path: str) -> None:
+            super().__init__(path, "cuda")
+            self.ran: set[str] = set()
+
+        def call(self, name: str, *args: Any) -> None:
+            self.ran.add(name)
+            super().call(name, *args)
+
+    emulated = Recorded(args.emulated) if args.emulated else None
+    on_gpu = (lambda: ops.cuda_emulation(emulated)) if emulated else contextlib.nullcontext
+    if not no_gpu:
         def load() -> None:
             why = library.cuda_unavailable_reason()
             if why is not None:
@@ -102,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         checks.run("the CUDA kernels load", load)
         if checks.results[-1]["status"] == "failed":
             return finish(checks)
-    gpu, host = (HostBackend() if args.dry else CudaBackend()), HostBackend()
+    gpu, host = (Side(HostBackend(), on_gpu) if no_gpu else CudaBackend()), HostBackend()
 
     def on_dev(args_: list) -> list:
         return [a.to(dev) if isinstance(a, torch.Tensor) else a for a in args_]
@@ -167,10 +204,14 @@ def main(argv: list[str] | None = None) -> int:
             a = gpu.kernels["langevin_step"].fn(x.to(dev), g.to(dev), z.to(dev), 0.05, hv.to(dev))
             b = host.kernels["langevin_step"].fn(x, g, z, 0.05, hv)
             close(a, b, 1e-6 if dtype == torch.float32 else torch.finfo(dtype).eps * 4, f"langevin_step {dtype}")
-        close(ops.normal(70 * n + 1, 9, 3, 2**35 + 7, device=dev), ops.normal(70 * n + 1, 9, 3, 2**35 + 7), 1e-6, "normal")
+        with on_gpu():
+            a = ops.normal(70 * n + 1, 9, 3, 2**35 + 7, device=dev)
+        close(a, ops.normal(70 * n + 1, 9, 3, 2**35 + 7), 1e-6, "normal")
         gen = torch.Generator().manual_seed(0)
         counters, keys = torch.randint(0, 2**32, (n, 4), generator=gen), torch.randint(0, 2**32, (n, 2), generator=gen)
-        assert torch.equal(ops.philox4x32(counters.to(dev), keys.to(dev)).cpu(), ops.philox4x32(counters, keys)), "philox"
+        with on_gpu():
+            a = ops.philox4x32(counters.to(dev), keys.to(dev))
+        assert torch.equal(a.cpu(), ops.philox4x32(counters, keys)), "philox"
 
     checks.run("langevin_step_philox, langevin_step, normal, philox vs host", steps)
 
@@ -196,8 +237,8 @@ def main(argv: list[str] | None = None) -> int:
 
     # 4. the caller's current stream: a side stream busy before it writes x; the kernel must wait for it
     def streams() -> str | None:
-        if args.dry or sanitizer:
-            return "skipped: needs a GPU (no side streams on the CPU)" if args.dry else "skipped: not under the sanitizer"
+        if no_gpu or sanitizer:
+            return "skipped: needs a GPU (no side streams on the CPU)" if no_gpu else "skipped: not under the sanitizer"
         x, m, p = [t.cuda() for t in sample_inputs("gaussian_energy", 200_000, 10, dtype=torch.float32)]
         want = gpu.kernels["gaussian_energy"].fn(torch.ones_like(x), m, p)
         kw = dict(n_steps=3, step_size=0.01, noise_scale=0.0, seed=0, offset=0)
@@ -217,8 +258,8 @@ def main(argv: list[str] | None = None) -> int:
 
     # 5. CUDA-graph capture of the chain and step kernels, replayed
     def graphs() -> str | None:
-        if args.dry or sanitizer:
-            return "skipped: needs a GPU (torch.cuda.CUDAGraph)" if args.dry else "skipped: not under the sanitizer"
+        if no_gpu or sanitizer:
+            return "skipped: needs a GPU (torch.cuda.CUDAGraph)" if no_gpu else "skipped: not under the sanitizer"
         x, m, p = [t.cuda() for t in sample_inputs("gaussian_energy", 4099, 10, dtype=torch.float32)]
         g = torch.randn_like(x)
         kw = dict(n_steps=4, step_size=0.01, noise_scale=0.1, seed=3, offset=0)
@@ -262,20 +303,24 @@ def main(argv: list[str] | None = None) -> int:
 
     checks.run(f"a 2^24-chain launch ({'here ' if args.dry else ''}{sizes.big:,} chains) equals the host build", big)
 
-    # 7. refusals: d = 65 and float64 are errors, not launches
+    # 7. refusals: d = 65 and float64 are errors, not launches (emulated: the .cu file's own refusals, on the CPU)
     def refusals() -> str | None:
         if args.dry:
             return "skipped: the host build takes d = 65 and float64"
         from ebmcore.errors import InputError
 
+        refused = library.KernelError if args.emulated else InputError
         for x in (torch.zeros(4, 65, device=dev), torch.zeros(4, 3, device=dev, dtype=torch.float64)):
             try:
-                ops.langevin_chain(x, 1, None, None, 1.0, 0.0, 1, 0.1, 0.1, None, None, 0, 0)
-            except InputError:
+                with on_gpu():
+                    ops.langevin_chain(x, 1, None, None, 1.0, 0.0, 1, 0.1, 0.1, None, None, 0, 0)
+            except refused:
                 continue
             raise AssertionError(f"a {tuple(x.shape)} {x.dtype} state was not refused")
 
     checks.run("refusals: d = 65 and float64 on the GPU", refusals)
+    if emulated:
+        print("emulated entry points run:", " ".join(sorted(emulated.ran)))
     return finish(checks)
 
 

@@ -1,6 +1,7 @@
-"""Compiling the kernels, cached: the host library with the C++ compiler, the CUDA library with nvcc.
+"""Compiling the kernels, cached: the host library with the C++ compiler, the CUDA library with nvcc, and for the
+sanitizer checks the host library and ``kernels.cu`` itself (CUDA emulated on the host threads) with the C++ compiler.
 
-Both are plain shared libraries with a C interface (no torch headers, so they compile whatever torch
+All are plain shared libraries with a C interface (no torch headers, so they compile whatever torch
 wheel is installed), loaded with ctypes by :mod:`ebm_cuda.library`. A build is cached under
 ``$EBM_CUDA_CACHE`` (default ``~/.cache/ebm_cuda``), keyed by the sources, the flags, the compiler
 and, for the host build, the CPU (it is compiled with ``-march=native``); concurrent builds
@@ -18,7 +19,9 @@ import tempfile
 from pathlib import Path
 
 __all__ = ["BuildError", "CSRC", "cache_dir", "find_cxx", "find_nvcc", "host_command", "nvcc_command", "build_host", "build_cuda",
-           "SANITIZER_FLAGS", "sanitized_host_command", "build_host_sanitized"]
+           "SANITIZER_FLAGS", "THREAD_SANITIZER_FLAGS", "SANITIZER_RUNTIMES", "SANITIZER_OPTIONS", "sanitizer_runtimes",
+           "sanitizer_environment", "sanitized_host_command", "build_host_sanitized", "emulated_cuda_command",
+           "build_cuda_emulated"]
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 HOST_FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fopenmp", "-fPIC", "-shared", "-std=c++17")
@@ -49,7 +52,9 @@ def find_nvcc() -> str | None:
 
 
 def _sources(unit: str) -> list[Path]:
-    return [CSRC / unit, *sorted((CSRC / "ebm").glob("*.h"))]
+    """What ``unit`` compiles: itself and the headers (``cuda_emulation.h`` only for ``kernels.cu``)."""
+    headers = sorted((CSRC / "ebm").glob("*.h"))
+    return [CSRC / unit, *(h for h in headers if unit == "kernels.cu" or h.name != "cuda_emulation.h")]
 
 
 def _cpu_identity() -> str:
@@ -136,18 +141,84 @@ SANITIZER_FLAGS = ("-O0", "-g1", "-fno-omit-frame-pointer", "-fsanitize=address,
 fatal; ``-O0`` compiles in about 10 s (the checks run at small sizes)."""
 
 
+THREAD_SANITIZER_FLAGS = ("-O0", "-g1", "-fno-omit-frame-pointer", "-fsanitize=thread")
+"""The flags of the ThreadSanitizer build of the CUDA emulation (:func:`build_cuda_emulated`), in place of ``-O3``
+(``-O0``: about 6 s to compile, against 19 s with ``-O1``, and as fast at the tests' sizes)."""
+
+SANITIZER_RUNTIMES = {"address": ("libasan.so", "libubsan.so"), "thread": ("libtsan.so",)}
+"""The runtimes a process preloads to load a library built with :data:`SANITIZER_FLAGS` (``address``) or
+:data:`THREAD_SANITIZER_FLAGS` (``thread``)."""
+
+SANITIZER_OPTIONS = {
+    "address": {"ASAN_OPTIONS": "detect_leaks=0:alloc_dealloc_mismatch=0", "UBSAN_OPTIONS": "print_stacktrace=1"},
+    "thread": {"TSAN_OPTIONS": "halt_on_error=1"},
+}
+"""The environment of such a process besides ``LD_PRELOAD``: every report fatal, no leak report (Python's own allocations
+are not leaks)."""
+
+
+def sanitizer_runtimes(sanitizer: str, cxx: str | None = None) -> list[str] | None:
+    """The paths of the C++ compiler's runtimes for ``sanitizer`` (``address`` or ``thread``), or None where it has
+    none (GCC's, or Clang's where it names them the same)."""
+    cxx = cxx or find_cxx()
+    if cxx is None or shutil.which(cxx) is None:
+        return None
+    paths = []
+    for name in SANITIZER_RUNTIMES[sanitizer]:
+        try:
+            found = subprocess.run([cxx, f"-print-file-name={name}"], capture_output=True, text=True, timeout=60).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return None
+        if not found or not Path(found).is_file():
+            return None
+        paths.append(found)
+    return paths
+
+
+def sanitizer_environment(sanitizer: str) -> dict[str, str]:
+    """The environment variables a process needs to load a library built for ``sanitizer``: ``LD_PRELOAD`` its
+    runtimes, and :data:`SANITIZER_OPTIONS`. Raises :class:`BuildError` where the compiler has no such runtime."""
+    runtimes = sanitizer_runtimes(sanitizer)
+    if runtimes is None:
+        raise BuildError(f"the C++ compiler has no {' or '.join(SANITIZER_RUNTIMES[sanitizer])}")
+    return {"LD_PRELOAD": ":".join(runtimes), **SANITIZER_OPTIONS[sanitizer]}
+
+
+def _optimised_with(command: list[str], flags: tuple[str, ...]) -> list[str]:
+    """``command`` with ``flags`` in place of ``-O3``."""
+    return [command[0], *flags, *(f for f in command[1:] if f != "-O3")]
+
+
 def sanitized_host_command(out: Path | str, cxx: str | None = None) -> list[str]:
     """The command that builds the host library with :data:`SANITIZER_FLAGS` (GCC or Clang)."""
-    command = host_command(out, cxx)
-    return [command[0], *SANITIZER_FLAGS, *(f for f in command[1:] if f != "-O3")]
+    return _optimised_with(host_command(out, cxx), SANITIZER_FLAGS)
 
 
 def build_host_sanitized() -> Path:
     """The host library under AddressSanitizer and UndefinedBehaviorSanitizer, compiled now if not cached. Load it with
-    ``EBM_CUDA_HOST_LIBRARY=<path>`` in a process started with the sanitizer runtimes preloaded
-    (``LD_PRELOAD="$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)"``, and
-    ``ASAN_OPTIONS=detect_leaks=0``: Python's own allocations are not leaks)."""
+    ``EBM_CUDA_HOST_LIBRARY=<path>`` in a process started with ``sanitizer_environment("address")``: the sanitizer
+    runtimes preloaded (``LD_PRELOAD="$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)"``), and
+    ``ASAN_OPTIONS=detect_leaks=0``: Python's own allocations are not leaks."""
     return _build("libebm_host-sanitized", "host.cpp", sanitized_host_command, _cpu_identity())
+
+
+def emulated_cuda_command(out: Path | str, sanitizer: str = "address", cxx: str | None = None) -> list[str]:
+    """The command that builds ``kernels.cu`` as C++ for the host, CUDA emulated by ``csrc/ebm/cuda_emulation.h``
+    (``-x c++ -DEBM_CUDA_EMULATION``; each block's threads are OS threads), under ``sanitizer``: ``address``
+    (:data:`SANITIZER_FLAGS`) or ``thread`` (:data:`THREAD_SANITIZER_FLAGS`)."""
+    flags = {"address": SANITIZER_FLAGS, "thread": THREAD_SANITIZER_FLAGS}[sanitizer]
+    command = _optimised_with(host_command(out, cxx), flags)
+    unit = {str(CSRC / "host.cpp"): str(CSRC / "kernels.cu"), "-fopenmp": "-pthread"}  # no OpenMP: std::thread
+    return [command[0], "-x", "c++", "-DEBM_CUDA_EMULATION", *(unit.get(f, f) for f in command[1:])]
+
+
+def build_cuda_emulated(sanitizer: str = "address") -> Path:
+    """``kernels.cu`` built for the host under ``sanitizer`` (:func:`emulated_cuda_command`), compiled now if not
+    cached (about 25 s for ``address``, 6 s for ``thread``). Load it as ``Library(path, "cuda")`` in a process with
+    :func:`sanitizer_environment`, and run the ops on CPU tensors with it inside :func:`ebm_cuda.ops.cuda_emulation`
+    (``benchmarks/gpu_check_kernels.py --emulated PATH``)."""
+    return _build(f"libebm_cuda-emulated-{sanitizer}", "kernels.cu", lambda out: emulated_cuda_command(out, sanitizer),
+                  _cpu_identity())
 
 
 def build_cuda(archs: list[str]) -> Path:

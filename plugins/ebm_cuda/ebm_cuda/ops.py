@@ -12,9 +12,11 @@ Random draws come from the Philox stream of ``csrc/ebm/philox.h`` keyed by ``see
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
-from typing import Optional, Sequence
+from contextvars import ContextVar
+from typing import Iterator, Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -24,7 +26,7 @@ from ebm_cuda import library
 from ebm_cuda.energies import KINDS, LAYOUTS
 from ebm_cuda.library import DTYPE_CODES, EnergySpec
 
-__all__ = ["KINDS", "MAX_CUDA_CHAIN_DIM", "call", "feedforward_denoising_score_matching", "feedforward_sliced_score_matching", "feedforward_energy_gradients", "feedforward_contrastive_chain", "math_dtype", "normal", "philox4x32", "uniform"]
+__all__ = ["KINDS", "MAX_CUDA_CHAIN_DIM", "call", "cuda_emulation", "feedforward_denoising_score_matching", "feedforward_sliced_score_matching", "feedforward_energy_gradients", "feedforward_contrastive_chain", "math_dtype", "normal", "philox4x32", "uniform"]
 
 _LAYOUT_OF_CODE = {layout.code: layout for layout in LAYOUTS.values()}
 MAX_CUDA_CHAIN_DIM = 64
@@ -68,12 +70,34 @@ def _check(x: Tensor, what: str) -> Tensor:
     return x.contiguous()
 
 
+_EMULATED: ContextVar[Optional[library.Library]] = ContextVar("ebm_cuda_emulated", default=None)
+
+
+@contextlib.contextmanager
+def cuda_emulation(lib: library.Library) -> Iterator[None]:
+    """Inside, the ops run CPU tensors on ``lib``, ``kernels.cu`` built for the host (``build.build_cuda_emulated()``,
+    loaded as ``Library(path, "cuda")``), as they run CUDA tensors on the CUDA build (its workspaces, no stream: its
+    launches return when done), instead of on the host build: how the tests run the ``.cu`` file without a GPU."""
+    token = _EMULATED.set(lib)
+    try:
+        yield
+    finally:
+        _EMULATED.reset(token)
+
+
+def _cuda_build(device: torch.device) -> bool:
+    """Whether ``device``'s tensors run on a build of ``kernels.cu`` (a GPU's, or the host emulation's)."""
+    return device.type == "cuda" or _EMULATED.get() is not None
+
+
 def _run(device: torch.device, name: str, *args) -> None:
     if device.type == "cuda":
         with torch.cuda.device(device):
             library.cuda(device).call(name, *args, ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream))
             if _SYNC:  # EBM_CUDA_SYNC=1: surface asynchronous kernel errors at the call that caused them
                 torch.cuda.synchronize(device)
+    elif _EMULATED.get() is not None:
+        _EMULATED.get().call(name, *args, None)
     else:
         library.host().call(name, *args, torch.get_num_threads())
 
@@ -242,7 +266,7 @@ def _nuts_chain(x: Tensor, kind: int, v0: Optional[Tensor], v1: Optional[Tensor]
     hv = _vector(step_sizes, x, "step_sizes")
     # the CUDA build keeps each chain's tree checkpoints here (the host build uses per-thread scratch)
     workspace = (torch.empty(n * 2 * max(max_tree_depth - 1, 1) * x.shape[1], dtype=torch.float32, device=x.device)
-                 if x.device.type == "cuda" else None)
+                 if _cuda_build(x.device) else None)
     _run(x.device, "nuts_chain", ctypes.byref(spec), DTYPE_CODES[x.dtype], x.data_ptr(), out.data_ptr(), n, n_steps, step_size,
          _ptr(hv), max_tree_depth, inverse_temperature, seed, offset, acceptance.data_ptr(), divergent.data_ptr(),
          n_leapfrog.data_ptr(), tree_depth.data_ptr(), _ptr(workspace))
@@ -551,10 +575,8 @@ def philox4x32(counters: Tensor, keys: Tensor) -> Tensor:
     c = counters.to(torch.int64).to(torch.int32).contiguous()  # the same 32 bits
     k = keys.to(torch.int64).to(torch.int32).contiguous()
     out = torch.empty_like(c)
-    if device.type == "cuda":
-        with torch.cuda.device(device):
-            library.cuda(device).call("philox", c.data_ptr(), k.data_ptr(), out.data_ptr(), c.shape[0],
-                                ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream))
+    if _cuda_build(device):  # the C functions take a stream there
+        _run(device, "philox", c.data_ptr(), k.data_ptr(), out.data_ptr(), c.shape[0])
     else:
         library.host().call("philox", c.data_ptr(), k.data_ptr(), out.data_ptr(), c.shape[0])
     return out.to(torch.int64) & 0xFFFFFFFF

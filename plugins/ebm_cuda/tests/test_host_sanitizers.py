@@ -10,7 +10,6 @@ that the harness does report one.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,24 +19,9 @@ import pytest
 from ebm_cuda import build
 
 ROOT = Path(__file__).resolve().parents[3]
-RUNTIMES = ("libasan.so", "libubsan.so")
 
-
-def _runtimes() -> list[str] | None:
-    """The sanitizer runtimes of the C++ compiler (GCC, or Clang's when it names them the same), or None."""
-    cxx = build.find_cxx()
-    if cxx is None or shutil.which(cxx) is None:
-        return None
-    paths = []
-    for name in RUNTIMES:
-        found = subprocess.run([cxx, f"-print-file-name={name}"], capture_output=True, text=True).stdout.strip()
-        if not found or not Path(found).is_file():
-            return None
-        paths.append(found)
-    return paths
-
-
-needs_sanitizers = pytest.mark.skipif(_runtimes() is None, reason="the C++ compiler has no AddressSanitizer/UBSan runtime")
+needs_sanitizers = pytest.mark.skipif(build.sanitizer_runtimes("address") is None,
+                                      reason="the C++ compiler has no AddressSanitizer/UBSan runtime")
 
 NETWORK_CHECKS = """
 import torch
@@ -70,8 +54,7 @@ print("network checks done")
 
 
 def _sanitized_run(library: Path, code: list[str]) -> subprocess.CompletedProcess:
-    env = {**os.environ, "LD_PRELOAD": ":".join(_runtimes()), "ASAN_OPTIONS": "detect_leaks=0:alloc_dealloc_mismatch=0",
-           "UBSAN_OPTIONS": "print_stacktrace=1", "EBM_CUDA_HOST_LIBRARY": str(library), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, **build.sanitizer_environment("address"), "EBM_CUDA_HOST_LIBRARY": str(library), "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, *code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 

@@ -1,9 +1,16 @@
 // The CUDA build of the kernels: the per-element math and RNG of ebm/*.h, one thread per chain.
 // Includes no torch headers (the CPU torch wheel lacks parts of the CUDA headers); loaded with
 // ctypes by ebm_cuda/library.py and launched on the caller's stream. Every function returns 0,
-// or 1 with a message in ebm_cuda_last_error().
-#include <cuda_runtime.h>
+// or 1 with a message in ebm_cuda_last_error(). Launches and dynamic shared memory go through EBM_LAUNCH and
+// EBM_DYNAMIC_SHARED, which ebm/cuda_emulation.h defines for the host (-x c++ -DEBM_CUDA_EMULATION: the sanitizer checks).
 #include <stdio.h>
+#ifndef EBM_CUDA_EMULATION
+#include <cuda_runtime.h>
+#define EBM_LAUNCH(grid, block, shared, stream, ...) __VA_ARGS__<<<grid, block, shared, stream>>>
+#define EBM_DYNAMIC_SHARED(T, name) extern __shared__ T name[]
+#else
+#include "ebm/cuda_emulation.h"
+#endif
 
 #include "ebm/chains.h"
 #include "ebm/dispatch.h"
@@ -84,7 +91,7 @@ __device__ void store_tile(S* x, const float* tile, int64_t base, int count, int
 template <int KIND, typename S, int MAXD>
 __global__ void langevin_chain_kernel(ebm::Params<float> p, const S* x, S* out, int64_t n, int64_t n_steps, float h, float s,
                                       const float* h_vec, const float* s_vec, uint64_t seed, uint64_t offset) {
-  extern __shared__ float shared[];
+  EBM_DYNAMIC_SHARED(float, shared);
   const int d = p.d;
   float* tile = shared + param_floats(p.v0, p.v1, d);
   const ebm::Energy<KIND, float, MAXD> E{stage_params(p, shared)};
@@ -105,7 +112,7 @@ template <int KIND, typename S, int MAXD>
 __global__ void hmc_chain_kernel(ebm::Params<float> p, const S* x, S* out, int64_t n, int64_t n_steps, float h, const float* h_vec,
                                  int n_leapfrog, float beta, uint64_t seed, uint64_t offset, int32_t* accepted,
                                  int32_t* divergent) {
-  extern __shared__ float shared[];
+  EBM_DYNAMIC_SHARED(float, shared);
   const int d = p.d;
   float* tile = shared + param_floats(p.v0, p.v1, d);
   const ebm::Energy<KIND, float, MAXD> E{stage_params(p, shared)};
@@ -128,7 +135,7 @@ template <int KIND, typename S, int MAXD>
 __global__ void nuts_chain_kernel(ebm::Params<float> p, const S* x, S* out, int64_t n, int64_t n_steps, float h, const float* h_vec,
                                   int max_depth, float beta, uint64_t seed, uint64_t offset, float* acceptance,
                                   int32_t* divergent, int64_t* n_leapfrog, int64_t* tree_depth, float* workspace) {
-  extern __shared__ float shared[];
+  EBM_DYNAMIC_SHARED(float, shared);
   const int d = p.d;
   float* tile = shared + param_floats(p.v0, p.v1, d);
   const ebm::Energy<KIND, float, MAXD> E{stage_params(p, shared)};
@@ -208,7 +215,7 @@ int ebm_cuda_energy(const ebm_energy* spec, int dtype, const void* x, int64_t n,
                     void* stream) {
   if (n == 0) return 0;
   EBM_CUDA_DTYPES(dtype, S, EBM_DISPATCH_KIND(spec->kind, KIND,
-      energy_kernel<KIND, S><<<blocks_for(n, THREADS), THREADS, 0, (cudaStream_t)stream>>>(
+      EBM_LAUNCH(blocks_for(n, THREADS), THREADS, 0, (cudaStream_t)stream, energy_kernel<KIND, S>)(
           params_of<float>(spec), (const S*)x, n, (S*)energy, (S*)grad)))
   return launched();
 }
@@ -220,7 +227,7 @@ int ebm_cuda_langevin_chain(const ebm_energy* spec, int dtype, const void* x, vo
   int threads; size_t shared;
   EBM_CUDA_DTYPES(dtype, S, EBM_DISPATCH_KIND(spec->kind, KIND, EBM_DISPATCH_MAXD(spec->d, MAXD,
       chain_launch_shape(spec, &threads, &shared);
-      langevin_chain_kernel<KIND, S, MAXD><<<blocks_for(n, threads), threads, shared, (cudaStream_t)stream>>>(
+      EBM_LAUNCH(blocks_for(n, threads), threads, shared, (cudaStream_t)stream, langevin_chain_kernel<KIND, S, MAXD>)(
           params_of<float>(spec), (const S*)x, (S*)out, n, n_steps, (float)h, (float)s, (const float*)h_vec, (const float*)s_vec,
           seed, offset))))
   return launched();
@@ -233,7 +240,7 @@ int ebm_cuda_hmc_chain(const ebm_energy* spec, int dtype, const void* x, void* o
   int threads; size_t shared;
   EBM_CUDA_DTYPES(dtype, S, EBM_DISPATCH_KIND(spec->kind, KIND, EBM_DISPATCH_MAXD(spec->d, MAXD,
       chain_launch_shape(spec, &threads, &shared);
-      hmc_chain_kernel<KIND, S, MAXD><<<blocks_for(n, threads), threads, shared, (cudaStream_t)stream>>>(
+      EBM_LAUNCH(blocks_for(n, threads), threads, shared, (cudaStream_t)stream, hmc_chain_kernel<KIND, S, MAXD>)(
           params_of<float>(spec), (const S*)x, (S*)out, n, n_steps, (float)h, (const float*)h_vec, n_leapfrog, (float)beta, seed,
           offset, accepted, divergent))))
   return launched();
@@ -247,7 +254,7 @@ int ebm_cuda_nuts_chain(const ebm_energy* spec, int dtype, const void* x, void* 
   int threads; size_t shared;
   EBM_CUDA_DTYPES(dtype, S, EBM_DISPATCH_KIND(spec->kind, KIND, EBM_DISPATCH_MAXD(spec->d, MAXD,
       chain_launch_shape(spec, &threads, &shared);
-      nuts_chain_kernel<KIND, S, MAXD><<<blocks_for(n, threads), threads, shared, (cudaStream_t)stream>>>(
+      EBM_LAUNCH(blocks_for(n, threads), threads, shared, (cudaStream_t)stream, nuts_chain_kernel<KIND, S, MAXD>)(
           params_of<float>(spec), (const S*)x, (S*)out, n, n_steps, (float)h, (const float*)h_vec, max_tree_depth, (float)beta, seed,
           offset, (float*)acceptance, divergent, n_leapfrog, tree_depth, (float*)workspace))))
   return launched();
@@ -257,7 +264,7 @@ int ebm_cuda_langevin_update(int dtype, const void* x, const void* grad, void* o
                              const void* h_vec, const void* s_vec, uint64_t seed, uint64_t offset, void* stream) {
   if (n == 0) return 0;
   const int64_t work = n * ((d + 3) / 4);
-  EBM_CUDA_DTYPES(dtype, S, langevin_update_kernel<S><<<blocks_for(work, THREADS), THREADS, 0, (cudaStream_t)stream>>>(
+  EBM_CUDA_DTYPES(dtype, S, EBM_LAUNCH(blocks_for(work, THREADS), THREADS, 0, (cudaStream_t)stream, langevin_update_kernel<S>)(
       (const S*)x, (const S*)grad, (S*)out, n, d, (float)h, (float)s, (const float*)h_vec, (const float*)s_vec, seed, offset))
   return launched();
 }
@@ -265,7 +272,7 @@ int ebm_cuda_langevin_update(int dtype, const void* x, const void* grad, void* o
 int ebm_cuda_langevin_step(int dtype, void* out, const void* x, const void* grad, const void* noise, int64_t n,
                            int d, double h, double s, const void* h_vec, const void* s_vec, void* stream) {
   if (n == 0) return 0;
-  EBM_CUDA_DTYPES(dtype, S, langevin_step_kernel<S><<<blocks_for(n * d, THREADS), THREADS, 0, (cudaStream_t)stream>>>(
+  EBM_CUDA_DTYPES(dtype, S, EBM_LAUNCH(blocks_for(n * d, THREADS), THREADS, 0, (cudaStream_t)stream, langevin_step_kernel<S>)(
       (S*)out, (const S*)x, (const S*)grad, (const S*)noise, n, d, (float)h, (float)s, (const float*)h_vec,
       (const float*)s_vec))
   return launched();
@@ -273,13 +280,13 @@ int ebm_cuda_langevin_step(int dtype, void* out, const void* x, const void* grad
 
 int ebm_cuda_philox(const uint32_t* counters, const uint32_t* keys, uint32_t* out, int64_t n, void* stream) {
   if (n == 0) return 0;
-  philox_kernel<<<blocks_for(n, THREADS), THREADS, 0, (cudaStream_t)stream>>>(counters, keys, out, n);
+  EBM_LAUNCH(blocks_for(n, THREADS), THREADS, 0, (cudaStream_t)stream, philox_kernel)(counters, keys, out, n);
   return launched();
 }
 
 int ebm_cuda_normal(float* out, int64_t n, int d, uint64_t seed, uint64_t step, void* stream) {
   if (n == 0) return 0;
-  normal_kernel<<<blocks_for(n * ((d + 3) / 4), THREADS), THREADS, 0, (cudaStream_t)stream>>>(out, n, d, seed, step);
+  EBM_LAUNCH(blocks_for(n * ((d + 3) / 4), THREADS), THREADS, 0, (cudaStream_t)stream, normal_kernel)(out, n, d, seed, step);
   return launched();
 }
 
