@@ -37,7 +37,7 @@ def test_the_conv_pcd_rows_compare_a_captured_graph_with_the_per_step_loop(monke
     import ebmcore
     from ebm_samplers import graphs
 
-    def stand_in(body, generator):
+    def stand_in(body, generator, device):
         body()
         return body
 

@@ -32,7 +32,7 @@ from ebmcore.config import get_config, parse_backend_list
 from ebmcore.errors import BackendUnavailableError, UnknownComponentError
 from ebmcore.kernels.base import Kernel, KernelBackend
 
-__all__ = ["Candidate", "Explanation", "use_backend", "resolve_kernel", "explain", "dispatch", "clear_cache"]
+__all__ = ["Candidate", "Explanation", "use_backend", "resolve_kernel", "explain", "dispatch", "clear_cache", "selection"]
 
 _selected: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVar("ebm_backend", default=None)
 
@@ -99,6 +99,12 @@ def _selection(backend: str | tuple[str, ...] | list[str] | None) -> tuple[tuple
     if config.backend:
         return config.backend, f"backend = {list(config.backend)} in {config.source}"
     return None, "automatic (highest priority that can run)"
+
+
+def selection(backend: str | tuple[str, ...] | list[str] | None = None) -> tuple[str, ...] | None:
+    """The backends the resolver would allow now, in order (None: any, by priority): ``backend`` (an energy's), else
+    :func:`use_backend`'s, ``EBM_BACKEND`` or the configuration's. For callers that cache what they resolved."""
+    return _selection(backend)[0]
 
 
 @functools.lru_cache(maxsize=None)

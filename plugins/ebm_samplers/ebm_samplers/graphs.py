@@ -1,18 +1,22 @@
 """``GRAPH_STEPS`` transitions per launch of a captured CUDA graph: the chain of any algorithm on CUDA whose transition
 makes no host sync, for energies no fused chain kernel runs (conv networks, user modules).
 
-A :class:`GraphChain` captures ``k`` calls of a run's ``step(state) -> (state, info)`` (the per-step loop's own
-transition, its random draws included) into one CUDA graph and replays it. It computes what the per-step loop computes
-from the same generator state, to the bit: the graph holds the same kernels, and PyTorch's captured random draws take
-the offsets eager draws would take. The ``seed``/``offset`` of the :data:`~ebmcore.sampler.Chain` call are not used:
-the noise is the generator's, as in the per-step loop. What a graph fixes at capture: the tensors' addresses (the
-energy's parameters are read at every replay, so in-place updates by an optimiser are seen), every Python value
-(step sizes, branches of ``compute_energy``) and the kernels resolved. :func:`graph_key` names what a captured graph
-depends on, and a sampler captures again when it changes.
+A :class:`GraphChain` captures ``k`` calls of a run's transition (the per-step loop's own, its random draws included)
+into one CUDA graph and replays it. It computes what the per-step loop computes from the same generator state: the
+graph holds the same kernels, and PyTorch's captured random draws take the offsets eager draws would take. The
+``seed``/``offset`` of the :data:`~ebmcore.sampler.Chain` call are not used: the noise is the generator's, as in the
+per-step loop.
+
+What a graph fixes at capture, and how a sampler keeps it right (:func:`graph_key`): the addresses of the energy's
+parameters and buffers (read at every replay, so an optimiser's in-place updates are seen; a new tensor, or a new
+number in an analytic energy, captures again), every Python value the transition reads (the params' numbers, the
+program, module modes, the kernels resolved, autocast). The params' tensors (per-chain step sizes, a mass matrix) and
+the generator's state are copied into the graph's own at every call, so new ones of the same shape reuse it.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Any, Callable, Optional
 
@@ -20,49 +24,64 @@ import torch
 from torch import Tensor
 
 from ebmcore import EnergyModel
-from ebmcore.energies.program import Program
+from ebmcore.energies.program import Analytic, Program
+from ebmcore.kernels.resolve import selection
 from ebm_samplers.algorithm import ChainInfo
 
-__all__ = ["GRAPH_STEPS", "Capture", "GraphChain", "capture_for", "cuda_capture", "generator_of", "graph_key",
-           "state_refusal"]
+__all__ = ["GRAPH_STEPS", "Capture", "GraphChain", "capture_for", "cuda_capture", "graph_key", "state_refusal"]
 
 GRAPH_STEPS = 10
 """Transitions per graph replay: a chain call of ``n`` transitions replays the graph ``n // GRAPH_STEPS`` times and runs
 the rest one by one. Capture time and graph memory grow with it; the launches it saves, per step, do not."""
 
-Capture = Callable[[Callable[[], None], torch.Generator], Callable[[], None]]
-"""``capture(body, generator) -> replay``: records ``body()``'s kernels (drawing from ``generator``) and returns ``replay()``, which runs them. It may run ``body`` before (a warm-up); the caller restores the
-generator and overwrites what ``body`` writes."""
+Capture = Callable[[Callable[[], None], torch.Generator, torch.device], Callable[[], None]]
+"""``capture(body, generator, device) -> replay``: records ``body()``'s kernels on ``device`` (drawing from
+``generator``) and returns ``replay()``, which runs them. It may run ``body`` before (a warm-up); the caller restores
+the generator and overwrites what ``body`` writes. It raises if ``body`` cannot be captured."""
 
 
-def cuda_capture(body: Callable[[], None], generator: torch.Generator) -> Callable[[], None]:
-    """:data:`Capture` by ``torch.cuda.CUDAGraph``: runs ``body`` once on a side stream (lazy initialisation, such as
-    cuBLAS handles, autotuning and the step's buffers, must not happen inside a capture), then captures it."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        body()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    if generator is not torch.cuda.default_generators[generator.device.index or 0]:  # the default one is registered
-        graph.register_generator_state(generator)
-    with torch.cuda.graph(graph):
-        body()
-    return graph.replay
+def cuda_capture(body: Callable[[], None], generator: torch.Generator, device: torch.device) -> Callable[[], None]:
+    """:data:`Capture` by ``torch.cuda.CUDAGraph``, on ``device``: runs ``body`` once on a side stream (lazy
+    initialisation, such as cuBLAS handles, autotuning and the step's buffers, must not happen inside a capture), then
+    captures it on a stream of its own. A capture that fails raises ``body``'s own error where it raised one, and
+    leaves the caller's current stream as it was."""
+    with torch.cuda.device(device):
+        current = torch.cuda.current_stream()
+        side = torch.cuda.Stream()
+        side.wait_stream(current)
+        with torch.cuda.stream(side):
+            body()
+        current.wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        if generator is not torch.cuda.default_generators[torch.cuda.current_device()]:  # that one is registered
+            graph.register_generator_state(generator)
+        raised: list[BaseException] = []
+
+        def guarded() -> None:
+            try:
+                body()
+            except BaseException as exc:
+                raised.append(exc)
+                raise
+
+        try:
+            with torch.cuda.graph(graph, stream=torch.cuda.Stream(), capture_error_mode="thread_local"):
+                guarded()
+        except BaseException as exc:
+            raise (raised[0] if raised else exc) from None
+        finally:
+            torch.cuda.set_stream(current)  # graph's __exit__ skips it when ending the capture raises
+
+    def replay() -> None:
+        with torch.cuda.device(device):
+            graph.replay()
+
+    return replay
 
 
 def capture_for(device: torch.device) -> Capture | None:
     """How to capture a graph on ``device`` (None: it has no graphs)."""
     return cuda_capture if device.type == "cuda" else None
-
-
-def generator_of(generator: Optional[torch.Generator], device: torch.device) -> torch.Generator:
-    """The generator a step on ``device`` draws from: ``generator``, or the device's default."""
-    if generator is not None:
-        return generator
-    if device.type == "cuda":
-        return torch.cuda.default_generators[device.index if device.index is not None else torch.cuda.current_device()]
-    return torch.default_generator
 
 
 def state_refusal(state: Any) -> Optional[str]:
@@ -76,42 +95,104 @@ def state_refusal(state: Any) -> Optional[str]:
     return None
 
 
+def _children(value: Any) -> list[Any] | None:
+    """The parts of a container (dataclass, tuple, list), or None for a leaf."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [getattr(value, f.name) for f in dataclasses.fields(value)]
+    if isinstance(value, (tuple, list)):
+        return list(value)
+    return None
+
+
+def _describe(value: Any, tensor: Callable[[Tensor], Any]) -> Any:
+    """A comparable description of ``value``: its containers and numbers as they are, each tensor as ``tensor(t)``
+    (never a tensor compared with ``==``)."""
+    if isinstance(value, Tensor):
+        return tensor(value)
+    parts = _children(value)
+    if parts is None:
+        return value
+    return (type(value), tuple(_describe(p, tensor) for p in parts))
+
+
+def _tensors(value: Any) -> list[Tensor]:
+    """The tensors in ``value``, in a fixed order."""
+    if isinstance(value, Tensor):
+        return [value]
+    return [t for p in _children(value) or () for t in _tensors(p)]
+
+
+def _with_own_tensors(value: Any) -> Any:
+    """``value`` with a copy of each of its tensors (containers shallow-copied, no ``__init__`` run)."""
+    if isinstance(value, Tensor):
+        return value.clone()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out = copy.copy(value)
+        for f in dataclasses.fields(value):
+            object.__setattr__(out, f.name, _with_own_tensors(getattr(value, f.name)))
+        return out
+    if isinstance(value, (tuple, list)):
+        return type(value)(_with_own_tensors(p) for p in value)
+    return value
+
+
+def _shape(t: Tensor) -> tuple:
+    return (t.shape, t.dtype, t.device)
+
+
+def _identity(t: Tensor) -> tuple:
+    return (t.data_ptr(), t.shape, t.dtype, t.device)
+
+
 def graph_key(energy: EnergyModel, program: Program, x: Tensor, params: Any, generator: Optional[torch.Generator],
               path: str) -> tuple:
-    """What a captured graph depends on besides the tensors' values: the states' shape, dtype and device; the params'
-    numbers and their tensors' addresses; the generator; the energy's ``program``, parameters and buffers (addresses,
-    shapes, dtypes) and every module's mode; and ``path``, what the energy's kernels resolved to."""
-    def identity(t: Tensor) -> tuple:
-        return (t.data_ptr(), t.shape, t.dtype, t.device)
+    """What a captured graph depends on besides tensors' values: the states' shape, dtype and device; the params'
+    numbers and their tensors' shapes (their values are copied in at every call); whether a generator is given (its
+    state is copied in); the energy's ``program`` with its numbers, the addresses of its parameters, buffers and
+    arguments, every module's mode; ``path``, the backend selection and autocast (what the energy's kernels resolved
+    to, and under what)."""
+    args = program.args if isinstance(program, Analytic) else ()  # not part of Analytic's equality
+    tensors = tuple((name, _identity(t)) for name, t in (*energy.named_parameters(), *energy.named_buffers()))
+    autocast = (torch.is_autocast_enabled(x.device.type), torch.get_autocast_dtype(x.device.type))
+    return (x.shape, x.dtype, x.device, _describe(params, _shape), generator is None, program, _describe(args, _identity),
+            tensors, tuple(m.training for m in energy.modules()), path, selection(getattr(energy, "backend", None)),
+            autocast)
 
-    fields = tuple((f.name, identity(v) if isinstance(v, Tensor) else v)
-                   for f in dataclasses.fields(params) for v in (getattr(params, f.name),))
-    tensors = tuple((name, identity(t)) for name, t in (*energy.named_parameters(), *energy.named_buffers()))
-    modes = tuple(m.training for m in energy.modules())
-    return (x.shape, x.dtype, x.device, fields, generator, program, tensors, modes, path)
+
+def kept_tensors(energy: EnergyModel, program: Program) -> list[Tensor]:
+    """The tensors whose addresses :func:`graph_key` holds: kept alive with the graph, so no address is reused."""
+    args = program.args if isinstance(program, Analytic) else ()
+    return [*energy.parameters(), *energy.buffers(), *_tensors(args)]
 
 
 class GraphChain:
-    """A :data:`~ebmcore.sampler.Chain` that runs ``step`` ``k`` times per replay of a graph ``capture`` made of it.
+    """A :data:`~ebmcore.sampler.Chain` factory: ``kernel(state, fns, generator, params)`` (the algorithm's step) run
+    ``k`` times per replay of a graph ``capture`` made of it, with copies of ``params``' tensors and, for a given
+    ``generator``, a generator of its own; :meth:`bind` gives the chain of a run with its params and generator.
 
-    ``step(state) -> (state, info)``: one transition with everything bound (``Run.step``), whose info carries per-chain
-    ``accepted`` and ``divergent`` where ``counts`` (summed per call into :class:`ChainInfo`). The graph's inputs are
-    copies of ``state``'s tensors, made at construction; the capture runs there too. Each call copies its state in,
-    replays, runs the remainder eagerly and returns copies (a graph's outputs are overwritten by its next replay)."""
+    The step's info carries per-chain ``accepted`` and ``divergent`` where ``counts`` (summed per call into
+    :class:`ChainInfo`). The graph's inputs are copies of ``state``'s tensors, made at construction; the capture runs
+    there too. Each call copies its state, params and generator state in, replays, runs the remainder eagerly and
+    returns copies (a graph's outputs are overwritten by its next replay). ``keep``: tensors to keep alive with it."""
 
-    def __init__(self, step: Callable[[Any], tuple[Any, Any]], state: Any, counts: bool, generator: torch.Generator,
-                 capture: Capture, k: int = GRAPH_STEPS) -> None:
-        self.step, self.k = step, k
+    def __init__(self, kernel: Callable[..., tuple[Any, Any]], fns: Any, params: Any, generator: Optional[torch.Generator],
+                 state: Any, counts: bool, capture: Capture, keep: list[Tensor], k: int = GRAPH_STEPS) -> None:
+        device = state.x.device
+        self.k, self.keep, self.fns = k, keep, fns
+        self.params = _with_own_tensors(params)
+        self.generator = None if generator is None else torch.Generator(device=device)
+        self.step = lambda s: kernel(s, fns, self.generator, self.params)
         self.names = [f.name for f in dataclasses.fields(state) if getattr(state, f.name) is not None]
         self.static = dataclasses.replace(state, **{name: getattr(state, name).clone() for name in self.names})
         n = state.x.shape[0]
-        self.accepted = torch.zeros(n, dtype=torch.int32, device=state.x.device) if counts else None
-        self.divergent = torch.zeros(n, dtype=torch.int32, device=state.x.device) if counts else None
-        rng = generator.get_state()
+        self.accepted = torch.zeros(n, dtype=torch.int32, device=device) if counts else None
+        self.divergent = torch.zeros(n, dtype=torch.int32, device=device) if counts else None
+        drawn_from = self.generator if self.generator is not None else _default_generator(device)
+        rng = drawn_from.get_state()
         try:
-            self.replay = capture(self._body, generator)
+            self.replay = capture(self._body, drawn_from, device)
         finally:  # a warm-up's draws are given back: the chain draws what the per-step loop would
-            generator.set_state(rng)
+            drawn_from.set_state(rng)
 
     def _body(self) -> None:
         """What the graph holds: ``k`` counted transitions from the static state, written back there."""
@@ -128,7 +209,24 @@ class GraphChain:
                 self.divergent.add_(info.divergent)
         return s
 
-    def __call__(self, state: Any, n: int, seed: int, offset: int) -> tuple[Any, ChainInfo]:
+    def bind(self, params: Any, generator: Optional[torch.Generator]) -> Callable[[Any, int, int, int], tuple[Any, ChainInfo]]:
+        """The chain of a run with ``params`` (the same structure as the captured ones) and ``generator`` (given
+        when the captured one was; its state is used and advanced as the per-step loop would)."""
+        pairs = [(mine, theirs) for mine, theirs in zip(_tensors(self.params), _tensors(params)) if mine is not theirs]
+
+        def chain(state: Any, n: int, seed: int, offset: int) -> tuple[Any, ChainInfo]:
+            for mine, theirs in pairs:
+                mine.copy_(theirs)
+            if generator is not None:
+                self.generator.set_state(generator.get_state())
+            out = self._run(state, n)
+            if generator is not None:
+                generator.set_state(self.generator.get_state())
+            return out
+
+        return chain
+
+    def _run(self, state: Any, n: int) -> tuple[Any, ChainInfo]:
         for name in self.names:
             getattr(self.static, name).copy_(getattr(state, name))
         if self.accepted is not None:
@@ -141,3 +239,10 @@ class GraphChain:
         if self.accepted is None:
             return out, ChainInfo(None, None)
         return out, ChainInfo(self.accepted.clone(), self.divergent.clone())
+
+
+def _default_generator(device: torch.device) -> torch.Generator:
+    """The generator a step on ``device`` draws from when it is given none."""
+    if device.type == "cuda":
+        return torch.cuda.default_generators[device.index if device.index is not None else torch.cuda.current_device()]
+    return torch.default_generator

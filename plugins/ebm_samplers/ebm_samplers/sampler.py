@@ -78,7 +78,7 @@ class AlgorithmSampler(Sampler):
         if compile and self.algorithm.compile_refusal:
             raise InputError(f"{name} does not support compile=True: {self.algorithm.compile_refusal}.")
         self.autocast, self.compile, self.fused = autocast, bool(compile), fused
-        self._graph: tuple[tuple, graphs.GraphChain] | None = None  # the last captured graph and what it depends on
+        self._graph: tuple[tuple, graphs.GraphChain | str] | None = None  # the last capture (or why it failed), its key
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.params}, options={self.options})"
@@ -121,9 +121,9 @@ class AlgorithmSampler(Sampler):
         step = lambda s: kernel(s, fns, generator, params)  # noqa: E731
         chain, reason = self._chain(fns, x, params, every_step)
         chain, form = chain if isinstance(chain, tuple) else (chain, None)
-        path = "fused chain"
+        path, graphed = "fused chain", False
         if reason is not None or isinstance(chain, StepLoop):
-            chain, path = self._graph_chain(chain, reason, every_step, fns, state, params, generator, step)
+            chain, path, graphed = self._graph_chain(chain, reason, every_step, fns, state, params, generator)
             if chain is None and self.fused:
                 raise InputError(f"{type(self).__name__}(fused=True): no fused chain can run: {path[len('per-step loop ('):-1]}. "
                                  "Use fused=None to fall back to the per-step loop.")
@@ -133,34 +133,46 @@ class AlgorithmSampler(Sampler):
             energy_of = lambda s: self.algorithm.energy_of(s, fns, **self.options)  # noqa: E731
         else:
             energy_of = (lambda s: s.energy) if hasattr(state, "energy") else (lambda s: fns.energy(s.x))
-        return Run(state, step, energy_of, chain, path, form, keyed=not isinstance(chain, graphs.GraphChain))
+        return Run(state, step, energy_of, chain, path, form, keyed=not graphed)
 
     def _graph_chain(self, loop: StepLoop | None, reason: str | None, every_step: bool, fns: EnergyFunctions, state: Any,
-                     params: Any, generator: torch.Generator | None, step: Callable[[Any], Any]) -> tuple[Any, str]:
+                     params: Any, generator: torch.Generator | None) -> tuple[Any, str, bool]:
         """Where no chain runs many steps per launch (``reason``: why; ``loop``: a chain that launches at every step):
         on a device with graphs, :data:`graphs.GRAPH_STEPS` transitions per replay of a captured graph
-        (:mod:`ebm_samplers.graphs`), else ``loop``'s chain or the per-step loop; and the run's path, saying why."""
+        (:mod:`ebm_samplers.graphs`), else ``loop``'s chain or the per-step loop; the run's path, saying why; and
+        whether it is a graph."""
         capture = graphs.capture_for(state.x.device)
         if capture is None or self.fused is False or every_step or self.compile or self.autocast is not None:
-            return (None, f"per-step loop ({reason})") if loop is None else (loop.chain, "fused chain")
+            return ((None, f"per-step loop ({reason})") if loop is None else (loop.chain, "fused chain")) + (False,)
         why = reason if loop is None else "the fused chain launches kernels at every step"
         program = self.energy.program()
         refusal = self.algorithm.graph_refusal or graphs.state_refusal(state)
         if refusal is None and isinstance(program, Opaque) and not self.fused:
             refusal = ("fused=True captures the transitions of an energy ebm does not read (its Python code then runs "
                        "once, at capture)")
-        key = None if refusal else graphs.graph_key(self.energy, program, state.x, params, generator, fns.path)
-        if key is not None and (self._graph is None or self._graph[0] != key):
-            self._graph = None
-            try:
-                self._graph = (key, graphs.GraphChain(step, state, self.algorithm.has_acceptance,
-                                                      graphs.generator_of(generator, state.x.device), capture))
-            except Exception as exc:  # a host sync, or an op capture does not take: the exact per-step fallback
-                refusal = f"capturing one failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        if refusal is None:
+            refusal, chain = self._captured(program, fns, state, params, generator, capture)
         if refusal is not None:
             where = "per-step loop" if loop is None else "fused chain, one launch per step"
-            return (None if loop is None else loop.chain), f"{where} ({why}; no CUDA graph: {refusal})"
-        return self._graph[1], f"CUDA graph, {graphs.GRAPH_STEPS} transitions per launch ({why})"
+            return (None if loop is None else loop.chain), f"{where} ({why}; no CUDA graph: {refusal})", False
+        return chain, f"CUDA graph, {graphs.GRAPH_STEPS} transitions per launch ({why})", True
+
+    def _captured(self, program: Any, fns: EnergyFunctions, state: Any, params: Any, generator: torch.Generator | None,
+                  capture: graphs.Capture) -> tuple[str | None, Any]:
+        """The captured graph of this run's transition, bound to its params and generator: the sampler's last one
+        where :func:`graphs.graph_key` is unchanged, else a new capture; or why it cannot be captured (a failure is
+        remembered with its key, not tried again)."""
+        key = graphs.graph_key(self.energy, program, state.x, params, generator, fns.path)
+        if self._graph is None or self._graph[0] != key:
+            self._graph = None
+            try:
+                graph: Any = graphs.GraphChain(self.kernel(), fns, params, generator, state, self.algorithm.has_acceptance,
+                                               capture, graphs.kept_tensors(self.energy, program))
+            except Exception as exc:  # a host sync, or an op capture does not take: the exact per-step fallback
+                graph = f"capturing one failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+            self._graph = (key, graph)
+        graph = self._graph[1]
+        return (graph, None) if isinstance(graph, str) else (None, graph.bind(params, generator))
 
     def _chain(self, fns: EnergyFunctions, x: Tensor, params: Any, every_step: bool) -> tuple[Any, Optional[str]]:
         """The algorithm's fused chain (``build_chain``'s result), or None and why none runs."""

@@ -33,7 +33,7 @@ class Bowl(ebmcore.EnergyModel):
 captures: list[int] = []
 
 
-def stand_in(body, generator):
+def stand_in(body, generator, device):
     """Runs ``body`` once, as ``cuda_capture``'s warm-up does, and replays by running it."""
     captures.append(1)
     body()
@@ -103,23 +103,66 @@ def test_a_sampler_captures_once_and_again_when_what_the_graph_fixes_changes(gra
     sampler = LangevinSampler(energy, step_size=0.05, fused=True)
     g = torch.Generator().manual_seed(0)
     x = torch.randn(5, 3)
-    chain = sampler.prepare(x, g, {}).chain
-    assert sampler.prepare(x, g, {}).chain is chain and len(captures) == 1
+
+    def captured(run_it) -> bool:  # whether preparing this run captured a new graph
+        before = len(captures)
+        run_it()
+        return len(captures) > before
+
+    assert captured(lambda: sampler.prepare(x, g, {}))
+    assert not captured(lambda: sampler.prepare(x, g, {}))
+    assert not captured(lambda: sampler.prepare(x, torch.Generator().manual_seed(1), {}))  # its state is copied in
     with torch.no_grad():
         energy.w.mul_(1.5)  # in place, as an optimiser updates: the graph reads it at every replay
-    assert sampler.prepare(x, g, {}).chain is chain
-    changes = [lambda: sampler.prepare(x, g, {"step_size": 0.04}),                 # a number the graph fixes
-               lambda: sampler.prepare(x[:4], g, {}),                              # the states' shape
-               lambda: sampler.prepare(x, torch.Generator().manual_seed(0), {})]   # another generator
-    for change in changes:
-        assert change().chain is not chain
-    chain = sampler.prepare(x, g, {}).chain
+    assert not captured(lambda: sampler.prepare(x, g, {}))
+    for change in (lambda: sampler.prepare(x, g, {"step_size": 0.04}),  # a number the graph fixes
+                   lambda: sampler.prepare(x[:4], g, {}),               # the states' shape
+                   lambda: sampler.prepare(x, None, {})):               # the device's generator instead of one given
+        assert captured(change)
     energy.w = nn.Parameter(energy.w.detach().clone())  # a new tensor: the old graph would read the old one
-    assert sampler.prepare(x, g, {}).chain is not chain
-    chain = sampler.prepare(x, g, {}).chain
+    assert captured(lambda: sampler.prepare(x, None, {}))
     energy.eval()  # a module's mode
-    assert sampler.prepare(x, g, {}).chain is not chain
-    assert len(captures) == 7  # 1, three changes, back to g, the new tensor, the mode
+    assert captured(lambda: sampler.prepare(x, None, {}))
+    with ebmcore.use_backend("torch"):  # what the kernels resolve to
+        assert captured(lambda: sampler.prepare(x, None, {}))
+
+
+def test_an_analytic_energys_numbers_are_part_of_the_key(graphed):
+    energy = ebmcore.energy("double_well", dim=3)
+    sampler = MALASampler(energy, step_size=0.1, fused=True)
+    x = torch.randn(6, 3)
+    sampler.prepare(x, torch.Generator(), {})
+    energy.set_parameters(barrier=3.0)
+    run = sampler.prepare(x, torch.Generator().manual_seed(2), {})
+    assert len(captures) == 2
+    out, _ = run.chain(run.state, 12, 0, 0)
+    reference = MALASampler(energy, step_size=0.1, fused=False).prepare(x, torch.Generator().manual_seed(2), {})
+    s = reference.state
+    for _ in range(12):
+        s, _ = reference.step(s)
+    assert torch.equal(out.x, s.x)
+
+
+def test_new_per_chain_params_and_generators_reuse_the_graph_with_their_values(graphed):
+    """Per-chain step sizes resolved anew at every run (another tensor each time) and a generator per call (a chunk's):
+    copied into the graph's own, so one capture serves them all, and each run computes its per-step loop."""
+    energy = Bowl()
+    x = torch.randn(6, 3, generator=torch.Generator().manual_seed(0))
+    sampler = MALASampler(energy, step_size=torch.linspace(0.1, 0.3, 6, dtype=torch.float64), fused=True)
+    for seed in (1, 2, 3):
+        h = torch.linspace(0.1, 0.3, 6, dtype=torch.float64) * seed / 2  # float64 on purpose: .to() makes a new tensor
+        out = sampler.sample(x, 13, step_size=h, generator=torch.Generator().manual_seed(seed))
+        expected = MALASampler(energy, step_size=h, fused=False).sample(x, 13, generator=torch.Generator().manual_seed(seed))
+        assert torch.equal(out, expected)
+    assert len(captures) == 1
+
+
+def test_the_generator_given_is_advanced_as_the_per_step_loop_advances_it(graphed):
+    energy, x = Bowl(), torch.randn(6, 3)
+    g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    LangevinSampler(energy, step_size=0.05, fused=True).sample(x, 23, generator=g1)
+    LangevinSampler(energy, step_size=0.05, fused=False).sample(x, 23, generator=g2)
+    assert torch.equal(g1.get_state(), g2.get_state())
 
 
 def test_sample_and_advance_with_a_graph_equal_the_per_step_loop(graphed):
@@ -161,16 +204,21 @@ def test_samplers_whose_transition_a_graph_cannot_hold_say_why(graphed, sampler,
     assert reason in sampler(Bowl()).prepare(torch.randn(4, 3), None, {}).path and not captures
 
 
-def failing(body, generator):
+def failing(body, generator, device):
+    captures.append(1)
     body()
     raise RuntimeError("operation not permitted when stream is capturing\nmore")
 
 
-def test_a_capture_that_fails_falls_back_to_the_per_step_loop_exactly(monkeypatch):
+def test_a_capture_that_fails_falls_back_to_the_per_step_loop_exactly_and_is_not_tried_again(monkeypatch):
     monkeypatch.setattr(graphs, "capture_for", lambda device: failing)
+    captures.clear()
     energy = ebmcore.SequentialEnergy(nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 1)))
     x = torch.randn(4, 3)
-    run = MALASampler(energy, step_size=0.3).prepare(x, torch.Generator().manual_seed(7), {})
+    sampler = MALASampler(energy, step_size=0.3)
+    for _ in range(3):  # the failure is remembered with its key
+        run = sampler.prepare(x, torch.Generator().manual_seed(7), {})
+    assert len(captures) == 1
     assert run.chain is None
     assert run.path.startswith("per-step loop (MALASampler has no fused chain kernels; no CUDA graph: capturing one "
                                "failed: operation not permitted when stream is capturing)")
@@ -199,7 +247,9 @@ def test_on_a_gpu_a_captured_graph_computes_the_per_step_loop(sampler_type):
     assert run.path.startswith("CUDA graph"), run.path
     results = [sampler_type(energy, step_size=0.05, fused=fused).sample(
         x, 37, return_diagnostics=True, generator=torch.Generator(device="cuda").manual_seed(3)) for fused in (True, False)]
-    torch.testing.assert_close(results[0].samples, results[1].samples, rtol=1e-5, atol=1e-5)
+    apart = ((results[0].samples - results[1].samples).abs() > 1e-5).any(1)
+    # the same kernels: equal, but for a float rounding that flips an accept decision in the odd chain
+    assert int(apart.sum()) <= (0 if sampler_type is LangevinSampler else 10), int(apart.sum())
     if sampler_type is MALASampler:
         assert float((results[0].diagnostics.acceptance_rate - results[1].diagnostics.acceptance_rate).abs().max()) <= 0.01
 
@@ -218,15 +268,18 @@ def test_on_a_gpu_a_conv_energy_runs_a_captured_graph_by_default():
 
 
 @cuda
-def test_on_a_gpu_an_energy_that_syncs_is_not_captured_and_runs_the_per_step_loop():
+def test_on_a_gpu_an_energy_that_syncs_is_refused_with_the_reason_and_cuda_is_left_usable():
     class Syncing(Bowl):
         def compute_energy(self, x):
-            if float(x.abs().max()) > 1e6:  # a host sync
+            if float(x.abs().max()) > 1e6:  # a host sync: capture refuses it
                 raise AssertionError
             return super().compute_energy(x)
 
-    sampler = LangevinSampler(Syncing().cuda(), step_size=0.05, fused=True)
+    stream = torch.cuda.current_stream()
     x = torch.randn(64, 3, device="cuda")
-    run = sampler.prepare(x, torch.Generator(device="cuda").manual_seed(0), {})
-    assert "no CUDA graph: capturing one failed" in run.path, run.path
-    assert sampler.sample(x, 5).isfinite().all()
+    with pytest.raises(ebmcore.InputError, match="no CUDA graph: capturing one failed"):
+        MALASampler(Syncing().cuda(), step_size=0.05, fused=True).prepare(x, None, {})
+    assert torch.cuda.current_stream() == stream  # left as it was
+    sampler = MALASampler(Bowl().cuda(), step_size=0.05, fused=True)  # and a capture after it works
+    assert sampler.prepare(x, None, {}).path.startswith("CUDA graph")
+    assert sampler.sample(x, 25).isfinite().all()
