@@ -151,3 +151,19 @@ def test_per_draw_stats_of_a_thinned_fused_run_are_the_means_over_the_transition
         torch.testing.assert_close(thinned.stats[name].double(), groups(name).mean(1))
     assert torch.equal(thinned.stats["divergent"], every.stats["divergent"].view(4, 3, 50).any(1))
     torch.testing.assert_close(thinned.stats["energy"], every.stats["energy"][2::3])
+
+
+def test_a_fused_run_keeps_positions_only_and_diagnostics_evaluate_the_energy_there():
+    """The fused NUTS run does not recompute energies and gradients after each call (nuts.FusedState); the energy the
+    diagnostics record is evaluated at the kept states, as the per-step loop's state carries it."""
+    from ebm_samplers.nuts import FusedState
+
+    energy = ebmcore.energy("harmonic", dim=4)
+    x0 = torch.randn(50, 4, generator=torch.Generator().manual_seed(0))
+    sampler = NUTSSampler(energy, step_size=0.5)
+    run = sampler.prepare(x0, torch.Generator().manual_seed(1), {})
+    state, _ = run.chain(run.state, 3, 7, 0)
+    assert type(state) is FusedState and run.energy_of(state).shape == (50,)
+    result = sampler.sample(x0, 6, return_trajectory=True, return_diagnostics=True, generator=torch.Generator().manual_seed(1))
+    expected = torch.stack([energy.energy(x).mean() for x in result.trajectory])
+    torch.testing.assert_close(result.diagnostics.energy.to(expected.dtype), expected)

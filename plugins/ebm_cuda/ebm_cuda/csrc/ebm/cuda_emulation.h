@@ -7,7 +7,10 @@
 // holds the others up). Each block's dynamic shared memory is a fresh heap buffer of exactly the launch's bytes,
 // shared by its threads and freed when the block is done: an access past it is a heap-buffer-overflow for ASan, and
 // two threads touching one element without a barrier between them a data race for TSan.
-// Not emulated: warps (no warp-level operation, no lock-step execution), the GPU's memory model and caches, timing.
+// Not emulated: warps (no warp-level operation, no lock-step execution), the GPU's memory model and caches, timing;
+// blocks running at once (they run one after another, so a race between blocks goes unseen); barriers reached at
+// different places by the threads of a block (they all count toward one); the device-only branches of ebm/*.h
+// (__CUDA_ARCH__ is not defined here) and nvcc's contraction of multiply-adds.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -114,6 +117,7 @@ class Pool {
     Barrier barrier(threads_);
     const size_t bytes = planted("short-shared") && shared > 4 ? shared - 4 : shared > 0 ? shared : 1;  // 0: a heap block still
     std::unique_ptr<unsigned char[]> memory(new unsigned char[bytes]);
+    memset(memory.get(), 0xFF, bytes);  // as a GPU leaves it: not zeros; a read of an unwritten float is a NaN
     grid_ = grid, block_ = block, block_index_ = b;
     barrier_ = &barrier, memory_ = memory.get(), body_ = &body;
     finished_ = 0;
