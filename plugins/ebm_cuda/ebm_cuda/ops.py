@@ -338,7 +338,7 @@ def _network(weights: Sequence[Tensor], biases: Sequence[Optional[Tensor]], acti
     return described, keep + [b for b in bias_tensors if b is not None]
 
 
-def feedforward_denoising_score_matching(x: Tensor, target: Tensor, scale: Optional[Tensor], weights: Sequence[Tensor],
+def _feedforward_denoising_score_matching_host(x: Tensor, target: Tensor, scale: Optional[Tensor], weights: Sequence[Tensor],
                                          biases: Sequence[Optional[Tensor]], activations: Sequence[int],
                                          sign: float) -> tuple[Tensor, list[Optional[Tensor]], list[Optional[Tensor]]]:
     """``L = (1/2n) Σᵣ |aᵣ∇E(xᵣ) − bᵣ|²`` for the feed-forward energy of ``feedforward_langevin_chain`` (host build,
@@ -353,18 +353,18 @@ def feedforward_denoising_score_matching(x: Tensor, target: Tensor, scale: Optio
                          x.shape[0])
 
 
-def feedforward_sliced_score_matching(x: Tensor, v: Tensor, weights: Sequence[Tensor], biases: Sequence[Optional[Tensor]],
+def _feedforward_sliced_score_matching_host(x: Tensor, v: Tensor, weights: Sequence[Tensor], biases: Sequence[Optional[Tensor]],
                                       activations: Sequence[int], sign: float) -> tuple[Tensor, list[Tensor], list[Optional[Tensor]]]:
     """``L = (1/n) Σᵣ ½(vᵣᵀ∇E(xᵣ))² − vᵣᵀ∇²E(xᵣ)vᵣ`` (sliced score matching, one direction ``vᵣ`` per row) for the
     feed-forward energy of ``feedforward_langevin_chain`` (host build, float32), with its gradient in every weight
     and bias, in one pass: the derivatives along ``v`` carried forwards, then reverse mode through them (no
-    Hessian is formed). ``x``, ``v``: ``(n, d)``. Returns what :func:`feedforward_denoising_score_matching` does."""
+    Hessian is formed). ``x``, ``v``: ``(n, d)``. Returns what ``feedforward_denoising_score_matching`` does."""
     x = _network_input(x, "feedforward_sliced_score_matching", weights, biases, activations)
     v = _like(v, x, "v")
     return _network_loss("feedforward_ssm", weights, biases, activations, sign, x.data_ptr(), v.data_ptr(), x.shape[0])
 
 
-def feedforward_energy_gradients(x: Tensor, a: Tensor, b: Optional[Tensor], weights: Sequence[Tensor],
+def _feedforward_energy_gradients_host(x: Tensor, a: Tensor, b: Optional[Tensor], weights: Sequence[Tensor],
                                  biases: Sequence[Optional[Tensor]], activations: Sequence[int],
                                  sign: float) -> tuple[Tensor, list[Tensor], list[Optional[Tensor]]]:
     """``E(x): (n,)`` of the feed-forward energy of ``feedforward_langevin_chain`` (host build, float32) and
@@ -382,7 +382,7 @@ def feedforward_energy_gradients(x: Tensor, a: Tensor, b: Optional[Tensor], weig
     return energies, grad_w, [*grad_b, out_bias]
 
 
-def feedforward_contrastive_chain(x: Tensor, start: tuple[Tensor, Optional[Tensor]], end: tuple[Tensor, Optional[Tensor]],
+def _feedforward_contrastive_chain_host(x: Tensor, start: tuple[Tensor, Optional[Tensor]], end: tuple[Tensor, Optional[Tensor]],
                                   weights: Sequence[Tensor], biases: Sequence[Optional[Tensor]], activations: Sequence[int],
                                   sign: float, n_steps: int, step_size: float, noise_scale: float, step_sizes: Optional[Tensor],
                                   noise_scales: Optional[Tensor], seed: int,
@@ -399,13 +399,141 @@ def feedforward_contrastive_chain(x: Tensor, start: tuple[Tensor, Optional[Tenso
     (a0, b0), (a1, b1) = [(_vector(a, x, f"{name}[0]"), _vector(b, x, f"{name}[1]")) for name, (a, b) in (("start", start), ("end", end))]
     network, _keep = _network(weights, biases, activations)
     out, loss = torch.empty_like(x), x.new_empty(())
-    e0, e1 = x.new_empty((2, x.shape[0])).unbind()
+    e0, e1 = x.new_empty(x.shape[:1]), x.new_empty(x.shape[:1])  # two tensors: an op's outputs may not alias
     out_bias = None if biases[-1] is None else torch.empty(1)
     grad_w, grad_b, pointers = _weight_gradients(weights, biases)
     library.host().call("feedforward_contrastive_chain", *network, float(sign), x.data_ptr(), out.data_ptr(), x.shape[0], n_steps,
                         step_size, noise_scale, _ptr(hv), _ptr(sv), seed, offset, a0.data_ptr(), _ptr(b0), a1.data_ptr(), _ptr(b1),
                         e0.data_ptr(), e1.data_ptr(), loss.data_ptr(), _ptr(out_bias), *pointers, torch.get_num_threads())
     return out, e0, e1, loss, grad_w, [*grad_b, out_bias]
+
+
+# The losses' ops, each through torch.ops.ebm_cuda like the chains: tensors in and out (torch.library's schemas take no
+# tuples and return no None in a list), so the bias gradients travel as those of the layers that have a bias, and
+# (a, b) pairs as two arguments; the public functions below take and return what the losses use.
+
+
+def _present(grads: Sequence[Optional[Tensor]]) -> list[Tensor]:
+    return [g for g in grads if g is not None]
+
+
+def _restored(present: Sequence[Tensor], biases: Sequence[Optional[Tensor]], output_bias: bool) -> list[Optional[Tensor]]:
+    """The bias gradients per layer (None where a layer has no bias, and for the output bias unless ``output_bias``)."""
+    it = iter(present)
+    return [None if b is None else next(it) for b in biases[:-1]] + [next(it) if output_bias and biases[-1] is not None else None]
+
+
+def _fake_gradients(weights: Sequence[Tensor], biases: Sequence[Optional[Tensor]], output_bias: bool) -> tuple[list, list]:
+    grad_w = [torch.empty(w.shape, dtype=torch.float32, device=w.device) for w in weights]
+    kept = [*biases[:-1], *(biases[-1:] if output_bias else [])]
+    return grad_w, [torch.empty(b.shape, dtype=torch.float32, device=b.device) for b in kept if b is not None]
+
+
+def _dsm_op(x: Tensor, target: Tensor, scale: Optional[Tensor], weights: Sequence[Tensor], biases: Sequence[Optional[Tensor]],
+            activations: Sequence[int], sign: float) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+    loss, grad_w, grad_b = _feedforward_denoising_score_matching_host(x, target, scale, weights, biases, activations, sign)
+    return loss, grad_w, _present(grad_b)
+
+
+def _ssm_op(x: Tensor, v: Tensor, weights: Sequence[Tensor], biases: Sequence[Optional[Tensor]], activations: Sequence[int],
+            sign: float) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+    loss, grad_w, grad_b = _feedforward_sliced_score_matching_host(x, v, weights, biases, activations, sign)
+    return loss, grad_w, _present(grad_b)
+
+
+def _energy_gradients_op(x: Tensor, a: Tensor, b: Optional[Tensor], weights: Sequence[Tensor],
+                         biases: Sequence[Optional[Tensor]], activations: Sequence[int],
+                         sign: float) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+    energies, grad_w, grad_b = _feedforward_energy_gradients_host(x, a, b, weights, biases, activations, sign)
+    return energies, grad_w, _present(grad_b)
+
+
+def _contrastive_chain_op(x: Tensor, start_a: Tensor, start_b: Optional[Tensor], end_a: Tensor, end_b: Optional[Tensor],
+                          weights: Sequence[Tensor], biases: Sequence[Optional[Tensor]], activations: Sequence[int], sign: float,
+                          n_steps: int, step_size: float, noise_scale: float, step_sizes: Optional[Tensor],
+                          noise_scales: Optional[Tensor], seed: int,
+                          offset: int) -> tuple[Tensor, Tensor, Tensor, Tensor, list[Tensor], list[Tensor]]:
+    *head, grad_w, grad_b = _feedforward_contrastive_chain_host(
+        x, (start_a, start_b), (end_a, end_b), weights, biases, activations, sign, n_steps, step_size, noise_scale, step_sizes,
+        noise_scales, seed, offset)
+    return (*head, grad_w, _present(grad_b))
+
+
+_op("feedforward_denoising_score_matching", _dsm_op)
+_op("feedforward_sliced_score_matching", _ssm_op)
+_op("feedforward_energy_gradients", _energy_gradients_op)
+_op("feedforward_contrastive_chain", _contrastive_chain_op)
+
+
+@torch.library.register_fake("ebm_cuda::feedforward_denoising_score_matching")
+def _(x, target, scale, weights, biases, activations, sign):
+    return (x.new_empty(()), *_fake_gradients(weights, biases, False))
+
+
+@torch.library.register_fake("ebm_cuda::feedforward_sliced_score_matching")
+def _(x, v, weights, biases, activations, sign):
+    return (x.new_empty(()), *_fake_gradients(weights, biases, False))
+
+
+@torch.library.register_fake("ebm_cuda::feedforward_energy_gradients")
+def _(x, a, b, weights, biases, activations, sign):
+    return (x.new_empty(x.shape[:1]), *_fake_gradients(weights, biases, True))
+
+
+@torch.library.register_fake("ebm_cuda::feedforward_contrastive_chain")
+def _(x, start_a, start_b, end_a, end_b, weights, biases, activations, sign, n_steps, step_size, noise_scale, step_sizes,
+      noise_scales, seed, offset):
+    return (torch.empty_like(x), x.new_empty(x.shape[:1]), x.new_empty(x.shape[:1]), x.new_empty(()),
+            *_fake_gradients(weights, biases, True))
+
+
+def feedforward_denoising_score_matching(x: Tensor, target: Tensor, scale: Optional[Tensor], weights: Sequence[Tensor],
+                                         biases: Sequence[Optional[Tensor]], activations: Sequence[int],
+                                         sign: float) -> tuple[Tensor, list[Tensor], list[Optional[Tensor]]]:
+    """``L = (1/2n) Σᵣ |aᵣ∇E(xᵣ) − bᵣ|²`` for the feed-forward energy of ``feedforward_langevin_chain`` (host build,
+    float32), with its gradient in every weight and bias, in one pass over tiles of the batch (the op
+    ``torch.ops.ebm_cuda.feedforward_denoising_score_matching``). ``x``, ``target`` (``b``): ``(n, d)``; ``scale``
+    (``a``): ``(n,)`` or None for ones. Returns ``(L: (), weight grads, bias grads)`` (None where a layer has no bias,
+    and for the output bias, which does not move ``∇E``, as autograd leaves it). Not an autograd op: the caller
+    attaches the gradients."""
+    loss, grad_w, grad_b = call("feedforward_denoising_score_matching", x, target, scale, list(weights), list(biases),
+                                list(activations), float(sign))
+    return loss, list(grad_w), _restored(grad_b, biases, False)
+
+
+def feedforward_sliced_score_matching(x: Tensor, v: Tensor, weights: Sequence[Tensor], biases: Sequence[Optional[Tensor]],
+                                      activations: Sequence[int], sign: float) -> tuple[Tensor, list[Tensor], list[Optional[Tensor]]]:
+    """``L = (1/n) Σᵣ ½(vᵣᵀ∇E(xᵣ))² − vᵣᵀ∇²E(xᵣ)vᵣ`` (sliced score matching, one direction ``vᵣ`` per row) with its
+    gradient in every weight and bias (the op ``torch.ops.ebm_cuda.feedforward_sliced_score_matching``; see
+    ``_feedforward_sliced_score_matching_host``). Returns what :func:`feedforward_denoising_score_matching` does."""
+    loss, grad_w, grad_b = call("feedforward_sliced_score_matching", x, v, list(weights), list(biases), list(activations),
+                                float(sign))
+    return loss, list(grad_w), _restored(grad_b, biases, False)
+
+
+def feedforward_energy_gradients(x: Tensor, a: Tensor, b: Optional[Tensor], weights: Sequence[Tensor],
+                                 biases: Sequence[Optional[Tensor]], activations: Sequence[int],
+                                 sign: float) -> tuple[Tensor, list[Tensor], list[Optional[Tensor]]]:
+    """``E(x): (n,)`` and ``Σᵣ cᵣ ∂E(xᵣ)/∂θ``, ``cᵣ = aᵣ + bᵣE(xᵣ)`` (the op ``torch.ops.ebm_cuda.feedforward_energy_gradients``;
+    see ``_feedforward_energy_gradients_host``). Returns ``(E, weight grads, bias grads)`` (None where a layer has no
+    bias)."""
+    energies, grad_w, grad_b = call("feedforward_energy_gradients", x, a, b, list(weights), list(biases), list(activations),
+                                    float(sign))
+    return energies, list(grad_w), _restored(grad_b, biases, True)
+
+
+def feedforward_contrastive_chain(x: Tensor, start: tuple[Tensor, Optional[Tensor]], end: tuple[Tensor, Optional[Tensor]],
+                                  weights: Sequence[Tensor], biases: Sequence[Optional[Tensor]], activations: Sequence[int],
+                                  sign: float, n_steps: int, step_size: float, noise_scale: float, step_sizes: Optional[Tensor],
+                                  noise_scales: Optional[Tensor], seed: int,
+                                  offset: int) -> tuple[Tensor, Tensor, Tensor, Tensor, list[Tensor], list[Optional[Tensor]]]:
+    """Contrastive divergence's chains, loss and weight gradient in one launch (the op
+    ``torch.ops.ebm_cuda.feedforward_contrastive_chain``; see ``_feedforward_contrastive_chain_host``): returns
+    ``(x_end, E(x), E(x_end), L: (), weight grads, bias grads)``."""
+    *head, grad_w, grad_b = call("feedforward_contrastive_chain", x, start[0], start[1], end[0], end[1], list(weights),
+                                 list(biases), list(activations), float(sign), n_steps, step_size, noise_scale, step_sizes,
+                                 noise_scales, seed, offset)
+    return (*head, list(grad_w), _restored(grad_b, biases, True))
 
 
 def _weight_gradients(weights: Sequence[Tensor], biases: Sequence[Optional[Tensor]]) -> tuple[list[Tensor], list[Optional[Tensor]], tuple]:

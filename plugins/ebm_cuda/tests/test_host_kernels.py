@@ -145,20 +145,29 @@ def _opcheck_cases():
         "conv_langevin_chain": (img, conv_w, conv_b, [1], 1, 1.0, 2, 0.5, 0.05, None, None, 3, 0),
         "langevin_step_philox": (x, torch.randn(8, 3, generator=g), 0.0, 0.1, h, None, 4, 7),
         "langevin_step": (x, torch.randn(8, 3, generator=g), torch.randn(8, 3, generator=g), 0.01, 0.0, None, h),
+        # the losses' ops: one layer without a bias, so that the bias gradients of only the others travel
+        "feedforward_denoising_score_matching": (x, torch.randn(8, 3, generator=g), h * 50, ws, bs, [0], 1.0),
+        "feedforward_sliced_score_matching": (x, torch.randn(8, 3, generator=g), ws, [None, torch.zeros(1)], [2], -1.0),
+        "feedforward_energy_gradients": (x, h, None, ws, [bs[0], torch.zeros(1)], [0], 1.0),
+        "feedforward_contrastive_chain": (x, h, h * 2, -h, None, ws, bs, [1], 1.0, 2, 0.01, 0.1, None, None, 3, 1),
     }
 
 
 def test_every_custom_op_passes_torch_library_opcheck():
-    """Schema, fake implementation and dispatch of each ``torch.ops.ebm_cuda`` op (every op the package defines), and
-    the eager call (``ops.call``) gives what the op gives."""
+    """Schema, fake implementation and dispatch of each ``torch.ops.ebm_cuda`` op (every op the package defines: the
+    chains, the steps and the losses'), and the eager call (``ops.call``) gives what the op gives."""
     cases = _opcheck_cases()
     defined = {name for name in dir(torch.ops.ebm_cuda) if isinstance(getattr(torch.ops.ebm_cuda, name), torch._ops.OpOverloadPacket)}
     assert defined == set(cases), f"ops without an opcheck case: {defined - set(cases)}"
     for name, args in cases.items():
         torch.library.opcheck(getattr(torch.ops.ebm_cuda, name).default, args)
-        through_op, eager = getattr(torch.ops.ebm_cuda, name)(*args), ops.call(name, *args)
-        for a, b in zip(*(t if isinstance(t, tuple) else (t,) for t in (through_op, eager))):
-            assert torch.equal(a, b), name
+        through_op, eager = _tensors(getattr(torch.ops.ebm_cuda, name)(*args)), _tensors(ops.call(name, *args))
+        assert len(through_op) == len(eager) and all(torch.equal(a, b) for a, b in zip(through_op, eager)), name
+
+
+def _tensors(out) -> list:
+    """An op's outputs flattened: a tensor, or tuples and lists of them."""
+    return [t for part in out for t in _tensors(part)] if isinstance(out, (tuple, list)) else [out]
 
 
 def test_bad_inputs_are_refused_with_the_fix():
