@@ -9,9 +9,15 @@ both runs as equal.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
 import torch
 
-__all__ = ["gpu_absent_reason", "cuda_test_reason", "require_cuda_kernels", "assert_chains_close"]
+__all__ = ["gpu_absent_reason", "cuda_test_reason", "require_cuda_kernels", "assert_chains_close", "run_triton_child"]
 
 
 def gpu_absent_reason() -> str | None:
@@ -95,3 +101,18 @@ def assert_most_chains_close(actual: torch.Tensor, expected: torch.Tensor, *, rt
                               f"{(~close).nonzero().flatten()[:10].tolist()}")
     assert_chains_close(actual[close], expected[close], rtol=rtol, atol=atol, what=what)
     return apart
+
+
+def run_triton_child(script: str, what: str, interpret: bool, cache: str | None = None) -> dict[str, Any]:
+    """Run ``python script what`` in a child process and return the JSON on its last line of output: with
+    ``TRITON_INTERPRET=1`` (Triton reads it once, when it is imported: the Triton tests interpret their kernels on CPU
+    tensors in a child, and compile them for GPUs in another, without it), one thread, and ``cache`` as Triton's cache."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["OMP_NUM_THREADS"] = "1"
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"
+    if cache is not None:
+        env["TRITON_CACHE_DIR"] = cache
+    proc = subprocess.run([sys.executable, script, what], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])

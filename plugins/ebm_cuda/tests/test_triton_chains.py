@@ -26,6 +26,7 @@ import torch
 
 import ebmcore
 from ebmcore.energies.program import feedforward_of
+from ebm_cuda.testing import run_triton_child
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
                                   reason="triton is not installed (pip install triton==3.7.1; make setup installs it)")
@@ -205,15 +206,7 @@ def _compile_checks() -> dict[str, Any]:
 
 
 def _child(what: str, interpret: bool, cache: str | None = None) -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["OMP_NUM_THREADS"] = "1"
-    if interpret:
-        env["TRITON_INTERPRET"] = "1"
-    if cache is not None:
-        env["TRITON_CACHE_DIR"] = cache
-    proc = subprocess.run([sys.executable, __file__, what], env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_triton_child(__file__, what, interpret, cache)
 
 
 @pytest.fixture(scope="module")

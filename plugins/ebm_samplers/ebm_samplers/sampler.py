@@ -19,7 +19,7 @@ from torch import Tensor
 from ebmcore import EnergyFunctions, EnergyModel, Sampler
 from ebmcore.energies.binding import bind_energy
 from ebmcore.energies.program import Opaque
-from ebmcore.sampler import Chain, Run
+from ebmcore.sampler import Run
 from ebmcore.errors import InputError
 from ebm_samplers import graphs
 from ebm_samplers.algorithm import Algorithm, StepLoop
