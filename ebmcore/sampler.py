@@ -48,11 +48,14 @@ and ``info.divergent`` are per-chain counts over the call (None without accept/r
 class LangevinForm:
     """What a run's fused chain computes, declared for callers that run a fused op of the same family themselves:
     ULA steps ``x' = x − h∇E(x) + s·ξ`` of the energy's ``program``, ``ξ`` from the counter-based stream that
-    :data:`Chain` documents; ``step_size`` ``h`` and ``noise_scale`` ``s`` are floats or ``(n_chains,)``."""
+    :data:`Chain` documents; ``step_size`` ``h`` and ``noise_scale`` ``s`` are floats or ``(n_chains,)``; ``backend``: the
+    kernel backend whose kernel runs the chain (its stream and rounding: a caller takes its fused op from the same one).
+    """
 
     program: Program
     step_size: Union[float, Tensor]
     noise_scale: Union[float, Tensor]
+    backend: Optional[str] = None
 
 
 @dataclass

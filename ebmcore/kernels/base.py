@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -30,6 +32,8 @@ class Kernel:
     ``pays_up_to``: the most elements per chain at which the kernel was
     measured to beat the per-step loop it replaces (None: wherever measured);
     beyond it automatic selection takes the per-step loop, and says so.
+    ``backend``: the name of the backend that holds it (set by
+    :meth:`KernelBackend.add`), for callers that take a related op from the same one.
     """
 
     op: str
@@ -41,6 +45,7 @@ class Kernel:
     max_event_size: int | None = None
     refuses: Callable[..., str | None] | None = None
     pays_up_to: int | None = None
+    backend: str | None = None
 
     def mismatch(self, device: torch.device, dtype: torch.dtype, capability: tuple[int, int] | None) -> str | None:
         """Why this kernel cannot take inputs on ``device`` with ``dtype`` (None if it can)."""
@@ -82,7 +87,7 @@ class KernelBackend:
         if why:
             raise ValueError(f"backend '{self.name}': its kernel for op '{kernel.op}' does not take the op's parameters "
                              f"{definition.signature}: it {why}.")
-        self._kernels[kernel.op] = kernel
+        self._kernels[kernel.op] = kernel if kernel.backend == self.name else dataclasses.replace(kernel, backend=self.name)
 
     @property
     def kernels(self) -> dict[str, Kernel]:

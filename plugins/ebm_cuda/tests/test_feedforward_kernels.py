@@ -383,6 +383,43 @@ def test_contrastive_divergence_takes_its_gradient_from_the_chain_that_draws_its
         torch.testing.assert_close(got.grad.double(), ref, rtol=1e-4, atol=1e-5 * ref.abs().max().item())
 
 
+def test_contrastive_divergence_takes_the_contrastive_op_only_from_the_backend_whose_chain_its_sampler_runs(monkeypatch):
+    """A backend that outranks the host build for the chain alone (here: the host chain, its noise scaled, so that its
+    negatives differ): CD must not take the host build's contrastive op (other negatives than ``advance``'s), and
+    falls back to its sampler's chain and autograd; where the same backend has both, it takes them."""
+    from ebmcore import KernelBackend, hookimpl
+    from ebmcore.testing import isolated_plugins
+    from ebm_cuda.backends import HostBackend
+
+    host = HostBackend().kernels
+
+    def other_chain(x, network, *, n_steps, step_size, noise_scale, seed, offset):
+        return host["feedforward_langevin_chain"].fn(x, network, n_steps=n_steps, step_size=step_size,
+                                                     noise_scale=0.5 * noise_scale, seed=seed, offset=offset)
+
+    class Chain:
+        @hookimpl
+        def ebm_register_kernels(self, registry):
+            registry.register_kernel_backend(KernelBackend("chain_only", [
+                ebmcore.Kernel("feedforward_langevin_chain", other_chain, ("cpu",), (torch.float32,), None, 20)]))
+
+    calls = []
+    real = ops.feedforward_contrastive_chain
+    monkeypatch.setattr(ops, "feedforward_contrastive_chain", lambda *args: calls.append(1) or real(*args))
+    energy = Net(_network(2, [16, 16], "silu"))
+    data = torch.randn(40, 2, generator=torch.Generator().manual_seed(5))
+    with isolated_plugins(("chain_only", Chain()), autoload=True):
+        loss = ebmcore.registry.get("loss", "contrastive_divergence")(n_steps=3, sampler_options={"step_size": 0.01})
+        loss(energy, data, generator=torch.Generator().manual_seed(1))
+        assert loss.sampler_for(energy).prepare(data, None, {}).form.backend == "chain_only" and calls == []
+        advanced = loss.sampler_for(energy).advance(data, 3, generator=torch.Generator().manual_seed(1))
+        assert torch.equal(loss.last_negatives, advanced)
+    loss = ebmcore.registry.get("loss", "contrastive_divergence")(n_steps=3, sampler_options={"step_size": 0.01})
+    loss(energy, data, generator=torch.Generator().manual_seed(1))
+    assert loss.sampler_for(energy).prepare(data, None, {}).form.backend == "cpu_fused"
+    assert calls == [1]  # the host build's chain and its contrastive op, together
+
+
 def test_a_gradient_penalty_through_the_chains_loss_equals_autograds():
     """``create_graph=True`` through CD's fused path: the loss is recomputed by the torch path on the same negatives,
     so ``L + Σ|∂L/∂θ|²`` differentiates as the formula does in float64."""

@@ -146,7 +146,8 @@ class ContrastiveDivergence(Loss):
         form = run.form
         if run.chain is None or not isinstance(form, LangevinForm) or not isinstance(form.program, FeedForward):
             return None
-        kernel = network_kernel("feedforward_contrastive_chain", form.program, x)
+        # from the backend whose chain the sampler runs: another's stream or rounding would give other negatives
+        kernel = network_kernel("feedforward_contrastive_chain", form.program, x, form.backend)
         if kernel is None:
             return None
         seed = stream_seed(generator, x.device)  # as advance draws it

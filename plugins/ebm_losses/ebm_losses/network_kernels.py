@@ -27,14 +27,15 @@ def kernel_may_run(x: Tensor) -> bool:
     return torch.is_grad_enabled() and not x.requires_grad and not torch.is_autocast_enabled(x.device.type)
 
 
-def network_kernel(op: str, plan: FeedForward, x: Tensor) -> Optional[Kernel]:
-    """The kernel of ``op`` for the feed-forward ``plan`` at inputs ``x: (n, d)``, or None where none runs it or it
-    does not pay: another device or dtype, autocast, an activation it lacks, inputs that need a gradient themselves,
-    or grad mode off (the kernels compute weight gradients; the torch path then computes the value alone)."""
+def network_kernel(op: str, plan: FeedForward, x: Tensor, backend: Optional[str] = None) -> Optional[Kernel]:
+    """The kernel of ``op`` for the feed-forward ``plan`` at inputs ``x: (n, d)`` (from ``backend`` only, where given),
+    or None where none runs it or it does not pay: another device or dtype, autocast, an activation it lacks, inputs
+    that need a gradient themselves, or grad mode off (the kernels compute weight gradients; the torch path then
+    computes the value alone)."""
     if not kernel_may_run(x):
         return None
     try:
-        kernel = resolve_kernel(op, x.device, x.dtype)
+        kernel = resolve_kernel(op, x.device, x.dtype, backend)
     except (BackendUnavailableError, UnknownComponentError):
         return None
     _check_conformance(op, kernel)

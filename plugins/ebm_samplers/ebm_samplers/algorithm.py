@@ -27,7 +27,7 @@ from ebmcore.sampler import Chain
 from ebm_samplers.params import IDENTITY
 
 __all__ = ["Algorithm", "Step", "Chain", "ChainInfo", "StepLoop", "GradientState", "init_gradient_state", "DIVERGENCE_THRESHOLD",
-           "draw_then", "compiled", "identity_mass_refusal", "chain_kernel", "fused_chain"]
+           "draw_then", "compiled", "identity_mass_refusal", "chain_kernel", "fused_chain", "FusedChain"]
 
 DIVERGENCE_THRESHOLD = 1000.0
 """A transition whose energy error (``−log`` of its acceptance ratio) exceeds this is divergent (as in Stan)."""
@@ -171,7 +171,7 @@ NETWORK_OP_PREFIX = {FeedForward: "feedforward", ConvStack: "conv"}
 
 
 def fused_chain(family: str, energy: EnergyModel, program: Program, x: Tensor,
-                fused: bool | None) -> Callable[..., Any] | str:
+                fused: bool | None) -> "FusedChain | str":
     """The one question a sampler asks: which kernel runs ``family`` (``"langevin_chain"``, ``"hmc_chain"``,
     ``"nuts_chain"``) on the energy's ``program`` for states ``x``, or why none does. The op follows from the program:
     ``<op>_<family>`` for an analytic energy, ``feedforward_<family>`` / ``conv_<family>`` for a network where such an op
@@ -191,5 +191,16 @@ def fused_chain(family: str, energy: EnergyModel, program: Program, x: Tensor,
     kernel = chain_kernel(op, energy, x, fused, *static)
     if isinstance(kernel, str):
         return kernel
-    fn = kernel.fn
-    return lambda y, **keywords: fn(y, *bound, **keywords)
+    return FusedChain(kernel, bound)
+
+
+@dataclass(frozen=True)
+class FusedChain:
+    """A fused chain's kernel with the program's own arguments bound: ``chain(x, **keywords)`` calls
+    ``kernel.fn(x, *bound, **keywords)``; ``kernel.backend`` names the backend it comes from."""
+
+    kernel: Kernel
+    bound: tuple
+
+    def __call__(self, y: Tensor, **keywords: Any) -> Any:
+        return self.kernel.fn(y, *self.bound, **keywords)

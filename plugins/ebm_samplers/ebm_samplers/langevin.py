@@ -123,7 +123,7 @@ def build_chain(energy: EnergyModel, fns: EnergyFunctions, x: Tensor, params: Pa
     if not isinstance(chain, str):
         run = lambda state, n, seed, offset: (  # noqa: E731
             State(chain(state.x, n_steps=n, step_size=h, noise_scale=s, seed=seed, offset=offset)), ChainInfo(None, None))
-        return (run, LangevinForm(program, h, s)) if isinstance(program, (FeedForward, ConvStack)) else run
+        return (run, LangevinForm(program, h, s, chain.kernel.backend)) if isinstance(program, (FeedForward, ConvStack)) else run
     step = chain_kernel("langevin_step_philox", energy, x, fused_setting)
     if isinstance(step, str):
         return f"{chain}; {step}"

@@ -425,4 +425,4 @@ def test_a_run_declares_the_form_of_its_fused_chain(cls, kw, fused, declares):
     if not declares:
         assert run.form is None
         return
-    assert run.form == LangevinForm(energy.program(), 0.01, math.sqrt(2 * 0.01)) and run.chain is not None
+    assert run.form == LangevinForm(energy.program(), 0.01, math.sqrt(2 * 0.01), "cpu_fused") and run.chain is not None
