@@ -373,7 +373,7 @@ def analytic_rows(group: str, name: str, dtype: Any, sizes: Sizes, device: Any, 
             else:
                 r.timing = measure(fn, repeats, device)
         except Exception as exc:  # noqa: BLE001 - a row that cannot run is reported, not fatal
-            r.skipped = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+            r.skipped = failure(exc)
             log(f"    {r.skipped}")
             return
         out = r.timing["out"]
@@ -569,6 +569,18 @@ G3_VARIANTS: dict[str, tuple[dict, str]] = {
 SAME_NOISE = ("eager", "compile")  # the variants whose samples must agree to float rounding
 
 
+def failure(exc: BaseException) -> str:
+    """A row's ``skipped`` text for a run that raised."""
+    return f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+
+
+def vs_eager(loss: float, grads: Any, reference: tuple[float, Any]) -> dict:
+    """A training step's loss and flattened gradient against the eager run's, as relative differences."""
+    ref_loss, ref_grads = reference
+    return {"loss_rel_diff_vs_eager": abs(loss - ref_loss) / max(abs(ref_loss), 1e-30),
+            "grad_rel_diff_vs_eager": float((grads - ref_grads).norm() / ref_grads.norm().clamp_min(1e-30))}
+
+
 def w4_sampler(energy: Any, variant: str) -> Any:
     from ebm_samplers import LangevinSampler
 
@@ -625,7 +637,7 @@ def g3_rows(sizes: Sizes, device: Any, repeats: int, log: Callable) -> list[dict
         try:
             m = measure(lambda: sampler.sample(x0, steps, generator=gen()), repeats, device)
         except Exception as exc:  # noqa: BLE001
-            rec["skipped"] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+            rec["skipped"] = failure(exc)
             log(f"    {rec['skipped']}")
             out.append(rec)
             continue
@@ -678,7 +690,7 @@ def g3_rows(sizes: Sizes, device: Any, repeats: int, log: Callable) -> list[dict
         try:
             m = measure(train, repeats, device)
         except Exception as exc:  # noqa: BLE001
-            rec["skipped"] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+            rec["skipped"] = failure(exc)
             log(f"    {rec['skipped']}")
             out.append(rec)
             continue
@@ -694,9 +706,7 @@ def g3_rows(sizes: Sizes, device: Any, repeats: int, log: Callable) -> list[dict
         grads = torch.cat([q.grad.reshape(-1) for q in params]).double()
         fig = {"loss": float(value.detach()), "grad_norm": float(grads.norm())}
         if key != "eager" and key in SAME_NOISE and "eager" in w5:  # the same negatives' noise
-            ref_loss, ref_grads = w5["eager"]
-            fig["loss_rel_diff_vs_eager"] = abs(fig["loss"] - ref_loss) / max(abs(ref_loss), 1e-30)
-            fig["grad_rel_diff_vs_eager"] = float((grads - ref_grads).norm() / ref_grads.norm().clamp_min(1e-30))
+            fig.update(vs_eager(fig["loss"], grads, w5["eager"]))
         w5[key] = (fig["loss"], grads)
         rec.update(timing=m, figures=fig)
         log(f"    median {m['median_s'] * 1e3:.1f} ms per step; loss {fig['loss']:.6g}")
@@ -763,7 +773,7 @@ def conv_pcd_rows(device: Any, repeats: int, log: Callable, inner: int = 5) -> l
             m = measure(train, repeats, device)
             rec["path"] = loss.sampler_for(base).prepare(data, state["g"], {}).path
         except Exception as exc:  # noqa: BLE001
-            rec["skipped"] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+            rec["skipped"] = failure(exc)
             log(f"    {rec['skipped']}")
             out.append(rec)
             continue
@@ -772,9 +782,7 @@ def conv_pcd_rows(device: Any, repeats: int, log: Callable, inner: int = 5) -> l
             m[k] /= inner
         fig = {"loss": value, "grad_norm": float(grads.norm())}
         if "eager" in first:
-            ref_loss, ref_grads = first["eager"]
-            fig["loss_rel_diff_vs_eager"] = abs(value - ref_loss) / max(abs(ref_loss), 1e-30)
-            fig["grad_rel_diff_vs_eager"] = float((grads - ref_grads).norm() / ref_grads.norm().clamp_min(1e-30))
+            fig.update(vs_eager(value, grads, first["eager"]))
         first[key] = (value, grads)
         rec.update(timing=m, figures=fig)
         log(f"    median {m['median_s'] * 1e3:.2f} ms per step; loss {value:.6g}")
@@ -974,7 +982,7 @@ def seed_rows(device: Any, repeats: int, log: Callable, quick: bool = False) -> 
                 with ebmcore.use_backend("torch") if variant == "eager" else contextlib.nullcontext():
                     m = measure(fn, repeats, dev)
             except Exception as exc:  # noqa: BLE001
-                rec["skipped"] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+                rec["skipped"] = failure(exc)
                 log(f"    {rec['skipped']}")
                 recs.append(rec)
                 continue

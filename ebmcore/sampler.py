@@ -29,7 +29,7 @@ from ebmcore.validation import all_finite, check_energy_output, check_finite, ch
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Sampler", "SamplerState", "Run", "Chain", "LangevinForm", "NoiseStream", "check_run_arguments", "stream_seed"]
+__all__ = ["Sampler", "SamplerState", "Run", "Chain", "LangevinForm", "NoiseStream", "check_run_arguments", "stream_seed", "default_generator"]
 
 
 class SamplerState(Protocol):
@@ -100,6 +100,14 @@ class NoiseStream:
     offset: int = 0
 
 
+def default_generator(device: torch.device) -> torch.Generator:
+    """The generator that draws for ``device`` when a call is given none: the CUDA device's default (the current
+    device's for a bare ``cuda``; initialises CUDA), or the CPU's."""
+    if device.type == "cuda":
+        return torch.cuda.default_generators[device.index if device.index is not None else torch.cuda.current_device()]
+    return torch.default_generator
+
+
 def stream_seed(generator: torch.Generator | None, device: torch.device) -> int:
     """The key of a fused run's noise stream, drawn once from ``generator`` (or ``device``'s default generator,
     so ``torch.cuda.manual_seed`` makes fused GPU runs reproducible as it does per-step ones).
@@ -111,9 +119,7 @@ def stream_seed(generator: torch.Generator | None, device: torch.device) -> int:
     where = torch.device(generator.device if generator is not None else device)
     if where.type != "cuda":
         return int(torch.randint(0, 2**62, (), generator=generator, device=where))
-    if generator is None:
-        index = where.index if where.index is not None else torch.cuda.current_device()  # (initialises CUDA first)
-        generator = torch.cuda.default_generators[index]
+    generator = generator if generator is not None else default_generator(where)
     with _OFFSET_LOCK:  # read and advance as one step: two threads sharing the generator get different keys
         offset = generator.get_offset()
         generator.set_offset(offset + 4)  # what one draw of a scalar advances (offsets move in multiples of 4)

@@ -26,9 +26,10 @@ from torch import Tensor
 from ebmcore import EnergyModel
 from ebmcore.energies.program import Analytic, Program
 from ebmcore.kernels.resolve import selection
+from ebmcore.sampler import default_generator
 from ebm_samplers.algorithm import ChainInfo
 
-__all__ = ["GRAPH_STEPS", "Capture", "GraphChain", "capture_for", "cuda_capture", "graph_key", "state_refusal"]
+__all__ = ["GRAPH_STEPS", "Capture", "GraphChain", "capture_for", "cuda_capture", "graph_key", "kept_tensors", "state_refusal"]
 
 GRAPH_STEPS = 10
 """Transitions per graph replay: a chain call of ``n`` transitions replays the graph ``n // GRAPH_STEPS`` times and runs
@@ -53,7 +54,7 @@ def cuda_capture(body: Callable[[], None], generator: torch.Generator, device: t
             body()
         current.wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        if generator is not torch.cuda.default_generators[torch.cuda.current_device()]:  # that one is registered
+        if generator is not default_generator(device):  # that one is registered
             graph.register_generator_state(generator)
         raised: list[BaseException] = []
 
@@ -187,7 +188,7 @@ class GraphChain:
         n = state.x.shape[0]
         self.accepted = torch.zeros(n, dtype=torch.int32, device=device) if counts else None
         self.divergent = torch.zeros(n, dtype=torch.int32, device=device) if counts else None
-        drawn_from = self.generator if self.generator is not None else _default_generator(device)
+        drawn_from = self.generator if self.generator is not None else default_generator(device)
         rng = drawn_from.get_state()
         try:
             self.replay = capture(self._body, drawn_from, device)
@@ -240,9 +241,3 @@ class GraphChain:
             return out, ChainInfo(None, None)
         return out, ChainInfo(self.accepted.clone(), self.divergent.clone())
 
-
-def _default_generator(device: torch.device) -> torch.Generator:
-    """The generator a step on ``device`` draws from when it is given none."""
-    if device.type == "cuda":
-        return torch.cuda.default_generators[device.index if device.index is not None else torch.cuda.current_device()]
-    return torch.default_generator
