@@ -46,6 +46,7 @@ BENCHMARK_JSONS = [  # later runs replace earlier ones workload by workload
     ROOT / "benchmarks" / "results" / "2026-11-21-cpu-1thread-fused-avx512.json",  # W1-W3, S1, S4 with the fused chains
     ROOT / "benchmarks" / "results" / "2026-11-25-cpu-1thread-contrastive.json",  # W4-W8, W8K, S8: the feed-forward kernels
     ROOT / "benchmarks" / "results" / "2026-11-26-cpu-1thread-ops.json",  # W1, W3, W4, W5, S1, S4 after the ops and chain changes
+    ROOT / "benchmarks" / "results" / "2026-11-26-cpu-1thread-nuts.json",  # W8: fused NUTS runs keep positions only
 ]
 DPI = 110
 COLORS = {"ULA": "#1b9e77", "MALA": "#d95f02", "HMC": "#7570b3", "NUTS": "#e7298a", "PT": "#66a61e"}
