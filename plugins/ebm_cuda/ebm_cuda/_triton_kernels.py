@@ -204,9 +204,9 @@ def langevin_kernel(x_ptr, out_ptr, noise_ptr, hv_ptr, sv_ptr, w1_ptr, b1_ptr, w
         n_passes = n_steps
     for k in range(n_passes):
         if CONTRASTIVE:
-            if out_ptr.dtype.element_ty != tl.float32:
-                if k == n_steps:  # the ends' pass sees the states as they are stored
-                    x = _stored(x, out_ptr.dtype.element_ty).to(tl.float32)
+            if k == n_steps:  # the ends' pass sees the states as they are stored, and the padded rows back at 0: their
+                # moves may have overflowed, and 0·inf would reach the block's sums
+                x = tl.where(row_ok[:, None], _stored(x, out_ptr.dtype.element_ty).to(tl.float32), 0.0)
         z1 = tl.dot(x, tl.trans(w1), input_precision=PRECISION) + b1[None, :]
         a1, d1 = _activation(z1, ACT1)
         if N_HIDDEN == 1:
@@ -289,4 +289,6 @@ def launch_langevin(x: Tensor, out: Tensor, tensors: Sequence[Tensor], padded: S
 def launch_normals(out: Tensor, seed: int, step: int) -> None:
     n, d = out.shape
     block_n = 16
-    normals_kernel[(triton.cdiv(n, block_n),)](out, n, d, *_halves(seed, step), D=max(16, -(-d // 16) * 16), BLOCK_N=block_n)
+    # D: a power of 2 (tl.arange takes no other), the chain's padding of d
+    normals_kernel[(triton.cdiv(n, block_n),)](out, n, d, *_halves(seed, step), D=max(16, triton.next_power_of_2(d)),
+                                               BLOCK_N=block_n)

@@ -45,8 +45,9 @@ from ebmcore.energies.program import ActivationKind, FeedForward
 from ebmcore.errors import InputError
 
 __all__ = ["ACTIVATIONS", "MAX_HIDDEN", "MAX_WIDTH", "DTYPES", "MIN_COMPUTE_CAPABILITY", "TRITON_VERSION", "PRECISIONS",
-           "NUM_WARPS", "refusal", "unavailable_reason", "feedforward_langevin_chain", "feedforward_contrastive_chain",
-           "stream_normals", "kernel_arguments", "compile_report"]
+           "program_warps", "refusal", "unavailable_reason", "feedforward_langevin_chain", "feedforward_contrastive_chain",
+           "stream_normals", "kernel_arguments", "compile_report",
+           "normals_compile_report"]
 
 ACTIVATIONS: dict[ActivationKind, int] = {ActivationKind.SILU: 0, ActivationKind.TANH: 1, ActivationKind.SIGMOID: 2,
                                           ActivationKind.RELU: 3}
@@ -72,9 +73,15 @@ TRITON_VERSION = "3.7.1"
 PRECISIONS = ("ieee", "tf32")
 """The products offered (Triton's ``input_precision``); ``"tf32x3"`` is not: it spills 228 bytes or more on sm_80 and sm_90."""
 
-NUM_WARPS = 8
-"""Warps per program. With 4, the IEEE kernel of a 2-64-64-1 network spills registers on sm_80 (and at 32 chains per
-program on sm_90); with 8 neither does (``tests/test_triton_chains.py`` compiles it for both)."""
+def program_warps(padded: tuple[int, ...], precision: str) -> int:
+    """Warps per program for a network of padded widths ``(d, h_1, …)`` and the products' ``precision``: 16 where the
+    state is padded to 64 columns and the products are IEEE, else 8. Chosen by what ``ptxas`` reports
+    (:func:`compile_report`, sm_80 and sm_90): with 4 warps the IEEE kernel of a 2-64-64-1 network spills; with 8, the
+    contrastive kernels of a 64-wide state (IEEE) reach the 255-register cap and spill 56–248 bytes, where 16 warps
+    take 85–102 registers and none; with 16, the contrastive kernels of a 2- to 32-wide state, and TF32 products of a
+    64-wide one, reach their 128-register cap and spill (8–432 bytes). ``tests/test_triton_chains.py`` and
+    ``tests/test_triton_contrastive.py`` compile the chosen configuration of each network they check."""
+    return 16 if padded[0] >= 64 and precision == "ieee" else 8
 
 
 def _pad(width: int) -> int:
@@ -230,8 +237,9 @@ def feedforward_langevin_chain(x: Tensor, network: FeedForward, *, n_steps: int,
         xs = xs.contiguous()
     noise_t = noise.detach().to(device=x.device, dtype=torch.float32).contiguous() if noise is not None else None
     with _on(x.device):  # Triton launches on the current device
+        products = _matmul_precision(precision)
         kernels.launch_langevin(xs, result, tensors, padded, acts, n_steps, h, s, hv, sv, int(seed), int(offset),
-                                _matmul_precision(precision), block_n, NUM_WARPS, noise_t)
+                                products, block_n, program_warps(padded, products), noise_t)
     return result
 
 
@@ -302,9 +310,10 @@ def feedforward_contrastive_chain(x: Tensor, network: FeedForward, *, n_steps: i
         if xs.stride(1) != 1:
             xs = xs.contiguous()
         partials = torch.empty(2 * (-(-n // block_n)), size, dtype=torch.float32, device=device)
+        products = _matmul_precision(precision)
         with _on(device):
             _kernels().launch_langevin(xs, result, tensors, padded, acts, n_steps, h, s, hv, sv, int(seed), int(offset),
-                                       _matmul_precision(precision), block_n, NUM_WARPS, None,
+                                       products, block_n, program_warps(padded, products), None,
                                        contrastive=(a, b, energies, partials, bo))
         sums = partials.sum(0)
     else:
@@ -356,24 +365,15 @@ def _on(device: torch.device) -> Any:
 
 def compile_report(capability: int, *, widths: tuple[int, ...] = (2, 64, 64), activations: tuple[int, ...] | None = None,
                    block_n: int = 16, precision: str = "ieee", dtype: torch.dtype = torch.float32,
-                   noise_from_tensor: bool = False, per_chain: bool = False, num_warps: int = NUM_WARPS,
+                   noise_from_tensor: bool = False, per_chain: bool = False, num_warps: Optional[int] = None,
                    contrastive: bool = False, has_b: bool = True) -> dict[str, Any]:
     """Compile the chain kernel for ``sm_<capability>`` without a GPU (``triton.compile`` for ``GPUTarget("cuda",
     capability, 32)``) and read its resources from ``ptxas -v`` (Triton's own ptxas): ``{"registers", "spill_stores",
     "spill_loads", "stack", "shared", "seconds"}`` (bytes but registers). ``widths``: ``(d, h_1, …)`` before padding;
     ``activations``: codes of :data:`ACTIVATIONS` per hidden layer (SiLU everywhere by default); ``noise_from_tensor``,
     ``per_chain``: the variants that read the noise from a tensor and the step sizes and noise scales per chain;
-    ``contrastive``: the kernel of :func:`feedforward_contrastive_chain` (``has_b``: with quadratic coefficients ``b``)."""
-    import re
-    import subprocess
-    import tempfile
-    import time
-
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.backends.nvidia import compiler as nvidia
-    from triton.compiler import ASTSource
-
+    ``contrastive``: the kernel of :func:`feedforward_contrastive_chain` (``has_b``: with quadratic coefficients ``b``);
+    ``num_warps``: None for the launchers' choice (:func:`program_warps`)."""
     fn = _kernels().langevin_kernel
     padded = [_pad(w) for w in widths]
     n_hidden = len(widths) - 1
@@ -390,12 +390,36 @@ def compile_report(capability: int, *, widths: tuple[int, ...] = (2, 64, 64), ac
                       NOISE_FROM_TENSOR=noise_from_tensor, PER_CHAIN_H=per_chain, PER_CHAIN_S=per_chain,
                       PRECISION=precision, CONTRASTIVE=contrastive, HAS_B=contrastive and has_b,
                       P=_partial_size(tuple(padded)) if contrastive else 1)
-    signature.update({name: "constexpr" for name in constexprs})
+    warps = num_warps if num_warps is not None else program_warps(tuple(padded), precision)
+    return _ptxas_report(fn, signature, constexprs, capability, warps)
+
+
+def normals_compile_report(capability: int, *, d: int = 16) -> dict[str, Any]:
+    """:func:`compile_report` for the kernel of :func:`stream_normals` (``d`` columns, padded as the chain pads them)."""
+    fn = _kernels().normals_kernel
+    signature = dict(out_ptr="*fp32", n="i32", d="i32", seed_lo="i32", seed_hi="i32", step_lo="i32", step_hi="i32")
+    return _ptxas_report(fn, signature, dict(D=_pad(d), BLOCK_N=16), capability, 4)
+
+
+def _ptxas_report(fn: Any, signature: dict[str, str], constexprs: dict[str, Any], capability: int,
+                  warps: int) -> dict[str, Any]:
+    """Compile ``fn`` for ``sm_<capability>`` with ``triton.compile`` and read ``ptxas -v`` (:func:`compile_report`)."""
+    import re
+    import subprocess
+    import tempfile
+    import time
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia import compiler as nvidia
+    from triton.compiler import ASTSource
+
+    signature = dict(signature, **{name: "constexpr" for name in constexprs})
     signature = {name: signature[name] for name in fn.arg_names}
     start = time.perf_counter()
     source = ASTSource(fn=fn, signature=signature,
                        constexprs={(fn.arg_names.index(name),): value for name, value in constexprs.items()})
-    compiled = triton.compile(source, target=GPUTarget("cuda", capability, 32), options={"num_warps": num_warps})
+    compiled = triton.compile(source, target=GPUTarget("cuda", capability, 32), options={"num_warps": warps})
     seconds = time.perf_counter() - start
     ptxas = nvidia.get_ptxas(capability).path
     with tempfile.TemporaryDirectory() as tmp:

@@ -129,7 +129,8 @@ def _interpreted_checks() -> dict[str, Any]:
     dead = feedforward_of(torch.nn.Sequential(lin1, torch.nn.ReLU(), lin2), 1.0)
     padded = cd(torch.full((3, 2), -10.0), dead, n_steps=5, step_size=1e38, noise_scale=0.0, seed=1, offset=0,
                 start=(1 / 3, None), end=(-1 / 3, None))
-    results["padded_rows_gradients_finite"] = all(bool(torch.isfinite(g).all()) for g in _flat(padded)[3:] if g is not None)
+    results["padded_rows_gradients"] = max(g.abs().max().item() for g in _flat(padded)[4:] if g is not None)
+    results["padded_rows_loss"] = padded[3].item()
 
     # bfloat16 and float16 states: the chain's states, and the ends' energies at the states as stored
     for dtype in (torch.bfloat16, torch.float16):
@@ -198,8 +199,9 @@ def _compile_checks() -> dict[str, Any]:
     assert "TRITON_INTERPRET" not in os.environ
     from ebm_cuda.triton_chains import compile_report
 
-    configs = {"2-64-64-1 silu float32 ieee": dict(widths=(2, 64, 64)),
-               "64-64-64-64-1 silu float32 ieee": dict(widths=(64, 64, 64, 64))}
+    configs = {"2-64-64-1 silu float32 ieee": dict(widths=(2, 64, 64)),  # 8 warps (program_warps)
+               "64-64-64-64-1 silu float32 ieee": dict(widths=(64, 64, 64, 64)),  # 16 warps
+               "64-64-1 silu float32 ieee": dict(widths=(64, 64))}  # 16 warps: with 8 it spilled on both
     reports = {f"sm_{cc} {name}": compile_report(cc, contrastive=True, **kw) for cc in (80, 90) for name, kw in configs.items()}
     reports["sm_90 3-40-17-5-1 tanh/sigmoid/relu bfloat16 ieee, b None, per-chain h and s"] = compile_report(
         90, widths=WIDTHS, activations=(1, 2, 3), dtype=torch.bfloat16, per_chain=True, contrastive=True, has_b=False)
@@ -247,11 +249,9 @@ def test_block_size_and_chain_count_do_not_change_the_results(interpreted):
 
 
 @needs_triton
-@pytest.mark.xfail(strict=True, reason="known: a block's padded rows run a chain from x = 0 with the real step; where it "
-                   "overflows, 0·inf reaches the block's sums. Keeping them still (hs = 0) or masking their operands "
-                   "costs registers: the 2-64-64-1 kernel then spills on sm_80 and the 64-64-64-64-1 one on sm_90")
 def test_a_blocks_padded_rows_take_no_part_in_the_gradient(interpreted):
-    assert interpreted["padded_rows_gradients_finite"]
+    assert interpreted["padded_rows_gradients"] == 0.0  # not NaN: the real chains' gradient
+    assert interpreted["padded_rows_loss"] == 0.0
 
 
 @needs_triton
@@ -279,7 +279,7 @@ def test_the_contrastive_kernel_compiles_for_sm80_and_sm90_without_spills(tmp_pa
     for name, report in reports.items():  # in the test's output (pytest -s, or -rA)
         print(f"{name}: {report['registers']} registers, {report['spill_stores']} bytes spill stores, "
               f"{report['spill_loads']} bytes spill loads, {report['shared']} bytes shared, {report['seconds']:.1f} s")
-    assert len(reports) == 6
+    assert len(reports) == 8
     assert all(0 < r["registers"] <= 255 for r in reports.values())
     assert not [name for name, r in reports.items() if r["spill_stores"] or r["spill_loads"]]
 
