@@ -3,7 +3,10 @@
 A kernel backend (``ebm-cuda``'s ``cpu_fused`` on the CPU, its ``triton`` for ``feedforward_contrastive_chain`` on
 CUDA) registers implementations under these names; the losses resolve them per device and dtype
 (:mod:`ebm_losses.network_kernels`) and otherwise run their torch path. Each reference computes what the op returns,
-in the inputs' dtype, through autograd: the definition implementations are held to (``plugins/ebm_cuda/tests``). Gradients come per layer of the ``FeedForward`` program ``network``, weights
+in the inputs' dtype, through autograd: the definition implementations are held to (``plugins/ebm_cuda/tests``). An
+implementation that computes in a wider dtype than the states' returns energies and losses in that dtype (the Triton
+contrastive chain: float32 for bfloat16 and float16 states, the states themselves in theirs), gradients in the
+network's. Gradients come per layer of the ``FeedForward`` program ``network``, weights
 ``(out, in)`` and biases ``(out,)``; a layer without a bias, and the output layer's bias where it does not move
 what is differentiated (``∇ₓE``), has None.
 """
