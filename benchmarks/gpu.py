@@ -65,7 +65,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run as common  # noqa: E402  (shared seeds, problem data and exact laws; imports only numpy at module level)
 
 Z_TOL = common.Z_TOL
-GROUPS = ("G1", "G2", "G3", "S")  # S: the seeds' figures S1-S4 of WORKLOADS.md on this device
+GROUPS = ("G1", "G2", "G3", "S", "T")  # S: the seeds' figures S1-S4 of WORKLOADS.md on this device; T: the Triton
+# chains' launch configurations (benchmarks/triton_sweep.py)
 
 
 @dataclass(frozen=True)
@@ -565,6 +566,7 @@ G3_VARIANTS: dict[str, tuple[dict, str]] = {
     "eager": ({"fused": False}, "eager per-step loop, fused=False"),
     "compile": ({"fused": False, "compile": True}, "torch.compile per-step loop, compile=True"),
     "default": ({}, "ebm's default path, fused=None"),
+    "fused": ({"fused": True}, "ebm's fused chain, fused=True: the Triton chain on CUDA, the host build on the CPU"),
 }
 SAME_NOISE = ("eager", "compile")  # the variants whose samples must agree to float rounding
 
@@ -1132,7 +1134,8 @@ def versions(device: Any) -> dict:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--groups", default=",".join(GROUPS), help="comma-separated: G1, G2, G3, S (S1-S4; default: all)")
+    ap.add_argument("--groups", default=",".join(GROUPS),
+                    help="comma-separated: G1, G2, G3, S (S1-S4), T (the Triton chains' configurations); default: all")
     ap.add_argument("--energies", default=",".join(ENERGIES), help="comma-separated (G1/G2): " + ", ".join(ENERGIES))
     ap.add_argument("--repeats", type=int, default=5, help="timed runs per row after one warm-up (median reported; >= 5 for figures)")
     ap.add_argument("--device", default="cuda", help="cuda (default), cuda:N, or cpu (with --quick: a test of this script)")
@@ -1193,7 +1196,8 @@ def main(argv: list[str] | None = None) -> int:
     copy_gbps = bw["GBps"]
     print(f"Copy bandwidth (`y.copy_(x)`, {sizes.copy_bytes / 2**30:g} GiB float32, 2 × bytes / median time): "
           f"**{copy_gbps:.0f} GB/s**\n")
-    report: dict[str, Any] = {"meta": meta, "copy_bandwidth": bw, "analytic": [], "step_kernels": [], "g3": [], "seeds": []}
+    report: dict[str, Any] = {"meta": meta, "copy_bandwidth": bw, "analytic": [], "step_kernels": [], "g3": [], "seeds": [],
+                              "triton": []}
 
     def save() -> None:  # after every table: a run cut short by a time limit keeps what it measured
         if args.json:
@@ -1238,6 +1242,20 @@ def main(argv: list[str] | None = None) -> int:
         print(seed_table(recs))
         print(f"\n({time.perf_counter() - t0:.0f} s)\n", flush=True)
         report["seeds"] = recs
+        save()
+    if "T" in args.groups:
+        import triton_sweep
+
+        t0 = time.perf_counter()
+        if dev.type == "cuda":
+            recs = triton_sweep.sweep_rows(sizes.w4_chains, sizes.w4_steps, sizes.w5_batch, dev, args.repeats, log, measure)
+        else:  # the interpreter's sizes (or rows skipped, saying why, without it)
+            d = triton_sweep.DRY
+            recs = triton_sweep.sweep_rows(d["w4_chains"], d["w4_steps"], d["cd_chains"], dev, args.repeats, log, measure)
+        print("## T: the Triton chains' launch configurations (W4, and W5's contrastive chain), float32\n")
+        print(triton_sweep.sweep_table(recs, Z_TOL))
+        print(f"\n({time.perf_counter() - t0:.0f} s)\n", flush=True)
+        report["triton"] = recs
         save()
     meta["loadavg_end"] = common.loadavg()
     print("State GB/s = 2 × chains × dim × itemsize × steps / median time (the chain state read and written once per "

@@ -6,6 +6,7 @@ import sys
 from functools import partial
 from pathlib import Path
 
+import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,3 +55,46 @@ def test_the_conv_pcd_rows_compare_a_captured_graph_with_the_per_step_loop(monke
     assert default["path"].startswith("CUDA graph, 10 transitions per launch"), default["path"]
     assert default["figures"]["loss_rel_diff_vs_eager"] == 0.0 and default["figures"]["grad_rel_diff_vs_eager"] == 0.0
     assert "speed-up vs eager" in gpu.g3_table(recs)
+
+
+def _group_t(tmp_path, interpret: bool) -> dict:
+    import json
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"OMP_NUM_THREADS": "1"}
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"
+    out = tmp_path / "t.json"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu.py"), "--device", "cpu", "--quick", "--groups", "T",
+                           "--repeats", "1", "--json", str(out)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {"rows": json.loads(out.read_text())["triton"], "table": done.stdout}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed (make setup installs it)")
+def test_group_t_times_each_triton_configuration_beside_the_eager_loop_under_the_interpreter(tmp_path):
+    """Group T (benchmarks/triton_sweep.py) at its dry sizes: the eager rows, then each configuration of both chains,
+    with their correctness figures (the chains agree with the eager loop in law, and with each other's gradient)."""
+    spec = importlib.util.spec_from_file_location("benchmarks_triton_sweep", ROOT / "benchmarks" / "triton_sweep.py")
+    triton_sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(triton_sweep)
+    got = _group_t(tmp_path, interpret=True)
+    rows = got["rows"]
+    assert not [r for r in rows if "skipped" in r], rows
+    configs = triton_sweep.DRY["configs"]
+    w4 = [r for r in rows if r["workload"] == "W4"]
+    cd = [r for r in rows if r["workload"] == "W5 chain"]
+    assert [r["variant"] for r in w4[:2]] == ["eager per-step loop, IEEE products", "eager per-step loop, TF32 products"]
+    assert [(r["block_n"], r["num_warps"], r["precision"]) for r in w4[2:]] == configs
+    assert [(r["block_n"], r["num_warps"], r["precision"]) for r in cd[1:]] == configs
+    for r in w4[1:]:  # 40 chains: 5 standard errors is a loose bound, and these chains are seeded
+        assert abs(r["figures"]["z_vs_eager"]) < 5 and r["figures"]["nonfinite_chains"] == 0, r
+    # the same seed and stream: the configurations differ in the products' rounding only
+    assert cd[2]["figures"]["grad_rel_diff_vs_first"] < 1e-4, cd[2]
+    assert "**FAIL**" not in got["table"] and "— (interpreted)" in got["table"]
+
+
+def test_group_t_says_why_it_times_nothing_without_a_gpu_or_the_interpreter(tmp_path):
+    rows = _group_t(tmp_path, interpret=False)["rows"]
+    assert len(rows) == 1 and "TRITON_INTERPRET=1" in rows[0]["skipped"], rows

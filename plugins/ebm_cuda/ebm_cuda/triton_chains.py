@@ -202,9 +202,15 @@ def _check_block(block_n: int, what: str) -> None:
         raise InputError(f"ebm_cuda.triton_chains.{what}: block_n must be a power of 2 >= 16, got {block_n}.")
 
 
+def _check_warps(num_warps: Optional[int], what: str) -> None:
+    if num_warps is not None and num_warps not in (4, 8, 16):
+        raise InputError(f"ebm_cuda.triton_chains.{what}: num_warps must be 4, 8, 16 or None (the default), got {num_warps}.")
+
+
 def feedforward_langevin_chain(x: Tensor, network: FeedForward, *, n_steps: int, step_size: Any, noise_scale: Any,
                                seed: int, offset: int, precision: Optional[str] = None, block_n: int = 16,
-                               noise: Optional[Tensor] = None, out: Optional[Tensor] = None) -> Tensor:
+                               noise: Optional[Tensor] = None, out: Optional[Tensor] = None,
+                               num_warps: Optional[int] = None) -> Tensor:
     """``n_steps`` Langevin steps ``x ← x − h∇ₓE(x) + s·ξ`` of the feed-forward energy ``network`` in one launch;
     ``x: (n, d)`` float32, bfloat16 or float16 (math in float32, rounded once at the end). ``step_size``,
     ``noise_scale``: numbers or one value per chain ``(n,)``. ``ξ`` is drawn in the kernel from the stream of the
@@ -213,7 +219,8 @@ def feedforward_langevin_chain(x: Tensor, network: FeedForward, *, n_steps: int,
     None: IEEE unless ``torch.get_float32_matmul_precision()`` is not ``"highest"``). ``block_n``: chains per
     program (a power of 2, at least 16; the noise and the masking do not depend on it, the products' rounding may, in
     the last bit; above 16 the kernel may spill registers). ``out``: an ``(n, d)`` tensor of ``x``'s dtype on ``x``'s
-    device to write into (returned)."""
+    device to write into (returned). ``num_warps``: warps per program (4, 8 or 16; None: :func:`program_warps`), for
+    tuning (``benchmarks/triton_sweep.py``)."""
     _check(x, network, n_steps)
     n, d = x.shape
     result = out if out is not None else torch.empty_like(x, memory_format=torch.contiguous_format)
@@ -225,6 +232,7 @@ def feedforward_langevin_chain(x: Tensor, network: FeedForward, *, n_steps: int,
     if n_steps == 0:
         return result.copy_(x)
     _check_block(block_n, "feedforward_langevin_chain")
+    _check_warps(num_warps, "feedforward_langevin_chain")
     if noise is not None and noise.shape != (n_steps, n, d):
         raise InputError(f"ebm_cuda.triton_chains.feedforward_langevin_chain: noise must be (n_steps, n, d) = "
                          f"{(n_steps, n, d)}, got {tuple(noise.shape)}.")
@@ -239,7 +247,7 @@ def feedforward_langevin_chain(x: Tensor, network: FeedForward, *, n_steps: int,
     with _on(x.device):  # Triton launches on the current device
         products = _matmul_precision(precision)
         kernels.launch_langevin(xs, result, tensors, padded, acts, n_steps, h, s, hv, sv, int(seed), int(offset),
-                                products, block_n, program_warps(padded, products), noise_t)
+                                products, block_n, num_warps or program_warps(padded, products), noise_t)
     return result
 
 
@@ -266,7 +274,8 @@ def _coefficients(pairs: tuple[tuple[Any, Any], tuple[Any, Any]], n: int, device
 
 def feedforward_contrastive_chain(x: Tensor, network: FeedForward, *, n_steps: int, step_size: Any, noise_scale: Any,
                                   seed: int, offset: int, start: tuple[Any, Any], end: tuple[Any, Any],
-                                  precision: Optional[str] = None, block_n: int = 16) -> tuple[Any, ...]:
+                                  precision: Optional[str] = None, block_n: int = 16,
+                                  num_warps: Optional[int] = None) -> tuple[Any, ...]:
     """Contrastive divergence's chains with their loss and weight gradient, in one launch: the ``n_steps >= 1`` moves
     of :func:`feedforward_langevin_chain` from ``x: (n, d)`` (its kernel with ``CONTRASTIVE`` set: the same code for
     the passes and moves, so the same states for the same seed, offset, precision and block size; to the bit under
@@ -280,7 +289,7 @@ def feedforward_contrastive_chain(x: Tensor, network: FeedForward, *, n_steps: i
     has no bias) in the network's dtype, the energies and loss float32.
 
     States: float32, bfloat16 or float16 as the chain takes them; the ends' energies are those of ``x'`` as stored
-    (rounded to the state's dtype). ``precision``, ``block_n``: as :func:`feedforward_langevin_chain`'s.
+    (rounded to the state's dtype). ``precision``, ``block_n``, ``num_warps``: as :func:`feedforward_langevin_chain`'s.
 
     The weight gradient is a sum over chains. Each program stores its block's sums at the starts and at the ends in
     slots of its own of a ``(2·programs, P)`` float32 buffer (``P``: the padded parameters, about 5,300 for a
@@ -293,6 +302,7 @@ def feedforward_contrastive_chain(x: Tensor, network: FeedForward, *, n_steps: i
     what = "feedforward_contrastive_chain"
     _check(x, network, n_steps, what, min_steps=1)
     _check_block(block_n, what)
+    _check_warps(num_warps, what)
     n, device = x.shape[0], x.device
     a, b = _coefficients((start, end), n, device)
     tensors, padded, acts = kernel_arguments(network, device)
@@ -313,7 +323,7 @@ def feedforward_contrastive_chain(x: Tensor, network: FeedForward, *, n_steps: i
         products = _matmul_precision(precision)
         with _on(device):
             _kernels().launch_langevin(xs, result, tensors, padded, acts, n_steps, h, s, hv, sv, int(seed), int(offset),
-                                       products, block_n, program_warps(padded, products), None,
+                                       products, block_n, num_warps or program_warps(padded, products), None,
                                        contrastive=(a, b, energies, partials, bo))
         sums = partials.sum(0)
     else:

@@ -335,6 +335,8 @@ def test_refusals_and_resolution_name_their_reason():
         torch.set_float32_matmul_precision(before)
     with pytest.raises(InputError, match="precision must be one of ieee, tf32 or None"):
         tc._matmul_precision("tf32x3")
+    # the warps per program: 16 for a state padded to 64 columns with IEEE products, else 8 (what ptxas reported)
+    assert [tc.program_warps(p, q) for p in ((16, 64, 64), (64, 64)) for q in ("ieee", "tf32")] == [8, 8, 16, 8]
     # input errors name the fix, before any kernel is compiled
     ok = program(lin(2, 8), torch.nn.SiLU(), lin(8, 1))
     x = torch.randn(5, 2)
@@ -342,6 +344,7 @@ def test_refusals_and_resolution_name_their_reason():
     for bad, match in ((dict(x=x[None]), "x must be \\(n_chains, d\\)"), (dict(x=x.double()), "x.float\\(\\)"),
                        (dict(x=torch.randn(5, 3)), "the network takes 2 features, x has 3"),
                        (dict(n_steps=-1), "n_steps must be >= 0"), (dict(block_n=24), "block_n must be a power of 2"),
+                       (dict(num_warps=6), "num_warps must be 4, 8, 16 or None"),
                        (dict(noise=torch.randn(2, 5, 3)), "noise must be \\(n_steps, n, d\\)"),
                        (dict(out=torch.empty(5, 3)), "out must be \\(5, 2\\)"),
                        (dict(step_size=torch.ones(4)), "step_size has 4 values for 5 chains"),
