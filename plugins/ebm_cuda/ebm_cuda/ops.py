@@ -1,7 +1,9 @@
 """The kernels as PyTorch ops, registered with ``torch.library`` as ``torch.ops.ebm_cuda.*``.
 
 Each op runs the host build on CPU tensors and the CUDA build on CUDA tensors (on the current
-stream), and has a fake implementation, so ``torch.compile`` traces through it. Energies are
+stream), and has a fake implementation, so ``torch.compile`` traces through it. The Triton kernels'
+two ops (``triton_langevin_chain``, ``triton_contrastive_chain``) are defined the same way, in
+:mod:`ebm_cuda.triton_chains`. Energies are
 ``kind`` codes (:data:`KINDS`, read from ``csrc/ebm/energies.h``) with parameters ``v0`` (a ``(d,)``
 vector: mean or center), ``v1`` (a ``(d, d)`` matrix: precision) and scalars ``a``, ``b``, in the
 state's math dtype (float64 for float64 states, else float32); :mod:`ebm_cuda.energies` maps an
@@ -37,13 +39,14 @@ _LIBRARY = torch.library.Library("ebm_cuda", "DEF")
 _OPS: dict[str, torch._ops.OpOverload] = {}
 
 
-def _op(name: str, impl) -> torch._ops.OpOverload:
-    """Define ``torch.ops.ebm_cuda.<name>`` once: its schema inferred from ``impl``'s annotations, ``impl`` its CPU and
-    CUDA kernel (the host build or the CUDA build, by the inputs' device). Defined with the low-level
+def _op(name: str, impl, mutates_args: tuple[str, ...] = ()) -> torch._ops.OpOverload:
+    """Define ``torch.ops.ebm_cuda.<name>`` once: its schema inferred from ``impl``'s annotations (``mutates_args``: the
+    arguments it writes into), ``impl`` its CPU and CUDA kernel (the host build or the CUDA build, by the inputs'
+    device; the Triton kernels, :mod:`ebm_cuda.triton_chains`, on CUDA and under Triton's interpreter). Defined with the low-level
     ``torch.library.Library``, a call through :func:`call` costs about 8 µs more than the implementation called
     directly, where ``torch.library.custom_op``'s wrapper costs about 17 µs (why eager calls used to bypass the op;
     ``benchmarks/op_dispatch.py``); every call, eager or traced, goes through it."""
-    _LIBRARY.define(name + torch.library.infer_schema(impl, mutates_args=()))
+    _LIBRARY.define(name + torch.library.infer_schema(impl, mutates_args=mutates_args))
     for key in ("CPU", "CUDA"):
         _LIBRARY.impl(name, impl, key)
     _OPS[name] = getattr(torch.ops.ebm_cuda, name).default

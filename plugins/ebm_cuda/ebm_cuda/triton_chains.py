@@ -26,7 +26,9 @@ block's part of the weight gradient (:func:`feedforward_contrastive_chain`).
   nor the block size changes a chain's noise. Its float32 ``log``, ``sqrt``, ``cos`` and ``sin`` are Triton's, so it
   equals the host build's normals to float32 rounding (about 1e-6), not to the bit.
 
-Triton is imported when a kernel is first launched, never when this module is imported: without it the package
+Each launch goes through a ``torch.library`` op (``torch.ops.ebm_cuda.triton_langevin_chain``, ``.triton_contrastive_chain``:
+tensors and numbers in, with a fake implementation) that runs on CUDA tensors, and on CPU tensors under Triton's
+interpreter. Triton is imported when a kernel is first launched, never when this module is imported: without it the package
 imports and installs, and :func:`unavailable_reason` says why the ``triton`` backend cannot run. Under Triton's
 interpreter (``TRITON_INTERPRET=1`` in the environment before triton is imported) the same kernels run on CPU
 tensors; that is how CI tests them (``tests/test_triton_chains.py``).
@@ -43,6 +45,7 @@ from torch import Tensor
 from ebmcore.energies import feedforward
 from ebmcore.energies.program import ActivationKind, FeedForward
 from ebmcore.errors import InputError
+from ebm_cuda import ops
 
 __all__ = ["ACTIVATIONS", "MAX_HIDDEN", "MAX_WIDTH", "DTYPES", "MIN_COMPUTE_CAPABILITY", "TRITON_VERSION", "PRECISIONS",
            "program_warps", "refusal", "unavailable_reason", "feedforward_langevin_chain", "feedforward_contrastive_chain",
@@ -236,7 +239,6 @@ def feedforward_langevin_chain(x: Tensor, network: FeedForward, *, n_steps: int,
     if noise is not None and noise.shape != (n_steps, n, d):
         raise InputError(f"ebm_cuda.triton_chains.feedforward_langevin_chain: noise must be (n_steps, n, d) = "
                          f"{(n_steps, n, d)}, got {tuple(noise.shape)}.")
-    kernels = _kernels()
     tensors, padded, acts = kernel_arguments(network, x.device)
     h, hv = _per_chain(step_size, n, x.device, "step_size")
     s, sv = _per_chain(noise_scale, n, x.device, "noise_scale")
@@ -244,11 +246,73 @@ def feedforward_langevin_chain(x: Tensor, network: FeedForward, *, n_steps: int,
     if xs.stride(1) != 1:
         xs = xs.contiguous()
     noise_t = noise.detach().to(device=x.device, dtype=torch.float32).contiguous() if noise is not None else None
-    with _on(x.device):  # Triton launches on the current device
-        products = _matmul_precision(precision)
-        kernels.launch_langevin(xs, result, tensors, padded, acts, n_steps, h, s, hv, sv, int(seed), int(offset),
-                                products, block_n, num_warps or program_warps(padded, products), noise_t)
+    products = _matmul_precision(precision)
+    seed64, offset = _stream_arguments(seed, offset)
+    with torch.no_grad():
+        _LANGEVIN_OP(xs, result, tensors, list(padded), list(acts), n_steps, h, s, hv, sv, seed64, offset, products, block_n,
+                     num_warps or program_warps(padded, products), noise_t)
     return result
+
+
+def _stream_arguments(seed: int, offset: int) -> tuple[int, int]:
+    """``(seed, offset)`` as the ops take them (int64: a seed in [2⁶³, 2⁶⁴) as its bit pattern), checked."""
+    seed, offset = int(seed), int(offset)
+    if not 0 <= seed < 2**64 or not 0 <= offset < 2**62:
+        raise InputError(f"ebm_cuda.triton_chains: seed must be in [0, 2^64) and offset in [0, 2^62); got seed {seed}, "
+                         f"offset {offset}.")
+    return (seed - 2**64 if seed >= 2**63 else seed), offset
+
+
+def _runs_here(x: Tensor, name: str) -> None:
+    """The ops' check that a kernel can run on ``x``'s device: CUDA, or the CPU under Triton's interpreter."""
+    import os
+
+    if x.device.type != "cuda" and not (x.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"):
+        raise InputError(f"ebm_cuda::{name}: the Triton kernels run on CUDA tensors, got {x.device} (on the CPU only "
+                         f"under Triton's interpreter: TRITON_INTERPRET=1 set before triton is imported).")
+
+
+def _triton_langevin_chain(x: Tensor, out: Tensor, tensors: list[Tensor], padded: list[int], acts: list[int], n_steps: int,
+                           h: float, s: float, hv: Optional[Tensor], sv: Optional[Tensor], seed: int, offset: int,
+                           precision: str, block_n: int, num_warps: int, noise: Optional[Tensor]) -> None:
+    """``torch.ops.ebm_cuda.triton_langevin_chain``: :func:`feedforward_langevin_chain`'s launch, into ``out``
+    (arguments as ``kernel_arguments`` and ``_per_chain`` give them; ``seed`` int64, its bit pattern)."""
+    _runs_here(x, "triton_langevin_chain")
+    with _on(x.device):  # Triton launches on the current device
+        _kernels().launch_langevin(x, out, tensors, padded, acts, n_steps, h, s, hv, sv, seed % 2**64, offset, precision,
+                                   block_n, num_warps, noise)
+
+
+def _triton_contrastive_chain(x: Tensor, tensors: list[Tensor], padded: list[int], acts: list[int], n_steps: int, h: float,
+                              s: float, hv: Optional[Tensor], sv: Optional[Tensor], seed: int, offset: int, precision: str,
+                              block_n: int, num_warps: int, a: Tensor, b: Optional[Tensor],
+                              bo: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``torch.ops.ebm_cuda.triton_contrastive_chain``: :func:`feedforward_contrastive_chain`'s launch (``n >= 1``
+    chains): ``(x', energies (2, n), Σ over the programs' partial sums (P,))``, all float32 but ``x'``."""
+    _runs_here(x, "triton_contrastive_chain")
+    n = x.shape[0]
+    result = torch.empty_like(x, memory_format=torch.contiguous_format)
+    energies = torch.empty(2, n, dtype=torch.float32, device=x.device)
+    partials = torch.empty(2 * (-(-n // block_n)), _partial_size(tuple(padded)), dtype=torch.float32, device=x.device)
+    with _on(x.device):
+        _kernels().launch_langevin(x, result, tensors, padded, acts, n_steps, h, s, hv, sv, seed % 2**64, offset, precision,
+                                   block_n, num_warps, None, contrastive=(a, b, energies, partials, bo))
+    return result, energies, partials.sum(0)
+
+
+_LANGEVIN_OP = ops._op("triton_langevin_chain", _triton_langevin_chain, mutates_args=("out",))
+_CONTRASTIVE_OP = ops._op("triton_contrastive_chain", _triton_contrastive_chain)
+
+
+@torch.library.register_fake("ebm_cuda::triton_langevin_chain")
+def _(x, out, tensors, padded, acts, n_steps, h, s, hv, sv, seed, offset, precision, block_n, num_warps, noise):
+    return None
+
+
+@torch.library.register_fake("ebm_cuda::triton_contrastive_chain")
+def _(x, tensors, padded, acts, n_steps, h, s, hv, sv, seed, offset, precision, block_n, num_warps, a, b, bo):
+    return (torch.empty_like(x, memory_format=torch.contiguous_format), x.new_empty(2, x.shape[0], dtype=torch.float32),
+            x.new_empty(_partial_size(tuple(padded)), dtype=torch.float32))
 
 
 def _coefficients(pairs: tuple[tuple[Any, Any], tuple[Any, Any]], n: int, device: torch.device,
@@ -310,24 +374,22 @@ def feedforward_contrastive_chain(x: Tensor, network: FeedForward, *, n_steps: i
     bo = torch.zeros(1, dtype=torch.float32, device=device)  # the output bias times the sign, read by the kernel
     if output.bias is not None:
         bo.copy_(output.bias.detach().reshape(1)).mul_(network.sign)
-    result = torch.empty_like(x, memory_format=torch.contiguous_format)
-    energies = torch.empty(2, n, dtype=torch.float32, device=device)
-    size = _partial_size(padded)
     if n:
         h, hv = _per_chain(step_size, n, device, "step_size")
         s, sv = _per_chain(noise_scale, n, device, "noise_scale")
         xs = x.detach()
         if xs.stride(1) != 1:
             xs = xs.contiguous()
-        partials = torch.empty(2 * (-(-n // block_n)), size, dtype=torch.float32, device=device)
         products = _matmul_precision(precision)
-        with _on(device):
-            _kernels().launch_langevin(xs, result, tensors, padded, acts, n_steps, h, s, hv, sv, int(seed), int(offset),
-                                       products, block_n, num_warps or program_warps(padded, products), None,
-                                       contrastive=(a, b, energies, partials, bo))
-        sums = partials.sum(0)
+        seed64, offset = _stream_arguments(seed, offset)
+        with torch.no_grad():
+            result, energies, sums = _CONTRASTIVE_OP(xs, tensors, list(padded), list(acts), n_steps, h, s, hv, sv, seed64,
+                                                     offset, products, block_n, num_warps or program_warps(padded, products),
+                                                     a, b, bo)
     else:
-        sums = torch.zeros(size, dtype=torch.float32, device=device)
+        result = torch.empty_like(x, memory_format=torch.contiguous_format)
+        energies = torch.empty(2, n, dtype=torch.float32, device=device)
+        sums = torch.zeros(_partial_size(padded), dtype=torch.float32, device=device)
     e64 = energies.double()
     b64 = torch.zeros_like(e64) if b is None else b.double()
     loss = (e64 * (a.double() + 0.5 * b64 * e64)).sum().float()

@@ -57,6 +57,15 @@ def _autograd_gradient(net: torch.nn.Sequential, sign: float, x: torch.Tensor) -
     return grad
 
 
+def _opcheck(op: Any, args: tuple) -> str:
+    """``torch.library.opcheck(op, args)``: "ok", or what failed."""
+    try:
+        torch.library.opcheck(op, args)
+    except Exception as exc:  # noqa: BLE001 - reported to the test
+        return f"{type(exc).__name__}: {exc}"[:2000]
+    return "ok"
+
+
 def _interpreted_checks() -> dict[str, Any]:
     """Everything measured under the interpreter (run in the child process; returns plain numbers)."""
     assert os.environ.get("TRITON_INTERPRET") == "1" and "triton" not in sys.modules
@@ -81,6 +90,17 @@ def _interpreted_checks() -> dict[str, Any]:
     # a trajectory with the noise read from a tensor against the torch reference x − h∇E + s·ξ (per-chain h, s)
     net = _network(2, "SiLU")
     program = feedforward_of(net, 1.0)
+
+    # the op under the function: torch.library's opcheck (schema, fake, dispatch; the seed as a negative int64), and
+    # the function's states equal the op's
+    tensors, padded, acts = tc.kernel_arguments(program, x0.device)
+    seed = 2**64 - 5
+    args = (x0[:5], torch.empty(5, D), tensors, list(padded), list(acts), 2, 0.02, 0.3, None, torch.full((5,), 0.2),
+            seed - 2**64, 1, "ieee", 16, 8, None)
+    results["opcheck"] = _opcheck(torch.ops.ebm_cuda.triton_langevin_chain.default, args)
+    torch.ops.ebm_cuda.triton_langevin_chain(*args)
+    results["op_vs_function"] = (args[1] - chain(x0[:5], program, n_steps=2, step_size=0.02, noise_scale=torch.full((5,), 0.2),
+                                                 seed=seed, offset=1, num_warps=8)).abs().max().item()
     steps = 10
     xi = torch.randn(steps, N, D, generator=torch.Generator().manual_seed(2))
     h = torch.linspace(0.01, 0.05, N)
@@ -248,6 +268,28 @@ def test_in_kernel_noise_is_standard_normal(interpreted):
     # transform, not a flaky test). Standard errors: 1/sqrt(n) for the mean, sqrt(2/n) for the variance of a normal.
     assert abs(law["mean"]) < 5 / math.sqrt(n)
     assert abs(law["var"] - 1) < 5 * math.sqrt(2 / n)
+
+
+@needs_triton
+def test_the_op_passes_opcheck_and_is_what_the_function_runs(interpreted):
+    assert interpreted["opcheck"] == "ok"
+    assert interpreted["op_vs_function"] == 0.0
+
+
+def test_the_op_refuses_cpu_tensors_outside_the_interpreter():
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.skip("this process runs Triton's interpreter")
+    from ebm_cuda import triton_chains as tc
+    from ebmcore.errors import InputError
+
+    program = feedforward_of(torch.nn.Sequential(torch.nn.Linear(2, 8), torch.nn.SiLU(), torch.nn.Linear(8, 1)))
+    tensors, padded, acts = tc.kernel_arguments(program, torch.device("cpu"))
+    x = torch.randn(5, 2)
+    with pytest.raises(InputError, match="run on CUDA tensors, got cpu .*TRITON_INTERPRET=1"):
+        torch.ops.ebm_cuda.triton_langevin_chain(x, torch.empty_like(x), tensors, list(padded), list(acts), 1, 0.1, 0.1,
+                                                 None, None, 0, 0, "ieee", 16, 8, None)
+    with pytest.raises(InputError, match="seed must be in \\[0, 2\\^64\\)"):
+        tc.feedforward_langevin_chain(x, program, n_steps=1, step_size=0.1, noise_scale=0.1, seed=-1, offset=0)
 
 
 @needs_triton

@@ -80,6 +80,17 @@ def _interpreted_checks() -> dict[str, Any]:
     coefficients = {"vectors": ((a_vec, b_vec), (-a_vec, 0.5 * b_vec)), "scalars": ((1 / N, 0.2), (-1 / N, 0.2)),
                     "b None": ((1 / N, None), (-1 / N, None)), "mixed": ((torch.tensor(0.5), None), (-a_vec, 0.1))}
     # (name, depth, sign, bias, coefficients): every depth, both signs, layers without biases, every kind of (a, b)
+    # the op under the function: torch.library's opcheck (schema, fake, dispatch)
+    program = feedforward_of(_network(2), 1.0)
+    tensors, padded, acts = tc.kernel_arguments(program, x0.device)
+    a2, b2 = torch.randn(2, 5, generator=gen), torch.rand(2, 5, generator=gen)
+    try:
+        torch.library.opcheck(torch.ops.ebm_cuda.triton_contrastive_chain.default,
+                              (x0[:5], tensors, list(padded), list(acts), 2, 0.02, 0.3, None, None, 3, 1, "ieee", 16, 8,
+                               a2, b2, torch.full((1,), 0.5)))
+        results["opcheck"] = "ok"
+    except Exception as exc:  # noqa: BLE001 - reported to the test
+        results["opcheck"] = f"{type(exc).__name__}: {exc}"[:2000]
     cases = [("1-vectors", 1, 1.0, True, "vectors"), ("2-scalars", 2, -1.0, True, "scalars"),
              ("3-b-none", 3, 1.0, True, "b None"), ("2-mixed-no-bias", 2, 1.0, False, "mixed")]
     states, definition, host = {}, {}, {}
@@ -252,6 +263,11 @@ def test_block_size_and_chain_count_do_not_change_the_results(interpreted):
 def test_a_blocks_padded_rows_take_no_part_in_the_gradient(interpreted):
     assert interpreted["padded_rows_gradients"] == 0.0  # not NaN: the real chains' gradient
     assert interpreted["padded_rows_loss"] == 0.0
+
+
+@needs_triton
+def test_the_op_passes_opcheck(interpreted):
+    assert interpreted["opcheck"] == "ok"
 
 
 @needs_triton
