@@ -1247,16 +1247,13 @@ def main(argv: list[str] | None = None) -> int:
         import triton_sweep
 
         t0 = time.perf_counter()
-        if dev.type == "cuda":
-            recs = triton_sweep.sweep_rows(sizes.w4_chains, sizes.w4_steps, sizes.w5_batch, dev, args.repeats, log, measure)
-        else:  # the interpreter's sizes (or rows skipped, saying why, without it)
-            d = triton_sweep.DRY
-            recs = triton_sweep.sweep_rows(d["w4_chains"], d["w4_steps"], d["cd_chains"], dev, args.repeats, log, measure)
+        # CUDA: G3's sizes; the CPU: the interpreter's (or rows skipped, saying why, without it). Saved row by row.
+        d = triton_sweep.DRY
+        n = (sizes.w4_chains, sizes.w4_steps, sizes.w5_batch) if dev.type == "cuda" else (d["w4_chains"], d["w4_steps"], d["cd_chains"])
+        recs = triton_sweep.sweep_rows(*n, dev, args.repeats, log, measure, out=report["triton"], saved=save)
         print("## T: the Triton chains' launch configurations (W4, and W5's contrastive chain), float32\n")
         print(triton_sweep.sweep_table(recs, Z_TOL))
         print(f"\n({time.perf_counter() - t0:.0f} s)\n", flush=True)
-        report["triton"] = recs
-        save()
     meta["loadavg_end"] = common.loadavg()
     print("State GB/s = 2 × chains × dim × itemsize × steps / median time (the chain state read and written once per "
           "step); for the one-launch chains (c, e1) an *effective* figure: they touch memory once per run, not per step, "

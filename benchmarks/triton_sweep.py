@@ -40,8 +40,11 @@ STEP_SIZE = 0.01
 
 
 def sweep_rows(w4_chains: int, w4_steps: int, cd_chains: int, device: Any, repeats: int, log: Callable,
-               measure: Callable, configs: list[tuple[int, int, str]] | None = None) -> list[dict]:
-    """The rows of group T (the module docstring); ``measure(fn, repeats, device)`` is ``gpu.measure``."""
+               measure: Callable, configs: list[tuple[int, int, str]] | None = None,
+               out: list[dict] | None = None, saved: Callable[[], None] = lambda: None) -> list[dict]:
+    """The rows of group T (the module docstring), appended to ``out`` (returned) as they are measured, ``saved()``
+    after each: a run cut off by a time limit keeps what it measured. ``measure(fn, repeats, device)`` is
+    ``gpu.measure``."""
     import torch
 
     import run as common
@@ -53,25 +56,30 @@ def sweep_rows(w4_chains: int, w4_steps: int, cd_chains: int, device: Any, repea
     reason = None if interpreted else triton_chains.unavailable_reason()
     if reason is not None and dev.type == "cpu":
         reason += " (on the CPU, TRITON_INTERPRET=1 runs the kernels under Triton's interpreter)"
+    out = [] if out is None else out
     if reason is not None:
-        return [{"workload": "T", "label": "the Triton chains' configurations", "skipped": reason}]
+        out.append({"workload": "T", "label": "the Triton chains' configurations", "skipped": reason})
+        return out
     if configs is None:
         configs = DRY["configs"] if interpreted else CONFIGS
     capability = None if interpreted else (lambda cc: 10 * cc[0] + cc[1])(torch.cuda.get_device_capability(dev))
     net = common.make_mlp().to(dev).requires_grad_(False)
     program = feedforward_of(net, 1.0)
-    out: list[dict] = []
 
     def row(workload: str, variant: str, fn: Callable, **extra: Any) -> dict | None:
+        """Time ``fn``; a configuration that cannot launch here (shared memory, say) is a result of the sweep ("not
+        run"), a baseline that fails is a failure ("failed", which fails ``gpu_check.py``'s step)."""
         label = f"{workload}: {variant}"
         log(f"  T {label} ...")
         rec: dict[str, Any] = {"workload": workload, "variant": variant, **extra}
         try:
             m = measure(fn, repeats, dev)
         except Exception as exc:  # noqa: BLE001
-            rec["skipped"] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+            what = "not run" if "block_n" in extra else "failed"
+            rec["skipped"] = f"{what}: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
             log(f"    {rec['skipped']}")
             out.append(rec)
+            saved()
             return None
         result = m.pop("out")
         rec["timing"] = m
@@ -99,6 +107,7 @@ def sweep_rows(w4_chains: int, w4_steps: int, cd_chains: int, device: Any, repea
         if got is not None:
             e = energies(got["out"])
             got["rec"]["figures"] = _law(e, reference)
+            saved()
             reference = reference if reference is not None else e
     for block_n, warps, precision in configs:
         got = row("W4", f"Triton chain, block_n {block_n}, {warps} warps, {precision}",
@@ -109,6 +118,7 @@ def sweep_rows(w4_chains: int, w4_steps: int, cd_chains: int, device: Any, repea
                   ptxas=_ptxas(triton_chains, capability, block_n, warps, precision, False))
         if got is not None:
             got["rec"]["figures"] = _law(energies(got["out"]), reference)
+            saved()
 
     # W5's chain: the eager CD-10 loss and backward, then each configuration of the contrastive chain
     import ebm_losses
@@ -123,7 +133,8 @@ def sweep_rows(w4_chains: int, w4_steps: int, cd_chains: int, device: Any, repea
         value.backward()
         return value.detach()
 
-    row("W5 chain", "eager CD-10 loss and backward", eager_cd)
+    if row("W5 chain", "eager CD-10 loss and backward", eager_cd) is not None:
+        saved()
     first = None
     n = cd_chains
     for block_n, warps, precision in configs:
@@ -145,6 +156,7 @@ def sweep_rows(w4_chains: int, w4_steps: int, cd_chains: int, device: Any, repea
             figures["loss_rel_diff_vs_first"] = abs(loss_value - first[0]) / max(abs(first[0]), 1e-30)
             figures["grad_rel_diff_vs_first"] = float((grads - first[1]).norm() / first[1].norm().clamp_min(1e-30))
         got["rec"]["figures"] = figures
+        saved()
     return out
 
 
