@@ -9,6 +9,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from ebmcore.errors import InputError
+
 __all__ = ["langevin_kernel", "normals_kernel", "launch_langevin", "launch_normals"]
 
 _U24 = tl.constexpr(5.9604644775390625e-08)  # 2**-24
@@ -255,7 +257,7 @@ def normals_kernel(out_ptr, n, d, seed_lo, seed_hi, step_lo, step_hi, D: tl.cons
 def _halves(seed: int, step: int) -> tuple[int, int, int, int]:
     """``(seed_lo, seed_hi, step_lo, step_hi)``: a 64-bit seed as 32-bit words, a step < 2⁶² as 31-bit ones."""
     if not 0 <= seed < 2**64 or not 0 <= step < 2**62:
-        raise ValueError(f"seed must be in [0, 2^64) and the steps in [0, 2^62); got seed {seed}, step {step}")
+        raise InputError(f"seed must be in [0, 2^64) and the steps in [0, 2^62); got seed {seed}, step {step}")
     lo, hi = seed & 0xFFFFFFFF, seed >> 32
     return (lo - 2**32 if lo >= 2**31 else lo), (hi - 2**32 if hi >= 2**31 else hi), step & 0x7FFFFFFF, step >> 31
 

@@ -2,8 +2,8 @@
 
 Each op runs the host build on CPU tensors and the CUDA build on CUDA tensors (on the current
 stream), and has a fake implementation, so ``torch.compile`` traces through it. The Triton kernels'
-two ops (``triton_langevin_chain``, ``triton_contrastive_chain``) are defined the same way, in
-:mod:`ebm_cuda.triton_chains`. Energies are
+two ops (``triton_langevin_chain``, ``triton_contrastive_chain``, in :mod:`ebm_cuda.triton_chains`) are
+defined with the same :func:`_op` but run CUDA tensors only, and CPU tensors under Triton's interpreter. Energies are
 ``kind`` codes (:data:`KINDS`, read from ``csrc/ebm/energies.h``) with parameters ``v0`` (a ``(d,)``
 vector: mean or center), ``v1`` (a ``(d, d)`` matrix: precision) and scalars ``a``, ``b``, in the
 state's math dtype (float64 for float64 states, else float32); :mod:`ebm_cuda.energies` maps an

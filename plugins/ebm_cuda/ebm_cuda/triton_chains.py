@@ -76,15 +76,23 @@ TRITON_VERSION = "3.7.1"
 PRECISIONS = ("ieee", "tf32")
 """The products offered (Triton's ``input_precision``); ``"tf32x3"`` is not: it spills 228 bytes or more on sm_80 and sm_90."""
 
-def program_warps(padded: tuple[int, ...], precision: str) -> int:
-    """Warps per program for a network of padded widths ``(d, h_1, …)`` and the products' ``precision``: 16 where the
-    state is padded to 64 columns and the products are IEEE, else 8. Chosen by what ``ptxas`` reports
-    (:func:`compile_report`, sm_80 and sm_90): with 4 warps the IEEE kernel of a 2-64-64-1 network spills; with 8, the
-    contrastive kernels of a 64-wide state (IEEE) reach the 255-register cap and spill 56–248 bytes, where 16 warps
-    take 85–102 registers and none; with 16, the contrastive kernels of a 2- to 32-wide state, and TF32 products of a
-    64-wide one, reach their 128-register cap and spill (8–432 bytes). ``tests/test_triton_chains.py`` and
-    ``tests/test_triton_contrastive.py`` compile the chosen configuration of each network they check."""
-    return 16 if padded[0] >= 64 and precision == "ieee" else 8
+def program_warps(padded: tuple[int, ...], precision: str, contrastive: bool = False) -> int:
+    """Warps per program for a network of padded widths ``(d, h_1, …)``, the products' ``precision`` and the kernel
+    (``contrastive``: :func:`feedforward_contrastive_chain`'s): chosen by what ``ptxas`` reports (:func:`compile_report`,
+    sm_80 and sm_90, six networks from 2-32-1 to 64-64-64-64-1), never by a timing (``benchmarks/triton_sweep.py`` is
+    the GPU's turn):
+
+    - IEEE products, the chain: 16. With 8, three of the six spilled 8–16 bytes; with 16, none.
+    - IEEE products, the contrastive kernel: 16 where the state is padded to 64 columns (with 8 those reached the
+      255-register cap and spilled 40–264 bytes), else 8 (with 16 the 2-64-64-1 one spilled 8 bytes on sm_80).
+    - TF32 products: 8. With 16, kernels reached their 128-register cap and spilled up to 540 bytes; with 8, three
+      chains spill 8–32 bytes, the contrastive kernels none.
+
+    ``tests/test_triton_chains.py`` and ``tests/test_triton_contrastive.py`` compile the chosen configuration of each
+    network they check."""
+    if precision != "ieee":
+        return 8
+    return 16 if not contrastive or padded[0] >= 64 else 8
 
 
 def _pad(width: int) -> int:
@@ -230,12 +238,13 @@ def feedforward_langevin_chain(x: Tensor, network: FeedForward, *, n_steps: int,
     if out is not None and (out.shape != x.shape or out.dtype != x.dtype or out.device != x.device or out.stride(1) != 1):
         raise InputError(f"ebm_cuda.triton_chains.feedforward_langevin_chain: out must be {tuple(x.shape)} {x.dtype} on "
                          f"{x.device} with unit column stride.")
+    _check_block(block_n, "feedforward_langevin_chain")
+    _check_warps(num_warps, "feedforward_langevin_chain")
+    seed64, offset = _stream_arguments(seed, offset)
     if n == 0:
         return result
     if n_steps == 0:
         return result.copy_(x)
-    _check_block(block_n, "feedforward_langevin_chain")
-    _check_warps(num_warps, "feedforward_langevin_chain")
     if noise is not None and noise.shape != (n_steps, n, d):
         raise InputError(f"ebm_cuda.triton_chains.feedforward_langevin_chain: noise must be (n_steps, n, d) = "
                          f"{(n_steps, n, d)}, got {tuple(noise.shape)}.")
@@ -247,7 +256,6 @@ def feedforward_langevin_chain(x: Tensor, network: FeedForward, *, n_steps: int,
         xs = xs.contiguous()
     noise_t = noise.detach().to(device=x.device, dtype=torch.float32).contiguous() if noise is not None else None
     products = _matmul_precision(precision)
-    seed64, offset = _stream_arguments(seed, offset)
     with torch.no_grad():
         _LANGEVIN_OP(xs, result, tensors, list(padded), list(acts), n_steps, h, s, hv, sv, seed64, offset, products, block_n,
                      num_warps or program_warps(padded, products), noise_t)
@@ -367,6 +375,7 @@ def feedforward_contrastive_chain(x: Tensor, network: FeedForward, *, n_steps: i
     _check(x, network, n_steps, what, min_steps=1)
     _check_block(block_n, what)
     _check_warps(num_warps, what)
+    seed64, offset = _stream_arguments(seed, offset)
     n, device = x.shape[0], x.device
     a, b = _coefficients((start, end), n, device)
     tensors, padded, acts = kernel_arguments(network, device)
@@ -381,10 +390,10 @@ def feedforward_contrastive_chain(x: Tensor, network: FeedForward, *, n_steps: i
         if xs.stride(1) != 1:
             xs = xs.contiguous()
         products = _matmul_precision(precision)
-        seed64, offset = _stream_arguments(seed, offset)
         with torch.no_grad():
             result, energies, sums = _CONTRASTIVE_OP(xs, tensors, list(padded), list(acts), n_steps, h, s, hv, sv, seed64,
-                                                     offset, products, block_n, num_warps or program_warps(padded, products),
+                                                     offset, products, block_n,
+                                                     num_warps or program_warps(padded, products, contrastive=True),
                                                      a, b, bo)
     else:
         result = torch.empty_like(x, memory_format=torch.contiguous_format)
@@ -462,7 +471,7 @@ def compile_report(capability: int, *, widths: tuple[int, ...] = (2, 64, 64), ac
                       NOISE_FROM_TENSOR=noise_from_tensor, PER_CHAIN_H=per_chain, PER_CHAIN_S=per_chain,
                       PRECISION=precision, CONTRASTIVE=contrastive, HAS_B=contrastive and has_b,
                       P=_partial_size(tuple(padded)) if contrastive else 1)
-    warps = num_warps if num_warps is not None else program_warps(tuple(padded), precision)
+    warps = num_warps if num_warps is not None else program_warps(tuple(padded), precision, contrastive)
     return _ptxas_report(fn, signature, constexprs, capability, warps)
 
 
@@ -489,8 +498,11 @@ def _ptxas_report(fn: Any, signature: dict[str, str], constexprs: dict[str, Any]
     signature = dict(signature, **{name: "constexpr" for name in constexprs})
     signature = {name: signature[name] for name in fn.arg_names}
     start = time.perf_counter()
+    # the pointers 16-byte aligned, as Triton's launcher declares them for torch's allocations (``tt.divisibility``):
+    # without the hint the compiled kernel is another one, with other registers
+    aligned = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(fn.arg_names) if signature[name].startswith("*")}
     source = ASTSource(fn=fn, signature=signature,
-                       constexprs={(fn.arg_names.index(name),): value for name, value in constexprs.items()})
+                       constexprs={(fn.arg_names.index(name),): value for name, value in constexprs.items()}, attrs=aligned)
     compiled = triton.compile(source, target=GPUTarget("cuda", capability, 32), options={"num_warps": warps})
     seconds = time.perf_counter() - start
     ptxas = nvidia.get_ptxas(capability).path

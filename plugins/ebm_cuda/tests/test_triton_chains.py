@@ -377,8 +377,10 @@ def test_refusals_and_resolution_name_their_reason():
         torch.set_float32_matmul_precision(before)
     with pytest.raises(InputError, match="precision must be one of ieee, tf32 or None"):
         tc._matmul_precision("tf32x3")
-    # the warps per program: 16 for a state padded to 64 columns with IEEE products, else 8 (what ptxas reported)
-    assert [tc.program_warps(p, q) for p in ((16, 64, 64), (64, 64)) for q in ("ieee", "tf32")] == [8, 8, 16, 8]
+    # the warps per program (what ptxas reported): IEEE chains 16, contrastive 16 for a state padded to 64 columns
+    # and else 8, TF32 8
+    assert [tc.program_warps(p, q, c) for c in (False, True) for p in ((16, 64, 64), (64, 64))
+            for q in ("ieee", "tf32")] == [16, 8, 16, 8, 8, 8, 16, 8]
     # input errors name the fix, before any kernel is compiled
     ok = program(lin(2, 8), torch.nn.SiLU(), lin(8, 1))
     x = torch.randn(5, 2)
