@@ -271,11 +271,14 @@ def _stream_arguments(seed: int, offset: int) -> tuple[int, int]:
     return (seed - 2**64 if seed >= 2**63 else seed), offset
 
 
+def _interpreted() -> bool:
+    """Whether the kernels were jitted under Triton's interpreter (``TRITON_INTERPRET=1`` when they were first loaded)."""
+    return type(_kernels().langevin_kernel).__name__ == "InterpretedFunction"
+
+
 def _runs_here(x: Tensor, name: str) -> None:
     """The ops' check that a kernel can run on ``x``'s device: CUDA, or the CPU under Triton's interpreter."""
-    import os
-
-    if x.device.type != "cuda" and not (x.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"):
+    if x.device.type != "cuda" and not (x.device.type == "cpu" and _triton_reason() is None and _interpreted()):
         raise InputError(f"ebm_cuda::{name}: the Triton kernels run on CUDA tensors, got {x.device} (on the CPU only "
                          f"under Triton's interpreter: TRITON_INTERPRET=1 set before triton is imported).")
 
