@@ -49,8 +49,7 @@ from ebm_cuda import ops
 
 __all__ = ["ACTIVATIONS", "MAX_HIDDEN", "MAX_WIDTH", "DTYPES", "MIN_COMPUTE_CAPABILITY", "TRITON_VERSION", "PRECISIONS",
            "program_warps", "refusal", "unavailable_reason", "feedforward_langevin_chain", "feedforward_contrastive_chain",
-           "stream_normals", "kernel_arguments", "compile_report",
-           "normals_compile_report"]
+           "stream_normals", "kernel_arguments", "compile_report", "normals_compile_report"]
 
 ACTIVATIONS: dict[ActivationKind, int] = {ActivationKind.SILU: 0, ActivationKind.TANH: 1, ActivationKind.SIGMOID: 2,
                                           ActivationKind.RELU: 3}
