@@ -137,11 +137,12 @@ def sweep_rows(w4_chains: int, w4_steps: int, cd_chains: int, device: Any, repea
 
     data = common.make_eight_gaussians(cd_chains).to(dev)
     trained = common.make_mlp().to(dev)
+    model = common.net_energy(trained)
     loss = ebm_losses.ContrastiveDivergence("langevin", CD_STEPS, sampler_options={"step_size": STEP_SIZE, "fused": False})
 
     def eager_cd() -> Any:
         trained.zero_grad(set_to_none=True)
-        value = loss(common.net_energy(trained), data, generator=torch.Generator(device=dev).manual_seed(1))
+        value = loss(model, data, generator=torch.Generator(device=dev).manual_seed(1))
         value.backward()
         return value.detach()
 
