@@ -1,9 +1,9 @@
 """Group T of ``benchmarks/gpu.py``: the Triton chains' launch configurations on this GPU, for tuning.
 
 ``ebm_cuda.triton_chains`` runs 16 chains per program with 8 or 16 warps (``program_warps``) and IEEE products
-unless asked for TF32: chosen by what ``ptxas`` reports without a GPU, never by a timing. On the one GPU that timed
-the Langevin chain it was 2× slower than the per-step loop (``docs/cuda.md``), so it ranks below it. This group
-times both Triton chains over chains per program (``block_n``), warps per program and products (IEEE, TF32), at
+unless asked for others: chosen by what ``ptxas`` reports without a GPU, never by a timing. On the one GPU that timed
+the Langevin chain it was 2× slower than the per-step loop (``docs/cuda.md``), so it ranks below it. This group times
+both Triton chains over chains per program (``block_n``), warps per program and products (IEEE, TF32, bfloat16), at
 G3's sizes, beside the baselines they must beat, measured in the same run:
 
 - **W4** (Langevin on the 2-64-64-1 SiLU MLP, ``w4_chains`` × ``w4_steps``): ``feedforward_langevin_chain`` per
@@ -28,12 +28,13 @@ import math
 import os
 from typing import Any, Callable
 
-CONFIGS: list[tuple[int, int, str]] = [(block_n, warps, precision) for precision in ("ieee", "tf32")
-                                       for block_n, warps in ((16, 8), (16, 4), (16, 16), (32, 8), (32, 16), (64, 8),
-                                                              (64, 16))]
+CONFIGS: list[tuple[int, int, str]] = [
+    (block_n, warps, precision) for precision in ("ieee", "tf32")
+    for block_n, warps in ((16, 8), (16, 4), (16, 16), (32, 8), (32, 16), (64, 8), (64, 16))
+] + [(block_n, warps, "bf16") for block_n, warps in ((16, 8), (16, 4), (32, 8), (64, 8))]
 """``(block_n, num_warps, precision)``: 16, 32 and 64 chains per program with the warps that hold them (7 per product
-kind, 14 in all; 64 chains on 4 warps spilled 30 KB compiled for sm_90 and took 15 s to build). The first is the
-reference of the correctness figures."""
+kind for IEEE and TF32, 4 for bfloat16: 18 in all; 64 chains on 4 warps spilled 30 KB compiled for sm_90 and took
+15 s to build). The first is the reference of the correctness figures."""
 
 DRY = {"w4_chains": 40, "w4_steps": 2, "cd_chains": 40, "configs": [(16, 8, "ieee"), (32, 4, "tf32")]}
 """Sizes and configurations on the CPU, under the interpreter (seconds per kernel call)."""

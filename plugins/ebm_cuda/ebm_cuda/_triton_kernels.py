@@ -39,6 +39,21 @@ def _activation(z, ACT: tl.constexpr):
 
 
 @triton.jit
+def _dot(a, b, PRECISION: tl.constexpr):
+    """``a @ b`` accumulated in float32: IEEE or TF32 products (Triton's ``input_precision``), or, for ``"bf16"``,
+    the operands rounded to bfloat16 (to nearest even). ``"bf16-emulated"``, what the launcher asks for under Triton's
+    interpreter (whose bfloat16 ``tl.dot`` multiplies the bit patterns: triton-lang/triton#11584), computes the same
+    exact products of the rounded operands in float32."""
+    if PRECISION == "bf16":
+        out = tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), out_dtype=tl.float32)
+    elif PRECISION == "bf16-emulated":
+        out = tl.dot(_round_to_bfloat16(a), _round_to_bfloat16(b), input_precision="ieee")
+    else:
+        out = tl.dot(a, b, input_precision=PRECISION)
+    return out
+
+
+@triton.jit
 def _round_to_bfloat16(x):
     """``x`` (float32) rounded to the nearest bfloat16, ties to even, as ``Tensor.to`` rounds, NaN kept: a float32 that
     bfloat16 holds exactly, so the conversion that follows is exact however it rounds (the interpreter truncates)."""
@@ -122,19 +137,19 @@ def _contribute(part_ptr, e_ptr, a_ptr, b_ptr, bo_ptr, side, pid, n, rows, row_o
     cols = tl.arange(0, D0)
     k1 = tl.arange(0, H1)
     ce1 = c * e1
-    tl.store(base + k1[:, None] * D0 + cols[None, :], tl.dot(tl.trans(ce1), x, input_precision=PRECISION))
+    tl.store(base + k1[:, None] * D0 + cols[None, :], _dot(tl.trans(ce1), x, PRECISION))
     tl.store(base + H1 * D0 + k1, tl.sum(ce1, axis=0))
     if N_HIDDEN >= 2:
         base2 = base + H1 * (D0 + 1)
         k2 = tl.arange(0, H2)
         ce2 = c * e2
-        tl.store(base2 + k2[:, None] * H1 + k1[None, :], tl.dot(tl.trans(ce2), a1, input_precision=PRECISION))
+        tl.store(base2 + k2[:, None] * H1 + k1[None, :], _dot(tl.trans(ce2), a1, PRECISION))
         tl.store(base2 + H2 * H1 + k2, tl.sum(ce2, axis=0))
         if N_HIDDEN >= 3:
             base3 = base2 + H2 * (H1 + 1)
             k3 = tl.arange(0, H3)
             ce3 = c * e3
-            tl.store(base3 + k3[:, None] * H2 + k2[None, :], tl.dot(tl.trans(ce3), a2, input_precision=PRECISION))
+            tl.store(base3 + k3[:, None] * H2 + k2[None, :], _dot(tl.trans(ce3), a2, PRECISION))
             tl.store(base3 + H3 * H2 + k3, tl.sum(ce3, axis=0))
             tl.store(base3 + H3 * (H2 + 1) + k3, tl.sum(c * top, axis=0))
         else:
@@ -209,21 +224,21 @@ def langevin_kernel(x_ptr, out_ptr, noise_ptr, hv_ptr, sv_ptr, w1_ptr, b1_ptr, w
             if k == n_steps:  # the ends' pass sees the states as they are stored, and the padded rows back at 0: their
                 # moves may have overflowed, and 0·inf would reach the block's sums
                 x = tl.where(row_ok[:, None], _stored(x, out_ptr.dtype.element_ty).to(tl.float32), 0.0)
-        z1 = tl.dot(x, tl.trans(w1), input_precision=PRECISION) + b1[None, :]
+        z1 = _dot(x, tl.trans(w1), PRECISION) + b1[None, :]
         a1, d1 = _activation(z1, ACT1)
         if N_HIDDEN == 1:
             e1 = d1 * wo[None, :]
         else:
-            z2 = tl.dot(a1, tl.trans(w2), input_precision=PRECISION) + b2[None, :]
+            z2 = _dot(a1, tl.trans(w2), PRECISION) + b2[None, :]
             a2, d2 = _activation(z2, ACT2)
             if N_HIDDEN == 2:
                 e2 = d2 * wo[None, :]
             else:
-                z3 = tl.dot(a2, tl.trans(w3), input_precision=PRECISION) + b3[None, :]
+                z3 = _dot(a2, tl.trans(w3), PRECISION) + b3[None, :]
                 a3, d3 = _activation(z3, ACT3)
                 e3 = d3 * wo[None, :]
-                e2 = tl.dot(e3, w3, input_precision=PRECISION) * d2
-            e1 = tl.dot(e2, w2, input_precision=PRECISION) * d1
+                e2 = _dot(e3, w3, PRECISION) * d2
+            e1 = _dot(e2, w2, PRECISION) * d1
         if CONTRASTIVE:
             if N_HIDDEN == 1:
                 a2, e2, a3, e3 = a1, e1, a1, e1  # not read
@@ -233,11 +248,11 @@ def langevin_kernel(x_ptr, out_ptr, noise_ptr, hv_ptr, sv_ptr, w1_ptr, b1_ptr, w
                 _contribute(part_ptr, e_ptr, a_ptr, b_ptr, bo_ptr, tl.minimum(k, 1), pid, n, rows, row_ok, x, a1, e1, a2,
                             e2, a3, e3, wo, D0, H1, H2, H3, N_HIDDEN, HAS_B, P, PRECISION)
             if k < n_steps:
-                grad = tl.dot(e1, w1, input_precision=PRECISION)
+                grad = _dot(e1, w1, PRECISION)
                 x = _langevin_move(x, grad, hs, ss, k, offset, noise_ptr, n, d, rows, rows64, cols, mask, col_ok, seed_lo,
                                    seed_hi, D0, BLOCK_N, NOISE_FROM_TENSOR)
         else:
-            grad = tl.dot(e1, w1, input_precision=PRECISION)  # (BLOCK_N, D0); zero in the padded columns
+            grad = _dot(e1, w1, PRECISION)  # (BLOCK_N, D0); zero in the padded columns
             x = _langevin_move(x, grad, hs, ss, k, offset, noise_ptr, n, d, rows, rows64, cols, mask, col_ok, seed_lo,
                                seed_hi, D0, BLOCK_N, NOISE_FROM_TENSOR)
 

@@ -17,7 +17,8 @@ block's part of the weight gradient (:func:`feedforward_contrastive_chain`).
   once per launch, when it is stored); the weights are copied to padded float32. The products are IEEE float32
   (``input_precision="ieee"``) unless ``precision="tf32"`` is given, or, with ``precision=None``, the
   default, torch's own switch for float32 products asks for TF32 (``torch.set_float32_matmul_precision("high")`` or
-  ``"medium"``), as it does for the per-step path's matrix products.
+  ``"medium"``), as it does for the per-step path's matrix products; ``precision="bf16"`` rounds every product's
+  operands to bfloat16 (summed in float32).
 - **Noise:** the Philox stream of the C kernels (:mod:`ebm_cuda.reference`, ``docs/cuda.md``): element ``j`` of chain
   ``i`` at step ``t`` (``t = offset + k`` at the ``k``-th step of a call) is normal ``j mod 4`` of Philox4x32-10 with key
   ``(seed mod 2³², seed // 2³²)`` and counter ``(j // 4, i, t mod 2³², t // 2³²)``, by Box–Muller on the words ``(w0, w1)``
@@ -72,8 +73,10 @@ MIN_COMPUTE_CAPABILITY = (8, 0)
 TRITON_VERSION = "3.7.1"
 """The Triton version torch's CUDA wheel pins, the one the tests and ``make setup`` install."""
 
-PRECISIONS = ("ieee", "tf32")
-"""The products offered (Triton's ``input_precision``); ``"tf32x3"`` is not: it spills 228 bytes or more on sm_80 and sm_90."""
+PRECISIONS = ("ieee", "tf32", "bf16")
+"""The products offered, accumulated in float32: IEEE float32 and TF32 (Triton's ``input_precision``), and bfloat16
+operands (``"bf16"``: about 3 significant digits, the tensor cores' fastest float kind; by name only, never chosen from
+torch's switch). ``"tf32x3"`` is not offered: it spills 228 bytes or more on sm_80 and sm_90."""
 
 def program_warps(padded: tuple[int, ...], precision: str, contrastive: bool = False) -> int:
     """Warps per program for a network of padded widths ``(d, h_1, …)``, the products' ``precision`` and the kernel
@@ -225,7 +228,7 @@ def feedforward_langevin_chain(x: Tensor, network: FeedForward, *, n_steps: int,
     ``x: (n, d)`` float32, bfloat16 or float16 (math in float32, rounded once at the end). ``step_size``,
     ``noise_scale``: numbers or one value per chain ``(n,)``. ``ξ`` is drawn in the kernel from the stream of the
     module docstring at steps ``offset, …, offset + n_steps − 1``, or, with ``noise: (n_steps, n, d)``, read from
-    that tensor (for tests). ``precision``: the products' ``input_precision`` (``"ieee"`` or ``"tf32"``;
+    that tensor (for tests). ``precision``: the products (:data:`PRECISIONS`: ``"ieee"``, ``"tf32"`` or ``"bf16"``;
     None: IEEE unless ``torch.get_float32_matmul_precision()`` is not ``"highest"``). ``block_n``: chains per
     program (a power of 2, at least 16; the noise and the masking do not depend on it, the products' rounding may, in
     the last bit; above 16 the kernel may spill registers). ``out``: an ``(n, d)`` tensor of ``x``'s dtype on ``x``'s
@@ -282,6 +285,14 @@ def _runs_here(x: Tensor, name: str) -> None:
                          f"under Triton's interpreter: TRITON_INTERPRET=1 set before triton is imported).")
 
 
+def _kernel_precision(precision: str, x: Tensor) -> str:
+    """The kernel's ``PRECISION``: ``precision``, but bfloat16 products on CPU tensors (Triton's interpreter) are
+    ``"bf16-emulated"`` (``_triton_kernels._dot``)."""
+    if precision not in PRECISIONS:
+        raise InputError(f"ebm_cuda::triton ops: precision must be one of {', '.join(PRECISIONS)}, got {precision!r}.")
+    return "bf16-emulated" if precision == "bf16" and x.device.type == "cpu" else precision
+
+
 def _triton_langevin_chain(x: Tensor, out: Tensor, tensors: list[Tensor], padded: list[int], acts: list[int], n_steps: int,
                            h: float, s: float, hv: Optional[Tensor], sv: Optional[Tensor], seed: int, offset: int,
                            precision: str, block_n: int, num_warps: int, noise: Optional[Tensor]) -> None:
@@ -289,8 +300,8 @@ def _triton_langevin_chain(x: Tensor, out: Tensor, tensors: list[Tensor], padded
     (arguments as ``kernel_arguments`` and ``_per_chain`` give them; ``seed`` int64, its bit pattern)."""
     _runs_here(x, "triton_langevin_chain")
     with _on(x.device):  # Triton launches on the current device
-        _kernels().launch_langevin(x, out, tensors, padded, acts, n_steps, h, s, hv, sv, seed % 2**64, offset, precision,
-                                   block_n, num_warps, noise)
+        _kernels().launch_langevin(x, out, tensors, padded, acts, n_steps, h, s, hv, sv, seed % 2**64, offset,
+                                   _kernel_precision(precision, x), block_n, num_warps, noise)
 
 
 def _triton_contrastive_chain(x: Tensor, tensors: list[Tensor], padded: list[int], acts: list[int], n_steps: int, h: float,
@@ -305,8 +316,9 @@ def _triton_contrastive_chain(x: Tensor, tensors: list[Tensor], padded: list[int
     energies = torch.empty(2, n, dtype=torch.float32, device=x.device)
     partials = torch.empty(2 * (-(-n // block_n)), _partial_size(tuple(padded)), dtype=torch.float32, device=x.device)
     with _on(x.device):
-        _kernels().launch_langevin(x, result, tensors, padded, acts, n_steps, h, s, hv, sv, seed % 2**64, offset, precision,
-                                   block_n, num_warps, None, contrastive=(a, b, energies, partials, bo))
+        _kernels().launch_langevin(x, result, tensors, padded, acts, n_steps, h, s, hv, sv, seed % 2**64, offset,
+                                   _kernel_precision(precision, x), block_n, num_warps, None,
+                                   contrastive=(a, b, energies, partials, bo))
     return result, energies, partials.sum(0)
 
 

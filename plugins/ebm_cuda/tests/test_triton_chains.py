@@ -208,7 +208,44 @@ def _interpreted_checks() -> dict[str, Any]:
     # precision: tf32 is accepted (the interpreter computes every product in float32 whatever it is asked)
     results["tf32_runs"] = chain(x0, program, n_steps=2, step_size=0.02, noise_scale=0.3, seed=5, offset=0,
                                  precision="tf32").shape == (N, D)
+
+    # bfloat16 products (emulated under the interpreter, whose bfloat16 tl.dot is broken: the same exact products of
+    # the rounded operands): the gradient against the same rounding done by torch, and against the exact gradient
+    bf16 = {"close": 0, "count": 0, "vs_emulation": 0.0, "vs_exact": []}
+    for seed in range(3):
+        net = _network(3, "SiLU")
+        torch.nn.init.normal_(net[0].weight, generator=torch.Generator().manual_seed(seed))
+        out = chain(x0, feedforward_of(net, -1.0), n_steps=1, step_size=1.0, noise_scale=0.0, seed=0, offset=0,
+                    precision="bf16")
+        got, emulated, exact = (x0 - out).double(), _bf16_products_gradient(net, -1.0, x0), _autograd_gradient(net, -1.0, x0)
+        scale = 1.0 + exact.abs().max().item()
+        bf16["close"] += int(((got - emulated).abs() <= 1e-6 * scale).sum())
+        bf16["count"] += got.numel()
+        bf16["vs_emulation"] = max(bf16["vs_emulation"], (got - emulated).abs().max().item() / scale)
+        bf16["vs_exact"].append((got - exact).abs().max().item() / scale)
+    results["bf16_products"] = bf16
     return results
+
+
+def _bf16_products_gradient(net: torch.nn.Sequential, sign: float, x: torch.Tensor) -> torch.Tensor:
+    """``∇ₓ(sign · net(x))`` as the kernel computes it with ``precision="bf16"``: every matrix product's operands (the
+    float32 values) rounded to bfloat16, to nearest even, the rest in float64."""
+    def r(t: torch.Tensor) -> torch.Tensor:
+        return t.detach().float().bfloat16().double()
+
+    modules = list(net)
+    hidden = [(modules[i], modules[i + 1]) for i in range(0, len(modules) - 1, 2)]
+    h, derivatives = x.double(), []
+    for linear, activation in hidden:
+        z = (r(h) @ r(linear.weight).T + linear.bias.detach().double()).requires_grad_()
+        a = activation(z)
+        (d,) = torch.autograd.grad(a.sum(), z)
+        derivatives.append(d)
+        h = a.detach()
+    e = derivatives[-1] * (sign * modules[-1].weight.detach().double()[0])
+    for l in range(len(hidden) - 1, 0, -1):
+        e = (r(e) @ r(hidden[l][0].weight)) * derivatives[l - 1]
+    return r(e) @ r(hidden[0][0].weight)
 
 
 def _compile_checks() -> dict[str, Any]:
@@ -218,7 +255,8 @@ def _compile_checks() -> dict[str, Any]:
 
     configs = {"2-64-64-1 silu float32 ieee": dict(widths=(2, 64, 64)),
                "64-64-64-64-1 silu float32 ieee": dict(widths=(64, 64, 64, 64)),
-               "2-64-64-1 silu bfloat16 tf32": dict(widths=(2, 64, 64), dtype=torch.bfloat16, precision="tf32")}
+               "2-64-64-1 silu bfloat16 tf32": dict(widths=(2, 64, 64), dtype=torch.bfloat16, precision="tf32"),
+               "2-64-64-1 silu float32 bf16": dict(widths=(2, 64, 64), precision="bf16")}
     reports = {f"sm_{cc} {name}": compile_report(cc, **kw) for cc in (80, 90) for name, kw in configs.items()}
     # the variants the tests use (noise from a tensor, per-chain step sizes), and the other activations and a ragged
     # depth: compiled once, for sm_90
@@ -337,12 +375,23 @@ def test_bfloat16_and_float16_states_round_once_at_the_end(interpreted):
 
 
 @needs_triton
+def test_bfloat16_products_round_every_operand_to_bfloat16(interpreted):
+    bf16 = interpreted["bf16_products"]
+    # the kernel's float32 sums and activations may put an operand on the other side of a bfloat16 rounding boundary
+    # than torch's float64 ones: nearly every element agrees to 1e-6, and none is off by more than such a flip
+    assert bf16["close"] >= 0.99 * bf16["count"], bf16
+    assert bf16["vs_emulation"] < 5e-4, bf16
+    # and the rounding is real: the exact gradient is 1e-4 away (IEEE products: 2e-6 at most, test above)
+    assert all(1e-5 < v < 3e-3 for v in bf16["vs_exact"]), bf16
+
+
+@needs_triton
 def test_the_kernel_compiles_for_sm80_and_sm90_without_spills(tmp_path):
     reports = _child("compile", interpret=False, cache=str(tmp_path))  # an empty cache: every build compiles
     for name, report in reports.items():  # in the test's output (pytest -s, or -rA): the registers of each build
         print(f"{name}: {report['registers']} registers, {report['spill_stores']} bytes spill stores, "
               f"{report['spill_loads']} bytes spill loads, {report['shared']} bytes shared, {report['seconds']:.1f} s")
-    assert len(reports) == 10
+    assert len(reports) == 12
     assert all(0 < r["registers"] <= 255 for r in reports.values())
     # IEEE products (the default): no spills. TF32 (mma) spills a few bytes of the 2-64-64-1 kernel on sm_80 at every
     # block size and warp count tried (8-76 bytes); recorded above, and bounded so that it cannot grow unseen.
@@ -375,7 +424,7 @@ def test_refusals_and_resolution_name_their_reason():
             assert tc._matmul_precision("ieee") == "ieee"
     finally:
         torch.set_float32_matmul_precision(before)
-    with pytest.raises(InputError, match="precision must be one of ieee, tf32 or None"):
+    with pytest.raises(InputError, match="precision must be one of ieee, tf32, bf16 or None"):
         tc._matmul_precision("tf32x3")
     # the warps per program (what ptxas reported): IEEE chains 16, contrastive 16 for a state padded to 64 columns
     # and else 8, TF32 8
@@ -419,7 +468,8 @@ def test_refusals_and_resolution_name_their_reason():
 def test_on_a_gpu_the_compiled_chain_equals_the_host_build_and_samplers_resolve_it():
     """On a GPU machine (skipped without one; failed where a GPU is present but the Triton kernels cannot run): the
     compiled kernel against the host build on the same stream, for every activation and every depth, float32 (IEEE and TF32),
-    bfloat16, a ragged chain count, restarts; resolution picks it, a sampler runs it with ``fused=True``."""
+    bfloat16 states, bfloat16 products against their torch emulation, a ragged chain count, restarts; resolution picks
+    it, a sampler runs it with ``fused=True``."""
     from ebm_cuda import triton_chains as tc
     from ebm_cuda.backends import feedforward_langevin_chain as host_chain
     from ebm_cuda.testing import assert_chains_close, gpu_absent_reason
@@ -453,6 +503,17 @@ def test_on_a_gpu_the_compiled_chain_equals_the_host_build_and_samplers_resolve_
             low = tc.feedforward_langevin_chain(x0.cuda().bfloat16(), cuda_program, precision="ieee", **kw)
             full = tc.feedforward_langevin_chain(x0.cuda().bfloat16().float(), cuda_program, precision="ieee", **kw)
             assert torch.equal(low, full.bfloat16())
+    # bfloat16 products (the tensor cores' bfloat16 products): the one-step gradient against torch's rounding of every
+    # operand, as under the interpreter
+    import copy
+
+    net3, x1 = _network(3, "SiLU"), x0[:256]
+    out = tc.feedforward_langevin_chain(x1.cuda(), feedforward_of(copy.deepcopy(net3).cuda(), -1.0), n_steps=1,
+                                        step_size=1.0, noise_scale=0.0, seed=0, offset=0, precision="bf16")
+    got, emulated = (x1 - out.cpu()).double(), _bf16_products_gradient(net3, -1.0, x1)
+    scale = 1.0 + emulated.abs().max().item()
+    assert ((got - emulated).abs() <= 1e-6 * scale).double().mean() >= 0.99, (got - emulated).abs().max()
+    assert (got - emulated).abs().max() < 5e-4 * scale
     half = dict(kw, n_steps=10)
     first = tc.feedforward_langevin_chain(x0.cuda(), cuda_program, **half)
     both = tc.feedforward_langevin_chain(first, cuda_program, **dict(half, offset=15))

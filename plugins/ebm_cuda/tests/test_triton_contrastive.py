@@ -154,6 +154,19 @@ def _interpreted_checks() -> dict[str, Any]:
     # TF32 is accepted (the interpreter computes every product in float32 whatever it is asked)
     results["tf32_states"] = (cd(x0, program, start=start, end=end, precision="tf32", **kw)[0]
                               - chain(x0, program, precision="tf32", **kw)).abs().max().item()
+    # bfloat16 products: the chain's states to the bit, and the op's float64 definition (its moves the chain's) to
+    # bfloat16 rounding
+    got = cd(x0, program, start=start, end=end, precision="bf16", **kw)
+    results["bf16_states"] = (got[0] - chain(x0, program, precision="bf16", **kw)).abs().max().item()
+    net = _network(2)
+    program = feedforward_of(net, 1.0)
+    got = cd(x0, program, start=start, end=end, precision="bf16", **kw)
+    reference = LOSS_OPS["feedforward_contrastive_chain"].reference(
+        x0.double(), feedforward_of(copy.deepcopy(net).double(), 1.0),
+        chain=lambda y, _, **k: chain(y.float(), program, precision="bf16", **k).double(), start=start, end=end, **kw)
+    ieee = cd(x0, program, start=start, end=end, **kw)
+    results["bf16_definition"] = [_relative([g], [r]) for g, r in zip(_flat(got)[1:], _flat(reference)[1:])]
+    results["ieee_definition"] = [_relative([g], [r]) for g, r in zip(_flat(ieee)[1:], _flat(reference)[1:])]
 
     # contrastive divergence resolves it where its sampler runs the Triton chain: both kernels registered for the CPU
     # (as the triton backend registers them for CUDA, the same priority), under the interpreter
@@ -217,6 +230,7 @@ def _compile_checks() -> dict[str, Any]:
     reports["sm_90 3-40-17-5-1 tanh/sigmoid/relu bfloat16 ieee, b None, per-chain h and s"] = compile_report(
         90, widths=WIDTHS, activations=(1, 2, 3), dtype=torch.bfloat16, per_chain=True, contrastive=True, has_b=False)
     reports["sm_90 2-64-64-1 silu float32 tf32"] = compile_report(90, widths=(2, 64, 64), precision="tf32", contrastive=True)
+    reports["sm_90 2-64-64-1 silu float32 bf16"] = compile_report(90, widths=(2, 64, 64), precision="bf16", contrastive=True)
     return reports
 
 
@@ -278,6 +292,18 @@ def test_bfloat16_and_float16_states_and_the_ends_energies_at_the_stored_states(
 
 
 @needs_triton
+def test_bfloat16_products_agree_with_the_definition_to_bfloat16_rounding(interpreted):
+    assert interpreted["bf16_states"] == 0.0
+    # against the float64 definition at the same states, each output relative to its largest magnitude: the energies
+    # of bfloat16 products (8 significant bits, 2^-9 = 2e-3 per rounding) to a few roundings (2.5e-3 and 3.2e-3), the
+    # loss and the gradients, differences of the starts' and the ends' sums, to a few roundings amplified by that
+    # cancellation (8e-4 to 3.7e-2); IEEE products' to 1.5e-5, so the rounding measured is the products'
+    bf16, ieee = interpreted["bf16_definition"], interpreted["ieee_definition"]
+    assert max(bf16[:2]) < 1e-2 and max(bf16[2:]) < 1e-1, bf16
+    assert min(bf16) > 1e-4 > max(ieee), (bf16, ieee)
+
+
+@needs_triton
 def test_contrastive_divergence_runs_it_where_its_sampler_runs_the_triton_chain(interpreted):
     fused, automatic = interpreted["loss"]["True"], interpreted["loss"]["None"]
     assert interpreted["contrastive_calls"] == [True]  # fused=True: one call; automatic: the chain ranks below the loop
@@ -295,7 +321,7 @@ def test_the_contrastive_kernel_compiles_for_sm80_and_sm90_without_spills(tmp_pa
     for name, report in reports.items():  # in the test's output (pytest -s, or -rA)
         print(f"{name}: {report['registers']} registers, {report['spill_stores']} bytes spill stores, "
               f"{report['spill_loads']} bytes spill loads, {report['shared']} bytes shared, {report['seconds']:.1f} s")
-    assert len(reports) == 8
+    assert len(reports) == 9
     assert all(0 < r["registers"] <= 255 for r in reports.values())
     assert not [name for name, r in reports.items() if r["spill_stores"] or r["spill_loads"]]
 
