@@ -16,9 +16,9 @@ block's part of the weight gradient (:func:`feedforward_contrastive_chain`).
 - **Precision:** the state is float32, bfloat16 or float16 (loaded once, the math in float32, rounded to nearest even
   once per launch, when it is stored); the weights are copied to padded float32. The products are IEEE float32
   (``input_precision="ieee"``) unless ``precision="tf32"`` is given, or, with ``precision=None``, the
-  default, torch's own switch for float32 products asks for TF32 (``torch.set_float32_matmul_precision("high")`` or
-  ``"medium"``), as it does for the per-step path's matrix products; ``precision="bf16"`` rounds every product's
-  operands to bfloat16 (summed in float32).
+  default, torch's own switch for float32 products asks for TF32 (``torch.set_float32_matmul_precision("high")``),
+  as it does for the per-step path's matrix products; ``precision="bf16"``, or ``"medium"`` (documented by torch as
+  bfloat16 internally where a fast algorithm has it), rounds every product's operands to bfloat16 (summed in float32).
 - **Noise:** the Philox stream of the C kernels (:mod:`ebm_cuda.reference`, ``docs/cuda.md``): element ``j`` of chain
   ``i`` at step ``t`` (``t = offset + k`` at the ``k``-th step of a call) is normal ``j mod 4`` of Philox4x32-10 with key
   ``(seed mod 2³², seed // 2³²)`` and counter ``(j // 4, i, t mod 2³², t // 2³²)``, by Box–Muller on the words ``(w0, w1)``
@@ -75,8 +75,8 @@ TRITON_VERSION = "3.7.1"
 
 PRECISIONS = ("ieee", "tf32", "bf16")
 """The products offered, accumulated in float32: IEEE float32 and TF32 (Triton's ``input_precision``), and bfloat16
-operands (``"bf16"``: about 3 significant digits, the tensor cores' fastest float kind; by name only, never chosen from
-torch's switch). ``"tf32x3"`` is not offered: it spills 228 bytes or more on sm_80 and sm_90."""
+operands (``"bf16"``: about 3 significant digits, the tensor cores' fastest float kind). ``"tf32x3"`` is not offered:
+it spills 228 bytes or more on sm_80 and sm_90."""
 
 def program_warps(padded: tuple[int, ...], precision: str, contrastive: bool = False) -> int:
     """Warps per program for a network of padded widths ``(d, h_1, …)``, the products' ``precision`` and the kernel
@@ -147,9 +147,14 @@ def _kernels() -> Any:
     return _triton_kernels
 
 
+_FROM_TORCH = {"highest": "ieee", "high": "tf32", "medium": "bf16"}
+"""``precision=None``: the products torch's switch for float32 matrix products asks for
+(``torch.set_float32_matmul_precision``: "medium" is documented as bfloat16 internally where a fast algorithm has it)."""
+
+
 def _matmul_precision(precision: Optional[str]) -> str:
     if precision is None:
-        return "ieee" if torch.get_float32_matmul_precision() == "highest" else "tf32"
+        return _FROM_TORCH[torch.get_float32_matmul_precision()]
     if precision not in PRECISIONS:
         raise InputError(f"ebm_cuda.triton_chains: precision must be one of {', '.join(PRECISIONS)} or None, got {precision!r}.")
     return precision
@@ -229,7 +234,8 @@ def feedforward_langevin_chain(x: Tensor, network: FeedForward, *, n_steps: int,
     ``noise_scale``: numbers or one value per chain ``(n,)``. ``ξ`` is drawn in the kernel from the stream of the
     module docstring at steps ``offset, …, offset + n_steps − 1``, or, with ``noise: (n_steps, n, d)``, read from
     that tensor (for tests). ``precision``: the products (:data:`PRECISIONS`: ``"ieee"``, ``"tf32"`` or ``"bf16"``;
-    None: IEEE unless ``torch.get_float32_matmul_precision()`` is not ``"highest"``). ``block_n``: chains per
+    None: what ``torch.get_float32_matmul_precision()`` asks for, ``"highest"`` IEEE, ``"high"`` TF32, ``"medium"``
+    bfloat16). ``block_n``: chains per
     program (a power of 2, at least 16; the noise and the masking do not depend on it, the products' rounding may, in
     the last bit; above 16 the kernel may spill registers). ``out``: an ``(n, d)`` tensor of ``x``'s dtype on ``x``'s
     device to write into (returned). ``num_warps``: warps per program (4, 8 or 16; None: :func:`program_warps`), for

@@ -418,7 +418,7 @@ def test_refusals_and_resolution_name_their_reason():
 
     before = torch.get_float32_matmul_precision()
     try:
-        for setting, expected in (("highest", "ieee"), ("high", "tf32"), ("medium", "tf32")):
+        for setting, expected in (("highest", "ieee"), ("high", "tf32"), ("medium", "bf16")):
             torch.set_float32_matmul_precision(setting)
             assert tc._matmul_precision(None) == expected
             assert tc._matmul_precision("ieee") == "ieee"
