@@ -36,8 +36,13 @@ CONFIGS: list[tuple[int, int, str]] = [
 kind for IEEE and TF32, 4 for bfloat16: 18 in all; 64 chains on 4 warps spilled 30 KB compiled for sm_90 and took
 15 s to build). The first is the reference of the correctness figures."""
 
-DRY = {"w4_chains": 40, "w4_steps": 2, "cd_chains": 40, "configs": [(16, 8, "ieee"), (32, 4, "tf32")]}
-"""Sizes and configurations on the CPU, under the interpreter (seconds per kernel call)."""
+DRY = {"w4_chains": 40, "w4_steps": 2, "cd_chains": 40, "configs": [(16, 8, "ieee"), (32, 4, "bf16")]}
+"""Sizes and configurations on the CPU, under the interpreter (seconds per kernel call; it computes TF32 products as
+IEEE ones, and bfloat16 products in an emulation of the same products)."""
+
+GRADIENT_TOLERANCE = {"ieee": 1e-3, "tf32": 1e-2, "bf16": 5e-2}
+"""The contrastive chain's gradient against the first (IEEE) configuration's, relative, by products: summation order;
+TF32's 10 significant bits; bfloat16's 8 (5.0e-3 measured in an emulation at 2,048 chains)."""
 
 CD_STEPS = 10
 STEP_SIZE = 0.01
@@ -203,7 +208,7 @@ def _law(e: Any, reference: Any) -> dict:
 def sweep_table(recs: list[dict], z_tol: float) -> str:
     """Group T as a markdown table: per row its time, speed-up over its workload's first (eager) row, registers and
     spills, and its correctness, marked **FAIL** where it misses (|z| > ``z_tol``, non-finite chains, or a gradient
-    more than 1e-2 off the first configuration's)."""
+    farther from the first configuration's than :data:`GRADIENT_TOLERANCE` allows its products)."""
     head = "| workload | variant | median (ms) | vs eager (IEEE) | registers, spills (bytes) | correctness |"
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     base = {}
@@ -230,7 +235,7 @@ def sweep_table(recs: list[dict], z_tol: float) -> str:
             if f["nonfinite_chains"]:
                 corr += f", {f['nonfinite_chains']} non-finite chains"
         elif "loss" in f:
-            ok = f.get("grad_rel_diff_vs_first", 0.0) <= 1e-2
+            ok = f.get("grad_rel_diff_vs_first", 0.0) <= GRADIENT_TOLERANCE[r["precision"]]
             corr = f"loss {f['loss']:.6g}, grad norm {f['grad_norm']:.5g}"
             if "grad_rel_diff_vs_first" in f:
                 corr += (f", rel diff vs the first configuration: loss {f['loss_rel_diff_vs_first']:.1e}, "

@@ -90,8 +90,9 @@ def test_group_t_times_each_triton_configuration_beside_the_eager_loop_under_the
     assert [(r["block_n"], r["num_warps"], r["precision"]) for r in cd[1:]] == configs
     for r in w4[1:]:  # 40 chains: 5 standard errors is a loose bound, and these chains are seeded
         assert abs(r["figures"]["z_vs_eager"]) < 5 and r["figures"]["nonfinite_chains"] == 0, r
-    # the same seed and stream: the configurations differ in the products' rounding only
-    assert cd[2]["figures"]["grad_rel_diff_vs_first"] < 1e-4, cd[2]
+    # the same seed and stream: the configurations differ in the products' rounding only (bfloat16's, emulated)
+    assert 1e-5 < cd[2]["figures"]["grad_rel_diff_vs_first"] < triton_sweep.GRADIENT_TOLERANCE["bf16"], cd[2]
+    assert 0 < w4[3]["figures"]["max_abs_diff_vs_first"] < 1e-2, w4[3]
     assert "**FAIL**" not in got["table"] and "— (interpreted)" in got["table"]
 
 

@@ -4,7 +4,7 @@
 is no GPU, and fails where a GPU is present but the CUDA kernels cannot run on it (nvcc missing, the
 build failed), so that a broken build on a GPU machine is never a green, all-skipped run.
 :func:`assert_chains_close` compares two runs of the same chains, counting chains that diverged in
-both runs as equal.
+both runs as equal. :func:`bf16_products_pass` is what the Triton kernels compute with bfloat16 products, in torch.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["gpu_absent_reason", "cuda_test_reason", "require_cuda_kernels", "assert_chains_close", "run_triton_child"]
+__all__ = ["gpu_absent_reason", "cuda_test_reason", "require_cuda_kernels", "assert_chains_close", "run_triton_child",
+           "bf16_products_pass"]
 
 
 def gpu_absent_reason() -> str | None:
@@ -116,3 +117,28 @@ def run_triton_child(script: str, what: str, interpret: bool, cache: str | None 
     proc = subprocess.run([sys.executable, script, what], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def bf16_products_pass(net: torch.nn.Sequential, sign: float, x: torch.Tensor) -> tuple[torch.Tensor, list, list]:
+    """The pass of the Triton kernels with ``precision="bf16"`` through ``sign · net`` (``Linear``, activation, …,
+    ``Linear(·, 1)``) at ``x: (n, d)``, in torch: every matrix product's operands (their float32 values) rounded to
+    bfloat16 to nearest even, the rest in float64. Returns ``(∇ₓE: (n, d), [a_0 = x, a_1, …]: the inputs of the hidden
+    layers' products, [e_1, …]: ∂E/∂z_l of the hidden layers)``: the kernels' weight gradient of layer ``l`` is the
+    product of the rounded ``(c·e_l)ᵀ`` and ``a_{l−1}``."""
+    def r(t: torch.Tensor) -> torch.Tensor:
+        return t.detach().float().bfloat16().double()
+
+    modules = list(net)
+    hidden = [(modules[i], modules[i + 1]) for i in range(0, len(modules) - 1, 2)]
+    inputs, derivatives = [x.double()], []
+    for linear, activation in hidden:
+        bias = 0.0 if linear.bias is None else linear.bias.detach().double()
+        z = (r(inputs[-1]) @ r(linear.weight).T + bias).requires_grad_()
+        a = activation(z)
+        (d,) = torch.autograd.grad(a.sum(), z)
+        derivatives.append(d)
+        inputs.append(a.detach())
+    es = [derivatives[-1] * (sign * modules[-1].weight.detach().double()[0])]
+    for l in range(len(hidden) - 1, 0, -1):
+        es.insert(0, (r(es[0]) @ r(hidden[l][0].weight)) * derivatives[l - 1])
+    return r(es[0]) @ r(hidden[0][0].weight), inputs[:-1], es

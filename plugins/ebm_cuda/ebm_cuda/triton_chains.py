@@ -16,9 +16,9 @@ block's part of the weight gradient (:func:`feedforward_contrastive_chain`).
 - **Precision:** the state is float32, bfloat16 or float16 (loaded once, the math in float32, rounded to nearest even
   once per launch, when it is stored); the weights are copied to padded float32. The products are IEEE float32
   (``input_precision="ieee"``) unless ``precision="tf32"`` is given, or, with ``precision=None``, the
-  default, torch's own switch for float32 products asks for TF32 (``torch.set_float32_matmul_precision("high")``),
-  as it does for the per-step path's matrix products; ``precision="bf16"``, or ``"medium"`` (documented by torch as
-  bfloat16 internally where a fast algorithm has it), rounds every product's operands to bfloat16 (summed in float32).
+  default, torch's own switch for float32 products asks for TF32 (``torch.set_float32_matmul_precision("high")`` or
+  ``"medium"``), as it does for the per-step path's matrix products on CUDA; ``precision="bf16"``, by name only, rounds
+  every product's operands to bfloat16 (summed in float32).
 - **Noise:** the Philox stream of the C kernels (:mod:`ebm_cuda.reference`, ``docs/cuda.md``): element ``j`` of chain
   ``i`` at step ``t`` (``t = offset + k`` at the ``k``-th step of a call) is normal ``j mod 4`` of Philox4x32-10 with key
   ``(seed mod 2³², seed // 2³²)`` and counter ``(j // 4, i, t mod 2³², t // 2³²)``, by Box–Muller on the words ``(w0, w1)``
@@ -87,8 +87,8 @@ def program_warps(padded: tuple[int, ...], precision: str, contrastive: bool = F
     - IEEE products, the chain: 16. With 8, three of the six spilled 8–16 bytes; with 16, none.
     - IEEE products, the contrastive kernel: 16 where the state is padded to 64 columns (with 8 those reached the
       255-register cap and spilled 40–264 bytes), else 8 (with 16 the 2-64-64-1 one spilled 8 bytes on sm_80).
-    - TF32 products: 8. With 16, kernels reached their 128-register cap and spilled up to 540 bytes; with 8, three
-      chains spill 8–32 bytes, the contrastive kernels none.
+    - TF32 and bfloat16 products: 8. With 16, kernels reached their 128-register cap and spilled up to 584 bytes;
+      with 8, three TF32 chains spill 8–32 bytes, the bfloat16 ones and the contrastive kernels none.
 
     ``tests/test_triton_chains.py`` and ``tests/test_triton_contrastive.py`` compile the chosen configuration of each
     network they check."""
@@ -147,9 +147,10 @@ def _kernels() -> Any:
     return _triton_kernels
 
 
-_FROM_TORCH = {"highest": "ieee", "high": "tf32", "medium": "bf16"}
-"""``precision=None``: the products torch's switch for float32 matrix products asks for
-(``torch.set_float32_matmul_precision``: "medium" is documented as bfloat16 internally where a fast algorithm has it)."""
+_FROM_TORCH = {"highest": "ieee", "high": "tf32", "medium": "tf32"}
+"""``precision=None``: the products torch's switch for float32 matrix products gives its own on CUDA
+(``torch.set_float32_matmul_precision``: "medium" allows bfloat16, but CUDA's matrix products then run TF32, as for
+"high"; bfloat16 products are asked for by name)."""
 
 
 def _matmul_precision(precision: Optional[str]) -> str:
@@ -234,8 +235,8 @@ def feedforward_langevin_chain(x: Tensor, network: FeedForward, *, n_steps: int,
     ``noise_scale``: numbers or one value per chain ``(n,)``. ``ξ`` is drawn in the kernel from the stream of the
     module docstring at steps ``offset, …, offset + n_steps − 1``, or, with ``noise: (n_steps, n, d)``, read from
     that tensor (for tests). ``precision``: the products (:data:`PRECISIONS`: ``"ieee"``, ``"tf32"`` or ``"bf16"``;
-    None: what ``torch.get_float32_matmul_precision()`` asks for, ``"highest"`` IEEE, ``"high"`` TF32, ``"medium"``
-    bfloat16). ``block_n``: chains per
+    None: what ``torch.get_float32_matmul_precision()`` gives torch's matrix products on CUDA, ``"highest"`` IEEE,
+    ``"high"`` and ``"medium"`` TF32). ``block_n``: chains per
     program (a power of 2, at least 16; the noise and the masking do not depend on it, the products' rounding may, in
     the last bit; above 16 the kernel may spill registers). ``out``: an ``(n, d)`` tensor of ``x``'s dtype on ``x``'s
     device to write into (returned). ``num_warps``: warps per program (4, 8 or 16; None: :func:`program_warps`), for
@@ -292,11 +293,11 @@ def _runs_here(x: Tensor, name: str) -> None:
 
 
 def _kernel_precision(precision: str, x: Tensor) -> str:
-    """The kernel's ``PRECISION``: ``precision``, but bfloat16 products on CPU tensors (Triton's interpreter) are
-    ``"bf16-emulated"`` (``_triton_kernels._dot``)."""
+    """The kernel's ``PRECISION``: ``precision``, but bfloat16 products under Triton's interpreter (whatever the
+    tensors' device) are ``"bf16-emulated"`` (``_triton_kernels._dot``)."""
     if precision not in PRECISIONS:
         raise InputError(f"ebm_cuda::triton ops: precision must be one of {', '.join(PRECISIONS)}, got {precision!r}.")
-    return "bf16-emulated" if precision == "bf16" and x.device.type == "cpu" else precision
+    return "bf16-emulated" if precision == "bf16" and _interpreted() else precision
 
 
 def _triton_langevin_chain(x: Tensor, out: Tensor, tensors: list[Tensor], padded: list[int], acts: list[int], n_steps: int,

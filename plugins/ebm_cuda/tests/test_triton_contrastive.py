@@ -27,7 +27,7 @@ import torch
 
 import ebmcore
 from ebmcore.energies.program import feedforward_of
-from ebm_cuda.testing import run_triton_child
+from ebm_cuda.testing import bf16_products_pass, run_triton_child
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
                                   reason="triton is not installed (pip install triton==3.7.1; make setup installs it)")
@@ -165,6 +165,25 @@ def _interpreted_checks() -> dict[str, Any]:
         x0.double(), feedforward_of(copy.deepcopy(net).double(), 1.0),
         chain=lambda y, _, **k: chain(y.float(), program, precision="bf16", **k).double(), start=start, end=end, **kw)
     ieee = cd(x0, program, start=start, end=end, **kw)
+    # the weight-gradient products at both ends: with no move (h = s = 0) the ends are the starts, and each hidden
+    # layer's gradient is the starts' and the ends' products of rounded (c·e_l)ᵀ and a_{l−1} (torch's rounding)
+    c0, c1 = torch.randn(N, generator=gen), torch.randn(N, generator=gen)
+    still = cd(x0, program, start=(c0, None), end=(c1, None), **dict(kw, step_size=0.0, noise_scale=0.0), precision="bf16")
+    _, inputs, es = bf16_products_pass(net, 1.0, x0)
+
+    def r(t: torch.Tensor) -> torch.Tensor:
+        return t.float().bfloat16().double()
+
+    close = count = 0
+    worst = 0.0
+    for layer, (a, e) in enumerate(zip(inputs, es)):
+        emulated = sum(r(c.double()[:, None] * e).T @ r(a) for c in (c0, c1))
+        got_w = still[4][layer].double()
+        scale = emulated.abs().max().item()
+        close += int(((got_w - emulated).abs() <= 1e-6 * scale).sum())
+        count += got_w.numel()
+        worst = max(worst, (got_w - emulated).abs().max().item() / scale)
+    results["bf16_weight_products"] = {"close": close, "count": count, "worst": worst}
     results["bf16_definition"] = [_relative([g], [r]) for g, r in zip(_flat(got)[1:], _flat(reference)[1:])]
     results["ieee_definition"] = [_relative([g], [r]) for g, r in zip(_flat(ieee)[1:], _flat(reference)[1:])]
 
@@ -301,6 +320,10 @@ def test_bfloat16_products_agree_with_the_definition_to_bfloat16_rounding(interp
     bf16, ieee = interpreted["bf16_definition"], interpreted["ieee_definition"]
     assert max(bf16[:2]) < 1e-2 and max(bf16[2:]) < 1e-1, bf16
     assert min(bf16) > 1e-4 > max(ieee), (bf16, ieee)
+    # the weight-gradient products themselves against torch's rounding of both operands: nearly every element to 1e-6
+    # (an operand may round the other way where the kernel's float32 pass and torch's float64 one differ)
+    w = interpreted["bf16_weight_products"]
+    assert w["close"] >= 0.99 * w["count"] and w["worst"] < 5e-3, w
 
 
 @needs_triton
