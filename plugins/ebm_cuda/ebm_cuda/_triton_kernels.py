@@ -134,28 +134,22 @@ def _contribute(part_ptr, e_ptr, a_ptr, b_ptr, bo_ptr, side, pid, n, rows, row_o
         c = c + tl.where(b == 0.0, 0.0, b * energy)
     c = tl.where(row_ok, c, 0.0)[:, None]
     base = part_ptr + (2 * pid + side).to(tl.int64) * P
-    cols = tl.arange(0, D0)
-    k1 = tl.arange(0, H1)
-    ce1 = c * e1
-    tl.store(base + k1[:, None] * D0 + cols[None, :], _dot(tl.trans(ce1), x, PRECISION))
-    tl.store(base + H1 * D0 + k1, tl.sum(ce1, axis=0))
+    at = _store_layer_part(base, c * e1, x, H1, D0, PRECISION)
     if N_HIDDEN >= 2:
-        base2 = base + H1 * (D0 + 1)
-        k2 = tl.arange(0, H2)
-        ce2 = c * e2
-        tl.store(base2 + k2[:, None] * H1 + k1[None, :], _dot(tl.trans(ce2), a1, PRECISION))
-        tl.store(base2 + H2 * H1 + k2, tl.sum(ce2, axis=0))
-        if N_HIDDEN >= 3:
-            base3 = base2 + H2 * (H1 + 1)
-            k3 = tl.arange(0, H3)
-            ce3 = c * e3
-            tl.store(base3 + k3[:, None] * H2 + k2[None, :], _dot(tl.trans(ce3), a2, PRECISION))
-            tl.store(base3 + H3 * H2 + k3, tl.sum(ce3, axis=0))
-            tl.store(base3 + H3 * (H2 + 1) + k3, tl.sum(c * top, axis=0))
-        else:
-            tl.store(base2 + H2 * (H1 + 1) + k2, tl.sum(c * top, axis=0))
-    else:
-        tl.store(base + H1 * (D0 + 1) + k1, tl.sum(c * top, axis=0))
+        at = _store_layer_part(at, c * e2, a1, H2, H1, PRECISION)
+    if N_HIDDEN >= 3:
+        at = _store_layer_part(at, c * e3, a2, H3, H2, PRECISION)
+    tl.store(at + tl.arange(0, H1 if N_HIDDEN == 1 else (H2 if N_HIDDEN == 2 else H3)), tl.sum(c * top, axis=0))
+
+
+@triton.jit
+def _store_layer_part(at, ce, inputs, H: tl.constexpr, K: tl.constexpr, PRECISION: tl.constexpr):
+    """A hidden layer's part of the block's sums at ``at``: its weights' ``Σᵣ ceᵣ ⊗ inputsᵣ`` (``H × K``) then its
+    biases' ``Σᵣ ceᵣ`` (``H``); returns where the next layer's part starts."""
+    h = tl.arange(0, H)
+    tl.store(at + h[:, None] * K + tl.arange(0, K)[None, :], _dot(tl.trans(ce), inputs, PRECISION))
+    tl.store(at + H * K + h, tl.sum(ce, axis=0))
+    return at + H * (K + 1)
 
 
 # 64-bit seeds and steps travel as int32 halves (Triton types an int argument by its value: steps in [2³¹, 2³²), typed
