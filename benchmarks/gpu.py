@@ -576,6 +576,18 @@ def failure(exc: BaseException) -> str:
     return f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
 
 
+def measured_or_skipped(rec: dict, out: list[dict], log: Callable, fn: Callable[[], Any]) -> Any:
+    """``fn()``; where it raises, None, with ``rec`` marked skipped (:func:`failure`), logged and added to ``out``: a
+    row that cannot run is reported, not fatal."""
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001
+        rec["skipped"] = failure(exc)
+        log(f"    {rec['skipped']}")
+        out.append(rec)
+        return None
+
+
 def vs_eager(loss: float, grads: Any, reference: tuple[float, Any]) -> dict:
     """A training step's loss and flattened gradient against the eager run's, as relative differences."""
     ref_loss, ref_grads = reference
@@ -636,12 +648,9 @@ def g3_rows(sizes: Sizes, device: Any, repeats: int, log: Callable) -> list[dict
         rec: dict[str, Any] = {"workload": "W4x100", "variant": key, "label": label, "n": n, "n_steps": steps,
                                "path": w4_path(sampler, x0)}
         log(f"  G3 {label} ...")
-        try:
-            m = measure(lambda: sampler.sample(x0, steps, generator=gen()), repeats, device)
-        except Exception as exc:  # noqa: BLE001
-            rec["skipped"] = failure(exc)
-            log(f"    {rec['skipped']}")
-            out.append(rec)
+        m = measured_or_skipped(rec, out, log, lambda: measure(lambda: sampler.sample(x0, steps, generator=gen()), repeats,
+                                                              device))
+        if m is None:
             continue
         x = m.pop("out")
         with torch.no_grad():
@@ -689,12 +698,8 @@ def g3_rows(sizes: Sizes, device: Any, repeats: int, log: Callable) -> list[dict
 
         rec = {"workload": "W5x100", "variant": key, "label": label, "batch": sizes.w5_batch, "inner": sizes.w5_inner}
         log(f"  G3 {label} ...")
-        try:
-            m = measure(train, repeats, device)
-        except Exception as exc:  # noqa: BLE001
-            rec["skipped"] = failure(exc)
-            log(f"    {rec['skipped']}")
-            out.append(rec)
+        m = measured_or_skipped(rec, out, log, lambda: measure(train, repeats, device))
+        if m is None:
             continue
         m.pop("out")
         for k in ("median_s", "min_s", "max_s"):  # per training step (the Adam state's creation included, once per run)
@@ -770,15 +775,16 @@ def conv_pcd_rows(device: Any, repeats: int, log: Callable, inner: int = 5) -> l
 
         rec: dict[str, Any] = {"workload": "ConvPCD", "variant": key, "label": label, "batch": c["batch"], "inner": inner}
         log(f"  G3 {label} ({key}) ...")
-        try:
+
+        def run() -> tuple[float, Any, dict, str]:
             value, grads = first_step()
             m = measure(train, repeats, device)
-            rec["path"] = loss.sampler_for(base).prepare(data, state["g"], {}).path
-        except Exception as exc:  # noqa: BLE001
-            rec["skipped"] = failure(exc)
-            log(f"    {rec['skipped']}")
-            out.append(rec)
+            return value, grads, m, loss.sampler_for(base).prepare(data, state["g"], {}).path
+
+        got = measured_or_skipped(rec, out, log, run)
+        if got is None:
             continue
+        value, grads, m, rec["path"] = got
         m.pop("out")
         for k in ("median_s", "min_s", "max_s"):
             m[k] /= inner
