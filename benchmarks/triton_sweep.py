@@ -1,10 +1,11 @@
 """Group T of ``benchmarks/gpu.py``: the Triton chains' launch configurations on this GPU, for tuning.
 
-``ebm_cuda.triton_chains`` runs 16 chains per program with 8 or 16 warps (``program_warps``) and IEEE products
-unless asked for others: chosen by what ``ptxas`` reports without a GPU, never by a timing. On the one GPU that timed
-the Langevin chain it was 2× slower than the per-step loop (``docs/cuda.md``), so it ranks below it. This group times
-both Triton chains over chains per program (``block_n``), warps per program and products (IEEE, TF32, bfloat16), at
-G3's sizes, beside the baselines they must beat, measured in the same run:
+``ebm_cuda.triton_chains`` launches the configuration ``launch_config`` gives (chains and warps per program), chosen
+without a GPU by the instructions of each configuration's step loop in machine code (``benchmarks/triton_static.py``),
+never by a timing. On the one GPU that timed the Langevin chain (in the configuration before: 16 chains per program)
+it was 2× slower than the per-step loop (``docs/cuda.md``), so it ranks below it. This group times both Triton chains
+over chains per program (``block_n``), warps per program and products (IEEE, TF32, bfloat16), at G3's sizes, beside
+the baselines they must beat, measured in the same run:
 
 - **W4** (Langevin on the 2-64-64-1 SiLU MLP, ``w4_chains`` × ``w4_steps``): ``feedforward_langevin_chain`` per
   configuration, against the eager per-step loop (``LangevinSampler(fused=False)``) with IEEE and with TF32 matrix
@@ -16,8 +17,8 @@ G3's sizes, beside the baselines they must beat, measured in the same run:
   (``fused=False``; no optimizer step in either). Correctness: loss and gradient relative to the first
   configuration's (the same seed and stream: they differ by the products' rounding only).
 
-Each row records the registers and spills ``ptxas`` reports for its kernel (``compile_report`` for the device's
-compute capability). On the CPU the kernels run under Triton's interpreter (``TRITON_INTERPRET=1`` set before
+Each row records the registers, spills and static cost (warp-instructions per chain-step) of its kernel
+(``compile_report`` for the device's compute capability), so that the timings test the static model. On the CPU the kernels run under Triton's interpreter (``TRITON_INTERPRET=1`` set before
 triton is imported) at :data:`DRY` sizes over two configurations: a test of this code, not figures; without the
 interpreter the rows are skipped, saying why.
 """
@@ -29,14 +30,16 @@ import os
 from typing import Any, Callable
 
 CONFIGS: list[tuple[int, int, str]] = [
-    (block_n, warps, precision) for precision in ("ieee", "tf32")
-    for block_n, warps in ((16, 8), (16, 4), (16, 16), (32, 8), (32, 16), (64, 8), (64, 16))
-] + [(block_n, warps, "bf16") for block_n, warps in ((16, 8), (16, 4), (32, 8), (64, 8))]
-"""``(block_n, num_warps, precision)``: 16, 32 and 64 chains per program with the warps that hold them (7 per product
-kind for IEEE and TF32, 4 for bfloat16: 18 in all; 64 chains on 4 warps spilled 30 KB compiled for sm_90 and took
-15 s to build). The first is the reference of the correctness figures."""
+    (16, 4, "ieee"), (16, 16, "ieee"), (32, 8, "ieee"), (64, 16, "ieee"),
+    (64, 4, "tf32"), (32, 4, "tf32"), (16, 8, "tf32"), (128, 8, "tf32"),
+    (64, 4, "bf16"), (32, 4, "bf16"), (16, 8, "bf16"), (128, 8, "bf16"),
+]
+"""``(block_n, num_warps, precision)``, 4 per kind of products: ``launch_config``'s for the 2-64-64-1 network (IEEE
+16 on 4 for both kernels; TF32 and bfloat16 64 on 4 for the chain, 32 on 4 for the contrastive kernel), the
+configuration it replaced (16 on 16 for IEEE, 16 on 8 for the others) and the next-cheapest in the static count. The
+first is the reference of the correctness figures."""
 
-DRY = {"w4_chains": 40, "w4_steps": 2, "cd_chains": 40, "configs": [(16, 8, "ieee"), (32, 4, "bf16")]}
+DRY = {"w4_chains": 40, "w4_steps": 2, "cd_chains": 40, "configs": [(16, 4, "ieee"), (32, 4, "bf16")]}
 """Sizes and configurations on the CPU, under the interpreter (seconds per kernel call; it computes TF32 products as
 IEEE ones, and bfloat16 products in an emulation of the same products)."""
 
@@ -85,7 +88,7 @@ def sweep_rows(w4_chains: int, w4_steps: int, cd_chains: int, device: Any, repea
         try:
             m = measure(fn, repeats, dev)
         except Exception as exc:  # noqa: BLE001
-            default = extra.get("block_n") == 16 and extra.get("num_warps") == triton_chains.program_warps(
+            default = (extra.get("block_n"), extra.get("num_warps")) == triton_chains.launch_config(
                 padded, extra.get("precision", ""), contrastive=workload != "W4")
             what = "not run" if type(exc).__name__ == "OutOfResources" and not default else "failed"
             rec["skipped"] = f"{what}: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
@@ -181,8 +184,8 @@ def sweep_rows(w4_chains: int, w4_steps: int, cd_chains: int, device: Any, repea
 
 def _ptxas(triton_chains: Any, capability: int | None, block_n: int, warps: int, precision: str,
            contrastive: bool) -> dict | None:
-    """``compile_report``'s registers and spills for a row's kernel (or why it could not compile); None under the
-    interpreter (``capability`` None), which compiles nothing."""
+    """``compile_report``'s registers, spills and warp-instructions per chain-step for a row's kernel (or why it could
+    not compile); None under the interpreter (``capability`` None), which compiles nothing."""
     if capability is None:
         return None
     try:
@@ -190,7 +193,7 @@ def _ptxas(triton_chains: Any, capability: int | None, block_n: int, warps: int,
                                          num_warps=warps, contrastive=contrastive, has_b=False)
     except Exception as exc:  # noqa: BLE001
         return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
-    return {k: r[k] for k in ("registers", "spill_stores", "spill_loads")} | {"sm": capability}
+    return {k: r[k] for k in ("registers", "spill_stores", "spill_loads", "per_chain_step")} | {"sm": capability}
 
 
 def _law(e: Any, reference: Any) -> dict:

@@ -1,7 +1,8 @@
 """The fused Langevin chain of a feed-forward energy on CUDA, written in Triton: ``feedforward_langevin_chain``, and
 the same chain with contrastive divergence's energies, loss and weight gradient: ``feedforward_contrastive_chain``.
 
-One program holds ``block_n`` chains (rows; 16 by default) and runs all ``n_steps`` steps on them: per step the forward pass
+One program holds ``block_n`` chains (rows; by default :func:`launch_config`'s: 16 with IEEE products, 32 or 64 with
+tensor-core ones) and runs all ``n_steps`` steps on them: per step the forward pass
 (``tl.dot`` per layer, the activation and its derivative), the chain rule backwards (``tl.dot`` with the same
 weights), and the move ``x ← x − h∇ₓE(x) + s·ξ``. The weights are read once per program; the states once and
 written once per launch, whatever ``n_steps`` is. The contrastive chain is the same kernel with one ``tl.constexpr``
@@ -47,9 +48,10 @@ from ebmcore.energies import feedforward
 from ebmcore.energies.program import ActivationKind, FeedForward
 from ebmcore.errors import InputError
 from ebm_cuda import ops
+from ebm_cuda.kernel_report import ptxas_report
 
 __all__ = ["ACTIVATIONS", "MAX_HIDDEN", "MAX_WIDTH", "DTYPES", "MIN_COMPUTE_CAPABILITY", "TRITON_VERSION", "PRECISIONS",
-           "program_warps", "refusal", "unavailable_reason", "feedforward_langevin_chain", "feedforward_contrastive_chain",
+           "launch_config", "refusal", "unavailable_reason", "feedforward_langevin_chain", "feedforward_contrastive_chain",
            "stream_normals", "kernel_arguments", "compile_report", "normals_compile_report"]
 
 ACTIVATIONS: dict[ActivationKind, int] = {ActivationKind.SILU: 0, ActivationKind.TANH: 1, ActivationKind.SIGMOID: 2,
@@ -78,23 +80,37 @@ PRECISIONS = ("ieee", "tf32", "bf16")
 operands (``"bf16"``: about 3 significant digits, the tensor cores' fastest float kind). ``"tf32x3"`` is not offered:
 it spills 228 bytes or more on sm_80 and sm_90."""
 
-def program_warps(padded: tuple[int, ...], precision: str, contrastive: bool = False) -> int:
-    """Warps per program for a network of padded widths ``(d, h_1, …)``, the products' ``precision`` and the kernel
-    (``contrastive``: :func:`feedforward_contrastive_chain`'s): chosen by what ``ptxas`` reports (:func:`compile_report`,
-    sm_80 and sm_90, six networks from 2-32-1 to 64-64-64-64-1), never by a timing (``benchmarks/triton_sweep.py`` is
-    the GPU's turn):
+def launch_config(padded: tuple[int, ...], precision: str, contrastive: bool = False) -> tuple[int, int]:
+    """``(block_n, num_warps)``: chains and warps per program for a network of padded widths ``(d, h_1, …)``, the
+    products' ``precision`` and the kernel (``contrastive``: :func:`feedforward_contrastive_chain`'s). Chosen without a
+    GPU, by the machine code of every configuration from 16 to 128 chains on 4, 8 or 16 warps compiled for sm_90 (the
+    smaller ones for sm_80 too), for eight networks from 2-32-1 to 64-64-64-64-1 (``benchmarks/triton_static.py``;
+    warp-instructions per chain-step in the step loop, :mod:`ebm_cuda.kernel_report`): the fewest instructions that
+    spill at most 64 bytes on both. What decides is the chains each warp holds:
 
-    - IEEE products, the chain: 16. With 8, three of the six spilled 8–16 bytes; with 16, none.
-    - IEEE products, the contrastive kernel: 16 where the state is padded to 64 columns (with 8 those reached the
-      255-register cap and spilled 40–264 bytes), else 8 (with 16 the 2-64-64-1 one spilled 8 bytes on sm_80).
-    - TF32 and bfloat16 products: 8. With 16, kernels reached their 128-register cap and spilled up to 584 bytes;
-      with 8, three TF32 chains spill 8–32 bytes, the bfloat16 ones and the contrastive kernels none.
+    - TF32 and bfloat16 products: 16 chains per warp, the rows of one tensor-core tile (sm_90's 4-warp ``wgmma`` takes
+      64): the chain 64 on 4 warps, the contrastive kernel (more registers: its weight-gradient products) 32 on 4.
+      With fewer chains per warp, each warp computed its tile's rows several times over: 16 chains on 8 warps, the
+      choice before, cost 8.3 times the instructions of the 2-64-64-1 chain with TF32 products. Where the registers
+      run out, fewer: the chain of three 64-wide layers on a 64-wide state 32 on 8 (64 on 4 spilled 144 bytes), the
+      contrastive kernel on a 64-wide state 16 on 4 (32 on 4 spilled up to 844 bytes on sm_80).
+    - IEEE products (no tensor cores: each product is a multiply-add): 16 chains on 4 warps. More chains per warp
+      spilled; fewer cost more (16 on 16 warps, the choice before: 1.6 times the instructions for 2-64-64-1). The
+      contrastive kernel on a state padded to 64 columns runs 16 on 16 warps: on 4 it spilled 1.8 KB and more.
 
-    ``tests/test_triton_chains.py`` and ``tests/test_triton_contrastive.py`` compile the chosen configuration of each
-    network they check."""
-    if precision != "ieee":
-        return 8
-    return 16 if not contrastive or padded[0] >= 64 else 8
+    Within 1.04 of the fewest instructions for the network of W4 and W5 (2-64-64-1), at most 1.46 for any of the
+    eight (the IEEE chain of 2-32-1), on sm_90 and sm_80. Instructions are a floor on the time, not a timing:
+    ``benchmarks/triton_sweep.py`` (group T of ``gpu.py``) times these against the others on a GPU."""
+    if precision == "ieee":
+        return (16, 16) if contrastive and padded[0] >= 64 else (16, 4)
+    if contrastive:
+        return (16, 4) if padded[0] >= 64 else (32, 4)
+    return (32, 8) if _padded_weights(padded) >= 3 * MAX_WIDTH * MAX_WIDTH else (64, 4)
+
+
+def _padded_weights(padded: tuple[int, ...]) -> int:
+    """The hidden layers' padded weights ``Σ h_{l−1}·h_l`` (``h_0 = d``)."""
+    return sum(a * b for a, b in zip(padded[:-1], padded[1:]))
 
 
 def _pad(width: int) -> int:
@@ -216,9 +232,10 @@ def _check(x: Tensor, network: FeedForward, n_steps: int, what: str = "feedforwa
         raise InputError(f"ebm_cuda.triton_chains.{what}: n_steps must be >= {min_steps}, got {n_steps}.")
 
 
-def _check_block(block_n: int, what: str) -> None:
-    if block_n < 16 or block_n & (block_n - 1):
-        raise InputError(f"ebm_cuda.triton_chains.{what}: block_n must be a power of 2 >= 16, got {block_n}.")
+def _check_block(block_n: Optional[int], what: str) -> None:
+    if block_n is not None and (block_n < 16 or block_n & (block_n - 1)):
+        raise InputError(f"ebm_cuda.triton_chains.{what}: block_n must be a power of 2 >= 16 or None (the default), got "
+                         f"{block_n}.")
 
 
 def _check_warps(num_warps: Optional[int], what: str) -> None:
@@ -227,7 +244,7 @@ def _check_warps(num_warps: Optional[int], what: str) -> None:
 
 
 def feedforward_langevin_chain(x: Tensor, network: FeedForward, *, n_steps: int, step_size: Any, noise_scale: Any,
-                               seed: int, offset: int, precision: Optional[str] = None, block_n: int = 16,
+                               seed: int, offset: int, precision: Optional[str] = None, block_n: Optional[int] = None,
                                noise: Optional[Tensor] = None, out: Optional[Tensor] = None,
                                num_warps: Optional[int] = None) -> Tensor:
     """``n_steps`` Langevin steps ``x ← x − h∇ₓE(x) + s·ξ`` of the feed-forward energy ``network`` in one launch;
@@ -238,9 +255,9 @@ def feedforward_langevin_chain(x: Tensor, network: FeedForward, *, n_steps: int,
     None: what ``torch.get_float32_matmul_precision()`` gives torch's matrix products on CUDA, ``"highest"`` IEEE,
     ``"high"`` and ``"medium"`` TF32). ``block_n``: chains per
     program (a power of 2, at least 16; the noise and the masking do not depend on it, the products' rounding may, in
-    the last bit; above 16 the kernel may spill registers). ``out``: an ``(n, d)`` tensor of ``x``'s dtype on ``x``'s
-    device to write into (returned). ``num_warps``: warps per program (4, 8 or 16; None: :func:`program_warps`), for
-    tuning (``benchmarks/triton_sweep.py``)."""
+    the last bit), and ``num_warps``: warps per program (4, 8 or 16); None: :func:`launch_config`'s, for tuning
+    (``benchmarks/triton_sweep.py``). ``out``: an ``(n, d)`` tensor of ``x``'s dtype on ``x``'s device to write into
+    (returned)."""
     _check(x, network, n_steps)
     n, d = x.shape
     result = out if out is not None else torch.empty_like(x, memory_format=torch.contiguous_format)
@@ -265,10 +282,18 @@ def feedforward_langevin_chain(x: Tensor, network: FeedForward, *, n_steps: int,
         xs = xs.contiguous()
     noise_t = noise.detach().to(device=x.device, dtype=torch.float32).contiguous() if noise is not None else None
     products = _matmul_precision(precision)
+    block_n, num_warps = _launch(padded, products, False, block_n, num_warps)
     with torch.no_grad():
         _LANGEVIN_OP(xs, result, tensors, list(padded), list(acts), n_steps, h, s, hv, sv, seed64, offset, products, block_n,
-                     num_warps or program_warps(padded, products), noise_t)
+                     num_warps, noise_t)
     return result
+
+
+def _launch(padded: tuple[int, ...], precision: str, contrastive: bool, block_n: Optional[int],
+            num_warps: Optional[int]) -> tuple[int, int]:
+    """``(block_n, num_warps)`` as given, each None replaced by :func:`launch_config`'s."""
+    default_block, default_warps = launch_config(padded, precision, contrastive)
+    return block_n or default_block, num_warps or default_warps
 
 
 def _stream_arguments(seed: int, offset: int) -> tuple[int, int]:
@@ -367,7 +392,7 @@ def _coefficients(pairs: tuple[tuple[Any, Any], tuple[Any, Any]], n: int, device
 
 def feedforward_contrastive_chain(x: Tensor, network: FeedForward, *, n_steps: int, step_size: Any, noise_scale: Any,
                                   seed: int, offset: int, start: tuple[Any, Any], end: tuple[Any, Any],
-                                  precision: Optional[str] = None, block_n: int = 16,
+                                  precision: Optional[str] = None, block_n: Optional[int] = None,
                                   num_warps: Optional[int] = None) -> tuple[Any, ...]:
     """Contrastive divergence's chains with their loss and weight gradient, in one launch: the ``n_steps >= 1`` moves
     of :func:`feedforward_langevin_chain` from ``x: (n, d)`` (its kernel with ``CONTRASTIVE`` set: the same code for
@@ -390,8 +415,9 @@ def feedforward_contrastive_chain(x: Tensor, network: FeedForward, *, n_steps: i
     chain count and block size, where atomic adds would change with the order the programs finish in), no
     synchronisation between programs, and each program writes each of its two slots once (at its first and its last
     pass). The
-    buffer costs ``8·P/block_n`` bytes per chain (2.7 KB for that network at 16 chains per program: the order of the
-    activations that autograd keeps for the same loss); a larger ``block_n`` makes it smaller."""
+    buffer costs ``8·P/block_n`` bytes per chain (2.7 KB for that network at 16 chains per program, IEEE products'
+    default: the order of the activations that autograd keeps for the same loss); a larger ``block_n`` makes it
+    smaller."""
     what = "feedforward_contrastive_chain"
     _check(x, network, n_steps, what, min_steps=1)
     _check_block(block_n, what)
@@ -411,11 +437,10 @@ def feedforward_contrastive_chain(x: Tensor, network: FeedForward, *, n_steps: i
         if xs.stride(1) != 1:
             xs = xs.contiguous()
         products = _matmul_precision(precision)
+        block_n, num_warps = _launch(padded, products, True, block_n, num_warps)
         with torch.no_grad():
             result, energies, sums = _CONTRASTIVE_OP(xs, tensors, list(padded), list(acts), n_steps, h, s, hv, sv, seed64,
-                                                     offset, products, block_n,
-                                                     num_warps or program_warps(padded, products, contrastive=True),
-                                                     a, b, bo)
+                                                     offset, products, block_n, num_warps, a, b, bo)
     else:
         result = torch.empty_like(x, memory_format=torch.contiguous_format)
         energies = torch.empty(2, n, dtype=torch.float32, device=device)
@@ -466,20 +491,23 @@ def _on(device: torch.device) -> Any:
 
 
 def compile_report(capability: int, *, widths: tuple[int, ...] = (2, 64, 64), activations: tuple[int, ...] | None = None,
-                   block_n: int = 16, precision: str = "ieee", dtype: torch.dtype = torch.float32,
+                   block_n: Optional[int] = None, precision: str = "ieee", dtype: torch.dtype = torch.float32,
                    noise_from_tensor: bool = False, per_chain: bool = False, num_warps: Optional[int] = None,
                    contrastive: bool = False, has_b: bool = True) -> dict[str, Any]:
     """Compile the chain kernel for ``sm_<capability>`` without a GPU (``triton.compile`` for ``GPUTarget("cuda",
-    capability, 32)``) and read its resources from ``ptxas -v`` (Triton's own ptxas): ``{"registers", "spill_stores",
-    "spill_loads", "stack", "shared", "seconds"}`` (bytes but registers). ``widths``: ``(d, h_1, …)`` before padding;
+    capability, 32)``) and report what :func:`ebm_cuda.kernel_report.ptxas_report` reads from its ``ptxas -v`` and
+    machine code: ``{"registers", "spill_stores", "spill_loads", "stack", "shared", "seconds", "loop_instructions",
+    "per_chain_step"}`` (bytes but registers; the step loop's instructions per warp, and warp-instructions per
+    chain-step), plus the ``"block_n"`` and ``"num_warps"`` compiled. ``widths``: ``(d, h_1, …)`` before padding;
     ``activations``: codes of :data:`ACTIVATIONS` per hidden layer (SiLU everywhere by default); ``noise_from_tensor``,
     ``per_chain``: the variants that read the noise from a tensor and the step sizes and noise scales per chain;
     ``contrastive``: the kernel of :func:`feedforward_contrastive_chain` (``has_b``: with quadratic coefficients ``b``);
-    ``num_warps``: None for the launchers' choice (:func:`program_warps`)."""
+    ``block_n``, ``num_warps``: None for the launchers' choice (:func:`launch_config`)."""
     fn = _kernels().langevin_kernel
     padded = [_pad(w) for w in widths]
     n_hidden = len(widths) - 1
     acts = list(activations if activations is not None else (0,) * n_hidden)
+    block_n, warps = _launch(tuple(padded), precision, contrastive, block_n, num_warps)
     element = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
     signature: dict[str, str] = {name: "*fp32" for name in ("noise_ptr", "hv_ptr", "sv_ptr", "w1_ptr", "b1_ptr", "w2_ptr",
                                                            "b2_ptr", "w3_ptr", "b3_ptr", "wo_ptr", "a_ptr", "b_ptr",
@@ -492,52 +520,12 @@ def compile_report(capability: int, *, widths: tuple[int, ...] = (2, 64, 64), ac
                       NOISE_FROM_TENSOR=noise_from_tensor, PER_CHAIN_H=per_chain, PER_CHAIN_S=per_chain,
                       PRECISION=precision, CONTRASTIVE=contrastive, HAS_B=contrastive and has_b,
                       P=_partial_size(tuple(padded)) if contrastive else 1)
-    warps = num_warps if num_warps is not None else program_warps(tuple(padded), precision, contrastive)
-    return _ptxas_report(fn, signature, constexprs, capability, warps)
+    report = ptxas_report(fn, signature, constexprs, capability, warps, chains_per_program=block_n)
+    return dict(report, block_n=block_n, num_warps=warps)
 
 
 def normals_compile_report(capability: int, *, d: int = 16) -> dict[str, Any]:
     """:func:`compile_report` for the kernel of :func:`stream_normals` (``d`` columns, padded as the chain pads them)."""
     fn = _kernels().normals_kernel
     signature = dict(out_ptr="*fp32", n="i32", d="i32", seed_lo="i32", seed_hi="i32", step_lo="i32", step_hi="i32")
-    return _ptxas_report(fn, signature, dict(D=_pad(d), BLOCK_N=16), capability, 4)
-
-
-def _ptxas_report(fn: Any, signature: dict[str, str], constexprs: dict[str, Any], capability: int,
-                  warps: int) -> dict[str, Any]:
-    """Compile ``fn`` for ``sm_<capability>`` with ``triton.compile`` and read ``ptxas -v`` (:func:`compile_report`)."""
-    import re
-    import subprocess
-    import tempfile
-    import time
-
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.backends.nvidia import compiler as nvidia
-    from triton.compiler import ASTSource
-
-    signature = dict(signature, **{name: "constexpr" for name in constexprs})
-    signature = {name: signature[name] for name in fn.arg_names}
-    start = time.perf_counter()
-    # the pointers 16-byte aligned, as Triton's launcher declares them for torch's allocations (``tt.divisibility``):
-    # without the hint the compiled kernel is another one, with other registers
-    aligned = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(fn.arg_names) if signature[name].startswith("*")}
-    source = ASTSource(fn=fn, signature=signature,
-                       constexprs={(fn.arg_names.index(name),): value for name, value in constexprs.items()}, attrs=aligned)
-    compiled = triton.compile(source, target=GPUTarget("cuda", capability, 32), options={"num_warps": warps})
-    seconds = time.perf_counter() - start
-    ptxas = nvidia.get_ptxas(capability).path
-    with tempfile.TemporaryDirectory() as tmp:
-        ptx = f"{tmp}/kernel.ptx"
-        with open(ptx, "w") as f:
-            f.write(compiled.asm["ptx"])
-        log = subprocess.run([ptxas, "-v", "--regAllocOptLevel=2", f"--gpu-name={nvidia.sm_arch_from_capability(capability)}",
-                              ptx, "-o", f"{tmp}/kernel.cubin"], capture_output=True, text=True, check=True).stderr
-
-    def number(pattern: str) -> int:
-        match = re.search(pattern, log)
-        return int(match.group(1)) if match else 0
-
-    return {"registers": number(r"Used (\d+) registers"), "spill_stores": number(r"(\d+) bytes spill stores"),
-            "spill_loads": number(r"(\d+) bytes spill loads"), "stack": number(r"(\d+) bytes stack frame"),
-            "shared": int(compiled.metadata.shared), "seconds": seconds}
+    return dict(ptxas_report(fn, signature, dict(D=_pad(d), BLOCK_N=16), capability, 4), block_n=16, num_warps=4)

@@ -242,6 +242,11 @@ def _compile_checks() -> dict[str, Any]:
     reports["sm_90 3-40-17-5-1 tanh/sigmoid/relu float32 ieee, tensor noise, per-chain h and s"] = compile_report(
         90, widths=WIDTHS, activations=(1, 2, 3), noise_from_tensor=True, per_chain=True)
     reports["sm_90 2-32-1 relu float16 ieee"] = compile_report(90, widths=(2, 32), activations=(3,), dtype=torch.float16)
+    # the configuration launch_config replaced (16 chains per program; 8 warps with TF32 products, 16 with IEEE ones)
+    for precision, warps in (("tf32", 8), ("ieee", 16)):
+        reports[f"sm_90 2-64-64-1 silu float32 {precision}, 16 chains on {warps} warps"] = compile_report(
+            90, widths=(2, 64, 64), precision=precision, block_n=16, num_warps=warps)
+    reports["sm_90 2-64-64-1 silu float32 tf32"] = compile_report(90, widths=(2, 64, 64), precision="tf32")
     for cc in (80, 90):  # the kernel of stream_normals
         reports[f"sm_{cc} normals d=40"] = normals_compile_report(cc, d=40)
     return reports
@@ -369,13 +374,26 @@ def test_the_kernel_compiles_for_sm80_and_sm90_without_spills(tmp_path):
     reports = _child("compile", interpret=False, cache=str(tmp_path))  # an empty cache: every build compiles
     for name, report in reports.items():  # in the test's output (pytest -s, or -rA): the registers of each build
         print(f"{name}: {report['registers']} registers, {report['spill_stores']} bytes spill stores, "
-              f"{report['spill_loads']} bytes spill loads, {report['shared']} bytes shared, {report['seconds']:.1f} s")
-    assert len(reports) == 12
+              f"{report['spill_loads']} bytes spill loads, {report['shared']} bytes shared, {report['seconds']:.1f} s, "
+              f"{report['block_n']} chains on {report['num_warps']} warps, {report['per_chain_step']} warp-instructions "
+              f"per chain-step")
+    assert len(reports) == 15
     assert all(0 < r["registers"] <= 255 for r in reports.values())
-    # IEEE products (the default): no spills. TF32 (mma) spills a few bytes of the 2-64-64-1 kernel on sm_80 at every
-    # block size and warp count tried (8-76 bytes); recorded above, and bounded so that it cannot grow unseen.
-    spills = {name: r for name, r in reports.items() if (r["spill_stores"] or r["spill_loads"]) and "tf32" not in name}
-    assert not spills
+    # the step loop's cost (warp-instructions per chain-step, ebm_cuda.kernel_report): the default against the
+    # configuration it replaced, for W4's network on sm_90. TF32: 16 chains per warp, one tensor-core tile's rows,
+    # against 2 (each warp's rows computed 8 times over): 125 against 1,035 when chosen. IEEE: 4 chains per warp
+    # against 1: 538 against 884.
+    cost = {name: r["per_chain_step"] for name, r in reports.items() if "normals" not in name}
+    assert all(c is not None and c > 0 for c in cost.values()), cost
+    tf32, ieee = cost["sm_90 2-64-64-1 silu float32 tf32"], cost["sm_90 2-64-64-1 silu float32 ieee"]
+    assert tf32 * 6 < cost["sm_90 2-64-64-1 silu float32 tf32, 16 chains on 8 warps"], cost
+    assert ieee * 1.4 < cost["sm_90 2-64-64-1 silu float32 ieee, 16 chains on 16 warps"], cost
+    assert tf32 * 3 < ieee, cost  # tensor cores: a product is not a multiply-add per element
+    assert tf32 < 1.15 * 125 and ieee < 1.15 * 538, cost  # the counts when chosen, within 15 %: a change that costs shows
+    # spills: none for sm_90; on sm_80 a word or a few (the 2-64-64-1 kernel: 4 bytes with IEEE products, TF32 ones
+    # spilled 8-76 bytes at every configuration tried), recorded above and bounded at launch_config's 64 bytes so that
+    # they cannot grow unseen
+    assert not [name for name, r in reports.items() if r["spill_stores"] and name.startswith("sm_90")]
     assert all(r["spill_stores"] <= 64 for r in reports.values())
 
 
@@ -405,10 +423,15 @@ def test_refusals_and_resolution_name_their_reason():
         torch.set_float32_matmul_precision(before)
     with pytest.raises(InputError, match="precision must be one of ieee, tf32, bf16 or None"):
         tc._matmul_precision("tf32x3")
-    # the warps per program (what ptxas reported): IEEE chains 16, contrastive 16 for a state padded to 64 columns
-    # and else 8, TF32 8
-    assert [tc.program_warps(p, q, c) for c in (False, True) for p in ((16, 64, 64), (64, 64))
-            for q in ("ieee", "tf32", "bf16")] == [16, 8, 8, 16, 8, 8, 8, 8, 8, 16, 8, 8]
+    # the launch configurations (benchmarks/triton_static.py): 16 chains per warp with tensor-core products (the
+    # chain 64 on 4, the contrastive kernel 32 on 4), 16 chains on 4 warps with IEEE ones; fewer where registers run
+    # out: a 64-wide state (the contrastive kernel: 16 on 16 with IEEE products, 16 on 4 with tensor-core ones), three
+    # 64-wide layers on it (the tensor-core chain: 32 on 8)
+    assert [tc.launch_config(p, q, c) for c in (False, True) for p in ((16, 64, 64), (64, 64), (64, 64, 64, 64))
+            for q in ("ieee", "tf32", "bf16")] == [(16, 4), (64, 4), (64, 4), (16, 4), (64, 4), (64, 4),
+                                                   (16, 4), (32, 8), (32, 8),
+                                                   (16, 4), (32, 4), (32, 4), (16, 16), (16, 4), (16, 4),
+                                                   (16, 16), (16, 4), (16, 4)]
     # input errors name the fix, before any kernel is compiled
     ok = program(lin(2, 8), torch.nn.SiLU(), lin(8, 1))
     x = torch.randn(5, 2)
