@@ -11,7 +11,7 @@ from torch import Tensor
 
 from ebmcore.errors import InputError
 
-__all__ = ["langevin_kernel", "normals_kernel", "launch_langevin", "launch_normals"]
+__all__ = ["langevin_kernel", "normals_kernel", "launch_langevin", "launch_normals", "noise_columns"]
 
 _U24 = tl.constexpr(5.9604644775390625e-08)  # 2**-24
 _TWO_PI = tl.constexpr(6.283185307179586)
@@ -89,14 +89,26 @@ def _normals(seed_lo, seed_hi, rows, t, D: tl.constexpr, BLOCK_N: tl.constexpr):
 
 @triton.jit
 def _langevin_move(x, grad, hs, ss, k, offset, noise_ptr, n, d, rows, rows64, cols, mask, col_ok, seed_lo, seed_hi,
-                   D0: tl.constexpr, BLOCK_N: tl.constexpr, NOISE_FROM_TENSOR: tl.constexpr):
+                   D0: tl.constexpr, DN: tl.constexpr, BLOCK_N: tl.constexpr, NOISE_FROM_TENSOR: tl.constexpr):
     """The ``k``-th move ``x − h·grad + s·ξ`` of a call, ``ξ`` from the stream at step ``offset + k`` (or read from the
-    noise tensor)."""
+    noise tensor). The stream's normals are drawn for the first ``DN`` columns only (``DN ≥ d``, a power of 2, at least
+    4: one Philox block), then widened with zeros to the ``D0`` columns of the state."""
     if NOISE_FROM_TENSOR:
         xi = tl.load(noise_ptr + (n.to(tl.int64) * k + rows64)[:, None] * d + cols[None, :], mask=mask, other=0.0)
     else:
-        xi = _normals(seed_lo, seed_hi, rows, offset + k, D0, BLOCK_N)
+        xi = _widened(_normals(seed_lo, seed_hi, rows, offset + k, DN, BLOCK_N), DN, D0, BLOCK_N)
     return x - hs * grad + ss * tl.where(col_ok[None, :], xi, 0.0)
+
+
+@triton.jit
+def _widened(z, DN: tl.constexpr, D0: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``z: (BLOCK_N, DN)`` followed by zeros to ``(BLOCK_N, D0)`` (powers of 2, ``DN ≤ D0``): doubled by
+    ``join(z, 0)``, its last two axes swapped, until wide enough."""
+    for _ in tl.static_range(4):  # from 4 columns to 64 at most
+        if z.shape[1] < D0:
+            z = tl.reshape(tl.permute(tl.join(z, tl.zeros_like(z)), (0, 2, 1)), (BLOCK_N, 2 * z.shape[1]))
+    tl.static_assert(z.shape[1] == D0)
+    return z
 
 
 @triton.jit
@@ -160,12 +172,13 @@ def _store_layer_part(at, ce, inputs, H: tl.constexpr, K: tl.constexpr, PRECISIO
 def langevin_kernel(x_ptr, out_ptr, noise_ptr, hv_ptr, sv_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, w3_ptr, b3_ptr, wo_ptr,
                     a_ptr, b_ptr, bo_ptr, e_ptr, part_ptr,
                     n, d, stride_x, stride_out, n_steps, h, s, seed_lo, seed_hi, offset_lo, offset_hi,
-                    D0: tl.constexpr, H1: tl.constexpr, H2: tl.constexpr, H3: tl.constexpr, N_HIDDEN: tl.constexpr,
-                    ACT1: tl.constexpr, ACT2: tl.constexpr, ACT3: tl.constexpr, BLOCK_N: tl.constexpr,
+                    D0: tl.constexpr, DN: tl.constexpr, H1: tl.constexpr, H2: tl.constexpr, H3: tl.constexpr,
+                    N_HIDDEN: tl.constexpr, ACT1: tl.constexpr, ACT2: tl.constexpr, ACT3: tl.constexpr, BLOCK_N: tl.constexpr,
                     NOISE_FROM_TENSOR: tl.constexpr, PER_CHAIN_H: tl.constexpr, PER_CHAIN_S: tl.constexpr,
                     PRECISION: tl.constexpr, CONTRASTIVE: tl.constexpr, HAS_B: tl.constexpr, P: tl.constexpr):
     """``n_steps`` Langevin steps of ``BLOCK_N`` chains per program; weights padded (``H1 × D0``, ...), the output
-    weights already multiplied by the energy's sign; ``N_HIDDEN`` in 1..3 (the unused pointers are not read).
+    weights already multiplied by the energy's sign; ``N_HIDDEN`` in 1..3 (the unused pointers are not read); the
+    stream's normals drawn for the first ``DN`` columns (:func:`noise_columns`).
 
     ``CONTRASTIVE`` (``n_steps >= 1``): the same steps, and one pass more at the ends; the passes at the starts (the
     first step's own) and at the ends also store the energies and the block's part of the weight gradient
@@ -244,11 +257,11 @@ def langevin_kernel(x_ptr, out_ptr, noise_ptr, hv_ptr, sv_ptr, w1_ptr, b1_ptr, w
             if k < n_steps:
                 grad = _dot(e1, w1, PRECISION)
                 x = _langevin_move(x, grad, hs, ss, k, offset, noise_ptr, n, d, rows, rows64, cols, mask, col_ok, seed_lo,
-                                   seed_hi, D0, BLOCK_N, NOISE_FROM_TENSOR)
+                                   seed_hi, D0, DN, BLOCK_N, NOISE_FROM_TENSOR)
         else:
             grad = _dot(e1, w1, PRECISION)  # (BLOCK_N, D0); zero in the padded columns
             x = _langevin_move(x, grad, hs, ss, k, offset, noise_ptr, n, d, rows, rows64, cols, mask, col_ok, seed_lo,
-                               seed_hi, D0, BLOCK_N, NOISE_FROM_TENSOR)
+                               seed_hi, D0, DN, BLOCK_N, NOISE_FROM_TENSOR)
 
     tl.store(out_ptr + rows64[:, None] * stride_out + cols[None, :], _stored(x, out_ptr.dtype.element_ty), mask=mask)
 
@@ -291,10 +304,20 @@ def launch_langevin(x: Tensor, out: Tensor, tensors: Sequence[Tensor], padded: S
         x, out, noise if noise is not None else placeholder, hv if hv is not None else placeholder,
         sv if sv is not None else placeholder, *weights, tensors[-1], a, b if b is not None else placeholder, bo,
         energies, partials, n, d, x.stride(0), out.stride(0), n_steps, h, s, *_halves(seed, offset), D0=padded[0],
+        DN=noise_columns(d, padded[0], block_n),
         H1=widths[0], H2=widths[1], H3=widths[2], N_HIDDEN=n_hidden, ACT1=codes[0], ACT2=codes[1], ACT3=codes[2],
         BLOCK_N=block_n, NOISE_FROM_TENSOR=noise is not None, PER_CHAIN_H=hv is not None, PER_CHAIN_S=sv is not None,
         PRECISION=precision, CONTRASTIVE=contrastive is not None, HAS_B=b is not None,
         P=partials.shape[1] if contrastive is not None else 1, num_warps=num_warps)
+
+
+def noise_columns(d: int, padded: int, block_n: int) -> int:
+    """The columns whose normals the chain draws: with 64 chains per program or more, the first power of 2 at least
+    ``d`` and 4 (one Philox block gives 4 normals), at most the state's ``padded`` columns; with fewer, all ``padded``
+    (widening the narrow tile costs more than its Philox blocks save there). By the step loop's instructions
+    (``benchmarks/triton_static.py``, sm_90, 2-64-64-1): 64 chains on 4 warps, TF32 products, 125 → 111 per chain-step,
+    bfloat16 ones 109 → 92; 16 on 4, IEEE, 538 → 546, and 32 on 4, TF32, the contrastive kernel, 204 → 205."""
+    return min(padded, max(4, triton.next_power_of_2(d))) if block_n >= 64 else padded
 
 
 def launch_normals(out: Tensor, seed: int, step: int) -> None:

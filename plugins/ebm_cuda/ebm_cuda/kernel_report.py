@@ -29,7 +29,10 @@ def step_loop_instructions(sass: str) -> Optional[int]:
     """Instructions in the body of the outermost loop of ``sass`` (``nvdisasm`` text of one kernel): the span from the
     loop's first instruction to its backward branch, less every region that a forward branch skips and that holds a
     loop of its own: those are libdevice's slow paths (``sin``/``cos`` of arguments beyond 10⁵, the Payne–Hanek
-    reduction, which Box–Muller's angles in [0, 2π) never take). None where the code has no loop."""
+    reduction, which Box–Muller's angles in [0, 2π) never take). None where the code has no loop. For a kernel with a
+    step loop: in one without, the largest loop may be such a slow path. A slow path's region starts after the
+    nearest forward branch over its loop, so the few instructions between an earlier skip and it (the
+    infinity and NaN cases) are counted: under 1 % of the step loop."""
     labels: dict[str, int] = {}
     branches: list[tuple[int, str]] = []  # (index, target label)
     n = 0
@@ -67,9 +70,9 @@ def ptxas_report(fn: Any, signature: dict[str, str], constexprs: dict[str, Any],
     """Compile the ``@triton.jit`` function ``fn`` for ``sm_<capability>`` with ``warps`` warps, its pointers declared
     16-byte aligned as Triton's launcher declares torch's allocations (without the hint the compiled kernel is another
     one), and report ``{"registers", "spill_stores", "spill_loads", "stack", "shared", "seconds", "loop_instructions",
-    "per_chain_step"}``: bytes but registers; ``loop_instructions``: :func:`step_loop_instructions` of its SASS (None
-    without ``nvdisasm`` or a loop), ``per_chain_step``: that times ``warps`` over ``chains_per_program`` (None without
-    it)."""
+    "per_chain_step"}``: bytes but registers; for a chain kernel (``chains_per_program`` given: one with a step loop)
+    ``loop_instructions``, :func:`step_loop_instructions` of its SASS, and ``per_chain_step``, that times ``warps``
+    over ``chains_per_program``; both None for other kernels or without ``nvdisasm``."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.backends.nvidia import compiler as nvidia
@@ -93,7 +96,7 @@ def ptxas_report(fn: Any, signature: dict[str, str], constexprs: dict[str, Any],
         cubin = f"{tmp}/launched.cubin"
         with open(cubin, "wb") as f:
             f.write(compiled.asm["cubin"])  # the code the launcher loads
-        loop = _disassembled_loop(cubin)
+        loop = _disassembled_loop(cubin) if chains_per_program is not None else None
 
     def number(pattern: str) -> int:
         match = re.search(pattern, log)

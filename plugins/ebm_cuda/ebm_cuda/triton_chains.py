@@ -25,7 +25,8 @@ block's part of the weight gradient (:func:`feedforward_contrastive_chain`).
   ``(seed mod 2³², seed // 2³²)`` and counter ``(j // 4, i, t mod 2³², t // 2³²)``, by Box–Muller on the words ``(w0, w1)``
   and ``(w2, w3)`` (``u1 = ((w >> 8) + 1)·2⁻²⁴``, ``u2 = (w >> 8)·2⁻²⁴``). It is a function of (seed, step, chain,
   element) only, so ``k`` steps then ``m`` steps at ``offset + k`` equal ``k + m`` steps, and neither the chain count
-  nor the block size changes a chain's noise. Its float32 ``log``, ``sqrt``, ``cos`` and ``sin`` are Triton's, so it
+  nor the block size changes a chain's noise (with 64 chains per program or more the kernel draws the normals of the
+  first columns only, ``_triton_kernels.noise_columns``, and widens them with zeros: the same values). Its float32 ``log``, ``sqrt``, ``cos`` and ``sin`` are Triton's, so it
   equals the host build's normals to float32 rounding (about 1e-6), not to the bit.
 
 Each launch goes through a ``torch.library`` op (``torch.ops.ebm_cuda.triton_langevin_chain``, ``.triton_contrastive_chain``:
@@ -85,21 +86,23 @@ def launch_config(padded: tuple[int, ...], precision: str, contrastive: bool = F
     products' ``precision`` and the kernel (``contrastive``: :func:`feedforward_contrastive_chain`'s). Chosen without a
     GPU, by the machine code of every configuration from 16 to 128 chains on 4, 8 or 16 warps compiled for sm_90 (the
     smaller ones for sm_80 too), for eight networks from 2-32-1 to 64-64-64-64-1 (``benchmarks/triton_static.py``;
-    warp-instructions per chain-step in the step loop, :mod:`ebm_cuda.kernel_report`): the fewest instructions that
-    spill at most 64 bytes on both. What decides is the chains each warp holds:
+    warp-instructions per chain-step in the step loop, :mod:`ebm_cuda.kernel_report`): near the fewest instructions
+    among those that spill at most 64 bytes (or, where all spill more, the fewest bytes). What decides is the chains
+    each warp holds:
 
     - TF32 and bfloat16 products: 16 chains per warp, the rows of one tensor-core tile (sm_90's 4-warp ``wgmma`` takes
       64): the chain 64 on 4 warps, the contrastive kernel (more registers: its weight-gradient products) 32 on 4.
       With fewer chains per warp, each warp computed its tile's rows several times over: 16 chains on 8 warps, the
-      choice before, cost 8.3 times the instructions of the 2-64-64-1 chain with TF32 products. Where the registers
+      choice before, cost 9.3 times the instructions of the 2-64-64-1 chain with TF32 products. Where the registers
       run out, fewer: the chain of three 64-wide layers on a 64-wide state 32 on 8 (64 on 4 spilled 144 bytes), the
       contrastive kernel on a 64-wide state 16 on 4 (32 on 4 spilled up to 844 bytes on sm_80).
     - IEEE products (no tensor cores: each product is a multiply-add): 16 chains on 4 warps. More chains per warp
       spilled; fewer cost more (16 on 16 warps, the choice before: 1.6 times the instructions for 2-64-64-1). The
       contrastive kernel on a state padded to 64 columns runs 16 on 16 warps: on 4 it spilled 1.8 KB and more.
 
-    Within 1.04 of the fewest instructions for the network of W4 and W5 (2-64-64-1), at most 1.46 for any of the
-    eight (the IEEE chain of 2-32-1), on sm_90 and sm_80. Instructions are a floor on the time, not a timing:
+    Within 1.13 of the fewest instructions for the network of W4 and W5 (2-64-64-1) and 1.32 for the others, on sm_90
+    and sm_80, but the smallest, 2-32-1: up to 2.04, where a step's fixed work (noise, move) weighs most and larger
+    blocks would share it. Instructions are a floor on the time, not a timing:
     ``benchmarks/triton_sweep.py`` (group T of ``gpu.py``) times these against the others on a GPU."""
     if precision == "ieee":
         return (16, 16) if contrastive and padded[0] >= 64 else (16, 4)
@@ -233,7 +236,7 @@ def _check(x: Tensor, network: FeedForward, n_steps: int, what: str = "feedforwa
 
 
 def _check_block(block_n: Optional[int], what: str) -> None:
-    if block_n is not None and (block_n < 16 or block_n & (block_n - 1)):
+    if block_n is not None and (not isinstance(block_n, int) or block_n < 16 or block_n & (block_n - 1)):
         raise InputError(f"ebm_cuda.triton_chains.{what}: block_n must be a power of 2 >= 16 or None (the default), got "
                          f"{block_n}.")
 
@@ -291,7 +294,8 @@ def feedforward_langevin_chain(x: Tensor, network: FeedForward, *, n_steps: int,
 
 def _launch(padded: tuple[int, ...], precision: str, contrastive: bool, block_n: Optional[int],
             num_warps: Optional[int]) -> tuple[int, int]:
-    """``(block_n, num_warps)`` as given, each None replaced by :func:`launch_config`'s."""
+    """``(block_n, num_warps)`` as given, each None replaced by :func:`launch_config`'s (chosen for its own
+    ``block_n``: a ``block_n`` given without ``num_warps`` runs on the default's warps)."""
     default_block, default_warps = launch_config(padded, precision, contrastive)
     return block_n or default_block, num_warps or default_warps
 
@@ -515,7 +519,8 @@ def compile_report(capability: int, *, widths: tuple[int, ...] = (2, 64, 64), ac
     signature.update(x_ptr=f"*{element}", out_ptr=f"*{element}", n="i32", d="i32", stride_x="i32", stride_out="i32",
                      n_steps="i32", h="fp32", s="fp32", seed_lo="i32", seed_hi="i32", offset_lo="i32",
                      offset_hi="i32")
-    constexprs = dict(D0=padded[0], H1=padded[1], H2=(padded + [16, 16])[2], H3=(padded + [16, 16, 16])[3],
+    constexprs = dict(D0=padded[0], DN=_kernels().noise_columns(widths[0], padded[0], block_n), H1=padded[1],
+                      H2=(padded + [16, 16])[2], H3=(padded + [16, 16, 16])[3],
                       N_HIDDEN=n_hidden, ACT1=acts[0], ACT2=(acts + [0, 0])[1], ACT3=(acts + [0, 0, 0])[2], BLOCK_N=block_n,
                       NOISE_FROM_TENSOR=noise_from_tensor, PER_CHAIN_H=per_chain, PER_CHAIN_S=per_chain,
                       PRECISION=precision, CONTRASTIVE=contrastive, HAS_B=contrastive and has_b,

@@ -342,7 +342,7 @@ def test_contrastive_divergence_runs_it_where_its_sampler_runs_the_triton_chain(
 
 
 @needs_triton
-def test_the_contrastive_kernel_compiles_for_sm80_and_sm90_without_spills(tmp_path):
+def test_the_contrastive_kernel_compiles_for_sm80_and_sm90_within_its_spill_and_instruction_bounds(tmp_path):
     reports = _child("compile", interpret=False, cache=str(tmp_path))
     for name, report in reports.items():  # in the test's output (pytest -s, or -rA)
         print(f"{name}: {report['registers']} registers, {report['spill_stores']} bytes spill stores, "
@@ -351,17 +351,20 @@ def test_the_contrastive_kernel_compiles_for_sm80_and_sm90_without_spills(tmp_pa
               f"per chain-step")
     assert len(reports) == 10
     assert all(0 < r["registers"] <= 255 for r in reports.values())
-    # no spills but a word or few where launch_config accepted them (at most 64 bytes: 16 for the ragged 3-40-17-5-1
-    # network on 16 chains and 4 warps, IEEE, sm_90); recorded above
-    assert all(r["spill_stores"] <= 64 for r in reports.values())
-    assert not [name for name, r in reports.items() if r["spill_stores"] and "3-40-17-5" not in name]
+    # no spills but a word or few where launch_config accepted them (at most 64 bytes: 8 for the ragged 3-40-17-5-1
+    # network with bfloat16 states, no b, on 16 chains and 4 warps, IEEE, sm_90); recorded above
+    assert all(r["spill_stores"] <= 64 and r["spill_loads"] <= 64 for r in reports.values())
+    assert not [name for name, r in reports.items() if (r["spill_stores"] or r["spill_loads"]) and "3-40-17-5" not in name]
     # the step loop's cost (warp-instructions per chain-step, the passes at the ends counted as if every pass made
     # them): 32 chains on 4 warps against the 16 on 8 it replaced, TF32, sm_90: 204 against 404 when chosen
     cost = {name: r["per_chain_step"] for name, r in reports.items()}
     assert all(c is not None and c > 0 for c in cost.values()), cost
     tf32 = cost["sm_90 2-64-64-1 silu float32 tf32"]
     assert tf32 * 1.6 < cost["sm_90 2-64-64-1 silu float32 tf32, 16 chains on 8 warps"], cost
-    assert tf32 < 1.15 * 204 and cost["sm_90 2-64-64-1 silu float32 ieee"] < 1.15 * 817, cost
+    for name, count in (("sm_90 2-64-64-1 silu float32 tf32", 204), ("sm_90 2-64-64-1 silu float32 ieee", 817),
+                        ("sm_90 2-64-64-1 silu float32 tf32, 16 chains on 8 warps", 404),
+                        ("sm_90 64-64-64-64-1 silu float32 ieee", 2338)):
+        assert 0.85 * count < cost[name] < 1.15 * count, (name, cost[name])  # the counts when chosen, within 15 %
 
 
 def test_refusals_input_errors_and_resolution_name_their_reason():
