@@ -113,11 +113,11 @@ def test_plots_are_written_atomically(tmp_path, monkeypatch):
 
 def test_every_run_file_is_written_through_runfiles():
     """torch.save, numpy's savez, savefig, write_text/write_bytes and open(..., "w") of a path are called only in
-    runfiles.py (and in the test helpers, the CUDA plugin's kernel cache and the Triton compile report's temporary PTX,
-    which are no run files); writing to an in-memory ``buffer`` is fine."""
+    runfiles.py (and in the test helpers, the CUDA plugin's kernel cache and the Triton compile report's temporary PTX
+    and cubin, which are no run files); writing to an in-memory ``buffer`` is fine."""
     root = Path(__file__).resolve().parents[1]
     allowed = {"ebmcore/runfiles.py", "ebmcore/testing/plugins.py", "plugins/ebm_cuda/ebm_cuda/build.py",
-               "plugins/ebm_cuda/ebm_cuda/triton_chains.py"}
+               "plugins/ebm_cuda/ebm_cuda/kernel_report.py"}
     writers = {"save", "savez", "savez_compressed", "savefig", "write_text", "write_bytes"}
 
     def writes(call):

@@ -26,8 +26,9 @@ block's part of the weight gradient (:func:`feedforward_contrastive_chain`).
   and ``(w2, w3)`` (``u1 = ((w >> 8) + 1)·2⁻²⁴``, ``u2 = (w >> 8)·2⁻²⁴``). It is a function of (seed, step, chain,
   element) only, so ``k`` steps then ``m`` steps at ``offset + k`` equal ``k + m`` steps, and neither the chain count
   nor the block size changes a chain's noise (with 64 chains per program or more the kernel draws the normals of the
-  first columns only, ``_triton_kernels.noise_columns``, and widens them with zeros: the same values). Its float32 ``log``, ``sqrt``, ``cos`` and ``sin`` are Triton's, so it
-  equals the host build's normals to float32 rounding (about 1e-6), not to the bit.
+  first columns only, ``_triton_kernels.noise_columns``, and widens them with zeros: the same values). Its float32
+  ``log``, ``sqrt``, ``cos`` and ``sin`` are Triton's, so it equals the host build's normals to float32 rounding
+  (about 1e-6), not to the bit.
 
 Each launch goes through a ``torch.library`` op (``torch.ops.ebm_cuda.triton_langevin_chain``, ``.triton_contrastive_chain``:
 tensors and numbers in, with a fake implementation) that runs on CUDA tensors, and on CPU tensors under Triton's
