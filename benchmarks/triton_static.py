@@ -9,7 +9,7 @@ timing: group T of ``gpu.py`` times the configurations on a GPU.
 
     python benchmarks/triton_static.py --capabilities 90 --json benchmarks/results/2026-11-26-triton-static.json
 
-writes every row (one compile each: 576 for sm_90, about 40 minutes on 2 cores), then prints the summary tables.
+writes every row (one compile each: 576 for sm_90, about half an hour on 2 cores), then prints the summary tables.
 ``--networks``, ``--configs``, ``--capabilities``, ``--kernels``, ``--precisions`` narrow the grid; ``--summary FILE``
 prints the summary of a file written before.
 """
