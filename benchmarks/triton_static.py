@@ -40,11 +40,16 @@ it aims at occupancy, 4 bytes for 2-32-1 at 16 × 8: a few local accesses, which
 configuration of a network spills more, the fewest any spills (the TF32 chain of 2-64-64-64-1 on sm_90: 72)."""
 
 
+def _widths(network: str) -> tuple[int, ...]:
+    """``"d-h_1-…"`` as ``(d, h_1, …)``."""
+    return tuple(int(w) for w in network.split("-"))
+
+
 def row(kernel: str, precision: str, network: str, capability: int, block_n: int, warps: int) -> dict[str, Any]:
     """One compile: the configuration and its :func:`ebm_cuda.triton_chains.compile_report` (or the error)."""
     from ebm_cuda import triton_chains
 
-    widths = tuple(int(w) for w in network.split("-"))
+    widths = _widths(network)
     out: dict[str, Any] = dict(kernel=kernel, precision=precision, network=network, capability=capability,
                                block_n=block_n, warps=warps)
     try:
@@ -71,7 +76,7 @@ def chosen_against_least(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]
         groups.setdefault((r["kernel"], r["precision"], r["network"], r["capability"]), []).append(r)
     out = []
     for (kernel, precision, network, capability), members in groups.items():
-        padded = tuple(triton_chains._pad(int(w)) for w in network.split("-"))
+        padded = tuple(triton_chains._pad(w) for w in _widths(network))
         chosen = triton_chains.launch_config(padded, precision, kernel == "contrastive")
         compiled = [r for r in members if r.get("per_chain_step") is not None]
         allowance = max(SPILL_ALLOWANCE, min((r["spill_stores"] for r in compiled), default=0))
@@ -99,7 +104,7 @@ def launch_table(rows: list[dict[str, Any]], network: str = "2-64-64", capabilit
     and the least cost among those spilling at most :data:`SPILL_ALLOWANCE` bytes (:func:`chosen_against_least`)."""
     from ebm_cuda import triton_chains
 
-    padded = tuple(triton_chains._pad(int(w)) for w in network.split("-"))
+    padded = tuple(triton_chains._pad(w) for w in _widths(network))
     names = {"ieee": "IEEE", "tf32": "TF32", "bf16": "bfloat16"}
     lines = ["| kernel | products | chosen | its cost | before | its cost | least (configuration) |",
              "|---|---|---|---|---|---|---|"]

@@ -53,16 +53,13 @@ def step_loop_instructions(sass: str) -> Optional[int]:
         return None
     head, back = max(loops, key=lambda loop: loop[1] - loop[0])
     inner = [(h, b) for h, b in loops if head < h and b < back]
-    cold: list[tuple[int, int]] = []
+    cold: set[int] = set()  # the slow paths' instructions (their regions may overlap)
     for h, b in inner:
         skips = [(i, labels[t]) for i, t in branches if head <= i < h and b < labels.get(t, -1) <= back]
         if skips:
             start, end = min(skips, key=lambda skip: h - skip[0])  # the nearest forward branch over the inner loop
-            cold.append((start + 1, end))
-    skipped = set()
-    for start, end in cold:
-        skipped.update(range(start, end))
-    return back - head + 1 - len(skipped)
+            cold.update(range(start + 1, end))
+    return back - head + 1 - len(cold)
 
 
 def ptxas_report(fn: Any, signature: dict[str, str], constexprs: dict[str, Any], capability: int, warps: int,
@@ -102,7 +99,7 @@ def ptxas_report(fn: Any, signature: dict[str, str], constexprs: dict[str, Any],
         match = re.search(pattern, log)
         return int(match.group(1)) if match else 0
 
-    per_chain_step = None if loop is None or chains_per_program is None else loop * warps / chains_per_program
+    per_chain_step = None if loop is None else loop * warps / chains_per_program
     return {"registers": number(r"Used (\d+) registers"), "spill_stores": number(r"(\d+) bytes spill stores"),
             "spill_loads": number(r"(\d+) bytes spill loads"), "stack": number(r"(\d+) bytes stack frame"),
             "shared": int(compiled.metadata.shared), "seconds": seconds, "loop_instructions": loop,
