@@ -573,7 +573,7 @@ SAME_NOISE = ("eager", "compile")  # the variants whose samples must agree to fl
 
 def failure(exc: BaseException) -> str:
     """A row's ``skipped`` text for a run that raised."""
-    return f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+    return f"failed: {common.error_text(exc)}"
 
 
 def measured_or_skipped(rec: dict, out: list[dict], log: Callable, fn: Callable[[], Any]) -> Any:
@@ -586,13 +586,6 @@ def measured_or_skipped(rec: dict, out: list[dict], log: Callable, fn: Callable[
         log(f"    {rec['skipped']}")
         out.append(rec)
         return None
-
-
-def vs_eager(loss: float, grads: Any, reference: tuple[float, Any]) -> dict:
-    """A training step's loss and flattened gradient against the eager run's, as relative differences."""
-    ref_loss, ref_grads = reference
-    return {"loss_rel_diff_vs_eager": abs(loss - ref_loss) / max(abs(ref_loss), 1e-30),
-            "grad_rel_diff_vs_eager": float((grads - ref_grads).norm() / ref_grads.norm().clamp_min(1e-30))}
 
 
 def w4_sampler(energy: Any, variant: str) -> Any:
@@ -713,7 +706,7 @@ def g3_rows(sizes: Sizes, device: Any, repeats: int, log: Callable) -> list[dict
         grads = torch.cat([q.grad.reshape(-1) for q in params]).double()
         fig = {"loss": float(value.detach()), "grad_norm": float(grads.norm())}
         if key != "eager" and key in SAME_NOISE and "eager" in w5:  # the same negatives' noise
-            fig.update(vs_eager(fig["loss"], grads, w5["eager"]))
+            fig.update(common.relative_differences(fig["loss"], grads, w5["eager"], "eager"))
         w5[key] = (fig["loss"], grads)
         rec.update(timing=m, figures=fig)
         log(f"    median {m['median_s'] * 1e3:.1f} ms per step; loss {fig['loss']:.6g}")
@@ -790,7 +783,7 @@ def conv_pcd_rows(device: Any, repeats: int, log: Callable, inner: int = 5) -> l
             m[k] /= inner
         fig = {"loss": value, "grad_norm": float(grads.norm())}
         if "eager" in first:
-            fig.update(vs_eager(value, grads, first["eager"]))
+            fig.update(common.relative_differences(value, grads, first["eager"], "eager"))
         first[key] = (value, grads)
         rec.update(timing=m, figures=fig)
         log(f"    median {m['median_s'] * 1e3:.2f} ms per step; loss {value:.6g}")
@@ -986,13 +979,13 @@ def seed_rows(device: Any, repeats: int, log: Callable, quick: bool = False) -> 
                 recs.append(rec)
                 continue
             log(f"  {sid} {variant} ...")
-            try:
+
+            def timed(fn: Callable = fn, variant: str = variant) -> dict:
                 with ebmcore.use_backend("torch") if variant == "eager" else contextlib.nullcontext():
-                    m = measure(fn, repeats, dev)
-            except Exception as exc:  # noqa: BLE001
-                rec["skipped"] = failure(exc)
-                log(f"    {rec['skipped']}")
-                recs.append(rec)
+                    return measure(fn, repeats, dev)
+
+            m = measured_or_skipped(rec, recs, log, timed)
+            if m is None:
                 continue
             out = m.pop("out")
             m["per_call_s"] = m["median_s"] / inner

@@ -240,6 +240,19 @@ class Case:
     path: str = ""
 
 
+def error_text(exc: BaseException) -> str:
+    """An exception as a results row gives it: its type and the first line of its message (300 characters at most)."""
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+
+
+def relative_differences(loss: float, grads: Any, reference: tuple[float, Any], against: str) -> dict:
+    """A training step's loss and flattened gradient (a tensor) against ``reference = (loss, grads)``'s, as relative
+    differences: ``{"loss_rel_diff_vs_<against>", "grad_rel_diff_vs_<against>"}``."""
+    ref_loss, ref_grads = reference
+    return {f"loss_rel_diff_vs_{against}": abs(loss - ref_loss) / max(abs(ref_loss), 1e-30),
+            f"grad_rel_diff_vs_{against}": float((grads - ref_grads).norm() / ref_grads.norm().clamp_min(1e-30))}
+
+
 def _np(x: Any) -> np.ndarray:
     return np.asarray(x.detach().cpu().numpy() if hasattr(x, "detach") else x, dtype=np.float64)
 

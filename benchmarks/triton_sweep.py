@@ -91,7 +91,7 @@ def sweep_rows(w4_chains: int, w4_steps: int, cd_chains: int, device: Any, repea
             default = (extra.get("block_n"), extra.get("num_warps")) == triton_chains.launch_config(
                 padded, extra.get("precision", ""), contrastive=workload != "W4")
             what = "not run" if type(exc).__name__ == "OutOfResources" and not default else "failed"
-            rec["skipped"] = f"{what}: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+            rec["skipped"] = f"{what}: {common.error_text(exc)}"
             log(f"    {rec['skipped']}")
             out.append(rec)
             saved()
@@ -175,8 +175,7 @@ def sweep_rows(w4_chains: int, w4_steps: int, cd_chains: int, device: Any, repea
         if first is None:
             first = (loss_value, grads)
         else:
-            figures["loss_rel_diff_vs_first"] = abs(loss_value - first[0]) / max(abs(first[0]), 1e-30)
-            figures["grad_rel_diff_vs_first"] = float((grads - first[1]).norm() / first[1].norm().clamp_min(1e-30))
+            figures.update(common.relative_differences(loss_value, grads, first, "first"))
         got["rec"]["figures"] = figures
         saved()
     return out
