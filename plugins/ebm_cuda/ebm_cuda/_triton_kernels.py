@@ -11,31 +11,61 @@ from torch import Tensor
 
 from ebmcore.errors import InputError
 
-__all__ = ["langevin_kernel", "normals_kernel", "launch_langevin", "launch_normals", "noise_columns"]
+__all__ = ["langevin_kernel", "normals_kernel", "launch_langevin", "launch_normals", "noise_columns", "COMPILED"]
 
 _U24 = tl.constexpr(5.9604644775390625e-08)  # 2**-24
 _TWO_PI = tl.constexpr(6.283185307179586)
 
 
 @triton.jit
-def _activation(z, ACT: tl.constexpr):
-    """``(f(z), f'(z))`` for activation code ``ACT`` (0 SiLU, 1 tanh, 2 sigmoid, 3 ReLU)."""
+def _activation(z, ACT: tl.constexpr, PTX_MATH: tl.constexpr):
+    """``(f(z), f'(z))`` for activation code ``ACT`` (0 SiLU, 1 tanh, 2 sigmoid, 3 ReLU); exponentials and reciprocals
+    by :func:`_exp_minus` and :func:`_reciprocal`."""
     if ACT == 0:
-        sg = tl.sigmoid(z)
+        sg = _reciprocal(1.0 + _exp_minus(z, PTX_MATH), PTX_MATH)
         f = z * sg
         df = sg + f * (1.0 - sg)
     elif ACT == 1:
-        e = tl.exp(-2.0 * tl.abs(z))
-        t = (1.0 - e) / (1.0 + e)
+        e = _exp_minus(2.0 * tl.abs(z), PTX_MATH)
+        t = (1.0 - e) * _reciprocal(1.0 + e, PTX_MATH)
         f = tl.where(z < 0, -t, t)
         df = 1.0 - t * t
     elif ACT == 2:
-        f = tl.sigmoid(z)
+        f = _reciprocal(1.0 + _exp_minus(z, PTX_MATH), PTX_MATH)
         df = f * (1.0 - f)
     else:
         f = tl.maximum(z, 0.0)
         df = tl.where(z > 0, 1.0, 0.0)
     return f, df
+
+
+# With ``PTX_MATH`` (the compiled kernels) an exponential or a reciprocal is one instruction of the GPU's special
+# function unit: ``ex2.approx.ftz.f32``, ``rcp.approx.ftz.f32``. Triton's ``tl.exp`` (``ex2.approx.f32``) and float32
+# division (``div.full.f32``) run the same units (MUFU.EX2, MUFU.RCP) with range tests, selects and scalings around
+# them that keep subnormal operands and results. Flushing those to 0 changes no activation (an exponential is only
+# added to 1 or more). SiLU with its derivative: 16 instructions → 7; by the step loop's instructions
+# (``benchmarks/triton_static.py``, sm_90, 2-64-64-1 chain): bfloat16 products 92 → 60 warp-instructions per
+# chain-step, TF32 111 → 77, IEEE 538 → 505. Triton's interpreter runs no PTX: there (``PTX_MATH`` False) the kernels
+# compute ``tl.exp`` and a division.
+@triton.jit
+def _exp_minus(x, PTX_MATH: tl.constexpr):
+    """``exp(−x)``, float32 (the sign in the factor: Triton's ``-x`` is ``0 − x``, one instruction more)."""
+    if PTX_MATH:
+        y = tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [x * -1.4426950408889634], dtype=tl.float32,
+                                      is_pure=True, pack=1)
+    else:
+        y = tl.exp(-x)
+    return y
+
+
+@triton.jit
+def _reciprocal(x, PTX_MATH: tl.constexpr):
+    """``1 / x``, float32."""
+    if PTX_MATH:
+        y = tl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True, pack=1)
+    else:
+        y = 1.0 / x
+    return y
 
 
 @triton.jit
@@ -175,7 +205,8 @@ def langevin_kernel(x_ptr, out_ptr, noise_ptr, hv_ptr, sv_ptr, w1_ptr, b1_ptr, w
                     D0: tl.constexpr, DN: tl.constexpr, H1: tl.constexpr, H2: tl.constexpr, H3: tl.constexpr,
                     N_HIDDEN: tl.constexpr, ACT1: tl.constexpr, ACT2: tl.constexpr, ACT3: tl.constexpr, BLOCK_N: tl.constexpr,
                     NOISE_FROM_TENSOR: tl.constexpr, PER_CHAIN_H: tl.constexpr, PER_CHAIN_S: tl.constexpr,
-                    PRECISION: tl.constexpr, CONTRASTIVE: tl.constexpr, HAS_B: tl.constexpr, P: tl.constexpr):
+                    PRECISION: tl.constexpr, CONTRASTIVE: tl.constexpr, HAS_B: tl.constexpr, P: tl.constexpr,
+                    PTX_MATH: tl.constexpr):
     """``n_steps`` Langevin steps of ``BLOCK_N`` chains per program; weights padded (``H1 × D0``, ...), the output
     weights already multiplied by the energy's sign; ``N_HIDDEN`` in 1..3 (the unused pointers are not read); the
     stream's normals drawn for the first ``DN`` columns (:func:`noise_columns`).
@@ -232,17 +263,17 @@ def langevin_kernel(x_ptr, out_ptr, noise_ptr, hv_ptr, sv_ptr, w1_ptr, b1_ptr, w
                 # moves may have overflowed, and 0·inf would reach the block's sums
                 x = tl.where(row_ok[:, None], _stored(x, out_ptr.dtype.element_ty).to(tl.float32), 0.0)
         z1 = _dot(x, tl.trans(w1), PRECISION) + b1[None, :]
-        a1, d1 = _activation(z1, ACT1)
+        a1, d1 = _activation(z1, ACT1, PTX_MATH)
         if N_HIDDEN == 1:
             e1 = d1 * wo[None, :]
         else:
             z2 = _dot(a1, tl.trans(w2), PRECISION) + b2[None, :]
-            a2, d2 = _activation(z2, ACT2)
+            a2, d2 = _activation(z2, ACT2, PTX_MATH)
             if N_HIDDEN == 2:
                 e2 = d2 * wo[None, :]
             else:
                 z3 = _dot(a2, tl.trans(w3), PRECISION) + b3[None, :]
-                a3, d3 = _activation(z3, ACT3)
+                a3, d3 = _activation(z3, ACT3, PTX_MATH)
                 e3 = d3 * wo[None, :]
                 e2 = _dot(e3, w3, PRECISION) * d2
             e1 = _dot(e2, w2, PRECISION) * d1
@@ -274,6 +305,11 @@ def normals_kernel(out_ptr, n, d, seed_lo, seed_hi, step_lo, step_hi, D: tl.cons
     xi = _normals(seed_lo, seed_hi, rows, step_hi.to(tl.int64) * 2147483648 + step_lo.to(tl.int64), D, BLOCK_N)
     mask = (rows < n)[:, None] & (cols < d)[None, :]
     tl.store(out_ptr + rows.to(tl.int64)[:, None] * d + cols[None, :], xi, mask=mask)
+
+
+COMPILED: bool = type(langevin_kernel).__name__ != "InterpretedFunction"
+"""Whether the kernels run compiled: False under Triton's interpreter (``TRITON_INTERPRET=1`` when triton was
+imported), which runs them on CPU tensors."""
 
 
 def _halves(seed: int, step: int) -> tuple[int, int, int, int]:
@@ -308,15 +344,16 @@ def launch_langevin(x: Tensor, out: Tensor, tensors: Sequence[Tensor], padded: S
         H1=widths[0], H2=widths[1], H3=widths[2], N_HIDDEN=n_hidden, ACT1=codes[0], ACT2=codes[1], ACT3=codes[2],
         BLOCK_N=block_n, NOISE_FROM_TENSOR=noise is not None, PER_CHAIN_H=hv is not None, PER_CHAIN_S=sv is not None,
         PRECISION=precision, CONTRASTIVE=contrastive is not None, HAS_B=b is not None,
-        P=partials.shape[1] if contrastive is not None else 1, num_warps=num_warps)
+        P=partials.shape[1] if contrastive is not None else 1, PTX_MATH=COMPILED, num_warps=num_warps)
 
 
 def noise_columns(d: int, padded: int, block_n: int) -> int:
     """The columns whose normals the chain draws: with 64 chains per program or more, the first power of 2 at least
     ``d`` and 4 (one Philox block gives 4 normals), at most the state's ``padded`` columns; with fewer, all ``padded``
     (widening the narrow tile costs more than its Philox blocks save there). By the step loop's instructions
-    (``benchmarks/triton_static.py``, sm_90, 2-64-64-1): 64 chains on 4 warps, TF32 products, 125 → 111 per chain-step,
-    bfloat16 ones 109 → 92; 16 on 4, IEEE, 538 → 546, and 32 on 4, TF32, the contrastive kernel, 204 → 205."""
+    (``benchmarks/triton_static.py``, sm_90, 2-64-64-1, before the activations' one-instruction exponentials): 64 chains
+    on 4 warps, TF32 products, 125 → 111 per chain-step, bfloat16 ones 109 → 92; 16 on 4, IEEE, 538 → 546, and 32 on 4,
+    TF32, the contrastive kernel, 204 → 205."""
     return min(padded, max(4, triton.next_power_of_2(d))) if block_n >= 64 else padded
 
 

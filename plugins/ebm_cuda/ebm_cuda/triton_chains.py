@@ -2,7 +2,7 @@
 the same chain with contrastive divergence's energies, loss and weight gradient: ``feedforward_contrastive_chain``.
 
 One program holds ``block_n`` chains (rows; by default :func:`launch_config`'s: 16 with IEEE products, 32 or 64 with
-tensor-core ones) and runs all ``n_steps`` steps on them: per step the forward pass
+tensor-core ones, 128 for the smallest networks) and runs all ``n_steps`` steps on them: per step the forward pass
 (``tl.dot`` per layer, the activation and its derivative), the chain rule backwards (``tl.dot`` with the same
 weights), and the move ``x ← x − h∇ₓE(x) + s·ξ``. The weights are read once per program; the states once and
 written once per launch, whatever ``n_steps`` is. The contrastive chain is the same kernel with one ``tl.constexpr``
@@ -19,7 +19,10 @@ block's part of the weight gradient (:func:`feedforward_contrastive_chain`).
   (``input_precision="ieee"``) unless ``precision="tf32"`` is given, or, with ``precision=None``, the
   default, torch's own switch for float32 products asks for TF32 (``torch.set_float32_matmul_precision("high")`` or
   ``"medium"``), as it does for the per-step path's matrix products on CUDA; ``precision="bf16"``, by name only, rounds
-  every product's operands to bfloat16 (summed in float32).
+  every product's operands to bfloat16 (summed in float32). Compiled, the activations' exponentials and reciprocals
+  are one approximate instruction each (``ex2.approx.ftz.f32``, ``rcp.approx.ftz.f32``: Triton's own ``exp`` and
+  division use the same hardware approximations and keep subnormals, at 3 to 8 instructions more each); under
+  Triton's interpreter, which runs no PTX, they are ``tl.exp`` and a division.
 - **Noise:** the Philox stream of the C kernels (:mod:`ebm_cuda.reference`, ``docs/cuda.md``): element ``j`` of chain
   ``i`` at step ``t`` (``t = offset + k`` at the ``k``-th step of a call) is normal ``j mod 4`` of Philox4x32-10 with key
   ``(seed mod 2³², seed // 2³²)`` and counter ``(j // 4, i, t mod 2³², t // 2³²)``, by Box–Muller on the words ``(w0, w1)``
@@ -88,23 +91,27 @@ def launch_config(padded: tuple[int, ...], precision: str, contrastive: bool = F
     GPU, by the machine code of every configuration from 16 to 128 chains on 4, 8 or 16 warps compiled for sm_90 (the
     smaller ones for sm_80 too), for eight networks from 2-32-1 to 64-64-64-64-1 (``benchmarks/triton_static.py``;
     warp-instructions per chain-step in the step loop, :mod:`ebm_cuda.kernel_report`): near the fewest instructions
-    among those that spill at most 64 bytes (or, where all spill more, the fewest bytes). What decides is the chains
-    each warp holds:
+    among those that spill at most 64 bytes (or no more than the choice). What decides is the chains each warp holds:
 
     - TF32 and bfloat16 products: 16 chains per warp, the rows of one tensor-core tile (sm_90's 4-warp ``wgmma`` takes
       64): the chain 64 on 4 warps, the contrastive kernel (more registers: its weight-gradient products) 32 on 4.
       With fewer chains per warp, each warp computed its tile's rows several times over: 16 chains on 8 warps, the
-      choice before, cost 9.3 times the instructions of the 2-64-64-1 chain with TF32 products. Where the registers
-      run out, fewer: the chain of three 64-wide layers on a 64-wide state 32 on 8 (64 on 4 spilled 144 bytes), the
-      contrastive kernel on a 64-wide state 16 on 4 (32 on 4 spilled up to 844 bytes on sm_80).
+      choice before, cost 9.9 times the instructions of the 2-64-64-1 chain with TF32 products. Where the registers
+      run out, fewer: the chain of three 64-wide layers on a 64-wide state 32 on 8 (64 on 4 spilled 108 bytes and
+      more), the contrastive kernel on a 64-wide state 16 on 4 (32 on 4 spilled up to 844 bytes on sm_80).
     - IEEE products (no tensor cores: each product is a multiply-add): 16 chains on 4 warps. More chains per warp
-      spilled; fewer cost more (16 on 16 warps, the choice before: 1.6 times the instructions for 2-64-64-1). The
+      spilled; fewer cost more (16 on 16 warps, the choice before: 1.7 times the instructions for 2-64-64-1). The
       contrastive kernel on a state padded to 64 columns runs 16 on 16 warps: on 4 it spilled 1.8 KB and more.
+    - A network of one hidden layer of at most 32 on a state of at most 16 columns (2-32-1), any products: 128 chains
+      on 4 warps (the contrastive kernel with IEEE products: 32 on 4). A step's fixed work (the noise, the move)
+      weighs most there, and larger programs share it: the 2-32-1 chain with IEEE products 121 → 55 instructions per
+      chain-step on sm_90.
 
-    Within 1.13 of the fewest instructions for the network of W4 and W5 (2-64-64-1) and 1.32 for the others, on sm_90
-    and sm_80, but the smallest, 2-32-1: up to 2.04, where a step's fixed work (noise, move) weighs most and larger
-    blocks would share it. Instructions are a floor on the time, not a timing:
-    ``benchmarks/triton_sweep.py`` (group T of ``gpu.py``) times these against the others on a GPU."""
+    Within 1.16 of the fewest instructions for the network of W4 and W5 (2-64-64-1), on sm_90 and sm_80, and 1.14 for
+    the others but the ragged 3-40-17-5-1 (padded to 16-64-32-16): 1.36. Instructions are a floor on the time, not a
+    timing: ``benchmarks/triton_sweep.py`` (group T of ``gpu.py``) times these against the others on a GPU."""
+    if _padded_weights(padded) <= 16 * 32:  # one hidden layer of at most 32 on a state of at most 16 columns
+        return (32, 4) if contrastive and precision == "ieee" else (128, 4)
     if precision == "ieee":
         return (16, 16) if contrastive and padded[0] >= 64 else (16, 4)
     if contrastive:
@@ -312,7 +319,7 @@ def _stream_arguments(seed: int, offset: int) -> tuple[int, int]:
 
 def _interpreted() -> bool:
     """Whether the kernels were jitted under Triton's interpreter (``TRITON_INTERPRET=1`` when they were first loaded)."""
-    return type(_kernels().langevin_kernel).__name__ == "InterpretedFunction"
+    return not _kernels().COMPILED
 
 
 def _runs_here(x: Tensor, name: str) -> None:
@@ -525,7 +532,7 @@ def compile_report(capability: int, *, widths: tuple[int, ...] = (2, 64, 64), ac
                       N_HIDDEN=n_hidden, ACT1=acts[0], ACT2=(acts + [0, 0])[1], ACT3=(acts + [0, 0, 0])[2], BLOCK_N=block_n,
                       NOISE_FROM_TENSOR=noise_from_tensor, PER_CHAIN_H=per_chain, PER_CHAIN_S=per_chain,
                       PRECISION=precision, CONTRASTIVE=contrastive, HAS_B=contrastive and has_b,
-                      P=_partial_size(tuple(padded)) if contrastive else 1)
+                      P=_partial_size(tuple(padded)) if contrastive else 1, PTX_MATH=True)
     report = ptxas_report(fn, signature, constexprs, capability, warps, chains_per_program=block_n)
     return dict(report, block_n=block_n, num_warps=warps)
 

@@ -351,19 +351,19 @@ def test_the_contrastive_kernel_compiles_for_sm80_and_sm90_within_its_spill_and_
               f"per chain-step")
     assert len(reports) == 10
     assert all(0 < r["registers"] <= 255 for r in reports.values())
-    # no spills but a word or few where launch_config accepted them (at most 64 bytes: 8 for the ragged 3-40-17-5-1
-    # network with bfloat16 states, no b, on 16 chains and 4 warps, IEEE, sm_90); recorded above
-    assert all(r["spill_stores"] <= 64 and r["spill_loads"] <= 64 for r in reports.values())
-    assert not [name for name, r in reports.items() if (r["spill_stores"] or r["spill_loads"]) and "3-40-17-5" not in name]
+    # no spills (the ragged 3-40-17-5-1 network with bfloat16 states, no b, IEEE, sm_90, spilled 8 bytes before the
+    # activations' exponentials and reciprocals were one instruction each); recorded above
+    assert not [name for name, r in reports.items() if r["spill_stores"] or r["spill_loads"]]
     # the step loop's cost (warp-instructions per chain-step, the passes at the ends counted as if every pass made
-    # them): 32 chains on 4 warps against the 16 on 8 it replaced, TF32, sm_90: 204 against 404 when chosen
+    # them): 32 chains on 4 warps against the 16 on 8 it replaced, TF32, sm_90: 168 against 372 (204 against 404
+    # before the activations' exponentials and reciprocals were one instruction each)
     cost = {name: r["per_chain_step"] for name, r in reports.items()}
     assert all(c is not None and c > 0 for c in cost.values()), cost
     tf32 = cost["sm_90 2-64-64-1 silu float32 tf32"]
-    assert tf32 * 1.6 < cost["sm_90 2-64-64-1 silu float32 tf32, 16 chains on 8 warps"], cost
-    for name, count in (("sm_90 2-64-64-1 silu float32 tf32", 204), ("sm_90 2-64-64-1 silu float32 ieee", 817),
-                        ("sm_90 2-64-64-1 silu float32 tf32, 16 chains on 8 warps", 404),
-                        ("sm_90 64-64-64-64-1 silu float32 ieee", 2338)):
+    assert tf32 * 2 < cost["sm_90 2-64-64-1 silu float32 tf32, 16 chains on 8 warps"], cost
+    for name, count in (("sm_90 2-64-64-1 silu float32 tf32", 168), ("sm_90 2-64-64-1 silu float32 ieee", 785),
+                        ("sm_90 2-64-64-1 silu float32 tf32, 16 chains on 8 warps", 372),
+                        ("sm_90 2-64-64-1 silu float32 bf16", 146), ("sm_90 64-64-64-64-1 silu float32 ieee", 2287)):
         assert 0.85 * count < cost[name] < 1.15 * count, (name, cost[name])  # the counts when chosen, within 15 %
 
 
