@@ -31,7 +31,7 @@ def test_a_small_grid_compiles_counts_and_ranks(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     rows = {(r["block_n"], r["warps"]): r for r in json.loads(out.read_text())["rows"]}
     assert set(rows) == {(16, 8), (128, 4)}
-    # 32 chains per warp, two tensor-core tiles' rows; 2 per warp compute each tile's rows 8 times over (23 against 276)
+    # 32 chains per warp, two tensor-core tiles' rows; 2 per warp compute each tile's rows 8 times over (23 against 268)
     assert 0 < 4 * rows[(128, 4)]["per_chain_step"] < rows[(16, 8)]["per_chain_step"], rows
     assert "| chain | tf32 | 2-32-1 | 90 | 128×4 | 23 | 0 | 23 (128×4) | 1.00 |" in done.stdout, done.stdout
 

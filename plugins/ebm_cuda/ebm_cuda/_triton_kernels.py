@@ -308,8 +308,8 @@ def normals_kernel(out_ptr, n, d, seed_lo, seed_hi, step_lo, step_hi, D: tl.cons
 
 
 COMPILED: bool = type(langevin_kernel).__name__ != "InterpretedFunction"
-"""Whether the kernels run compiled: False under Triton's interpreter (``TRITON_INTERPRET=1`` when triton was
-imported), which runs them on CPU tensors."""
+"""Whether the kernels run compiled: False under Triton's interpreter (``TRITON_INTERPRET=1`` when this module was
+imported: ``@triton.jit`` reads it then), which runs them on CPU tensors."""
 
 
 def _halves(seed: int, step: int) -> tuple[int, int, int, int]:

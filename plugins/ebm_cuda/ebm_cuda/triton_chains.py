@@ -91,14 +91,14 @@ def launch_config(padded: tuple[int, ...], precision: str, contrastive: bool = F
     GPU, by the machine code of every configuration from 16 to 128 chains on 4, 8 or 16 warps compiled for sm_90 (the
     smaller ones for sm_80 too), for eight networks from 2-32-1 to 64-64-64-64-1 (``benchmarks/triton_static.py``;
     warp-instructions per chain-step in the step loop, :mod:`ebm_cuda.kernel_report`): near the fewest instructions
-    among those that spill at most 64 bytes (or no more than the choice). What decides is the chains each warp holds:
+    among those that spill at most 64 bytes (one choice spills 72: below). What decides is the chains each warp holds:
 
     - TF32 and bfloat16 products: 16 chains per warp, the rows of one tensor-core tile (sm_90's 4-warp ``wgmma`` takes
       64): the chain 64 on 4 warps, the contrastive kernel (more registers: its weight-gradient products) 32 on 4.
       With fewer chains per warp, each warp computed its tile's rows several times over: 16 chains on 8 warps, the
       choice before, cost 9.9 times the instructions of the 2-64-64-1 chain with TF32 products. Where the registers
-      run out, fewer: the chain of three 64-wide layers on a 64-wide state 32 on 8 (64 on 4 spilled 108 bytes and
-      more), the contrastive kernel on a 64-wide state 16 on 4 (32 on 4 spilled up to 844 bytes on sm_80).
+      run out, fewer: the chain of three 64-wide layers on a 64-wide state 32 on 8 (64 on 4 spilled up to 116
+      bytes), the contrastive kernel on a 64-wide state 16 on 4 (32 on 4 spilled up to 892 bytes on sm_80).
     - IEEE products (no tensor cores: each product is a multiply-add): 16 chains on 4 warps. More chains per warp
       spilled; fewer cost more (16 on 16 warps, the choice before: 1.7 times the instructions for 2-64-64-1). The
       contrastive kernel on a state padded to 64 columns runs 16 on 16 warps: on 4 it spilled 1.8 KB and more.
@@ -108,9 +108,11 @@ def launch_config(padded: tuple[int, ...], precision: str, contrastive: bool = F
       chain-step on sm_90.
 
     Within 1.16 of the fewest instructions for the network of W4 and W5 (2-64-64-1), on sm_90 and sm_80, and 1.14 for
-    the others but the ragged 3-40-17-5-1 (padded to 16-64-32-16): 1.36. Instructions are a floor on the time, not a
+    the others but the ragged 3-40-17-5-1 (padded to 16-64-32-16): 1.36. The TF32 chain of 2-64-64-64-1 on sm_90
+    spills 72 bytes (every configuration of 64 chains or more spills as much or more; 32 on 4, which spills less,
+    issues 2.6 times the instructions). Instructions are a floor on the time, not a
     timing: ``benchmarks/triton_sweep.py`` (group T of ``gpu.py``) times these against the others on a GPU."""
-    if _padded_weights(padded) <= 16 * 32:  # one hidden layer of at most 32 on a state of at most 16 columns
+    if len(padded) == 2 and padded[0] == 16 and padded[1] <= 32:  # one hidden layer of at most 32 on d <= 16
         return (32, 4) if contrastive and precision == "ieee" else (128, 4)
     if precision == "ieee":
         return (16, 16) if contrastive and padded[0] >= 64 else (16, 4)
@@ -327,6 +329,10 @@ def _runs_here(x: Tensor, name: str) -> None:
     if x.device.type != "cuda" and not (x.device.type == "cpu" and _triton_reason() is None and _interpreted()):
         raise InputError(f"ebm_cuda::{name}: the Triton kernels run on CUDA tensors, got {x.device} (on the CPU only "
                          f"under Triton's interpreter: TRITON_INTERPRET=1 set before triton is imported).")
+    if x.device.type == "cuda" and torch.version.cuda is None:
+        raise InputError(f"ebm_cuda::{name}: the Triton kernels are written for NVIDIA GPUs (their activations are PTX "
+                         f"instructions), and this torch build has no CUDA (torch {torch.__version__}): use the "
+                         f"per-step loop (fused=False).")
 
 
 def _kernel_precision(precision: str, x: Tensor) -> str:

@@ -148,7 +148,7 @@ def _interpreted_checks() -> dict[str, Any]:
 
     # block sizes, and a chain count that is not a multiple of the block: the chains beyond n are not written
     blocks = {b: chain(x0, program, n_steps=3, step_size=0.02, noise_scale=0.3, seed=5, offset=0, block_n=b)
-              for b in (16, 32, 64)}
+              for b in (16, 32, 64, 128)}
     results["block_sizes"] = max((blocks[b] - blocks[16]).abs().max().item() for b in blocks)
     buffer = torch.full((64, D), float("nan"))
     chain(x0, program, n_steps=3, step_size=0.02, noise_scale=0.3, seed=5, offset=0, block_n=32, out=buffer[:N])
@@ -328,7 +328,7 @@ def test_restart_five_plus_five_steps_equal_ten(interpreted):
 
 @needs_triton
 def test_block_size_and_chain_count_do_not_change_a_chain(interpreted):
-    # 16, 32, 64 chains per program: the interpreter's products (numpy) differ in the last bit with the block's rows
+    # 16, 32, 64, 128 chains per program: the interpreter's products (numpy) differ in the last bit with the block's rows
     assert interpreted["block_sizes"] < 1e-6
     assert interpreted["more_chains"] == 0.0  # the same chains among 48 instead of 37
     assert interpreted["strided_input"] == 0.0  # a column slice of a wider tensor
@@ -410,6 +410,19 @@ def test_the_kernel_compiles_for_sm80_and_sm90_within_its_spill_and_instruction_
     assert all(r["spill_stores"] <= 64 and r["spill_loads"] <= 64 for r in reports.values())
 
 
+def test_cuda_tensors_on_a_build_without_cuda_are_refused_by_name(monkeypatch):
+    # a ROCm build's tensors say "cuda" too; the kernels' activations are PTX, so they are refused before a launch
+    from ebm_cuda import triton_chains as tc
+    from ebmcore.errors import InputError
+
+    class OnTheGpu:
+        device = torch.device("cuda")
+
+    monkeypatch.setattr(torch.version, "cuda", None)
+    with pytest.raises(InputError, match="written for NVIDIA GPUs .* use the per-step loop"):
+        tc._runs_here(OnTheGpu(), "triton_langevin_chain")
+
+
 def test_refusals_and_resolution_name_their_reason():
     from ebm_cuda import triton_chains as tc
 
@@ -445,6 +458,13 @@ def test_refusals_and_resolution_name_their_reason():
                                                    (16, 4), (32, 8), (32, 8),
                                                    (16, 4), (32, 4), (32, 4), (16, 16), (16, 4), (16, 4),
                                                    (16, 16), (16, 4), (16, 4)]
+    # one hidden layer of at most 32 on a state of at most 16 columns: 128 on 4 (the contrastive kernel with IEEE
+    # products 32 on 4); a wider state or a second layer is not that network (the rules above)
+    assert [tc.launch_config(p, q, c) for c in (False, True) for p in ((16, 32), (16, 16)) for q in ("ieee", "tf32")] == \
+        [(128, 4)] * 4 + [(32, 4), (128, 4)] * 2
+    assert [tc.launch_config(p, "ieee", c) for c in (False, True) for p in ((32, 16), (16, 16, 16))] == [(16, 4)] * 4
+    assert [tc.launch_config(p, "bf16", c) for c in (False, True) for p in ((32, 16), (16, 16, 16))] == \
+        [(64, 4), (64, 4), (32, 4), (32, 4)]
     # input errors name the fix, before any kernel is compiled
     ok = program(lin(2, 8), torch.nn.SiLU(), lin(8, 1))
     x = torch.randn(5, 2)
@@ -519,10 +539,15 @@ def test_on_a_gpu_the_compiled_chain_equals_the_host_build_and_samplers_resolve_
             low = tc.feedforward_langevin_chain(x0.cuda().bfloat16(), cuda_program, precision="ieee", **kw)
             full = tc.feedforward_langevin_chain(x0.cuda().bfloat16().float(), cuda_program, precision="ieee", **kw)
             assert torch.equal(low, full.bfloat16())
-    # bfloat16 products (the tensor cores' bfloat16 products): the one-step gradient against torch's rounding of every
-    # operand, as under the interpreter
     import copy
 
+    # the smallest networks' configuration (128 chains on 4 warps: two tensor-core tiles' rows per warp), TF32
+    tiny = torch.nn.Sequential(torch.nn.Linear(D, 32), torch.nn.SiLU(), torch.nn.Linear(32, 1))
+    assert tc.launch_config((16, 32), "tf32") == (128, 4)
+    got = tc.feedforward_langevin_chain(x0.cuda(), feedforward_of(copy.deepcopy(tiny).cuda()), precision="tf32", **kw)
+    assert_chains_close(got, host_chain(x0, feedforward_of(tiny), **kw), rtol=5e-2, atol=5e-2, what="2-32-1 tf32")
+    # bfloat16 products (the tensor cores' bfloat16 products): the one-step gradient against torch's rounding of every
+    # operand, as under the interpreter
     net3, x1 = _network(3, "SiLU"), x0[:256]
     out = tc.feedforward_langevin_chain(x1.cuda(), feedforward_of(copy.deepcopy(net3).cuda(), -1.0), n_steps=1,
                                         step_size=1.0, noise_scale=0.0, seed=0, offset=0, precision="bf16")

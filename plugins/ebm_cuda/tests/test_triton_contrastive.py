@@ -119,7 +119,7 @@ def _interpreted_checks() -> dict[str, Any]:
 
     # block sizes (the partial sums' slots change with them), and the same chains among more
     start, end = coefficients["vectors"]
-    blocks = {b: cd(x0, program, start=start, end=end, block_n=b, **kw) for b in (16, 32, 64)}
+    blocks = {b: cd(x0, program, start=start, end=end, block_n=b, **kw) for b in (16, 32, 64, 128)}
     results["block_states"] = max((blocks[b][0] - blocks[16][0]).abs().max().item() for b in blocks)
     results["block_outputs"] = max(_relative(_flat(blocks[b]), _flat(blocks[16])) for b in blocks)
     more = torch.cat([x0, torch.randn(11, D, generator=gen)])
