@@ -15,6 +15,7 @@ __all__ = ["langevin_kernel", "normals_kernel", "launch_langevin", "launch_norma
 
 _U24 = tl.constexpr(5.9604644775390625e-08)  # 2**-24
 _TWO_PI = tl.constexpr(6.283185307179586)
+_MINUS_LOG2_E = tl.constexpr(-1.4426950408889634)  # exp(−x) = 2^(x·−log₂e)
 
 
 @triton.jit
@@ -51,7 +52,7 @@ def _activation(z, ACT: tl.constexpr, PTX_MATH: tl.constexpr):
 def _exp_minus(x, PTX_MATH: tl.constexpr):
     """``exp(−x)``, float32 (the sign in the factor: Triton's ``-x`` is ``0 − x``, one instruction more)."""
     if PTX_MATH:
-        y = tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [x * -1.4426950408889634], dtype=tl.float32,
+        y = tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [x * _MINUS_LOG2_E], dtype=tl.float32,
                                       is_pure=True, pack=1)
     else:
         y = tl.exp(-x)

@@ -88,8 +88,8 @@ it spills 228 bytes or more on sm_80 and sm_90."""
 def launch_config(padded: tuple[int, ...], precision: str, contrastive: bool = False) -> tuple[int, int]:
     """``(block_n, num_warps)``: chains and warps per program for a network of padded widths ``(d, h_1, …)``, the
     products' ``precision`` and the kernel (``contrastive``: :func:`feedforward_contrastive_chain`'s). Chosen without a
-    GPU, by the machine code of every configuration from 16 to 128 chains on 4, 8 or 16 warps compiled for sm_90 (the
-    smaller ones for sm_80 too), for eight networks from 2-32-1 to 64-64-64-64-1 (``benchmarks/triton_static.py``;
+    GPU, by the machine code of every configuration from 16 to 128 chains on 4, 8 or 16 warps compiled for sm_90 (seven
+    of them for sm_80 too), for eight networks from 2-32-1 to 64-64-64-64-1 (``benchmarks/triton_static.py``;
     warp-instructions per chain-step in the step loop, :mod:`ebm_cuda.kernel_report`): near the fewest instructions
     among those that spill at most 64 bytes (one choice spills 72: below). What decides is the chains each warp holds:
 
@@ -110,8 +110,8 @@ def launch_config(padded: tuple[int, ...], precision: str, contrastive: bool = F
     Within 1.16 of the fewest instructions for the network of W4 and W5 (2-64-64-1), on sm_90 and sm_80, and 1.14 for
     the others but the ragged 3-40-17-5-1 (padded to 16-64-32-16): 1.36. The TF32 chain of 2-64-64-64-1 on sm_90
     spills 72 bytes (every configuration of 64 chains or more spills as much or more; 32 on 4, which spills less,
-    issues 2.6 times the instructions). Instructions are a floor on the time, not a
-    timing: ``benchmarks/triton_sweep.py`` (group T of ``gpu.py``) times these against the others on a GPU."""
+    issues 2.6 times the instructions). Instructions are a floor on the time, not a timing:
+    ``benchmarks/triton_sweep.py`` (group T of ``gpu.py``) times these against the others on a GPU."""
     if len(padded) == 2 and padded[0] == 16 and padded[1] <= 32:  # one hidden layer of at most 32 on d <= 16
         return (32, 4) if contrastive and precision == "ieee" else (128, 4)
     if precision == "ieee":
