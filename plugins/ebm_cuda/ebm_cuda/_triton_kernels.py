@@ -23,7 +23,7 @@ def _activation(z, ACT: tl.constexpr, PTX_MATH: tl.constexpr):
     """``(f(z), f'(z))`` for activation code ``ACT`` (0 SiLU, 1 tanh, 2 sigmoid, 3 ReLU); exponentials and reciprocals
     by :func:`_exp_minus` and :func:`_reciprocal`."""
     if ACT == 0:
-        sg = _reciprocal(1.0 + _exp_minus(z, PTX_MATH), PTX_MATH)
+        sg = _sigmoid(z, PTX_MATH)
         f = z * sg
         df = sg + f * (1.0 - sg)
     elif ACT == 1:
@@ -32,12 +32,18 @@ def _activation(z, ACT: tl.constexpr, PTX_MATH: tl.constexpr):
         f = tl.where(z < 0, -t, t)
         df = 1.0 - t * t
     elif ACT == 2:
-        f = _reciprocal(1.0 + _exp_minus(z, PTX_MATH), PTX_MATH)
+        f = _sigmoid(z, PTX_MATH)
         df = f * (1.0 - f)
     else:
         f = tl.maximum(z, 0.0)
         df = tl.where(z > 0, 1.0, 0.0)
     return f, df
+
+
+@triton.jit
+def _sigmoid(z, PTX_MATH: tl.constexpr):
+    """``1 / (1 + exp(−z))``, float32."""
+    return _reciprocal(1.0 + _exp_minus(z, PTX_MATH), PTX_MATH)
 
 
 # With ``PTX_MATH`` (the compiled kernels) an exponential or a reciprocal is one instruction of the GPU's special
