@@ -95,8 +95,55 @@ def test_tsan_reports_the_race_of_a_barrier_that_waits_for_no_one(emulated):
     status, report = _check_kernels("thread", emulated["thread"], "racecheck", plant="no-barrier")
     # the first race seen varies: stage_params' or load_tile's writes against another thread's reads, in kernels.cu or
     # in the energy of ebm/energies.h reading the staged parameters; never in the emulation itself
-    race = re.search(r"SUMMARY: ThreadSanitizer: data race \S*csrc/(kernels\.cu|ebm/(?!cuda_emulation)\w+\.h):\d+", report)
+    race = re.search(r"SUMMARY: ThreadSanitizer: data race \S*csrc/(kernels\.cu|ebm/(?!cuda_emulation)\w+\.h):\d+"
+                     r"|SUMMARY: ThreadSanitizer: data race \S*csrc/ebm/cuda_emulation\.h:\d+ in ebm_emulation::read_shared_group",
+                     report)
     assert status != 0 and race, report[-6000:]
+
+
+GROUP_READS = r"""
+#include <stdio.h>
+#include "ebm/cuda_emulation.h"
+#include "ebm/energies.h"
+
+// A 3-float parameter staged in `staged` floats of shared memory, and nothing after it: each thread reads it through
+// ebm::param.
+__global__ void stage_and_read(float* out, int staged) {
+  EBM_DYNAMIC_SHARED(float, s);
+  for (int k = (int)threadIdx.x; k < staged; k += (int)blockDim.x) s[k] = k < 3 ? 1.0f + k : 0.0f;
+  __syncthreads();
+  out[threadIdx.x] = ebm::param(s, 0) + ebm::param(s, 1) + ebm::param(s, 2);
+}
+
+int main(int argc, char** argv) {
+  const int staged = atoi(argv[1]);
+  float out[2];
+  EBM_LAUNCH(1, 2, staged * sizeof(float), 0, stage_and_read)(out, staged);
+  printf("%g %g\n", out[0], out[1]);
+  return 0;
+}
+"""
+
+
+@needs_asan
+def test_the_emulation_reads_a_staged_parameters_whole_16_byte_group(tmp_path):
+    """The GPU reads staged parameters as 16-byte vectors, past a tensor's end up to its group's (LDS.128:
+    compute-sanitizer racecheck found the harmonic centre's last group reaching the first chain's tile row, which its
+    thread writes). The emulation reads the whole group (ebm::param), so what a group reaches is seen by the
+    sanitizers: here, a 3-float parameter at the end of the block's shared memory is read 4 bytes past it (for
+    ThreadSanitizer, in kernels.cu, a tile row another thread writes: test_the_shared_memory_tiles_have_no_race_under_tsan),
+    and the parameter padded to its whole group, as kernels.cu stages it, is read cleanly."""
+    (tmp_path / "groups.cpp").write_text(GROUP_READS)
+    program = tmp_path / "groups"
+    subprocess.run([build.find_cxx(), *build.SANITIZER_FLAGS, "-std=c++17", "-pthread", "-DEBM_CUDA_EMULATION",
+                    f"-I{build.CSRC}", str(tmp_path / "groups.cpp"), "-o", str(program)], check=True, capture_output=True,
+                   timeout=300)
+    env = {**os.environ, **build.SANITIZER_OPTIONS["address"]}
+    unpadded, padded = (subprocess.run([str(program), staged], capture_output=True, text=True, timeout=60, env=env)
+                        for staged in ("3", "4"))
+    assert unpadded.returncode != 0 and "AddressSanitizer: heap-buffer-overflow" in unpadded.stderr, unpadded.stderr[-3000:]
+    assert "ebm_emulation::read_shared_group" in unpadded.stderr, unpadded.stderr[-3000:]
+    assert padded.returncode == 0 and padded.stdout == "6 6\n", padded.stderr[-3000:]
 
 
 LAUNCHES = r"""

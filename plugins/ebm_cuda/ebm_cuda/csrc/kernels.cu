@@ -55,13 +55,23 @@ __global__ void energy_kernel(ebm::Params<float> p, const S* x, int64_t n, S* en
 
 // Shared memory: the energy's parameter tensors (v0, then v1, those whose pointers are set: the
 // Gaussian's mean and precision, the harmonic center), then the block's chains, loaded and stored
-// coalesced; each thread then holds its chain in registers.
-__host__ __device__ int param_floats(const void* v0, const void* v1, int d) { return (v0 ? d : 0) + (v1 ? d * d : 0); }
+// coalesced; each thread then holds its chain in registers. Each parameter tensor takes whole 16-byte
+// groups, zero-padded: nvcc reads staged parameters as 16-byte vectors, up to the end of a group
+// (ebm::param), and an unpadded tensor's last group reached into the first chain's tile row, which
+// its thread writes (compute-sanitizer racecheck, the harmonic energy at d = 17 and 40).
+constexpr int GROUP_FLOATS = 4;
+__host__ __device__ int whole_groups(int floats) { return (floats + GROUP_FLOATS - 1) / GROUP_FLOATS * GROUP_FLOATS; }
+__host__ __device__ int param_floats(const void* v0, const void* v1, int d) {
+  return (v0 ? whole_groups(d) : 0) + (v1 ? whole_groups(d * d) : 0);
+}
 
 __device__ ebm::Params<float> stage_params(ebm::Params<float> p, float* shared) {
-  const int d = p.d, n0 = p.v0 ? d : 0;
+  const int d = p.d, n0 = p.v0 ? whole_groups(d) : 0;
   const int count = param_floats(p.v0, p.v1, d);
-  for (int k = threadIdx.x; k < count; k += blockDim.x) shared[k] = k < n0 ? p.v0[k] : p.v1[k - n0];
+  for (int k = threadIdx.x; k < count; k += blockDim.x) {
+    const int j = k < n0 ? k : k - n0, used = k < n0 ? d : d * d;
+    shared[k] = j < used ? (k < n0 ? p.v0 : p.v1)[j] : 0.0f;
+  }
   if (p.v0) p.v0 = shared;
   if (p.v1) p.v1 = shared + n0;
   return p;

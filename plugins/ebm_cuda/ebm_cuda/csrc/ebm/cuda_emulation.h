@@ -7,6 +7,7 @@
 // holds the others up). Each block's dynamic shared memory is a fresh heap buffer of exactly the launch's bytes,
 // shared by its threads and freed when the block is done: an access past it is a heap-buffer-overflow for ASan, and
 // two threads touching one element without a barrier between them a data race for TSan.
+// Loads of staged parameters read whole 16-byte groups, as the GPU's vector loads do (read_shared_group).
 // Not emulated: warps (no warp-level operation, no lock-step execution), the GPU's memory model and caches, timing;
 // blocks running at once (they run one after another, so a race between blocks goes unseen); barriers reached at
 // different places by the threads of a block (they all count toward one); the device-only branches of ebm/*.h
@@ -97,6 +98,23 @@ class Barrier {
 // The block the calling thread belongs to: its barrier and its dynamic shared memory.
 inline thread_local Barrier* block_barrier = nullptr;
 inline thread_local unsigned char* block_shared = nullptr;
+inline thread_local size_t block_shared_bytes = 0;
+
+// The GPU's widest shared-memory load (LDS.128): 16 bytes from a 16-byte boundary. nvcc vectorises loops over
+// staged parameters into such loads, which read a group's every element, past the last one the loop uses
+// (compute-sanitizer racecheck saw the harmonic centre's last group reach into the first chain's tile row). ebm::param
+// reads through here: for an element in the block's shared memory, the whole group it lies in, so that a group
+// reaching memory other threads write is a data race for ThreadSanitizer (and, past the buffer, an overflow for ASan).
+constexpr size_t WIDEST_SHARED_LOAD = 16;
+inline thread_local volatile unsigned char shared_group_sink;
+inline void read_shared_group(const void* element) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(element), begin = reinterpret_cast<uintptr_t>(block_shared);
+  if (block_shared == nullptr || at < begin || at >= begin + block_shared_bytes) return;  // not shared memory
+  const unsigned char* group = reinterpret_cast<const unsigned char*>(at & ~(uintptr_t)(WIDEST_SHARED_LOAD - 1));
+  unsigned char folded = 0;
+  for (size_t k = 0; k < WIDEST_SHARED_LOAD; ++k) folded ^= group[k];
+  shared_group_sink = folded;
+}
 
 // The OS threads that run the blocks, created as launches first need them and kept for later launches (never
 // destroyed: at exit they still wait for work). run() runs one block: a fresh barrier and a fresh buffer of exactly
@@ -119,7 +137,7 @@ class Pool {
     std::unique_ptr<unsigned char[]> memory(new unsigned char[bytes]);
     memset(memory.get(), 0xFF, bytes);  // as a GPU leaves it: not zeros; a read of an unwritten float is a NaN
     grid_ = grid, block_ = block, block_index_ = b;
-    barrier_ = &barrier, memory_ = memory.get(), body_ = &body;
+    barrier_ = &barrier, memory_ = memory.get(), bytes_ = bytes, body_ = &body;
     finished_ = 0;
     ++generation_;
     started_.notify_all();
@@ -137,7 +155,7 @@ class Pool {
       const dim3 block = block_;
       threadIdx = dim3(t % block.x, t / block.x % block.y, t / (block.x * block.y));
       blockIdx = block_index_, blockDim = block, gridDim = grid_;
-      block_barrier = barrier_, block_shared = memory_;
+      block_barrier = barrier_, block_shared = memory_, block_shared_bytes = bytes_;
       const std::function<void()>& body = *body_;
       lock.unlock();
       body();
@@ -153,6 +171,7 @@ class Pool {
   dim3 grid_, block_, block_index_;
   Barrier* barrier_ = nullptr;
   unsigned char* memory_ = nullptr;
+  size_t bytes_ = 0;
   const std::function<void()>* body_ = nullptr;
 };
 

@@ -32,6 +32,18 @@ template <typename A> struct Params {
   const A* v0; const A* v1; A a; A b; int d;
 };
 
+// Element j of a parameter tensor v (Params::v0 or v1). Compiled for a GPU, a loop over parameters staged in shared
+// memory may read them as 16-byte vectors (LDS.128: the four floats of an aligned group), past the last element up to
+// the group's end; kernels.cu pads each staged tensor to whole groups so that such a read never reaches memory other
+// threads write. The CUDA emulation (ebm/cuda_emulation.h) reads the whole group too, where v lies in the block's
+// shared memory, so that ThreadSanitizer sees what the GPU reads.
+template <typename A> EBM_HD A param(const A* v, int j) {
+#if defined(EBM_CUDA_EMULATION)
+  ebm_emulation::read_shared_group(v + j);
+#endif
+  return v[j];
+}
+
 #define EBM_LOOP(j, MAXD, d) EBM_UNROLL for (int j = 0; j < ((MAXD) > 0 ? (MAXD) : (d)); ++j) if ((MAXD) == 0 || j < (d))
 
 template <int KIND, typename A, int MAXD> struct Energy;
@@ -45,9 +57,9 @@ template <typename A, int MAXD> struct Energy<GAUSSIAN, A, MAXD> {
     V e = (A)0;
     EBM_LOOP(j, MAXD, d) {
       V gj = (A)0;
-      EBM_LOOP(k, MAXD, d) { gj += p.v1[j * d + k] * (load<A>(x + k * xs) - p.v0[k]); }
+      EBM_LOOP(k, MAXD, d) { gj += param(p.v1, j * d + k) * (load<A>(x + k * xs) - param(p.v0, k)); }
       if (g) store<A>(g + j * gs, gj);
-      e += (load<A>(x + j * xs) - p.v0[j]) * gj;
+      e += (load<A>(x + j * xs) - param(p.v0, j)) * gj;
     }
     return (A)0.5 * e;
   }
@@ -98,7 +110,7 @@ template <typename A, int MAXD> struct Energy<HARMONIC, A, MAXD> {
     using V = decltype(load<A>(x));
     V e = (A)0;
     EBM_LOOP(j, MAXD, p.d) {
-      V r = load<A>(x + j * xs) - p.v0[j];
+      V r = load<A>(x + j * xs) - param(p.v0, j);
       e += r * r;
       if (g) store<A>(g + j * gs, p.a * r);
     }
