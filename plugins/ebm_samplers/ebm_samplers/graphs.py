@@ -45,7 +45,7 @@ def cuda_capture(body: Callable[[], None], generator: torch.Generator, device: t
     """:data:`Capture` by ``torch.cuda.CUDAGraph``, on ``device``: runs ``body`` once on a side stream (lazy
     initialisation, such as cuBLAS handles, autotuning and the step's buffers, must not happen inside a capture), then
     captures it on a stream of its own. A capture that fails raises ``body``'s own error where it raised one, and
-    leaves the caller's current stream as it was."""
+    leaves the caller's current stream, and the device's generators, as they were (:func:`_end_capture_mode`)."""
     with torch.cuda.device(device):
         current = torch.cuda.current_stream()
         side = torch.cuda.Stream()
@@ -69,6 +69,8 @@ def cuda_capture(body: Callable[[], None], generator: torch.Generator, device: t
             with torch.cuda.graph(graph, stream=torch.cuda.Stream(), capture_error_mode="thread_local"):
                 guarded()
         except BaseException as exc:
+            torch.cuda.set_stream(current)
+            _end_capture_mode(device)
             raise (raised[0] if raised else exc) from None
         finally:
             torch.cuda.set_stream(current)  # graph's __exit__ skips it when ending the capture raises
@@ -78,6 +80,18 @@ def cuda_capture(body: Callable[[], None], generator: torch.Generator, device: t
             graph.replay()
 
     return replay
+
+
+def _end_capture_mode(device: torch.device) -> None:
+    """Takes ``device``'s default generator out of capture mode after a failed capture. PyTorch's ``capture_begin``
+    puts it there (with every generator registered with the graph), and only a ``capture_end`` that succeeds takes it
+    out: when ending the capture raises (a capture a host sync invalidated), the generator stays in capture mode and
+    its next draw outside a capture fails ("Offset increment outside graph capture encountered unexpectedly"), for
+    every later run on the device. A capture of one kernel, which succeeds, ends it as PyTorch would have. (A
+    generator of the chain's own, registered too, is dropped with the failed chain.)"""
+    scratch = torch.zeros(1, device=device)
+    with torch.cuda.graph(torch.cuda.CUDAGraph(), stream=torch.cuda.Stream()):
+        scratch.add_(1)
 
 
 def capture_for(device: torch.device) -> Capture | None:

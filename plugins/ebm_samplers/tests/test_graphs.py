@@ -7,6 +7,8 @@ back, the remainder of ``n // k``, the counts, the outputs copied out, the cache
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 from torch import nn
@@ -230,6 +232,88 @@ def test_with_fused_true_a_capture_that_fails_is_an_error_that_says_why(monkeypa
     monkeypatch.setattr(graphs, "capture_for", lambda device: failing)
     with pytest.raises(ebmcore.InputError, match="capturing one failed: operation not permitted"):
         MALASampler(Bowl(), step_size=0.1, fused=True).prepare(torch.randn(4, 3), None, {})
+
+
+class TorchCudaGraphs:
+    """``torch.cuda``'s graph API as PyTorch implements it (``aten/src/ATen/cuda/CUDAGraph.cpp``,
+    ``CUDAGeneratorImpl.cpp``), for :func:`graphs.cuda_capture` on the CPU, with the generators' capture mode:
+    ``capture_begin`` puts the current device's default generator and every generator registered with the graph in
+    capture mode (``capture_prologue``); ``capture_end`` ends the stream's capture and only then, when that succeeds,
+    takes them out (``capture_epilogue``); a capture that a host sync invalidated raises there and leaves them in it. A
+    draw (:meth:`draw`) checks the mode as ``CUDAGeneratorState::increase`` does."""
+
+    class Stream:
+        def wait_stream(self, other) -> None:
+            pass
+
+    def __init__(self, default: torch.Generator) -> None:
+        self.default, self.in_capture, self.capture_mode, self.current = default, False, set(), None
+
+    def draw(self, generator: torch.Generator | None) -> None:
+        mode = (generator or self.default) in self.capture_mode
+        if self.in_capture and not mode:
+            raise RuntimeError("Attempt to increase offset for a CUDA generator not in capture mode.")
+        if not self.in_capture and mode:
+            raise RuntimeError("Offset increment outside graph capture encountered unexpectedly.")
+
+    def sync(self) -> None:
+        """A host sync: inside a capture (thread_local mode), an error that invalidates it."""
+        if self.in_capture:
+            self.invalidated = True
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+
+    def install(self, monkeypatch) -> None:
+        fake = self
+
+        class CUDAGraph:
+            def __init__(self) -> None:
+                self.registered: list[torch.Generator] = []
+
+            def register_generator_state(self, generator) -> None:
+                self.registered.append(generator)
+
+            def replay(self) -> None:
+                pass
+
+        @contextlib.contextmanager
+        def graph(g, stream=None, capture_error_mode="global"):
+            fake.capture_mode |= {fake.default, *g.registered}
+            fake.in_capture, fake.invalidated = True, False
+            try:
+                yield
+            finally:
+                fake.in_capture = False
+                if fake.invalidated:
+                    raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
+                fake.capture_mode -= {fake.default, *g.registered}
+
+        for name, value in dict(device=lambda d: contextlib.nullcontext(), current_stream=TorchCudaGraphs.Stream,
+                                Stream=TorchCudaGraphs.Stream, stream=lambda s: contextlib.nullcontext(),
+                                set_stream=lambda s: None, CUDAGraph=CUDAGraph, graph=graph).items():
+            monkeypatch.setattr(torch.cuda, name, value)
+
+
+def test_a_failed_capture_leaves_the_devices_generator_usable(monkeypatch):
+    """On the H100, after an energy's host sync failed a capture, every later run on the device failed with "Offset
+    increment outside graph capture encountered unexpectedly": the default generator stayed in capture mode. Through
+    the API as PyTorch implements it, a failed capture now leaves it usable, and a later capture works."""
+    cuda = TorchCudaGraphs(default=graphs.default_generator(torch.device("cpu")))
+    cuda.install(monkeypatch)
+    device = torch.device("cpu")
+
+    def syncing() -> None:
+        cuda.draw(None)
+        cuda.sync()
+
+    with pytest.raises(RuntimeError, match="operation not permitted when stream is capturing"):
+        graphs.cuda_capture(syncing, cuda.default, device)
+    cuda.draw(None)  # an eager draw
+    replay = graphs.cuda_capture(lambda: cuda.draw(None), cuda.default, device)
+    replay()
+    own = torch.Generator()
+    with pytest.raises(RuntimeError, match="operation not permitted"):  # a chain's own generator, registered
+        graphs.cuda_capture(lambda: (cuda.draw(own), cuda.sync()), own, device)
+    cuda.draw(None)
 
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
