@@ -71,11 +71,14 @@ def _cmd_backends(args: argparse.Namespace) -> int:
     if args.op:
         ops = [args.op]
     devices = [parse_device(args.device, "--device")] if args.device else _devices()
-    unresolved = 0
+    unresolved, not_offered = 0, []
     for device in devices:
         for op in ops:
             why = ebmcore.explain(op, device=device, dtype=getattr(torch, args.dtype))
-            unresolved += why.chosen is None
+            if why.chosen is None and not _offered(op, device):
+                not_offered.append(f"{op} on {device.type}")
+            else:
+                unresolved += why.chosen is None
             print()
             print(why)
     print("\nneural energies (an EnergyModel without an analytic gradient): the gradient is computed in closed form, "
@@ -85,9 +88,18 @@ def _cmd_backends(args: argparse.Namespace) -> int:
           "ULA chains on CUDA, and the losses' fused op of the same chain). On CUDA, where no fused chain runs, "
           "ebm-samplers replays its per-step loop as a captured CUDA graph (docs/samplers.md). A sampler's run "
           "names the path it takes and why (ebm profile prints it).")
+    if not_offered:
+        print(f"\nNo installed backend offers {', '.join(not_offered)}: where an op is not offered, its callers take "
+              "another path (the per-step loop, autograd), named in a run's path.")
     if unresolved:
         print(f"\n{unresolved} op(s) have no kernel that can run under this selection.")
     return 1 if unresolved else 0
+
+
+def _offered(op: str, device: Any) -> bool:
+    """Whether a registered backend has a kernel for ``op`` on ``device``'s type (available here or not)."""
+    return any(op in e.component.kernels and device.type in e.component.kernels[op].device_types
+               for e in registry.entries("kernel"))
 
 
 def _double_well_mean_abs() -> float:

@@ -36,6 +36,26 @@ def test_backends_prints_the_resolution_table(capsys):
     assert "op gaussian_gradient on cpu (float32)" in out and "CHOSEN  torch" in out
 
 
+def test_backends_on_a_cuda_machine_does_not_fail_for_ops_no_backend_offers_there(capsys, monkeypatch):
+    """On the H100 `ebm backends` exited 1: the CPU-only fused ops (cpu_fused's) have no kernel on cuda:0, which is
+    by design (their callers take another path), not a failure. Here every backend is made available on an sm_90."""
+    from ebmcore import registry
+    from ebmcore.kernels import resolve
+
+    monkeypatch.setattr(resolve, "_capability", lambda device: (9, 0) if device.type == "cuda" else None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for entry in registry.entries("kernel"):
+        monkeypatch.setattr(entry.component, "unavailable_reason", lambda: None)
+    cpu_only = sorted({op for e in registry.entries("kernel") for op, k in e.component.kernels.items()
+                       if "cuda" not in k.device_types} - {op for e in registry.entries("kernel")
+                                                             for op, k in e.component.kernels.items() if "cuda" in k.device_types})
+    assert cpu_only  # ops only a CPU backend offers (cpu_fused's)
+    assert main(["backends", "--device", "cuda"]) == 0
+    out = capsys.readouterr().out
+    assert "have no kernel that can run" not in out
+    assert "No installed backend offers " + ", ".join(f"{op} on cuda" for op in cpu_only) in out
+
+
 def test_backends_with_a_bad_selection_is_a_clean_error(capsys, monkeypatch):
     monkeypatch.setenv("EBM_BACKEND", "cuda")
     with isolated_plugins(autoload=True, disable=("cuda",)):  # as if ebm-cuda were not installed
