@@ -26,11 +26,20 @@ settings.register_profile("explore", parent=settings.get_profile("ci"), max_exam
 settings.load_profile("ci")
 
 
+CACHE_LOCATIONS = ("EBM_CUDA_CACHE",)
+"""The EBM_* variables that only say where a cache lives, kept for every test."""
+
+
 @pytest.fixture(autouse=True)
 def clean_ebm_state(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory):
-    """No EBM_* variables, an empty working directory, and a fresh plugin session and config."""
+    """No EBM_* variables but :data:`CACHE_LOCATIONS`, an empty working directory, a fresh plugin session and config.
+
+    ``EBM_CUDA_CACHE`` is kept: a build of the CUDA kernels carried to a GPU machine and named by it (docs/cuda.md) is
+    then used by every test process, not rebuilt with nvcc (minutes, issue 38). A test that needs another cache sets
+    its own. Every other EBM_* variable changes what ebm does (``EBM_BACKEND``, ``EBM_CONFIG``, ``EBM_DISABLE_PLUGINS``,
+    ``EBM_CUDA_HOST_LIBRARY``: which library is loaded, ...) and is cleared (tests/test_test_isolation.py)."""
     for name in list(os.environ):
-        if name.startswith("EBM_"):
+        if name.startswith("EBM_") and name not in CACHE_LOCATIONS:
             monkeypatch.delenv(name)
     monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
     ebmcore.config._config = None

@@ -8,7 +8,7 @@ import torch
 
 import ebmcore
 from ebmcore.errors import BackendUnavailableError
-from ebm_cuda import backends, library
+from ebm_cuda import backends, build, library
 from ebmcore.kernels.resolve import clear_cache
 
 NO_CUDA = library.cuda_unavailable_reason() is not None
@@ -69,16 +69,26 @@ def test_on_cuda_the_per_op_kernels_measured_slower_than_torch_rank_below_it():
         assert cuda.kernels[f"{name}_langevin_chain"].priority == 10
 
 
+def _nvcc_fails(archs: list[str]):
+    """A CUDA build that fails at once: the real one, in an empty cache, compiles kernels.cu (over 60 s)."""
+    raise build.BuildError(f"nvcc failed for sm_{'_'.join(archs)} (not run: this test's stand-in)")
+
+
 def test_a_failed_build_is_a_reason_and_sampling_falls_back(monkeypatch, tmp_path):
+    """The host build fails (CXX=/bin/false, an empty cache), and so does the CUDA build where CUDA is present
+    (:func:`_nvcc_fails`): each is a reason, and sampling falls back to the per-step loop."""
     from ebm_samplers import LangevinSampler
 
     monkeypatch.setattr(library, "_loaded", {})
     monkeypatch.setenv("CXX", "/bin/false")
     monkeypatch.setenv("EBM_CUDA_CACHE", str(tmp_path))
+    monkeypatch.setattr(build, "build_cuda", _nvcc_fails)
     clear_cache()
     try:
         reason = library.host_unavailable_reason()
         assert reason is not None and "could not be built" in reason and "/bin/false" in reason
+        if library._cuda_precondition() is None:  # CUDA and nvcc here: the failed build is the reason
+            assert "could not be built" in library.cuda_unavailable_reason()
         energy = ebmcore.energy("harmonic", dim=2)
         x0 = torch.randn(8, 2)
         out = LangevinSampler(energy, step_size=0.1).sample(x0, 3, generator=torch.Generator().manual_seed(0))
@@ -86,3 +96,19 @@ def test_a_failed_build_is_a_reason_and_sampling_falls_back(monkeypatch, tmp_pat
         assert torch.equal(out, per_step)  # the fused chain was not chosen
     finally:
         clear_cache()
+
+
+def test_the_failed_build_test_runs_no_nvcc_where_cuda_is_present(monkeypatch, tmp_path):
+    """With CUDA present (simulated here) the test above fails the CUDA build without running nvcc: on the H100 of
+    issue 38 it compiled kernels.cu in its empty cache, and was killed after 90 s. Here nvcc is a script that logs its
+    calls."""
+    log, nvcc = tmp_path / "nvcc.log", tmp_path / "nvcc"
+    nvcc.write_text(f'#!/bin/sh\necho "$@" >> {log}\nexit 1\n')
+    nvcc.chmod(0o755)
+    monkeypatch.setenv("NVCC", str(nvcc))
+    monkeypatch.setattr(library, "_cuda_precondition", lambda: None)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    (tmp_path / "cache").mkdir()
+    test_a_failed_build_is_a_reason_and_sampling_falls_back(monkeypatch, tmp_path / "cache")
+    assert "could not be built" in library._loaded["cuda-sm90"]  # the CUDA build was tried and failed
+    assert not log.exists(), f"nvcc ran:\n{log.read_text()}"
