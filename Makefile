@@ -37,5 +37,5 @@ docs: setup  ## build the documentation site strictly into site/ (any warning fa
 docs-serve: setup  ## serve the documentation at http://127.0.0.1:8000 with live reload
 	$(VENV)/bin/mkdocs serve
 
-gpu-check:  ## on a GPU machine: builds, GPU tests, kernels vs host, compute-sanitizer, a short G1/G3 pass: one results file (DRY=1: on the CPU)
+gpu-check:  ## on a GPU machine, in 9 minutes: builds, kernels vs host, compute-sanitizer, GPU tests, the distributed example, gpu.py's S/G3/T/G1: one results file and the tables (DRY=1: on the CPU)
 	@bash benchmarks/gpu_check.sh $(if $(DRY),--dry)

@@ -1,35 +1,59 @@
 #!/usr/bin/env python
-"""One-command device check (``make gpu-check``): on a machine with an NVIDIA GPU, in under 8 minutes,
+"""One-command device check (``make gpu-check``): on a bare machine with an NVIDIA GPU and a carried CUDA build cache,
+in 9 minutes (``--budget 540``; a device machine allows 10 a command), in this order:
 
 1. the environment: device, driver, torch/CUDA/nvcc/Triton versions;
 2. the builds, timed: the host library and the CUDA library for this GPU (nvcc);
-3. the GPU tests (``test_cuda_device.py``, ``test_plugin.py``, the Triton chains' GPU tests, the captured graphs'
-   ``test_graphs.py``), each file in its own
-   process and time limit, with ``CUDA_LAUNCH_BLOCKING=1``; a skip there fails;
-4. ``gpu_check_kernels.py``: every ``.cu`` entry point and dtype on CUDA against the host build (non-contiguous and
+3. ``gpu_check_kernels.py``: every ``.cu`` entry point and dtype on CUDA against the host build (non-contiguous and
    offset inputs, the caller's stream, CUDA-graph capture, a 2^24-chain launch, refusals);
-5. a short G1/G3 pass of ``benchmarks/gpu.py`` (``--quick``: every row's code path, not G1-G3 figures), its
-   correctness figures checked (G1's fused chain equal to its one-step calls, G3's eager and compiled runs equal);
-6. ``compute-sanitizer`` memcheck and racecheck over those entry points at small odd sizes, where the tool exists
-   (last: the least predictable in time, they get what is left of the budget).
+4. ``compute-sanitizer`` memcheck, racecheck, synccheck and initcheck over those entry points at small odd sizes
+   (:data:`SANITIZERS`), where the tool exists;
+5. the GPU tests (``test_cuda_device.py``, ``test_plugin.py``, the Triton chains' GPU tests, the captured graphs'
+   ``test_graphs.py``), each file in its own process and time limit, with ``CUDA_LAUNCH_BLOCKING=1``; a skip there
+   fails;
+6. docs/distributed.md's example under ``torchrun`` with two processes: with gloo, and with NCCL where there are two
+   GPUs (NCCL refuses two ranks on one GPU: skipped there, saying so);
+7. ``benchmarks/gpu.py`` at full size, one process per group, S, G3, T, G1 (``--workloads`` chooses), each row with
+   its correctness check (and G1's fused chain against its one-step calls, G3's eager runs against the compiled
+   ones): the tables in ``<results>-<group>.md`` and the raw figures in ``<results>-<group>.json``.
 
-Every step runs in its own process with its own time limit, cut to what is left of ``--budget``. Writes ONE results
-file (``--out``): the device and versions, and for each check passed/failed/skipped with the reason and its time,
-the benchmark's raw results included. Exit status 1 if a check failed.
+The order puts the most useful results first where time runs short. Times from the H100 run at b11eeb6
+(``results/2026-11-27-h100-b11eeb6/``: ``check.json``, ``T.md``, ``G3S.md``; the CUDA build carried, 4 s each):
 
-``--dry`` runs the same steps on the CPU, the host build against the host build at tiny sizes (the GPU-only
-checks skipped, saying why): what CI runs so this script cannot rot.
+- checks before figures: a figure of broken kernels is worth nothing;
+- the kernels (each check under 0.2 s, the 2^24 launch 1.6 s) and the sanitizers (memcheck 7.5 s, racecheck 13 s)
+  are short, bounded and decisive (racecheck reported hazards there), so they come before the GPU tests, where
+  one file that hangs costs its whole limit (``test_plugin.py``: 90 s there; the files took 144 s in all);
+- the distributed example: two processes, seconds;
+- S (15 s) and G3 (28 s): the cheapest groups and the headline figures (the guides' figures; W4/W5 at scale,
+  eager, compiled, ebm's default and fused paths, torchebm), which gpu.py saves only when the group ends: they go
+  where time is surest;
+- T (132 s): the Triton launch sweep, the longest group; it saves each row as it is measured, so cut short it keeps
+  what it measured (its table is then made from the ``.json``);
+- G1 (32 s of tables on the H200, ``results/2026-11-26-gpu-h200.md``): measured on a GPU before, the least new; it
+  prints each energy's table as it finishes.
 
-    python benchmarks/gpu_check.py [--dry] [--out PATH] [--budget SECONDS]
+Every step runs in its own process with its own time limit (:data:`WORKLOADS` caps each group, so that none eats
+the budget), cut to what is left of ``--budget``. Writes ONE results file (``--out``): the device and versions, for
+each check passed/failed/skipped with the reason and its time, and each group's raw results. Exit status 1 if a
+check failed.
+
+``--dry`` runs the same steps on the CPU, the host build against the host build at tiny sizes, the groups with
+``--device cpu --quick``, the distributed example with gloo (the GPU-only checks skipped, saying why): what CI runs
+so this script cannot rot.
+
+    python benchmarks/gpu_check.py [--dry] [--out PATH] [--budget SECONDS] [--workloads S,G3,T,G1|none]
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import subprocess
@@ -38,7 +62,8 @@ import tempfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import Any, Callable, NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks"
@@ -50,6 +75,25 @@ GPU_TESTS = [  # (pytest target, its time limit in seconds)
     ("plugins/ebm_samplers/tests/test_graphs.py", 90),
 ]
 SAME_NOISE_TOL = 1e-3  # G3 eager vs compiled: float rounding, not different noise (that differs by O(1))
+SANITIZERS = (  # (tool, gpu_check_kernels.py --sizes, time limit in s); the H100 at b11eeb6: memcheck 7.5 s, racecheck 13 s
+    ("memcheck", "memcheck", 60), ("racecheck", "racecheck", 90),
+    ("synccheck", "memcheck", 60),  # barriers: every chain-size class, partial blocks
+    ("initcheck", "memcheck", 90),  # reads of unwritten global memory: every entry point's outputs and workspaces
+)
+
+
+class Group(NamedTuple):
+    """A group of ``benchmarks/gpu.py`` in the check: its time limit and timed runs per row."""
+
+    name: str
+    cap: float
+    repeats: int
+
+
+WORKLOADS = (Group("S", 90, 5), Group("G3", 120, 5), Group("T", 240, 3), Group("G1", 150, 3))
+"""The default groups, in the order they run (the module docstring says why), each capped well above its time on the
+H100 (T: 132 s, G3: 28 s, S: 15 s, each plus a process start of seconds; G1: 32 s of tables on the H200)."""
+OTHER_GROUP = Group("G2", 300, 3)  # a group named with --workloads beyond these (G2: G1 twice, in 16-bit state)
 
 
 class Report:
@@ -111,6 +155,35 @@ def failure(rc: int | None, out: str) -> str:
 
 def tail(text: str, lines: int = 12) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def verdict(report: Report, name: str, rc: int | None, out: str, secs: float, passed: str, wrong: str = "",
+            detail: str = "") -> bool:
+    """Report a step's process: passed, saying ``passed``, where it exited 0 and ``wrong`` (what its output shows
+    wrong) is empty; else failed, saying why, with ``detail`` and the output's tail."""
+    if rc == 0 and not wrong:
+        report.add(name, "passed", passed, secs)
+        return True
+    why = "; ".join(x for x in (failure(rc, out) if rc != 0 else "", wrong) if x)
+    report.add(name, "failed", why, secs, output=(detail + "\n" if detail else "") + tail(out, 40))
+    return False
+
+
+def load_json(path: Path) -> Any:
+    """``path``'s JSON, or None where it is missing or cut off mid-write (its process killed at its limit)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def bench_module(name: str) -> ModuleType:
+    """``benchmarks/<name>.py``, imported from its file."""
+    spec = importlib.util.spec_from_file_location(f"ebm_benchmarks_{name}", BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look the module up while the class is built
+    spec.loader.exec_module(module)
+    return module
 
 
 def tool_version(command: list[str], line: str = "") -> str | None:
@@ -180,6 +253,7 @@ def environment(dry: bool) -> dict:
 
 
 def step_environment(report: Report, meta: dict, dry: bool) -> bool:
+    """The device and versions (in ``meta``); False where there is no GPU (and not a dry run)."""
     t0 = time.monotonic()
     dev = meta["device"]
     if dry:
@@ -211,6 +285,7 @@ print(f"built {str(path).replace(str(pathlib.Path.home()), '~', 1)} in {time.per
 
 
 def step_build(report: Report, clock: Clock, py: str, dry: bool) -> bool:
+    """The host library and the CUDA library for this GPU, each timed in its own process; False if one failed."""
     ok = True
     for what, cap in (("host", 120), ("cuda", 300)):
         name = "build: the host library (c++)" if what == "host" else "build: the CUDA library for this GPU (nvcc)"
@@ -218,11 +293,7 @@ def step_build(report: Report, clock: Clock, py: str, dry: bool) -> bool:
             report.add(name, "skipped", "dry run: no GPU (tests/test_nvcc_build.py compiles kernels.cu for sm_80/sm_90 in CI)")
             continue
         rc, out, secs = run([py, "-c", BUILD, what], clock.limit(cap))
-        if rc == 0:
-            report.add(name, "passed", tail(out, 1), secs)
-        else:
-            ok = False
-            report.add(name, "failed", failure(rc, out), secs, output=tail(out, 40))
+        ok = verdict(report, name, rc, out, secs, tail(out, 1)) and ok
     return ok
 
 
@@ -276,7 +347,7 @@ def step_kernels(report: Report, clock: Clock, py: str, dry: bool, work: Path, s
     command += ["--sizes", sizes] if sizes else []
     env = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"} if sanitizer else None  # one cudaMalloc per tensor: exact bounds
     rc, out, secs = run([*(sanitizer or []), *command], clock.limit(cap), env=env)
-    results = json.loads(out_json.read_text()) if out_json.exists() else []
+    results = load_json(out_json) or []
     if sanitizer:
         failed = [r["name"] for r in results if r["status"] == "failed"]
         errors = [line for line in out.splitlines() if line.startswith("========") and ("ERROR SUMMARY" in line or "Error" in line
@@ -294,78 +365,142 @@ def step_kernels(report: Report, clock: Clock, py: str, dry: bool, work: Path, s
 
 
 def step_sanitizer(report: Report, clock: Clock, py: str, dry: bool, work: Path) -> None:
+    """``compute-sanitizer``'s tools over the kernel checks, each at its sizes and in its time limit
+    (:data:`SANITIZERS`); skipped, saying why, in a dry run and where the tool is not found."""
     tool = None if dry else find_sanitizer()
-    for kind, cap in (("memcheck", 110), ("racecheck", 110)):
-        if dry or tool is None:
+    for kind, sizes, cap in SANITIZERS:
+        if tool is None:
             report.add(f"compute-sanitizer {kind}", "skipped", "dry run: no GPU" if dry else "compute-sanitizer not found "
                        "(PATH, $CUDA_HOME/bin, /usr/local/cuda)")
             continue
         sanitizer = [tool, "--tool", kind, "--error-exitcode", "9", "--print-limit", "20", "--target-processes", "all"]
-        step_kernels(report, clock, py, dry, work, sizes=kind, sanitizer=sanitizer, label=kind, cap=cap)
+        step_kernels(report, clock, py, dry, work, sizes=sizes, sanitizer=sanitizer, label=kind, cap=cap)
 
 
-def step_benchmark(report: Report, clock: Clock, py: str, dry: bool, work: Path) -> dict | None:
-    name = "benchmark: gpu.py --quick, G1 and G3 (double well)"
-    out_json = work / "gpu-quick.json"
-    command = [py, str(BENCH / "gpu.py"), "--quick", "--groups", "G1,G3", "--energies", "double_well", "--repeats", "1",
-               "--json", str(out_json)]
-    # dry: no inductor build on the CPU (a minute): torch.compile runs the eager function, which the figures then equal
-    env = {"TORCH_COMPILE_DISABLE": "1"} if dry else None
-    rc, out, secs = run(command + (["--device", "cpu"] if dry else []), clock.limit(200), env=env)
-    data = json.loads(out_json.read_text()) if rc == 0 and out_json.exists() else None
-    if data is None:
-        report.add(name, "failed", failure(rc, out), secs, output=tail(out, 40))
-        return None
-    report.add(name, "passed", f"copy bandwidth {data['copy_bandwidth']['GBps']:.0f} GB/s", secs)
-    rows = {(r["group"], r["energy"], r["key"]): r for r in data["analytic"]}
-    c, d = rows.get(("G1", "double_well", "c")), rows.get(("G1", "double_well", "d"))
-    if c and d and c.get("timing") and d.get("timing"):
-        diff = d["figures"].get("max_abs_diff_vs_c")
-        bad = [f"({k[2]})" for k, r in rows.items() if r.get("timing") and r["figures"].get("moments_ok") is False]
-        ok = diff is not None and diff <= 1e-5 and not bad
-        report.add("benchmark: G1 fused chain equals its one-step calls, moments within 5 sigma", "passed" if ok else "failed",
-                   f"max abs diff (c) vs (d) {diff:.1e}" + (f"; moments off in rows {', '.join(bad)}" if bad else ""))
+DIST_DOC = ROOT / "docs" / "distributed.md"
+SAMPLES_LINE = re.compile(r"^torch\.Size\(\[(\d+), (\d+)\]\) tensor\(([\d.]+)[^)]*\) [\d.]+$", re.M)  # what rank 0 prints
+
+
+def step_distributed(report: Report, clock: Clock, py: str, dry: bool, work: Path, gpus: int) -> None:
+    """docs/distributed.md's example (its Python block that calls ``distributed.init()``) under ``torchrun`` with two
+    processes: with gloo (``EBM_DIST_BACKEND=gloo``: its device is then the CPU), and with NCCL (``cuda:LOCAL_RANK``)
+    where there are two GPUs. Rank 0 alone prints: one line, the samples of both ranks' chains gathered (the shape the
+    page's comment shows), R-hat at most 1.1."""
+    name = "distributed: docs/distributed.md's example, torchrun with 2 processes"
+    blocks = re.findall(r"```python\n(.*?)```", DIST_DOC.read_text(), re.S)
+    code = next((b for b in blocks if "distributed.init(" in b), None)
+    if code is None:
+        report.add(name, "failed", "docs/distributed.md has no Python example that calls distributed.init()")
+        return
+    script = work / "distributed_example.py"
+    script.write_text(code)
+    shown = re.search(r"# \((\d+), (\d+)\)", code)
+    for backend in ("gloo", "nccl"):
+        if backend == "nccl" and gpus < 2:
+            report.add(f"{name}, nccl", "skipped", "dry run: no GPU" if dry else f"{gpus} GPU here: NCCL refuses two ranks "
+                       "on one GPU (\"Duplicate GPU detected\"); the example ran with gloo")
+            continue
+        command = [py, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script)]
+        rc, out, secs = run(command, clock.limit(60), env={"EBM_DIST_BACKEND": backend, "OMP_NUM_THREADS": "1"})
+        printed = SAMPLES_LINE.findall(out)
+        wrong = f"rank 0 alone should print one line of samples; {len(printed)} printed" if len(printed) != 1 else ""
+        if not wrong and shown and printed[0][:2] != shown.groups():
+            wrong = f"samples of shape ({', '.join(printed[0][:2])}), not the ({', '.join(shown.groups())}) the page shows"
+        if not wrong and float(printed[0][2]) > 1.1:
+            wrong = f"R-hat {printed[0][2]} > 1.1"
+        line = next((x for x in out.splitlines() if SAMPLES_LINE.match(x)), "")
+        verdict(report, f"{name}, {backend}", rc, out, secs, f"rank 0 printed: {line}", wrong)
+
+
+def check_g1(report: Report, data: dict) -> None:
+    """G1: each energy's fused chain (c) equals its one-step calls (d), which draw the same Philox stream, and no row's
+    moments are off the ULA law."""
+    name = "workloads G1: the fused chain equals its one-step calls, moments within 5 sigma"
+    rows = {(r["energy"], r["key"]): r for r in data["analytic"] if r["group"] == "G1"}
+    diffs = {e: r["figures"].get("max_abs_diff_vs_c") for (e, k), r in rows.items()
+             if k == "d" and r.get("timing") and rows.get((e, "c"), {}).get("timing")}
+    if not diffs:
+        why = "; ".join(f"{e} ({k}): {r.get('skipped')}" for (e, k), r in rows.items() if k in ("c", "d"))
+        report.add(name, "failed", f"rows (c)/(d) did not run: {why}")
+        return
+    worst = max((float("inf") if v is None else v) for v in diffs.values())
+    bad = [f"{e} ({k})" for (e, k), r in rows.items() if r.get("timing") and r["figures"].get("moments_ok") is False]
+    report.add(name, "passed" if worst <= 1e-5 and not bad else "failed", f"max abs diff (c) vs (d) {worst:.1e} over "
+               f"{', '.join(diffs)}" + (f"; moments off in {', '.join(bad)}" if bad else ""))
+
+
+def check_g3(report: Report, data: dict) -> None:
+    """G3: the compiled per-step loop draws the eager loop's noise, so its W4 states and W5 loss and gradient equal the
+    eager loop's to rounding; the conv PCD step's captured graph gives the per-step loop's first loss and gradient."""
+    rows = {(r["workload"], r["variant"]): r for r in data["g3"]}
+    name = "workloads G3: eager vs compiled, same noise (W4 states, W5 loss and gradient)"
+    w4, w5 = rows.get(("W4x100", "compile"), {}), rows.get(("W5x100", "compile"), {})
+    f4, f5 = w4.get("figures", {}), w5.get("figures", {})
+    if "max_abs_diff_vs_eager" not in f4 or "grad_rel_diff_vs_eager" not in f5:
+        why = "; ".join(str(r.get("skipped", "no row")) for r in (w4, w5))
+        report.add(name, "failed", f"the compiled rows did not run: {why}")
     else:
-        report.add("benchmark: G1 fused chain equals its one-step calls, moments within 5 sigma", "failed",
-                   "rows (c)/(d) did not run: " + "; ".join(str(r.get("skipped")) for r in (c, d) if r))
-    w4 = [r for r in data["g3"] if r["workload"] == "W4x100" and r["variant"] == "compile"]
-    diff = w4[0].get("figures", {}).get("max_abs_diff_vs_eager") if w4 else None
-    if diff is None:
-        report.add("benchmark: G3 eager vs compiled, same noise", "failed", "the compiled W4 row did not run: "
-                   + (str(w4[0].get("skipped")) if w4 else "no row"))
+        diff, rel = f4["max_abs_diff_vs_eager"], max(f5["loss_rel_diff_vs_eager"], f5["grad_rel_diff_vs_eager"])
+        report.add(name, "passed" if max(diff, rel) <= SAME_NOISE_TOL else "failed",
+                   f"W4 max abs diff {diff:.1e}, W5 largest relative difference {rel:.1e} (limit {SAME_NOISE_TOL:g})")
+    conv = rows.get(("ConvPCD", "default"), {})
+    name = "workloads G3: conv PCD step, captured graph vs per-step loop"
+    if "figures" not in conv:
+        report.add(name, "failed", f"the default conv PCD row did not run: {conv.get('skipped', 'no row')}")
+    elif not str(conv.get("path")).startswith("CUDA graph"):
+        report.add(name, "skipped", f"the default path is not a captured graph here: {conv.get('path')}")
     else:
-        report.add("benchmark: G3 eager vs compiled, same noise", "passed" if diff <= SAME_NOISE_TOL else "failed",
-                   f"max abs diff {diff:.1e} (limit {SAME_NOISE_TOL:g})")
-    conv = [r for r in data["g3"] if r["workload"] == "ConvPCD" and r["variant"] == "default"]
-    name = "benchmark: G3 conv PCD step, captured graph vs per-step loop"
-    if not conv or "figures" not in conv[0]:
-        report.add(name, "failed", "the default conv PCD row did not run: " + (str(conv[0].get("skipped")) if conv else "no row"))
-    elif not str(conv[0].get("path")).startswith("CUDA graph"):
-        report.add(name, "skipped", f"the default path is not a captured graph here: {conv[0].get('path')}")
-    else:
-        rel = max(conv[0]["figures"]["loss_rel_diff_vs_eager"], conv[0]["figures"]["grad_rel_diff_vs_eager"])
+        rel = max(conv["figures"]["loss_rel_diff_vs_eager"], conv["figures"]["grad_rel_diff_vs_eager"])
         report.add(name, "passed" if rel <= SAME_NOISE_TOL else "failed",
                    f"the same draws: first step's loss and gradient, largest relative difference {rel:.1e} (limit {SAME_NOISE_TOL:g})")
-    return data
 
 
-def step_workloads(report: Report, clock: Clock, py: str, dry: bool, out: Path, groups: list[str]) -> None:
-    """``--workloads``: after the checks, ``benchmarks/gpu.py`` at full size for ``groups`` (one process per group, in
-    the order given, each saving its tables as it goes), with what is left of the budget: ``<results>-<group>.md``
-    (the tables) and ``.json`` (raw) beside the results file. Dry: ``--device cpu --quick``."""
+GROUP_CHECKS: dict[str, Callable[[Report, dict], None]] = {"G1": check_g1, "G3": check_g3}
+ROW_LISTS = ("analytic", "step_kernels", "g3", "seeds", "triton")  # gpu.py's rows in its .json
+
+
+def unprinted_tables(group: str, text: str, data: dict | None) -> str:
+    """Of a group cut off by its time limit, the tables its output lacks, made from the rows its ``.json`` kept. Only T
+    needs it: it saves each row as it is measured but prints its table at its end; G1 prints each energy's table as it
+    finishes, and G3 and S save nothing before their end (their progress lines are in the ``.md``)."""
+    rows = (data or {}).get("triton") or []
+    if group != "T" or not rows or "## T:" in text:
+        return ""
+    table = bench_module("triton_sweep").sweep_table(rows, bench_module("run").Z_TOL)
+    return f"\n\n## T, cut off by its time limit: the {len(rows)} rows measured (from the .json)\n\n{table}\n"
+
+
+def step_workloads(report: Report, clock: Clock, py: str, dry: bool, out: Path, groups: list[str]) -> dict[str, Any]:
+    """``benchmarks/gpu.py`` at full size for ``groups``, one process per group in the order given, each in its cap
+    (:data:`WORKLOADS`) cut to what is left of the budget. Beside the results file, ``<results>-<group>.md`` (the
+    tables and progress lines; where the group was cut off, :func:`unprinted_tables` too) and ``.json`` (raw). A row
+    that fails its correctness check, or fails to run, fails the group; then the group's :data:`GROUP_CHECKS`. Dry:
+    ``--device cpu --quick``, one timed run per row. Returns each group's raw results (None where it saved none)."""
+    caps = {g.name: g for g in WORKLOADS}
+    results: dict[str, Any] = {}
+    out.parent.mkdir(parents=True, exist_ok=True)
     for group in groups:
-        name = f"workloads: gpu.py --groups {group}"
+        _, cap, repeats = caps.get(group, OTHER_GROUP)
+        name = f"workloads {group}: gpu.py --groups {group}"
         stem = out.with_name(f"{out.stem}-{group.lower()}")
-        command = [py, str(BENCH / "gpu.py"), "--groups", group, "--repeats", "3" if group in ("G1", "G2") else "5",
-                   "--json", str(stem.with_suffix(".json"))] + (["--device", "cpu", "--quick"] if dry else [])
-        rc, text, secs = run(command, clock.limit(300), env={"TORCH_COMPILE_DISABLE": "1"} if dry else None, keep=1_000_000)
-        stem.with_suffix(".md").write_text(text)  # the tables and the progress lines (the raw figures are in .json)
+        raw = stem.with_suffix(".json")
+        raw.unlink(missing_ok=True)  # an earlier run's figures are not this run's
+        command = [py, str(BENCH / "gpu.py"), "--groups", group, "--repeats", str(1 if dry else repeats), "--json", str(raw)]
+        command += ["--device", "cpu", "--quick"] if dry else []
+        rc, text, secs = run(command, clock.limit(cap), env={"TORCH_COMPILE_DISABLE": "1"} if dry else None, keep=1_000_000)
+        data = results[group] = load_json(raw)
+        if text != NOT_STARTED:
+            text += unprinted_tables(group, text, data) if rc != 0 else ""
+            stem.with_suffix(".md").write_text(text)  # the tables and the progress lines (the raw figures are in .json)
         failed = [line.strip() for line in text.splitlines() if "**FAIL**" in line or "failed:" in line]
-        if rc == 0 and not failed:
-            report.add(name, "passed", f"tables in {stem.name}.md", secs)
-        else:
-            report.add(name, "failed", failure(rc, text) if rc != 0 else f"{len(failed)} rows failed or missed their "
-                       "correctness check", secs, output="\n".join(failed[:20]) + "\n" + tail(text, 20))
+        rows = [r for key in ROW_LISTS for r in (data or {}).get(key, [])]
+        skipped = sum(bool(r.get("skipped")) for r in rows)
+        wrong = f"{len(failed)} rows failed or missed their correctness check" if failed else ""
+        verdict(report, name, rc, text, secs, f"{len(rows)} rows ({skipped} skipped), tables in {stem}.md", wrong,
+                detail="\n".join(failed[:20]))
+        if data and group in GROUP_CHECKS:
+            GROUP_CHECKS[group](report, data)
+    return results
 
 
 # ----------------------------------------------------------------------------------------------
@@ -409,15 +544,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dry", action="store_true", help="on the CPU: the host build against itself, tiny sizes")
     ap.add_argument("--out", type=Path, help="the results file (default: $GPU_CHECK_OUT, else $OUT/gpu-check-<date>.json, "
                                              "else benchmarks/results/gpu-check-<date>.json; dry: in the temp folder)")
-    ap.add_argument("--budget", type=float, default=480.0, help="seconds for all steps (default 480)")
-    ap.add_argument("--workloads", default="", metavar="GROUPS",
-                    help="after the checks, gpu.py at full size for these groups, e.g. S,G3,G1,G2, in the budget left")
+    ap.add_argument("--budget", type=float, default=540.0, help="seconds for all steps (default 540: 9 minutes)")
+    ap.add_argument("--workloads", default=",".join(g.name for g in WORKLOADS), metavar="GROUPS",
+                    help="gpu.py's groups to run after the checks, in this order (default: %(default)s; none: no group)")
     ap.add_argument("--bare-site", type=Path, metavar="DIR", help=argparse.SUPPRESS)  # gpu_check.sh's fallback: see bare_site
     args = ap.parse_args(argv)
     if args.bare_site:
         for info in bare_site(args.bare_site):
             print(info)
         return 0
+    groups = [g.strip().upper() for g in args.workloads.split(",") if g.strip() and g.strip().lower() != "none"]
     out = args.out or default_out(args.dry)
     py = sys.executable
     clock = Clock(args.budget)
@@ -425,37 +561,32 @@ def main(argv: list[str] | None = None) -> int:
     report = Report()
     meta = environment(args.dry)
     print(f"ebm gpu-check{' --dry' if args.dry else ''}: {meta['device'].get('name', 'no GPU')}", flush=True)
-    benchmark = None
+    workloads: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="ebm-gpu-check-") as tmp:
         work = Path(tmp)
         if not step_environment(report, meta, args.dry):
             report.add("the other steps", "failed", "not run: no GPU here (on a CPU machine, run the dry mode: --dry)")
-            return finish(report, meta, clock, args, out, started, None)
-        built = step_build(report, clock, py, args.dry)
-        step_tests(report, clock, py, args.dry, work)
-        if built:
+            return finish(report, meta, clock, args, out, started, workloads)
+        # the order, and why: the module docstring
+        if step_build(report, clock, py, args.dry):
             step_kernels(report, clock, py, args.dry, work)
-        else:
-            report.add("kernels", "failed", "not run: a build failed")
-        benchmark = step_benchmark(report, clock, py, args.dry, work)
-        if built:  # the least predictable in time: they get what is left of the budget (the workloads come after:
-            # give --budget room for both, e.g. 540 s with --workloads)
             step_sanitizer(report, clock, py, args.dry, work)
         else:
-            report.add("compute-sanitizer", "failed", "not run: a build failed")
-        if args.workloads:
-            step_workloads(report, clock, py, args.dry, out, [g.strip().upper() for g in args.workloads.split(",") if g.strip()])
-    return finish(report, meta, clock, args, out, started, benchmark)
+            report.add("kernels and compute-sanitizer", "failed", "not run: a build failed")
+        step_tests(report, clock, py, args.dry, work)
+        step_distributed(report, clock, py, args.dry, work, meta["device"].get("count", 0))
+        workloads = step_workloads(report, clock, py, args.dry, out, groups)
+    return finish(report, meta, clock, args, out, started, workloads)
 
 
 def finish(report: Report, meta: dict, clock: Clock, args: argparse.Namespace, out: Path, started: str,
-           benchmark: dict | None) -> int:
-    """Write the results file, print the summary line; the exit status."""
+           workloads: dict[str, Any]) -> int:
+    """Write the results file (with each group's raw results), print the summary line; the exit status."""
     seconds = time.monotonic() - clock.start
     summary = {"passed": report.count("passed"), "failed": report.count("failed"), "skipped": report.count("skipped"),
                "seconds": round(seconds, 1), "budget_s": args.budget}
     result = {"tool": "ebm gpu-check", "dry": args.dry, "started": started, **meta, "summary": summary, "checks": report.checks,
-              "benchmark": benchmark}
+              "workloads": workloads}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1, default=str) + "\n")
     print(f"gpu-check: {summary['passed']} passed, {summary['failed']} failed, {summary['skipped']} skipped in {seconds:.0f} s; "
