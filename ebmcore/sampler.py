@@ -16,20 +16,20 @@ import time
 import warnings
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional, Protocol, Union
+from typing import Any, Callable, Iterator, Optional, Protocol
 
 import torch
 from torch import Tensor
 
 from ebmcore.energies.base import EnergyModel
-from ebmcore.energies.program import Program
 from ebmcore.errors import InputError
 from ebmcore.recording import NonFiniteChainsWarning, Recorder, SampleResult, check_trajectory_fits
 from ebmcore.validation import all_finite, check_energy_output, check_finite, check_generator, check_gradient_output
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Sampler", "SamplerState", "Run", "Chain", "LangevinForm", "NoiseStream", "check_run_arguments", "stream_seed", "default_generator"]
+__all__ = ["Sampler", "SamplerState", "Run", "Chain", "Planned", "NoiseStream", "check_run_arguments", "stream_seed",
+           "default_generator"]
 
 
 class SamplerState(Protocol):
@@ -44,28 +44,12 @@ noise taken at steps ``offset, offset + 1, ...`` of the counter-based stream key
 and ``info.divergent`` are per-chain counts over the call (None without accept/reject)."""
 
 
-@dataclass(frozen=True)
-class LangevinForm:
-    """What a run's fused chain computes, declared for callers that run a fused op of the same family themselves:
-    ULA steps ``x' = x − h∇E(x) + s·ξ`` of the energy's ``program``, ``ξ`` from the counter-based stream that
-    :data:`Chain` documents; ``step_size`` ``h`` and ``noise_scale`` ``s`` are floats or ``(n_chains,)``; ``backend``: the
-    kernel backend whose kernel runs the chain (its stream and rounding: a caller takes its fused op from the same one).
-    """
-
-    program: Program
-    step_size: Union[float, Tensor]
-    noise_scale: Union[float, Tensor]
-    backend: Optional[str] = None
-
-
 @dataclass
 class Run:
     """One run prepared by :meth:`Sampler.prepare`: the initial ``state``; ``step(state) -> (state, info)``, one
     transition with everything bound; ``chain``, a fused multi-step chain (None: one step at a time) and
     ``path``, the words for which of the two runs and why; ``energy_of(state)``: ``E`` at the state's positions,
-    for diagnostics; ``form``, what ``chain`` computes where it declares it (e.g. :class:`LangevinForm`), so that a
-    caller may run a fused op of the same family that does more in the same launch (None: not declared);
-    ``keyed``: whether ``chain`` draws its noise from the stream its ``seed`` and ``offset`` name (False: from the
+    for diagnostics; ``keyed``: whether ``chain`` draws its noise from the stream its ``seed`` and ``offset`` name (False: from the
     generator, as ``step`` does, so that it computes what the per-step loop computes; no key is then drawn)."""
 
     state: Any
@@ -73,8 +57,39 @@ class Run:
     energy_of: Callable[[Any], Tensor]
     chain: Optional[Chain] = None
     path: str = "per-step loop"
-    form: Any = None
     keyed: bool = True
+
+
+@dataclass
+class Planned:
+    """A run of ``n_steps`` from ``x``, planned by :meth:`Sampler.plan`: the states checked, the run prepared and the
+    noise stream's key drawn, once; :meth:`advance` executes it. ``run`` is what it executes (None: the sampler draws
+    its states its own way, by its own ``sample`` or ``advance``, which :meth:`advance` calls); a caller that computes
+    more with the same chain (a training loss, say) reads ``run.chain`` and ``seed``."""
+
+    sampler: "Sampler"
+    x: Tensor
+    n_steps: int
+    generator: Optional[torch.Generator]
+    run: Optional[Run] = None
+    seed: int = 0
+
+    def advance(self, *, stacklevel: int = 3) -> Tensor:
+        """The states after ``n_steps`` steps: what :meth:`Sampler.advance` returns (a warning about chains that
+        became non-finite points ``stacklevel`` frames up, counted as ``warnings.warn`` counts from here)."""
+        sampler, run = self.sampler, self.run
+        if run is None:
+            own = sampler.sample if type(sampler).sample is not Sampler.sample else sampler.advance
+            return own(self.x, self.n_steps, generator=self.generator)
+        state = run.state
+        if run.chain is not None:
+            if self.n_steps:
+                state, _ = run.chain(state, self.n_steps, self.seed, 0)
+        else:
+            for _ in range(self.n_steps):
+                state, _ = run.step(state)
+        sampler.warn_nonfinite(state.x, stacklevel=stacklevel + 1)
+        return state.x.clone() if state.x is self.x else state.x
 
 
 def check_run_arguments(x0: Any, n_steps: int, burn_in: int = 0, thin: int = 1, generator: Any = None) -> None:
@@ -230,37 +245,29 @@ class Sampler(ABC):
     def advance(self, x: Tensor, n_steps: int, *, generator: torch.Generator | None = None) -> Tensor:
         """The states ``(n_chains, *event_shape)`` after ``n_steps`` steps from ``x``: what
         ``sample(x, n_steps, generator=generator)`` returns, to the bit (for an energy that draws no random
-        numbers of its own), for a loss that runs a sampler at every training step.
-        It checks ``x`` (shape, dtype, device, finite) and, where the initial state carries them, the energy
-        and gradient there, as ``sample`` does, but it does not evaluate the energy only to check it (ULA's
-        state has none: one forward pass saved per call), and it records nothing. Chains that became
-        non-finite are warned about, as by ``sample``. A sampler that overrides ``sample`` is run by it."""
-        if type(self).sample is not Sampler.sample:
-            return self.sample(x, n_steps, generator=generator)
+        numbers of its own), for a loss that runs a sampler at every training step: :meth:`plan`, then
+        :meth:`Planned.advance`. Chains that became non-finite are warned about, as by ``sample``. A sampler that
+        overrides ``sample`` is run by it."""
+        return self.plan(x, n_steps, generator=generator).advance(stacklevel=3)
+
+    def plan(self, x: Tensor, n_steps: int, *, generator: torch.Generator | None = None) -> Planned:
+        """:meth:`advance`'s run, planned once and not yet executed: it checks ``x`` (shape, dtype, device, finite)
+        and, where the initial state carries them, the energy and gradient there, as ``sample`` does, but it does not
+        evaluate the energy only to check it (ULA's state has none: one forward pass saved per call); it prepares the
+        run and draws the noise stream's key as ``sample`` draws it, whatever ``n_steps``. A sampler that overrides
+        ``sample`` or ``advance`` gets a plan that calls it (``run`` None)."""
+        if type(self).sample is not Sampler.sample or type(self).advance is not Sampler.advance:
+            return Planned(self, x, n_steps, generator)
         check_run_arguments(x, n_steps, generator=generator)
         x = self.check_initial_state(x).detach()
         run = self.prepare(x, generator, {})
-        state = run.state
-        energy, grad = getattr(state, "energy", None), getattr(state, "grad", None)
+        energy, grad = getattr(run.state, "energy", None), getattr(run.state, "grad", None)
         if isinstance(energy, Tensor):
             self.check_initial_energy(x, energy, grad if isinstance(grad, Tensor) else None)
-        if run.chain is not None:
-            seed = stream_seed(generator, x.device) if run.keyed else 0  # drawn as sample draws it, whatever n_steps
-            if n_steps:
-                state, _ = run.chain(state, n_steps, seed, 0)
-        else:
-            for _ in range(n_steps):
-                state, _ = run.step(state)
-        self.warn_nonfinite(state.x)
-        return state.x.clone() if state.x is x else state.x
+        seed = stream_seed(generator, x.device) if run.chain is not None and run.keyed else 0
+        return Planned(self, x, n_steps, generator, run, seed)
 
-    def executes_prepared_run(self) -> bool:
-        """Whether :meth:`sample` and :meth:`advance` are this class's own, so that the run :meth:`prepare` returns
-        (its chain and declared ``form``) is what they execute; a caller that runs a declared form itself asks
-        first (a subclass that draws its states another way is then run by its own methods)."""
-        return type(self).sample is Sampler.sample and type(self).advance is Sampler.advance
-
-    def warn_nonfinite(self, x: Tensor) -> Tensor:
+    def warn_nonfinite(self, x: Tensor, stacklevel: int = 3) -> Tensor:
         """The indices of the chains of ``x: (n_chains, ...)`` that are not finite (one host sync), with a
         :class:`NonFiniteChainsWarning` naming them when there are any (for the caller of ``sample``/``advance``)."""
         if all_finite(x):
@@ -269,7 +276,7 @@ class Sampler(ABC):
         warnings.warn(
             f"{type(self).__name__}: {nonfinite.numel()} of {x.shape[0]} chains became non-finite "
             f"(chains {nonfinite[:10].tolist()}{' ...' if nonfinite.numel() > 10 else ''}); they are left as they are. "
-            "Reduce step_size, or use MALA/HMC, which reject such moves.", NonFiniteChainsWarning, stacklevel=3)
+            "Reduce step_size, or use MALA/HMC, which reject such moves.", NonFiniteChainsWarning, stacklevel=stacklevel)
         return nonfinite
 
     def sample(self, x0: Tensor, n_steps: int, *, burn_in: int = 0, thin: int = 1, return_trajectory: bool = False,

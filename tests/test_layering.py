@@ -60,3 +60,23 @@ def test_the_core_knows_no_loss_and_no_plugins_component_list():
     found = [f"{path.relative_to(ROOT.parent)}:{i}: {line.strip()}" for path in sorted(ROOT.rglob("*.py"))
              for i, line in enumerate(path.read_text().splitlines(), 1) if words.search(line)]
     assert found == [], "the core names what belongs to a plugin:\n" + "\n".join(found)
+
+
+def test_the_core_defines_no_type_of_one_algorithm():
+    """The concepts the core defines (its classes, and the fields and methods of each) belong to every sampler: the
+    run a sampler prepares, its plan, the loop. What one algorithm's chain computes is that algorithm's own type
+    (``ebm_samplers.langevin.ULAChain``, which contrastive divergence reads), not the core's."""
+    import re
+
+    algorithm = re.compile(r"langevin|\bula|ula_|mala|hmc|nuts|leapfrog|temper|anneal|euler|heun|dopri", re.I)
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            members = [node.name] + [n.name for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+            members += [n.target.id for n in node.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)]
+            found += [f"{path.relative_to(ROOT.parent)}: {node.name}" + ("" if m is node.name else f".{m}")
+                      for m in members if algorithm.search(m)]
+    assert found == [], "the core defines what belongs to one algorithm:\n" + "\n".join(found)
+    assert len(list(ROOT.rglob("*.py"))) > 20  # the walk saw the core

@@ -411,12 +411,12 @@ def test_contrastive_divergence_takes_the_contrastive_op_only_from_the_backend_w
     with isolated_plugins(("chain_only", Chain()), autoload=True):
         loss = ebmcore.registry.get("loss", "contrastive_divergence")(n_steps=3, sampler_options={"step_size": 0.01})
         loss(energy, data, generator=torch.Generator().manual_seed(1))
-        assert loss.sampler_for(energy).prepare(data, None, {}).form.backend == "chain_only" and calls == []
+        assert loss.sampler_for(energy).prepare(data, None, {}).chain.backend == "chain_only" and calls == []
         advanced = loss.sampler_for(energy).advance(data, 3, generator=torch.Generator().manual_seed(1))
         assert torch.equal(loss.last_negatives, advanced)
     loss = ebmcore.registry.get("loss", "contrastive_divergence")(n_steps=3, sampler_options={"step_size": 0.01})
     loss(energy, data, generator=torch.Generator().manual_seed(1))
-    assert loss.sampler_for(energy).prepare(data, None, {}).form.backend == "cpu_fused"
+    assert loss.sampler_for(energy).prepare(data, None, {}).chain.backend == "cpu_fused"
     assert calls == [1]  # the host build's chain and its contrastive op, together
 
 

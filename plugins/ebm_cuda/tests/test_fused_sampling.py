@@ -235,11 +235,12 @@ def test_fused_network_chains_return_states_that_do_not_require_grad():
     states require grad (found in review: ``sample()`` of an MLPEnergy returned a tensor ``.numpy()`` refused)."""
     import ebmcore
     from ebm_samplers import LangevinSampler
+    from ebm_samplers.langevin import ULAChain
 
     energy = ebmcore.MLPEnergy(dim=2, hidden=(8,), seed=0)
     sampler = LangevinSampler(energy, step_size=0.01)
     x = torch.randn(16, 2, generator=torch.Generator().manual_seed(0))
-    assert sampler.prepare(x, None, {}).form is not None  # the fused network chain runs here (cpu_fused)
+    assert isinstance(sampler.prepare(x, None, {}).chain, ULAChain)  # the fused network chain runs here (cpu_fused)
     out = sampler.sample(x, 3, generator=torch.Generator().manual_seed(1))
     assert not out.requires_grad and out.grad_fn is None
     out.numpy()

@@ -510,6 +510,7 @@ def test_on_a_gpu_the_compiled_chain_equals_the_host_build_and_samplers_resolve_
     from ebm_cuda.backends import feedforward_langevin_chain as host_chain
     from ebm_cuda.testing import assert_chains_close, gpu_absent_reason
     from ebm_samplers import LangevinSampler
+    from ebm_samplers.langevin import ULAChain
 
     absent = gpu_absent_reason()
     if absent is not None:
@@ -568,9 +569,9 @@ def test_on_a_gpu_the_compiled_chain_equals_the_host_build_and_samplers_resolve_
 
     why = fused_chain("langevin_chain", energy, energy.program(), x0.cuda(), None)
     assert isinstance(why, str) and "ranks below the per-step loop" in why, why
-    assert LangevinSampler(energy, step_size=0.01).prepare(x0.cuda(), None, {}).form is None
+    assert not isinstance(LangevinSampler(energy, step_size=0.01).prepare(x0.cuda(), None, {}).chain, ULAChain)
     run = LangevinSampler(energy, step_size=0.01, fused=True).prepare(x0.cuda(), None, {})
-    assert run.path.startswith("fused chain") and run.form is not None, run.path
+    assert run.path.startswith("fused chain") and isinstance(run.chain, ULAChain), run.path
 
 
 if __name__ == "__main__":

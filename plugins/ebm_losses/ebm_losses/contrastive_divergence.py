@@ -17,9 +17,10 @@ from ebmcore import EnergyFunctions, EnergyModel, Loss, Sampler, registry
 from ebmcore.energies.base import closed_form_program
 from ebmcore.energies.program import FeedForward
 from ebmcore.errors import InputError
-from ebmcore.sampler import LangevinForm, check_run_arguments, stream_seed
+from ebmcore.sampler import Planned
 from ebmcore.validation import check_energy_output, check_number, check_positive
 from ebm_losses.network_kernels import kernel_loss, kernel_may_run, network_kernel
+from ebm_samplers.langevin import ULAChain
 
 __all__ = ["ContrastiveDivergence", "PersistentContrastiveDivergence", "ClippedGradientEnergy"]
 
@@ -100,8 +101,6 @@ class ContrastiveDivergence(Loss):
         self.gradient_clip = None if gradient_clip is None else check_positive(gradient_clip, "gradient_clip")
         self.last_negatives: Tensor | None = None
         self._cache: tuple[EnergyModel, Sampler] | None = None  # (the energy, its sampler): identity, not id()
-        self._data: Tensor | None = None  # this call's data, while negatives() runs
-        self._fused: _ChainLoss | None = None  # what the contrastive chain computed in this call
 
     def sampler_for(self, energy: EnergyModel) -> Sampler:
         """The sampler that draws negatives for ``energy`` (built once per energy and cached)."""
@@ -121,43 +120,42 @@ class ContrastiveDivergence(Loss):
         """Run the sampler from ``start`` (the data, or chains kept from past steps) and return detached
         negatives: ``Sampler.advance``, the samples ``sample`` would give, without the forward pass it makes
         only to check the energy at the starts (a non-finite energy shows in the loss, which training checks).
-        Where the chains start at this call's data and the sampler's run declares ULA on a feed-forward network
-        (:class:`~ebmcore.sampler.LangevinForm`), the same negatives come from ``feedforward_contrastive_chain``,
-        which computes this loss and its weight gradient in the same launch; the loss uses them only if the
-        negatives it receives are those very tensors (an override that changes them gets the loss of its own)."""
-        sampler = self.sampler_for(energy)
-        if self._data is not None and start is self._data:
-            fused = self._contrastive_chain(sampler, energy, start, generator)
-            if fused is not None:
-                self._fused = fused
-                return fused.negatives
-        return sampler.advance(start.detach(), self.n_steps, generator=generator).detach()
+        A subclass may override it; the loss then takes the negatives it returns."""
+        return self._draw(energy, start, generator, None)[0]
 
-    def _contrastive_chain(self, sampler: Sampler, energy: EnergyModel, x: Tensor,
-                           generator: torch.Generator | None) -> _ChainLoss | None:
-        """The negatives from ``x`` with :meth:`_value`'s loss ``Σ ±Eᵣ/n + (regularization/n)·Eᵣ²`` and its weight
-        gradient, in one ``feedforward_contrastive_chain`` launch: the moves and stream of the sampler's declared
-        fused chain, so the negatives equal ``sampler.advance``'s to the bit; None where it cannot run."""
-        if not (kernel_may_run(x) and getattr(sampler, "energy", None) is energy and sampler.executes_prepared_run()):
-            return None
-        check_run_arguments(x, self.n_steps, generator=generator)
-        x = sampler.check_initial_state(x).detach()
-        run = sampler.prepare(x, generator, {})
-        form = run.form
-        if run.chain is None or not isinstance(form, LangevinForm) or not isinstance(form.program, FeedForward):
+    def _draw(self, energy: EnergyModel, start: Tensor, generator: torch.Generator | None,
+              data: Tensor | None) -> tuple[Tensor, _ChainLoss | None]:
+        """:meth:`negatives`, planned once (``Sampler.plan``), and where the chains start at ``data`` and the planned
+        run's chain is ULA on a feed-forward network (a ``ULAChain``), drawn by ``feedforward_contrastive_chain``,
+        which computes this loss and its weight gradient in the same launch: then with what it computed."""
+        planned = self.sampler_for(energy).plan(start.detach(), self.n_steps, generator=generator)
+        fused = self._contrastive_chain(energy, planned) if data is not None and start is data else None
+        if fused is not None:
+            return fused.negatives, fused
+        return planned.advance().detach(), None
+
+    def _contrastive_chain(self, energy: EnergyModel, planned: Planned) -> _ChainLoss | None:
+        """The negatives of ``planned`` with :meth:`_value`'s loss ``Σ ±Eᵣ/n + (regularization/n)·Eᵣ²`` and its
+        weight gradient, in one ``feedforward_contrastive_chain`` launch: the moves and stream of the planned ULA
+        chain, so the negatives equal ``planned.advance()``'s to the bit; None where it cannot run (another chain,
+        the sampler's own ``sample``/``advance``, a sampler on another energy than this loss's, such as a clipped
+        view, or no such op in the chain's backend)."""
+        run, x, sampler = planned.run, planned.x, planned.sampler
+        chain = run.chain if run is not None else None
+        if not (isinstance(chain, ULAChain) and isinstance(chain.program, FeedForward) and kernel_may_run(x)
+                and getattr(sampler, "energy", None) is energy):
             return None
         # from the backend whose chain the sampler runs: another's stream or rounding would give other negatives
-        kernel = network_kernel("feedforward_contrastive_chain", form.program, x, form.backend)
+        kernel = network_kernel("feedforward_contrastive_chain", chain.program, x, chain.backend)
         if kernel is None:
             return None
-        seed = stream_seed(generator, x.device)  # as advance draws it
         n = len(x)
         b = 2.0 * self.regularization / n if self.regularization else None
         negatives, _, _, loss, weight_grads, bias_grads = kernel.fn(
-            x, form.program, n_steps=self.n_steps, step_size=form.step_size, noise_scale=form.noise_scale, seed=seed,
-            offset=0, start=(1.0 / n, b), end=(-1.0 / n, b))
+            x, chain.program, n_steps=self.n_steps, step_size=chain.step_size, noise_scale=chain.noise_scale,
+            seed=planned.seed, offset=0, start=(1.0 / n, b), end=(-1.0 / n, b))
         sampler.warn_nonfinite(negatives)
-        return _ChainLoss(negatives, loss, form.program, weight_grads, bias_grads)
+        return _ChainLoss(negatives, loss, chain.program, weight_grads, bias_grads)
 
     def _starts(self, data: Tensor, generator: torch.Generator | None) -> Tensor:
         return data
@@ -168,16 +166,15 @@ class ContrastiveDivergence(Loss):
     def __call__(self, energy: EnergyModel, data: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
         self.check_data(energy, data, generator=generator)
         starts = self._starts(data, generator)
-        self._data, self._fused = data, None  # negatives() may compute this loss with its chain (see there)
-        try:
-            negatives = self.negatives(energy, starts, generator)
-        finally:
-            fused, self._data, self._fused = self._fused, None, None
+        if type(self).negatives is ContrastiveDivergence.negatives:  # may be drawn with this loss (see _draw)
+            negatives, fused = self._draw(energy, starts, generator, data)
+        else:
+            negatives, fused = self.negatives(energy, starts, generator), None
         self._after(negatives)
         self.last_negatives = negatives
         n_pos = len(data)
         plan_loss = lambda: self._value(*energy.compute_energy(torch.cat((data, negatives))).split((n_pos, len(negatives))))  # noqa: E731
-        if fused is not None and fused.negatives is negatives:  # the chain computed this loss with these negatives
+        if fused is not None:  # the chain that drew the negatives computed this loss
             return kernel_loss(fused.plan, fused.loss, fused.weight_grads, fused.bias_grads, recompute=plan_loss)
         plan = closed_form_program(energy, data)[0]
         if plan is not None:  # rows independent, output (n,): one pass over both batches

@@ -39,6 +39,22 @@ def test_cd_takes_a_sampler_by_name_instance_or_factory():
         ContrastiveDivergence("langevn")(energy, data)
 
 
+@pytest.mark.parametrize("fused", [None, False], ids=["fused", "per-step"])
+def test_cd_prepares_its_sampler_once_per_call_and_draws_what_advance_draws(fused, monkeypatch):
+    """One ``prepare`` per CD call (the plan of the sampler's run, which the contrastive chain or the loop then
+    executes; with fused=False it prepared twice), and the negatives are ``advance``'s to the bit."""
+    from ebm_samplers.sampler import AlgorithmSampler
+
+    energy = ebmcore.MLPEnergy(dim=2, hidden=(8,), seed=0)
+    data = torch.randn(16, 2, generator=torch.Generator().manual_seed(3))
+    loss = ContrastiveDivergence("langevin", 5, sampler_options={"step_size": 0.01, "fused": fused})
+    prepared, real = [], AlgorithmSampler.prepare
+    monkeypatch.setattr(AlgorithmSampler, "prepare", lambda self, *a, **k: prepared.append(1) or real(self, *a, **k))
+    loss(energy, data, generator=torch.Generator().manual_seed(0))
+    assert len(prepared) == 1
+    assert torch.equal(loss.last_negatives, loss.sampler_for(energy).advance(data, 5, generator=torch.Generator().manual_seed(0)))
+
+
 def test_persistent_cd_keeps_and_restarts_its_buffer():
     energy = ebmcore.MLPEnergy(dim=2, hidden=(8,), seed=0)
     loss = PersistentContrastiveDivergence("langevin", 3, sampler_options={"step_size": 0.01}, buffer_size=500, reinit_fraction=0.2)

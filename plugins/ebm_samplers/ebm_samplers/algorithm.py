@@ -55,9 +55,9 @@ class Algorithm:
     ``options(energy, **static) -> dict``: checks the static options of ``build_kernel`` (fixed for
     a sampler: integrator, schedule) and fills their defaults; ``has_acceptance``: its ``Info``
     carries ``accepted``, ``acceptance_prob`` and ``divergent``; ``build_chain(energy, fns, x,
-    params, fused, **static) -> Chain | (Chain, form) | reason``: a fused multi-step chain where a kernel
-    backend provides one, with the declaration of what it computes where it has one (``ebmcore.sampler.Run.form``;
-    None: the algorithm has no chain); ``energy_of(state, fns, **static)``: ``E`` at the
+    params, fused, **static) -> Chain | StepLoop | reason``: a fused multi-step chain where a kernel
+    backend provides one (a chain may declare what it computes in its own type: ULA's ``ULAChain``; None: the
+    algorithm has no chain); ``energy_of(state, fns, **static)``: ``E`` at the
     state's positions for diagnostics (None: ``state.energy`` if the state carries it, else
     ``fns.energy(state.x)``); ``compile_refusal``: why ``compile=True`` cannot apply (None:
     ``build_kernel`` takes ``compile``); ``graph_refusal``: why its transition cannot be captured in a CUDA graph

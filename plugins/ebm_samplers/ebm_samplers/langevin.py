@@ -14,17 +14,18 @@ import torch
 from torch import Tensor
 
 from ebmcore import EnergyFunctions, EnergyModel, Integrator
-from ebmcore.energies.program import Analytic, ConvStack, FeedForward, Opaque
+from ebmcore.energies.program import Program
 from ebmcore.errors import InputError
-from ebmcore.sampler import LangevinForm
 from ebmcore.validation import check_gradient_output
-from ebm_samplers.algorithm import Algorithm, Chain, ChainInfo, Step, StepLoop, chain_kernel, compiled, draw_then, fused_chain
+from ebm_samplers.algorithm import (Algorithm, ChainInfo, FusedChain, Step, StepLoop, chain_kernel, compiled, draw_then,
+                                    fused_chain)
 from ebm_samplers.integrators import EulerMaruyama, resolve_integrator
 from ebm_samplers.integrators.euler_maruyama import SDEUpdate
 from ebm_samplers.params import ChainScalar, checked, event_size, for_chains, optional, per_chain, positive, with_fields
 from ebm_samplers.sampler import AlgorithmSampler
 
-__all__ = ["State", "Info", "Params", "init", "transition", "build_kernel", "noise_scale", "ALGORITHM", "LangevinSampler"]
+__all__ = ["State", "Info", "Params", "init", "transition", "build_kernel", "noise_scale", "ULAChain", "ALGORITHM",
+           "LangevinSampler"]
 
 
 @dataclass(frozen=True)
@@ -106,24 +107,43 @@ def build_kernel(integrator: Integrator | None = None, compile: bool = False) ->
     return draw_then(compiled(transition) if compile else transition, uniform=False, bind=lambda x: (integrator.bind(x),))
 
 
+@dataclass(frozen=True)
+class ULAChain:
+    """A fused ULA chain (:data:`~ebmcore.sampler.Chain`): ``n`` moves ``x' = x − h∇E(x) + s·ξ`` of the energy's
+    ``program`` per call, by ``kernel`` (its program's arguments bound), ``ξ`` from the stream its ``seed`` and
+    ``offset`` name. What it computes is declared in its fields, for a caller that runs a fused op of the same family
+    from the same backend (contrastive divergence's ``feedforward_contrastive_chain``: the same moves with its loss);
+    ``step_size`` ``h`` and ``noise_scale`` ``s``: floats or ``(n_chains,)``."""
+
+    kernel: FusedChain
+    program: Program
+    step_size: float | Tensor
+    noise_scale: float | Tensor
+
+    @property
+    def backend(self) -> str:
+        """The kernel backend the chain's kernel comes from (its stream and rounding)."""
+        return self.kernel.kernel.backend
+
+    def __call__(self, state: State, n: int, seed: int, offset: int) -> tuple[State, ChainInfo]:
+        x = self.kernel(state.x, n_steps=n, step_size=self.step_size, noise_scale=self.noise_scale, seed=seed, offset=offset)
+        return State(x), ChainInfo(None, None)
+
+
 def build_chain(energy: EnergyModel, fns: EnergyFunctions, x: Tensor, params: Params, fused_setting: bool | None,
-                integrator: Integrator) -> Chain | tuple[Chain, LangevinForm] | StepLoop | str:
-    """Many ULA steps per launch, the kernel :func:`~ebm_samplers.algorithm.fused_chain` finds for the bound energy's
-    program (``fns.program``): ``<energy>_langevin_chain`` for an analytic energy, ``feedforward_langevin_chain`` for a
-    feed-forward network, ``conv_langevin_chain`` for a conv stack (``ebm_losses.ConvEnergy``); for other energies, one
-    ``langevin_step_philox`` kernel per step (the noise drawn inside it; a :class:`StepLoop`). Euler–Maruyama only.
-    A network's chain declares its :class:`~ebmcore.sampler.LangevinForm` (contrastive divergence runs
-    ``feedforward_contrastive_chain``, the same moves with its loss, from it)."""
+                integrator: Integrator) -> ULAChain | StepLoop | str:
+    """Many ULA steps per launch (a :class:`ULAChain`), the kernel :func:`~ebm_samplers.algorithm.fused_chain` finds
+    for the bound energy's program (``fns.program``): ``<energy>_langevin_chain`` for an analytic energy,
+    ``feedforward_langevin_chain`` for a feed-forward network, ``conv_langevin_chain`` for a conv stack
+    (``ebm_losses.ConvEnergy``); for other energies, one ``langevin_step_philox`` kernel per step (the noise drawn
+    inside it; a :class:`StepLoop`). Euler–Maruyama only."""
     if not isinstance(integrator, EulerMaruyama):
         return f"the integrator is {integrator.name}, the fused chain is Euler–Maruyama"
     h = params.step_size
     s = noise_scale(h, params.temperature)
-    program = fns.program
-    chain = fused_chain("langevin_chain", energy, program, x, fused_setting)
+    chain = fused_chain("langevin_chain", energy, fns.program, x, fused_setting)
     if not isinstance(chain, str):
-        run = lambda state, n, seed, offset: (  # noqa: E731
-            State(chain(state.x, n_steps=n, step_size=h, noise_scale=s, seed=seed, offset=offset)), ChainInfo(None, None))
-        return (run, LangevinForm(program, h, s, chain.kernel.backend)) if isinstance(program, (FeedForward, ConvStack)) else run
+        return ULAChain(chain, fns.program, h, s)
     step = chain_kernel("langevin_step_philox", energy, x, fused_setting)
     if isinstance(step, str):
         return f"{chain}; {step}"

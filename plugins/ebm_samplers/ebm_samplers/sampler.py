@@ -120,7 +120,6 @@ class AlgorithmSampler(Sampler):
         kernel = self.kernel()
         step = lambda s: kernel(s, fns, generator, params)  # noqa: E731
         chain, reason = self._chain(fns, x, params, every_step)
-        chain, form = chain if isinstance(chain, tuple) else (chain, None)
         path, graphed = "fused chain", False
         if reason is not None or isinstance(chain, StepLoop):
             chain, path, graphed = self._graph_chain(chain, reason, every_step, fns, state, params, generator)
@@ -133,7 +132,7 @@ class AlgorithmSampler(Sampler):
             energy_of = lambda s: self.algorithm.energy_of(s, fns, **self.options)  # noqa: E731
         else:
             energy_of = (lambda s: s.energy) if hasattr(state, "energy") else (lambda s: fns.energy(s.x))
-        return Run(state, step, energy_of, chain, path, form, keyed=not graphed)
+        return Run(state, step, energy_of, chain, path, keyed=not graphed)
 
     def _graph_chain(self, loop: StepLoop | None, reason: str | None, every_step: bool, fns: EnergyFunctions, state: Any,
                      params: Any, generator: torch.Generator | None) -> tuple[Any, str, bool]:

@@ -405,7 +405,7 @@ def test_advance_runs_a_sample_override():
 
     own = Own(ebmcore.energy("double_well", dim=2), step_size=0.01)
     assert torch.equal(own.advance(_x0(), 3), torch.zeros(128, 2))
-    assert not own.executes_prepared_run()  # a caller that runs a declared form itself must not bypass sample
+    assert own.plan(_x0(), 3).run is None  # a caller that computes with the planned chain must not bypass sample
 
 
 @pytest.mark.parametrize("cls, kw, fused, declares", [(LangevinSampler, {"step_size": 0.01}, None, True),
@@ -413,16 +413,18 @@ def test_advance_runs_a_sample_override():
                                                       (MALASampler, {"step_size": 0.1}, None, False)],
                          ids=["langevin-fused", "langevin-per-step", "mala"])
 def test_a_run_declares_the_form_of_its_fused_chain(cls, kw, fused, declares):
-    """ULA's fused chain of a feed-forward network declares what it computes (``Run.form``: the energy's program,
-    ``h`` and ``σ = √(2hT)``), so that a loss may run a fused op of the same family itself; the per-step loop and
-    MALA declare nothing."""
-    from ebmcore.sampler import LangevinForm
+    """ULA's fused chain of a feed-forward network declares what it computes (a ``ULAChain``: the energy's program,
+    ``h`` and ``σ = √(2hT)``, its backend), so that a loss may run a fused op of the same family itself; the per-step
+    loop and MALA declare nothing. The plan of ``advance`` executes that very run."""
+    from ebm_samplers.langevin import ULAChain
 
     energy = MLP_ENERGY()
     sampler = cls(energy, fused=fused, **kw)
     run = sampler.prepare(_x0(), None, {})
-    assert sampler.executes_prepared_run()
+    assert sampler.plan(_x0(), 1).run is not None
     if not declares:
-        assert run.form is None
+        assert not isinstance(run.chain, ULAChain)
         return
-    assert run.form == LangevinForm(energy.program(), 0.01, math.sqrt(2 * 0.01), "cpu_fused") and run.chain is not None
+    chain = run.chain
+    assert isinstance(chain, ULAChain) and chain.backend == "cpu_fused"
+    assert (chain.program, chain.step_size, chain.noise_scale) == (energy.program(), 0.01, math.sqrt(2 * 0.01))
