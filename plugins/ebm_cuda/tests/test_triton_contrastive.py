@@ -435,6 +435,20 @@ def test_on_a_gpu_the_compiled_contrastive_chain_equals_the_chain_and_the_host_b
         chain_kw = {k: v for k, v in kw.items() if k not in ("start", "end")}
         assert torch.equal(got[0], tc.feedforward_langevin_chain(x0.cuda(), program, precision="ieee", **chain_kw))
         assert _relative([t.cpu() if t is not None else None for t in _flat(got)], _flat(host)) < 1e-3  # 20 steps, float32 noise
+    # bfloat16 products, compiled (the CPU tests run them as "bf16-emulated" under the interpreter), on W5's network
+    # (2-64-64-1 SiLU) at the launch configurations group T times: on an H100 (Triton 3.6.0) every launch failed with
+    # an illegal memory access. Each launch synchronised, so that a fault names its configuration; the moves are the
+    # bfloat16 chain's at the same configuration, and the loss and gradients finite.
+    torch.manual_seed(1)
+    w5 = torch.nn.Sequential(torch.nn.Linear(2, 64), torch.nn.SiLU(), torch.nn.Linear(64, 64), torch.nn.SiLU(),
+                             torch.nn.Linear(64, 1)).cuda()
+    program, x2 = feedforward_of(w5, 1.0), torch.randn(3001, 2, generator=gen).cuda()
+    for block_n, warps in ((64, 4), (32, 4), (16, 8), (128, 8)):
+        config = dict(precision="bf16", block_n=block_n, num_warps=warps)
+        got = tc.feedforward_contrastive_chain(x2, program, **config, **cuda_kw)
+        torch.cuda.synchronize()
+        assert torch.equal(got[0], tc.feedforward_langevin_chain(x2, program, **config, **chain_kw)), config
+        assert all(torch.isfinite(t).all() for t in _flat(got) if t is not None), config
     energy = ebmcore.SequentialEnergy(_network(2).cuda())
     data = torch.randn(512, D, device="cuda")
     loss = ContrastiveDivergence(lambda e: LangevinSampler(e, step_size=0.01, fused=True), 5)
