@@ -122,9 +122,9 @@ class AlgorithmSampler(Sampler):
         chain, reason = self._chain(fns, x, params, every_step)
         path, graphed = "fused chain", False
         if reason is not None or isinstance(chain, StepLoop):
-            chain, path, graphed = self._graph_chain(chain, reason, every_step, fns, state, params, generator)
+            chain, path, graphed, why = self._graph_chain(chain, reason, every_step, fns, state, params, generator)
             if chain is None and self.fused:
-                raise InputError(f"{type(self).__name__}(fused=True): no fused chain can run: {path[len('per-step loop ('):-1]}. "
+                raise InputError(f"{type(self).__name__}(fused=True): no fused chain can run: {why}. "
                                  "Use fused=None to fall back to the per-step loop.")
         if fns.path:
             path = f"{path}; gradient: {fns.path}"
@@ -135,14 +135,16 @@ class AlgorithmSampler(Sampler):
         return Run(state, step, energy_of, chain, path, keyed=not graphed)
 
     def _graph_chain(self, loop: StepLoop | None, reason: str | None, every_step: bool, fns: EnergyFunctions, state: Any,
-                     params: Any, generator: torch.Generator | None) -> tuple[Any, str, bool]:
+                     params: Any, generator: torch.Generator | None) -> tuple[Any, str, bool, str]:
         """Where no chain runs many steps per launch (``reason``: why; ``loop``: a chain that launches at every step):
         on a device with graphs, :data:`graphs.GRAPH_STEPS` transitions per replay of a captured graph
-        (:mod:`ebm_samplers.graphs`), else ``loop``'s chain or the per-step loop; the run's path, saying why; and
-        whether it is a graph."""
+        (:mod:`ebm_samplers.graphs`), else ``loop``'s chain or the per-step loop; the run's path, saying why; whether
+        it is a graph; and why it is what it is (the path's words in parentheses)."""
         capture = graphs.capture_for(state.x.device)
         if capture is None or self.fused is False or every_step or self.compile or self.autocast is not None:
-            return ((None, f"per-step loop ({reason})") if loop is None else (loop.chain, "fused chain")) + (False,)
+            if loop is None:
+                return None, f"per-step loop ({reason})", False, str(reason)
+            return loop.chain, "fused chain", False, "the fused chain launches kernels at every step"
         why = reason if loop is None else "the fused chain launches kernels at every step"
         program = self.energy.program()
         refusal = self.algorithm.graph_refusal or graphs.state_refusal(state)
@@ -153,8 +155,9 @@ class AlgorithmSampler(Sampler):
             refusal, chain = self._captured(program, fns, state, params, generator, capture)
         if refusal is not None:
             where = "per-step loop" if loop is None else "fused chain, one launch per step"
-            return (None if loop is None else loop.chain), f"{where} ({why}; no CUDA graph: {refusal})", False
-        return chain, f"CUDA graph, {graphs.GRAPH_STEPS} transitions per launch ({why})", True
+            why = f"{why}; no CUDA graph: {refusal}"
+            return (None if loop is None else loop.chain), f"{where} ({why})", False, why
+        return chain, f"CUDA graph, {graphs.GRAPH_STEPS} transitions per launch ({why})", True, why
 
     def _captured(self, program: Any, fns: EnergyFunctions, state: Any, params: Any, generator: torch.Generator | None,
                   capture: graphs.Capture) -> tuple[str | None, Any]:
