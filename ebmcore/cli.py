@@ -230,7 +230,11 @@ def _fast(argv: list[str]) -> int | None:
     parser, sub = _core_parser()
     loading = [(name, dist) for name, dist, _, blocked in found if not blocked]
     for name, dist in sorted(loading, key=lambda plugin: plugin[1] not in FIRST_PARTY_DISTRIBUTIONS):  # as add_commands
-        declared = commands.declared_commands(name, dist)
+        declared, why = commands.read_declaration(name, dist)
+        if why:  # the whole parser answers; say which plugin's declaration failed, as a failed plugin is named
+            print(f"warning: plugin {name!r} ({dist}): its command declaration {why}; `ebm --help` imports the "
+                  "plugins to list its commands instead. Make that module define the dict and import nothing.",
+                  file=sys.stderr)
         if declared is None:
             return None
         for command, line in declared.items():

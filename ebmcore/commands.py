@@ -22,7 +22,7 @@ import sys
 from types import ModuleType
 from typing import Any
 
-__all__ = ["ENTRY_POINT_GROUP", "BUILTIN", "declared_commands"]
+__all__ = ["ENTRY_POINT_GROUP", "BUILTIN", "declared_commands", "read_declaration"]
 
 ENTRY_POINT_GROUP = "ebmcore.commands"
 
@@ -50,15 +50,24 @@ def _module_alone(name: str) -> ModuleType:
 def declared_commands(plugin: str, distribution: str) -> dict[str, str] | None:
     """``{command: one-line help}`` that the plugin entry point ``plugin`` of ``distribution`` declares, or None where
     it declares nothing or its declaration cannot be read (then only the full parser knows its commands)."""
+    return read_declaration(plugin, distribution)[0]
+
+
+def read_declaration(plugin: str, distribution: str) -> tuple[dict[str, str] | None, str]:
+    """``(commands, "")`` as :func:`declared_commands`, or ``(None, why)`` where a declaration exists but cannot be read:
+    its module fails to run (an exception, or ``sys.exit`` in it: a ``SystemExit`` must not end ``ebm --help``; a
+    ``KeyboardInterrupt`` still interrupts) or does not hold a dict of strings."""
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         if ep.name == plugin and ep.dist is not None and ep.dist.name == distribution:
             try:
                 found: Any = _module_alone(ep.module)
                 for attribute in (ep.attr or "").split("."):
                     found = getattr(found, attribute) if attribute else found
-            except Exception:  # noqa: BLE001 - an unreadable declaration: the full parser decides
-                return None
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:  # noqa: BLE001 - a broken declaration (even one calling sys.exit)
+                return None, f"{ep.value} cannot be read ({type(exc).__name__}: {exc})"
             if isinstance(found, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in found.items()):
-                return dict(found)
-            return None
-    return None
+                return dict(found), ""
+            return None, f"{ep.value} is a {type(found).__name__}, not a dict {{command: one-line help}}"
+    return None, ""

@@ -24,7 +24,8 @@ from torch import Tensor
 from ebmcore.energies.base import EnergyModel
 from ebmcore.errors import InputError
 from ebmcore.recording import NonFiniteChainsWarning, Recorder, SampleResult, check_trajectory_fits
-from ebmcore.validation import all_finite, check_energy_output, check_finite, check_generator, check_gradient_output
+from ebmcore.validation import (all_finite, check_energy_output, check_finite, check_generator, check_gradient_output,
+                                check_start)
 
 log = logging.getLogger(__name__)
 
@@ -210,10 +211,7 @@ class Sampler(ABC):
     def check_initial_state(self, x0: Tensor) -> Tensor:
         """Check ``x0`` against the energy (shape, dtype, device), that it holds a chain at least and that it is finite
         (one sync)."""
-        self.energy.validate(x0, name="x0")
-        if x0.shape[0] == 0:
-            raise InputError(f"x0 has no chains (shape {tuple(x0.shape)}); give at least one: x0 is (n_chains, *event_shape).")
-        return check_finite(x0, what="initial state x0", fix="Start every chain from a finite point.")
+        return check_start(self.energy, x0)
 
     @torch.no_grad()
     def check_initial_energy(self, x: Tensor, energy: Tensor, grad: Tensor | None = None) -> None:

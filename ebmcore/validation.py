@@ -10,8 +10,9 @@ from torch import Tensor
 
 from ebmcore.errors import InputError, NonFiniteError
 
-__all__ = ["all_finite", "check_batch", "check_finite", "check_positive", "check_number", "check_energy_output",
-           "check_gradient_output", "check_generator", "check_positive_int", "check_placement", "parameter_tensor"]
+__all__ = ["all_finite", "check_batch", "check_finite", "check_positive", "check_number", "check_start",
+           "check_energy_output", "check_gradient_output", "check_generator", "check_positive_int", "check_placement",
+           "parameter_tensor"]
 
 
 def _shape(event_shape: tuple[int, ...] | None) -> str:
@@ -88,11 +89,16 @@ def check_energy_output(values: Any, x: Tensor, *, owner: str) -> Tensor:
 
 
 def check_gradient_output(grad: Any, x: Tensor, *, owner: str) -> Tensor:
-    """Check that an energy's gradient has ``x``'s shape (metadata only)."""
+    """Check that an energy's gradient has ``x``'s shape and dtype (metadata only): an integer gradient would move
+    the chains by a truncated step, another floating dtype would change the states' dtype."""
     if not isinstance(grad, Tensor) or grad.shape != x.shape:
         got = f"shape {tuple(grad.shape)}" if isinstance(grad, Tensor) else f"a {type(grad).__name__}"
         raise InputError(f"{owner}'s gradient is {got} for x of shape {tuple(x.shape)}; compute_gradient(x) must return "
                          "a tensor shaped like x (∇ₓE, one row per row of x).")
+    if grad.dtype != x.dtype:
+        raise InputError(f"{owner}'s gradient has dtype {grad.dtype} for x of dtype {x.dtype}; compute_gradient(x) must "
+                         "return ∇ₓE in x's dtype: compute it in floating point from x, without .long(), .int() or "
+                         "a cast to another dtype (ebmcore never casts silently).")
     return grad
 
 
@@ -142,18 +148,32 @@ def check_positive(value: Any, name: str) -> float:
     return v
 
 
-def check_number(value: Any, name: str, *, minimum: float | None = None) -> float:
-    """A finite real Python number (``True`` is not one), at least ``minimum`` where given: a NaN or an infinity
-    given as a parameter would make every loss or energy NaN or infinite, not an error naming it."""
-    at_least = "" if minimum is None else f" >= {minimum:g}"
+def check_number(value: Any, name: str, *, minimum: float | None = None, maximum: float | None = None) -> float:
+    """A finite real Python number (``True`` is not one), at least ``minimum`` and at most ``maximum`` where given: a
+    NaN or an infinity given as a parameter would make every loss or energy NaN or infinite, not an error naming it."""
+    if maximum is None:
+        at_least = "" if minimum is None else f" >= {minimum:g}"
+    else:
+        at_least = f" <= {maximum:g}" if minimum is None else f" in [{minimum:g}, {maximum:g}]"
     if isinstance(value, bool) or not isinstance(value, (int, float)) and not (isinstance(value, Tensor) and value.numel() == 1):
         raise InputError(f"{name} must be a finite number{at_least}, got {value!r}.")
     v = float(value)
     if not math.isfinite(v):
         raise InputError(f"{name} must be a finite number{at_least}, got {v!r}; give a finite value.")
-    if minimum is not None and v < minimum:
+    if (minimum is not None and v < minimum) or (maximum is not None and v > maximum):
         raise InputError(f"{name} must be a finite number{at_least}, got {v!r}.")
     return v
+
+
+def check_start(energy: Any, x0: Any, name: str = "x0") -> Tensor:
+    """The starting points ``x0: (n_chains, *event_shape)`` of a sampler of ``energy`` (an ``EnergyModel``): checked
+    against it (shape, dtype, device), holding a chain at least, and finite (one host sync): a NaN start would give
+    NaN samples, not an error naming it."""
+    energy.validate(x0, name=name)
+    if x0.shape[0] == 0:
+        raise InputError(f"{name} has no chains (shape {tuple(x0.shape)}); give at least one: {name} is "
+                         "(n_chains, *event_shape).")
+    return check_finite(x0, what=f"initial state {name}", fix="Start every chain from a finite point.")
 
 
 def check_generator(generator: Any, like: Tensor | None = None, name: str = "x0") -> None:

@@ -143,3 +143,36 @@ def test_a_declaration_that_cannot_be_read_leaves_the_help_to_the_whole_parser(t
         with pytest.raises(SystemExit):
             cli.main(["--help"])
         assert plugins.loaded() and "a command of its own" in capsys.readouterr().out
+
+
+EXITS = "import sys\nsys.exit(7)\n"
+
+
+@pytest.mark.parametrize("files, declaration", [
+    ({"hello.py": HELLO, "hello_meta.py": EXITS}, "hello_meta:COMMANDS"),  # the declaration alone exits
+    ({"hello.py": EXITS + HELLO}, "hello:COMMANDS"),  # the plugin itself exits: it is recorded as failed
+], ids=["declaration", "plugin"])
+def test_a_plugin_calling_sys_exit_at_import_does_not_end_the_help_and_is_named(tmp_path, capsys, files, declaration):
+    with installed_distribution(tmp_path, "hello-plugin", "1.0", {"hello": "hello"}, files,
+                                commands={"hello": declaration}):
+        plugins.reset()
+        with pytest.raises(SystemExit) as exit_:
+            cli.main(["--help"])
+        out, err = capsys.readouterr()
+        assert exit_.value.code == 0 and "usage: ebm" in out and plugins.loaded()  # the whole parser answered
+        assert (f"warning: plugin 'hello' (hello-plugin): its command declaration {declaration} cannot be read "
+                "(SystemExit: 7)") in err
+        record = plugins.session().records["hello"]
+        if "hello_meta" in declaration:
+            assert record.status == "loaded" and "a command of its own" in out
+        else:
+            assert record.status == "failed" and record.error == "import: SystemExit: 7"
+
+
+def test_a_keyboard_interrupt_in_a_declaration_still_interrupts(tmp_path):
+    with installed_distribution(tmp_path, "hello-plugin", "1.0", {"hello": "hello"},
+                                {"hello.py": HELLO, "hello_meta.py": "raise KeyboardInterrupt\n"},
+                                commands={"hello": "hello_meta:COMMANDS"}):
+        plugins.reset()
+        with pytest.raises(KeyboardInterrupt):
+            cli.main(["--help"])

@@ -277,6 +277,38 @@ def test_a_sampler_run_is_unchanged_by_the_closed_form():
     torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
 
 
+class _Triple(nn.Module):
+    def forward(self, w):
+        return 3 * w
+
+
+@pytest.mark.parametrize("change, reason", [
+    (lambda net: net[2].register_full_backward_hook(lambda m, gi, go: (gi[0] * 3,)), "module Linear has backward hooks"),
+    (lambda net: net[1].register_full_backward_pre_hook(lambda m, go: (go[0] * 3,)), "module Tanh has backward hooks"),
+    (lambda net: nn.modules.module.register_module_full_backward_hook(lambda m, gi, go: None),
+     "global backward hooks are registered"),
+    (lambda net: nn.utils.parametrize.register_parametrization(net[0], "weight", _Triple()), "is parametrized"),
+], ids=["backward hook", "backward pre-hook", "global backward hook", "parametrization"])
+def test_a_hook_or_parametrization_added_after_construction_keeps_autograd(change, reason):
+    from ebm_samplers import MALASampler
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(2, 8), nn.Tanh(), nn.Linear(8, 1))
+    energy, x = ebmcore.SequentialEnergy(net), torch.randn(5, 2)
+    assert energy.bind(x).path.startswith("closed-form")
+    handle = change(net)  # registered after the energy was built: seen at the next bind
+    try:
+        xg = x.clone().requires_grad_(True)
+        (expected,) = torch.autograd.grad(energy.compute_energy(xg).sum(), xg)  # autograd, with the hook
+        fns = energy.bind(x)
+        assert fns.path.startswith("autograd (") and reason in fns.path, fns.path
+        torch.testing.assert_close(fns.gradient(x), expected)
+        assert reason in MALASampler(energy, step_size=0.1).prepare(x, None, {}).path
+    finally:
+        if hasattr(handle, "remove"):
+            handle.remove()
+
+
 def test_why_not_names_the_reason():
     assert feedforward.why_not(ebmcore.MLPEnergy(2, (4,), seed=0).program(), torch.randn(3, 2)) == ""
     assert "first layer" in feedforward.why_not(ebmcore.MLPEnergy(2, (4,), seed=0).program(), torch.randn(3, 5))

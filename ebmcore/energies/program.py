@@ -170,6 +170,8 @@ Program = Union[Analytic, FeedForward, ConvStack, Opaque]
 def _module_refusal(m: nn.Module) -> Optional[str]:
     if m._forward_hooks or m._forward_pre_hooks:
         return f"module {type(m).__name__} has forward hooks"
+    if m._backward_hooks or getattr(m, "_backward_pre_hooks", None):  # they change the gradient autograd computes
+        return f"module {type(m).__name__} has backward hooks"
     if "parametrizations" in m._modules:  # nn.utils.parametrize.is_parametrized, without its attribute lookup
         return f"module {type(m).__name__} is parametrized (spectral_norm, weight_norm, ...): its weight is computed"
     return None
@@ -180,12 +182,15 @@ def _global_hooks() -> Optional[str]:
 
     if getattr(torch_module, "_global_forward_hooks", None) or getattr(torch_module, "_global_forward_pre_hooks", None):
         return "global forward hooks are registered (torch.nn.modules.module.register_module_forward_hook)"
+    if getattr(torch_module, "_global_backward_hooks", None) or getattr(torch_module, "_global_backward_pre_hooks", None):
+        return "global backward hooks are registered (torch.nn.modules.module.register_module_full_backward_hook)"
     return None
 
 
 def sequential_refusal(net: nn.Module) -> Optional[str]:
-    """Why ``net`` and its submodules cannot be read as a program (None: they can): hooks (``weight_norm`` and the
-    like), parametrizations, global forward hooks."""
+    """Why ``net`` and its submodules cannot be read as a program (None: they can): forward or backward hooks
+    (``weight_norm`` and the like), parametrizations, global forward or backward hooks. Asked each time the program
+    is (every bind), so a hook registered after construction counts."""
     return _global_hooks() or next((r for m in net.modules() if (r := _module_refusal(m)) is not None), None)
 
 

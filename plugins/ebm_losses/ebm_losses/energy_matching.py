@@ -24,9 +24,9 @@ from torch import Tensor
 
 from ebmcore import EnergyModel, Loss
 from ebmcore.errors import InputError
-from ebmcore.validation import check_energy_output, check_positive
+from ebmcore.validation import check_energy_output, check_number, check_positive, check_start
 
-__all__ = ["ot_pairing", "EnergyMatching", "BoltzmannEnergy", "generate", "COUPLINGS"]
+__all__ = ["ot_pairing", "check_tau_star", "EnergyMatching", "BoltzmannEnergy", "generate", "COUPLINGS"]
 
 COUPLINGS = ("independent", "ot")
 
@@ -48,6 +48,11 @@ def ot_pairing(noise: Tensor, data: Tensor) -> Tensor:
     return plan.argmax(1).to(data.device)
 
 
+def check_tau_star(tau_star: Any) -> float:
+    """``τ*``, the time at which :func:`generate`'s temperature starts to rise: a finite number in ``[0, 1]``."""
+    return check_number(tau_star, "tau_star", minimum=0, maximum=1)
+
+
 class EnergyMatching(Loss):
     """``EnergyMatching(flow_steps=1000, *, temperature=0.1, coupling="ot", flow_weight=1.0, n_steps=20,
     step_size=0.01, source_scale=1.0, regularization=0.0, tau_star=0.9, sample_steps=200)``: the flow phase for
@@ -66,16 +71,13 @@ class EnergyMatching(Loss):
             ot_pairing(torch.zeros(1, 1), torch.zeros(1, 1))  # POT installed? say so now, not at the first step
         if not isinstance(n_steps, int) or isinstance(n_steps, bool) or n_steps < 1:
             raise InputError(f"n_steps must be a positive integer, got {n_steps!r}.")
-        if not (isinstance(flow_weight, (int, float)) and flow_weight >= 0 and isinstance(regularization, (int, float))
-                and regularization >= 0):
-            raise InputError(f"flow_weight and regularization must be numbers >= 0, got {flow_weight!r}, {regularization!r}.")
-        if not (isinstance(tau_star, (int, float)) and 0 <= tau_star <= 1):
-            raise InputError(f"tau_star must lie in [0, 1], got {tau_star!r}.")
         self.flow_steps, self.coupling, self.n_steps = flow_steps, coupling, n_steps
         self.temperature = check_positive(temperature, "temperature")
         self.step_size = check_positive(step_size, "step_size")
         self.source_scale = check_positive(source_scale, "source_scale")
-        self.flow_weight, self.regularization, self.tau_star = float(flow_weight), float(regularization), float(tau_star)
+        self.flow_weight = check_number(flow_weight, "flow_weight", minimum=0)
+        self.regularization = check_number(regularization, "regularization", minimum=0)
+        self.tau_star = check_tau_star(tau_star)
         if not isinstance(sample_steps, int) or isinstance(sample_steps, bool) or sample_steps < 1:
             raise InputError(f"sample_steps must be a positive integer, got {sample_steps!r}.")
         self.sample_steps = sample_steps
@@ -169,8 +171,9 @@ def generate(energy: EnergyModel, x0: Tensor, *, n_steps: int = 200, temperature
     if not isinstance(n_steps, int) or n_steps < 1:
         raise InputError(f"n_steps must be a positive integer, got {n_steps!r}.")
     check_positive(temperature, "temperature")
+    tau_star = check_tau_star(tau_star)
     dt = 1.0 / n_steps
-    x = x0.detach().clone()
+    x = check_start(energy, x0).detach().clone()
     for k in range(n_steps):
         t = k * dt
         eps = 0.0 if t < tau_star or tau_star >= 1 else temperature * (t - tau_star) / (1 - tau_star)

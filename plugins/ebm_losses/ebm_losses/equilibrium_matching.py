@@ -15,7 +15,7 @@ from torch import Tensor
 
 from ebmcore import EnergyModel, Loss
 from ebmcore.errors import InputError
-from ebmcore.validation import check_energy_output, check_positive
+from ebmcore.validation import check_energy_output, check_positive, check_start
 
 __all__ = ["EquilibriumMatching", "descend"]
 
@@ -71,7 +71,8 @@ def descend(energy: EnergyModel, x0: Tensor, *, n_steps: int = 200, step_size: f
     check_positive(step_size, "step_size")
     if not 0 <= momentum < 1:
         raise InputError(f"momentum must lie in [0, 1), got {momentum!r}.")
-    x, velocity = x0.detach().clone(), torch.zeros_like(x0)
+    x = check_start(energy, x0).detach().clone()
+    velocity = torch.zeros_like(x)
     for _ in range(n_steps):
         with torch.enable_grad():
             look = (x + momentum * velocity).requires_grad_(True)

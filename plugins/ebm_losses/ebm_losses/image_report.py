@@ -72,7 +72,9 @@ def ais_log_likelihood(energy: EnergyModel, train: Tensor, test: Tensor, *, n_ch
     is at least ``min_ess_fraction`` of the chains (below it the delta-method error is itself unreliable), and a
     second AIS run with ``check_temperatures`` temperatures (default half as many; 0: no second run) agrees within
     the combined errors (:func:`ebm_losses.likelihood.compare`, which warns when it does not; the record is in
-    ``warnings``)."""
+    ``warnings``). Neither check can see a mode that no chain visits: with one, both pass and ``reliable`` is True
+    for a ``log Z`` that is too low (:class:`ebm_samplers.AISResult`); only another estimate (the grid of 2-d runs)
+    catches it."""
     from ebm_samplers.ais import estimate_log_z
     from ebm_losses.likelihood import compare
 

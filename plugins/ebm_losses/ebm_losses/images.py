@@ -2,7 +2,7 @@
 scikit-learn's digits.
 
 Every loader returns images ``(N, C, H, W)`` as stored (no scaling) and the range their pixels are
-on (:class:`ImageSet`). :func:`to_model_range` maps that range linearly onto ``[−1, 1]``, the range
+on (:class:`ImageSet`): ``0–255`` for 8-bit pixels, ``0–65535`` for 16-bit ones. :func:`to_model_range` maps that range linearly onto ``[−1, 1]``, the range
 the models train on; :func:`to_pixel_range` is its inverse, for plots. :func:`split` shuffles with
 a seed and holds out a test set.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -84,33 +85,51 @@ def _as_nchw(values: Tensor, source: str) -> Tensor:
     raise ConfigError(f"{source}: expected images (N, H, W), (N, C, H, W) or (N, H, W, C), got shape {tuple(values.shape)}.")
 
 
+EIGHT_BIT, SIXTEEN_BIT = (0.0, 255.0), (0.0, 65535.0)
+
+
 def _default_range(values: Tensor) -> tuple[float, float]:
-    """``(0, 255)`` for integer pixels, ``(0, 1)`` for floats within it, otherwise the data's min and max."""
-    if not values.is_floating_point():
-        return (0.0, 255.0)
+    """Integer pixels: ``(0, 255)``, or ``(0, 65535)`` for 16-bit ones (``uint16``, as a 16-bit PNG is read, or values
+    above 255), so both map onto ``[−1, 1]`` alike; floats: ``(0, 1)`` when within it; otherwise the data's min and max."""
+    if values.dtype == torch.uint16:  # torch has no min or max of it
+        return SIXTEEN_BIT
+    if values.numel() == 0:
+        return EIGHT_BIT
     low, high = float(values.min()), float(values.max())
-    return (0.0, 1.0) if low >= 0.0 and high <= 1.0 else (low, high)
+    if not values.is_floating_point() and low >= 0 and high <= SIXTEEN_BIT[1]:
+        return EIGHT_BIT if high <= EIGHT_BIT[1] else SIXTEEN_BIT
+    return (0.0, 1.0) if values.is_floating_point() and low >= 0.0 and high <= 1.0 else (low, high)
+
+
+def _real(values: Tensor, where: str) -> Tensor:
+    """``values``, or an :class:`InputError` when they are complex: training on their real part alone would be silent."""
+    if values.is_complex():
+        raise InputError(f"{where} is complex ({values.dtype}); images must be real numbers. Save the part you mean to "
+                         "train on: numpy.abs(a) (the magnitude) or a.real, or the real and imaginary parts as two "
+                         "channels of (N, 2, H, W) images: numpy.stack([a.real, a.imag], axis=1).")
+    return values
 
 
 def _read_array(path: Path, key: str | None = None) -> Tensor:
     if path.suffix == ".pt":
         obj = runfiles.load_torch(path, what="a tensor of images", fix="save the images alone, as a tensor: "
                                   "torch.save(images, path), images of shape (N, C, H, W)")
+        name = ""
         if isinstance(obj, dict):
             found = key or next((k for k in _ARRAY_KEYS if k in obj), None)
             if found is None or found not in obj:
                 raise ConfigError(f"{path}: no array under {key or ' / '.join(_ARRAY_KEYS)}; its keys are {sorted(obj)}.")
-            obj = obj[found]
+            obj, name = obj[found], f" {found!r}"
         if not isinstance(obj, Tensor):
             raise ConfigError(f"{path}: expected a tensor, got {type(obj).__name__}.")
-        return obj
+        return _real(obj, f"{path}: the tensor{name}")
     arrays = runfiles.load_arrays(path, what="an array of images", fix="write numeric images: "
                                   "numpy.savez(path, images=images.astype('float32'))")
     found = key or next((k for k in _ARRAY_KEYS if k in arrays), None) or (next(iter(arrays)) if len(arrays) == 1 else None)
     if found is None or found not in arrays:
         raise ConfigError(f"{path}: no array under {key or ' / '.join(_ARRAY_KEYS)}; it holds {list(arrays)}.")
     try:
-        return torch.from_numpy(arrays[found].copy())
+        return _real(torch.from_numpy(arrays[found].copy()), f"{path}: the array {found!r}")
     except TypeError as exc:  # strings, or another dtype torch has no tensor for
         raise ConfigError(f"{path}: the array {found!r} has dtype {arrays[found].dtype}, not numbers ({exc}); write numeric "
                           "images: numpy.savez(path, images=images.astype('float32')).") from None
@@ -127,8 +146,26 @@ def load_array(path: str | Path, key: str | None = None) -> ImageSet:
     return ImageSet(values.float(), _default_range(raw))
 
 
+_GREY_16 = ("I;16", "I;16B", "I;16L", "I")  # how Pillow opens a 16-bit grey PNG
+
+
+def _png_pixels(image: Any, file: Path) -> Any:
+    """The pixels of an open PNG as a numpy array: grey ``(H, W)``, ``uint16`` for a 16-bit one (its precision kept),
+    or ``(H, W, 3)`` RGB, ``uint8``. A 16-bit colour PNG, which Pillow reads as 8 bits, is an :class:`InputError`."""
+    import numpy as np
+
+    if image.mode in _GREY_16:
+        return np.asarray(image).astype(np.uint16)
+    if any(";16" in str(tile.args) for tile in image.tile):
+        raise InputError(f"{file} is a 16-bit colour PNG ({image.mode}), which Pillow reads as 8 bits: its precision "
+                         "would be lost. Save the images as an array instead, numpy.savez(path, images=a) with a uint16 "
+                         "array a of shape (N, H, W, C), or export them as 8-bit PNGs.")
+    return np.asarray(image.convert("L") if image.mode in ("L", "P", "1") else image.convert("RGB"))
+
+
 def load_png_folder(path: str | Path) -> ImageSet:
-    """Every ``*.png`` in the folder ``path`` (sorted by name; all of one size and mode), pixels ``0–255``."""
+    """Every ``*.png`` in the folder ``path`` (sorted by name; all of one size, mode and bit depth): 8-bit pixels
+    ``0–255``, 16-bit grey ones ``0–65535`` (as read, so both map onto ``[−1, 1]`` alike)."""
     import numpy as np
 
     try:
@@ -143,15 +180,19 @@ def load_png_folder(path: str | Path) -> ImageSet:
     for f in files:
         try:
             with Image.open(f) as image:
-                arrays.append(np.asarray(image.convert("L") if image.mode in ("L", "P", "1", "I;16") else image.convert("RGB")))
+                arrays.append(_png_pixels(image, f))
+        except InputError:
+            raise
         except (OSError, ValueError) as exc:  # PIL's UnidentifiedImageError is an OSError; a truncated file too
             raise ConfigError(f"{f} cannot be read as a PNG image ({type(exc).__name__}: {exc}); every *.png in {path} "
                               "is read: remove it from the folder, or export it again as a PNG.") from None
     shapes = {a.shape for a in arrays}
     if len(shapes) > 1:
         raise ConfigError(f"{path}: the PNG files differ in size or mode ({sorted(shapes)}); resize them to one shape.")
+    if len({a.dtype for a in arrays}) > 1:
+        raise ConfigError(f"{path}: the PNG files mix 8-bit and 16-bit images; export them at one bit depth.")
     values = _as_nchw(torch.from_numpy(np.stack(arrays)), str(path))
-    return ImageSet(values.float(), (0.0, 255.0))
+    return ImageSet(values.float(), SIXTEEN_BIT if values.dtype == torch.uint16 else EIGHT_BIT)
 
 
 def _cifar_batches(path: Path) -> list[Path]:

@@ -211,8 +211,6 @@ class Trainer:
 
             bar = tqdm(total=n_steps, desc="train", unit="step")
         start, seen, target, first = time.perf_counter(), 0, self.step + n_steps, self.step
-        if self.watchdog is not None and self._good is None and n_steps:
-            self._snapshot()
         while self.step < target:
             batch = self.batches.next()
             weight = 1.0
@@ -222,6 +220,8 @@ class Trainer:
                 rows = shard(batch.shape[0], self.rank, self.world_size)
                 weight = (rows.stop - rows.start) / batch.shape[0]
                 batch = batch[rows]
+            if self.watchdog is not None and self._good is None:
+                self._check_start(batch)
             value = self.loss(self.energy, batch, generator=self.loss_generator)
             self.optimizer.zero_grad(set_to_none=True)
             if self.world_size > 1:
@@ -303,6 +303,34 @@ class Trainer:
         negatives = getattr(self.loss, "last_negatives", None)
         if not (isinstance(negatives, Tensor) and negatives.shape[1:] == batch.shape[1:]):
             negatives = None
+        stats = self._measure(batch, negatives, self._grad_max)
+        reason = self.watchdog.verdict(stats, self._references)
+        if reason is None:
+            self._references = self.watchdog.updated(self._references, stats)
+            self._grad_max = None
+            self._snapshot()
+        return reason
+
+    def _check_start(self, batch: Tensor) -> None:
+        """The watchdog's check of the state a run starts from, on its first batch before any step (one host sync):
+        only a state that passed the checks becomes the last good one, the start included. Its energy spread sets the
+        reference when there is none yet, so the first check after steps is judged too (a run that diverged
+        within ``check_every`` steps is not kept as a rollback target). A start that fails is a ``DivergenceError``."""
+        assert self.watchdog is not None
+        self.loss.check_data(self.energy, batch)  # the data errors name the data, not what the energy made of them
+        stats = self._measure(batch, None, None)
+        reason = self.watchdog.verdict(stats, self._references)
+        if reason is not None:
+            raise DivergenceError(f"the state training starts from (step {self.step}) fails the watchdog's check: "
+                                  f"{reason}; there is no good state to roll back to. Start from a model whose energies "
+                                  "are finite on the data (a fresh initialisation or an earlier checkpoint).")
+        if all(ref is None for ref in self._references.values()):  # a resumed run keeps its references as they were
+            self._references = self.watchdog.updated(self._references, stats)
+        self._snapshot()
+
+    def _measure(self, batch: Tensor, negatives: Tensor | None, grad_max: Tensor | None) -> dict[str, float]:
+        """The watchdog's measures (:meth:`Watchdog.verdict`'s ``stats``) of the energies of ``batch`` and
+        ``negatives``, the gradient norm ``grad_max`` and the spreads, in one host sync (the worst over the ranks)."""
         nan = batch.new_full((), math.nan, dtype=torch.float32)
         with torch.no_grad():
             energies = self.energy.compute_energy(batch).reshape(-1)
@@ -311,11 +339,11 @@ class Trainer:
             energies = energies.float()
             finite = torch.isfinite(energies)
             spread = lambda x: x.flatten(1).float().var(0, correction=0).mean().sqrt()  # noqa: E731
-            grad = self._grad_max.to(nan.device) if self._grad_max is not None else nan
+            grad = grad_max.to(nan.device) if grad_max is not None else nan
             values = torch.stack([
                 (~finite).sum().float(),
                 torch.where(finite, energies, 0.0).std(correction=0),
-                (~torch.isfinite(grad)).float() * (self._grad_max is not None),
+                (~torch.isfinite(grad)).float() * (grad_max is not None),
                 torch.where(torch.isfinite(grad), grad, nan),
                 spread(negatives) if negatives is not None else nan,
                 spread(batch),
@@ -326,13 +354,7 @@ class Trainer:
                 dist.all_reduce(worst, op=dist.ReduceOp.MAX)
                 values = torch.where(torch.isneginf(worst), nan, worst * sign)
         keys = ("nonfinite_energies", "energy_spread", "nonfinite_grad", "grad_max", "negatives_spread", "data_spread")
-        stats = dict(zip(keys, values.tolist()))
-        reason = self.watchdog.verdict(stats, self._references)
-        if reason is None:
-            self._references = self.watchdog.updated(self._references, stats)
-            self._grad_max = None
-            self._snapshot()
-        return reason
+        return dict(zip(keys, values.tolist()))
 
     def _snapshot(self) -> None:
         """Keep a copy of the current state (all of :meth:`state_dict` but the history, of which only the lengths)."""

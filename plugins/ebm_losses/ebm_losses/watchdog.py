@@ -5,7 +5,9 @@ sync, the energies of the step's batch and of the loss's negatives (``loss.last_
 them), the global gradient norm (of the check's step; with ``clip_grad_norm``, the largest since the last check), and
 the spread of the negatives against the batch's. A non-finite loss is seen at every step, from the value the loop
 syncs anyway. A check that passes makes the current state the *last good state* (an in-memory copy); a failure restores it, lowers
-the learning rate, and training continues, at most ``max_rollbacks`` times.
+the learning rate, and training continues, at most ``max_rollbacks`` times. Only a state that passed the checks is
+a rollback target: the state a run starts from is checked on its first batch (finite energies), and its energy
+spread is the first reference, so the first check after steps is judged too.
 """
 
 from __future__ import annotations

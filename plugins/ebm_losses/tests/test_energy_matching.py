@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import ebmcore
-from ebmcore.errors import InputError
+from ebmcore.errors import InputError, NonFiniteError
 from ebm_losses import BoltzmannEnergy, EnergyMatching, Trainer, datasets, train_job
 from ebm_losses.energy_matching import generate, ot_pairing
 
@@ -61,6 +61,16 @@ def test_the_losss_generate_runs_the_schedule_from_its_source_noise():
     g = torch.Generator().manual_seed(0)
     x0 = 2.0 * torch.randn(11, 2, generator=g)
     torch.testing.assert_close(x, generate(energy, x0, n_steps=7, temperature=0.3, tau_star=0.5, generator=g))
+
+
+def test_generate_refuses_a_tau_star_the_loss_refuses_and_a_non_finite_start():
+    energy, x0 = ebmcore.MLPEnergy(dim=2, hidden=(8,), seed=0), torch.randn(4, 2)
+    for tau_star in (2.0, -0.1, math.nan):
+        with pytest.raises(InputError, match=r"tau_star must be a finite number in \[0, 1\]"):
+            generate(energy, x0, n_steps=3, tau_star=tau_star)
+    x0[2, 1] = math.nan
+    with pytest.raises(NonFiniteError, match=r"initial state x0 is non-finite .* rows \[2\]\. Start every chain from a finite"):
+        generate(energy, x0, n_steps=3)
 
 
 def test_the_flow_loss_vanishes_for_the_exact_potential_of_a_point_mass():

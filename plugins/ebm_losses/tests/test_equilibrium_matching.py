@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import ebmcore
-from ebmcore.errors import InputError
+from ebmcore.errors import InputError, NonFiniteError
 from ebm_losses import EquilibriumMatching, Trainer, datasets, train_job
 from ebm_losses.equilibrium_matching import descend
 from loss_problems import shortened_config
@@ -22,6 +22,13 @@ def test_the_truncated_decay_is_flat_then_falls_to_zero_at_the_data():
     with pytest.raises(InputError, match=r"a must lie in \[0, 1\)"):
         EquilibriumMatching(a=1.0)
     assert ebmcore.registry.get("loss", "equilibrium_matching").component is EquilibriumMatching
+
+
+def test_descend_refuses_a_non_finite_start():
+    x0 = torch.randn(4, 2)
+    x0[1, 0] = math.inf
+    with pytest.raises(NonFiniteError, match=r"initial state x0 is non-finite .* rows \[1\]\. Start every chain from a finite"):
+        descend(ebmcore.MLPEnergy(dim=2, hidden=(8,), seed=0), x0, n_steps=3)
 
 
 def test_the_loss_vanishes_for_the_exact_energy_of_a_point_mass():

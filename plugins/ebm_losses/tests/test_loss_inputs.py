@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import ebmcore
-from ebm_losses import (ContrastiveDivergence, DenoisingScoreMatching, NoiseContrastiveEstimation,
+from ebm_losses import (ContrastiveDivergence, DenoisingScoreMatching, EnergyMatching, NoiseContrastiveEstimation,
                         PersistentContrastiveDivergence, ScoreMatching, SlicedScoreMatching)
 from ebm_losses.score_matching import projections
 from ebmcore.errors import InputError
@@ -47,6 +47,12 @@ def test_every_loss_refuses_a_generator_that_is_not_one_in_the_samplers_words(na
     (lambda: ContrastiveDivergence(regularization=math.inf), r"regularization must be a finite number >= 0, got inf"),
     (lambda: ContrastiveDivergence(regularization=math.nan), r"regularization must be a finite number >= 0, got nan"),
     (lambda: PersistentContrastiveDivergence(regularization=math.inf), r"regularization must be a finite number >= 0"),
+    (lambda: EnergyMatching(coupling="independent", flow_weight=math.inf), r"flow_weight must be a finite number >= 0, got inf"),
+    (lambda: EnergyMatching(coupling="independent", flow_weight=-1.0), r"flow_weight must be a finite number >= 0, got -1"),
+    (lambda: EnergyMatching(coupling="independent", regularization=math.inf),
+     r"regularization must be a finite number >= 0, got inf"),
+    (lambda: EnergyMatching(coupling="independent", tau_star=math.nan), r"tau_star must be a finite number in \[0, 1\]"),
+    (lambda: EnergyMatching(coupling="independent", tau_star=2.0), r"tau_star must be a finite number in \[0, 1\], got 2"),
 ])
 def test_non_finite_loss_parameters_are_refused(build, message):
     with pytest.raises(InputError, match=message):

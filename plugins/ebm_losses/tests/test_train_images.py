@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from ebmcore.cli import main
-from ebmcore.errors import ConfigError
+from ebmcore.errors import ConfigError, InputError
 from ebm_losses import images, train_job
 from ebm_losses.training import Trainer
 from loss_problems import shortened_config
@@ -73,6 +73,46 @@ def test_bad_image_sources_say_what_to_do(tmp_path):
     np.savez(tmp_path / "two.npz", a=np.zeros((2, 4, 4)), b=np.zeros((2, 4, 4)))
     with pytest.raises(ConfigError, match=r"no array under images / x / data / samples"):
         images.load(str(tmp_path / "two.npz"))
+
+
+def _png(path: Path, pixels: np.ndarray, color_type: int) -> None:
+    """A 16-bit PNG written by hand (Pillow writes no 16-bit colour PNG): ``color_type`` 0 grey, 2 RGB."""
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    h, w = pixels.shape[:2]
+    rows = b"".join(b"\x00" + pixels[i].astype(">u2").tobytes() for i in range(h))
+    header = struct.pack(">IIBBBBB", w, h, 16, color_type, 0, 0, 0)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def test_16_bit_pngs_keep_their_precision_on_the_range_of_8_bit_ones(tmp_path):
+    raw = (np.arange(3 * 6 * 7).reshape(3, 6, 7) * 500).astype(np.uint16)  # 0–62,500: 126 distinct values
+    folder = tmp_path / "png16"
+    folder.mkdir()
+    for i in range(3):
+        _png(folder / f"{i}.png", raw[i], color_type=0)
+    loaded = images.load(str(folder))
+    assert loaded.pixel_range == (0.0, 65535.0) and torch.equal(loaded.images[:, 0], torch.from_numpy(raw).float())
+    x = images.to_model_range(loaded.images, loaded.pixel_range)
+    assert x.unique().numel() == 126 and float(x.min()) == -1.0 and 0.9 < float(x.max()) <= 1.0
+    np.savez(tmp_path / "u16.npz", images=raw)  # the same pixels as a uint16 array: the same range
+    assert images.load(str(tmp_path / "u16.npz")).pixel_range == (0.0, 65535.0)
+    _png(folder / "3.png", np.zeros((6, 7, 3), dtype=np.uint16), color_type=2)
+    with pytest.raises(InputError, match=r"3\.png is a 16-bit colour PNG .*which Pillow reads as 8 bits.*numpy\.savez"):
+        images.load(str(folder))
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".pt"])
+def test_complex_images_are_an_error_naming_the_array(tmp_path, suffix):
+    values = (np.ones((4, 6, 6)) + 1j).astype(np.complex64)
+    path = tmp_path / f"c{suffix}"
+    np.savez(path, images=values) if suffix == ".npz" else torch.save({"images": torch.from_numpy(values)}, path)
+    with pytest.raises(InputError, match=r"c\.(npz: the array|pt: the tensor) 'images' is complex \(torch\.complex64\); "
+                                         r"images must be real numbers\. Save .*numpy\.abs\(a\)"):
+        images.load(str(path))
 
 
 def _short_digits(tmp_path: Path, steps: int = 4) -> Path:

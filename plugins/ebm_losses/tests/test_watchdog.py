@@ -90,6 +90,50 @@ def test_a_huge_learning_rate_for_three_steps_blows_the_energies_up_and_is_rolle
     assert spread < 10 and blown_spread > 100 * spread, (spread, blown_spread)
 
 
+def test_a_run_that_diverged_before_its_first_check_is_not_a_rollback_target():
+    """The start's energy spread is the reference, so the first check is judged too: a blow-up within the first
+    ``check_every`` steps rolls back to the start, not to the blown-up state of the first check."""
+    def huge_lr_at_first(loss, energy, value):
+        group = loss.trainer.optimizer.param_groups[0]
+        if loss.calls == 1:
+            loss.saved, group["lr"] = group["lr"], 10.0
+        if loss.calls == 4:
+            group["lr"] = loss.saved
+        return value
+
+    loss = Injected(huge_lr_at_first)
+    trainer = _trainer(loss, watchdog=Watchdog(check_every=10))
+    loss.trainer = trainer
+    trainer.fit(30)
+    events = trainer.watchdog_report()["events"]
+    assert [(e["step"], e["rolled_back_to"], e["lr"]) for e in events] == [(10, 0, 5e-4)], events
+    assert "the energy scale blew up" in events[0]["reason"]
+    with torch.no_grad():
+        assert float(trainer.energy.compute_energy(TRAIN).std()) < 10
+
+
+def test_pcd_at_a_huge_learning_rate_stops_with_the_error_not_a_garbage_loss():
+    from ebm_losses import PersistentContrastiveDivergence
+
+    energy = ebmcore.MLPEnergy(dim=2, hidden=(16, 16), seed=0)
+    trainer = Trainer(energy, PersistentContrastiveDivergence(), TRAIN, batch_size=64, lr=50, seed=3,
+                      watchdog=Watchdog(check_every=10))
+    with pytest.raises(DivergenceError, match=r"energy scale blew up.*no rollback left.*last good state, of step 0"):
+        trainer.fit(100)
+    assert [e["rolled_back_to"] for e in trainer.watchdog_report()["events"]] == [0, 0, 0]
+    assert trainer.step == 0 and trainer.history.losses == []
+
+
+def test_a_start_that_fails_the_checks_is_the_error_with_nothing_to_roll_back_to():
+    trainer = _trainer(DenoisingScoreMatching(0.3))
+    with torch.no_grad():
+        trainer.energy.net[0].bias[0] = math.nan
+    with pytest.raises(DivergenceError, match=r"the state training starts from \(step 0\) fails the watchdog's check: "
+                                              r"64 non-finite energies .*no good state to roll back to"):
+        trainer.fit(5)
+    assert trainer.watchdog_report()["rollbacks"] == 0
+
+
 def test_collapsed_negatives_are_rolled_back_until_none_is_left_then_the_error_says_where():
     def collapse(loss, energy, value):
         if loss.calls > 15:  # from then on every negative is the same point

@@ -25,6 +25,7 @@ from torch import Tensor
 from ebmcore import EnergyFunctions, EnergyModel
 from ebmcore.energies.binding import bind_energy
 from ebmcore.errors import InputError
+from ebmcore.validation import check_energy_output, check_gradient_output
 from ebm_samplers import hmc, mala
 from ebm_samplers.algorithm import GradientState
 from ebm_samplers.params import with_fields
@@ -39,7 +40,12 @@ class AISResult:
     """``log_z`` (log-mean-exp estimate of ``log Z``) and its delta-method ``standard_error``; ``mean_log_weight``
     (a lower bound on ``log Z`` in expectation, plus ``log Z₀``) with its standard error over chains;
     ``log_weights: (n_chains,)`` (including ``log Z₀``), their ``effective_sample_size``, the transitions'
-    mean ``acceptance_rate`` and the final ``samples: (n_chains, *event_shape)`` (approximately from ``exp(−E)``)."""
+    mean ``acceptance_rate`` and the final ``samples: (n_chains, *event_shape)`` (approximately from ``exp(−E)``).
+
+    Neither ``standard_error`` nor ``effective_sample_size`` can see a mode that no chain visits: the chains then
+    agree on the mass they found, so a base that misses a mode gives a confident ``log Z`` that is too low (one
+    mode of weight 0.9 found: ``log 0.9``, with every weight effective). Only an estimate that does not depend on
+    the chains finding every mode (a grid, an exact value) catches it."""
 
     log_z: float
     standard_error: float
@@ -175,9 +181,10 @@ def estimate_log_z(energy: EnergyModel, n_chains: int = 256, n_temperatures: int
         mean_scale = float(scale_t.mean())
 
     energy.validate(x, name="the AIS states")
-    return _anneal(bind_energy(energy, x), x, base, log_z0, mean_scale, n_chains=n_chains, schedule=schedule,
-                   transition=transition, n_steps=n_steps, step_size=step_size, n_leapfrog_steps=n_leapfrog_steps,
-                   adapt=adapt, target_accept=target_accept, generator=generator, dtype=dtype, device=device)
+    return _anneal(bind_energy(energy, x), x, base, log_z0, mean_scale, owner=type(energy).__name__, n_chains=n_chains,
+                   schedule=schedule, transition=transition, n_steps=n_steps, step_size=step_size,
+                   n_leapfrog_steps=n_leapfrog_steps, adapt=adapt, target_accept=target_accept, generator=generator,
+                   dtype=dtype, device=device)
 
 
 class _Whitened(EnergyModel):
@@ -237,11 +244,13 @@ def _whitened(energy: EnergyModel, n_chains: int, n_temperatures: int, *, shape:
                      view.unwhiten(result.samples))
 
 
-def _anneal(fns: EnergyFunctions, x: Tensor, base: Base, log_z0: float, mean_scale: float, *, n_chains: int,
+def _anneal(fns: EnergyFunctions, x: Tensor, base: Base, log_z0: float, mean_scale: float, *, owner: str, n_chains: int,
             schedule: list[float], transition: str, n_steps: int, step_size: float | None,
             n_leapfrog_steps: int | None, adapt: bool, target_accept: float, generator: torch.Generator | None,
             dtype: torch.dtype, device: torch.device) -> AISResult:
-    """The AIS loop of :func:`estimate_log_z` from states ``x`` drawn from ``base`` (whose ``log Z`` is ``log_z0``)."""
+    """The AIS loop of :func:`estimate_log_z` from states ``x`` drawn from ``base`` (whose ``log Z`` is ``log_z0``);
+    the energy ``owner`` names is checked once, at ``x`` (its energy one per row, its gradient shaped like ``x`` and
+    in its dtype), as a sampler checks its initial state."""
     module = _TRANSITIONS[transition]
     defaults = module.Params(n_leapfrog_steps=n_leapfrog_steps) if transition == "hmc" else module.Params()
     params = defaults.resolve(x)
@@ -254,6 +263,8 @@ def _anneal(fns: EnergyFunctions, x: Tensor, base: Base, log_z0: float, mean_sca
     with torch.no_grad():
         path.energy_and_gradient(x)
         parts = path.last  # (E, ∇E, E₀, ∇E₀) at x, carried along: one evaluation per transition
+        check_energy_output(parts[0], x, owner=owner)
+        check_gradient_output(parts[1], x, owner=owner)
         for k in range(1, len(schedule)):
             beta, previous = schedule[k], schedule[k - 1]
             e, g, e0, g0 = parts

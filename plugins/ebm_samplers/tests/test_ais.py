@@ -78,6 +78,33 @@ class _ImageQuadratic(EnergyModel):
         return 0.5 * (x / self.s).square().sum((1, 2, 3))
 
 
+class _BadOutput(EnergyModel):
+    """``E = ½|x|²`` whose hand-written gradient is cast to int64, or whose energy is ``(n, 1)``."""
+
+    event_shape = (2,)
+
+    def __init__(self, bad: str) -> None:
+        super().__init__()
+        self.bad = bad
+
+    def compute_energy(self, x):
+        e = 0.5 * x.square().sum(-1)
+        return e.unsqueeze(-1) if self.bad == "energy" else e
+
+    def compute_gradient(self, x, create_graph=False):
+        return x.long() if self.bad == "gradient" else x
+
+
+@pytest.mark.parametrize("transition", ["mala", "hmc"])
+@pytest.mark.parametrize("bad, message", [
+    ("gradient", r"_BadOutput's gradient has dtype torch\.int64 for x of dtype torch\.float64; compute_gradient\(x\) must"),
+    ("energy", r"_BadOutput\.compute_energy\(x\) returned shape \(8, 1\) .*\.squeeze\(-1\)"),
+])
+def test_ais_checks_the_energy_and_its_gradient_once_as_samplers_do(bad, message, transition):
+    with pytest.raises(InputError, match=message):
+        ais(_BadOutput(bad), n_chains=8, n_temperatures=5, transition=transition, dtype=torch.float64)
+
+
 def test_ais_takes_image_shaped_states():
     result = ais(_ImageQuadratic(0.3), n_chains=256, n_temperatures=100, loc=torch.zeros(1, 4, 4), scale=1.0,
                  generator=torch.Generator().manual_seed(3))

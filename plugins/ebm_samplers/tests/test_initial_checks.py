@@ -129,3 +129,32 @@ def test_an_integer_energy_is_refused_by_every_sampler_with_the_same_words(name)
     with pytest.raises(InputError, match=r"IntegerEnergy\.compute_energy\(x\) returned dtype torch\.int64; energies must "
                                          r"be floating point"):
         WITH_HMC_BASE[name](IntegerEnergy()).sample(torch.randn(6, 2), 5)
+
+
+class CastGradient(ebmcore.EnergyModel):
+    """``E = ½|x|²`` with a hand-written gradient cast to ``dtype``: an integer one truncates every step."""
+
+    event_shape = (2,)
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.dtype = dtype
+
+    def compute_energy(self, x):
+        return 0.5 * x.square().sum(-1)
+
+    def compute_gradient(self, x, create_graph=False):
+        return x.to(self.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.float64], ids=str)
+@pytest.mark.parametrize("name", WITH_HMC_BASE)
+def test_a_gradient_of_another_dtype_is_refused_by_every_sampler(name, dtype):
+    calls = []
+    sampler = WITH_HMC_BASE[name](CastGradient(dtype))
+    with pytest.raises(InputError, match=rf"gradient has dtype {dtype} for x of dtype torch\.float32; "
+                                         r"compute_gradient\(x\) must return ∇ₓE in x's dtype"):
+        sampler.sample(torch.randn(6, 2), 5, callback=lambda *args: calls.append(args))
+    assert calls == []  # no step was made with it
+    with pytest.raises(InputError, match="compute_gradient"):
+        CastGradient(dtype).gradient(torch.randn(6, 2))
