@@ -131,7 +131,6 @@ def copy_bandwidth(device: Any, nbytes: int, repeats: int) -> dict:
     x = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
     y = torch.empty_like(x)
     m = measure(lambda: y.copy_(x), max(repeats, 10), device)
-    del x, y
     return {"bytes": nbytes, "median_s": m["median_s"], "times_s": m["times_s"],
             "GBps": 2 * nbytes / m["median_s"] / 1e9}
 

@@ -6,7 +6,6 @@ import torch
 import ebmcore
 from ebmcore import Kernel, KernelBackend
 from ebmcore.errors import BackendUnavailableError, UnknownComponentError
-from ebmcore.kernels import resolve
 from ebmcore.testing import isolated_plugins
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ebm_cuda import library, testing
+from ebm_cuda import library
 from ebm_cuda.testing import assert_chains_close, cuda_test_reason, require_cuda_kernels
 
 TESTS = Path(__file__).resolve().parent

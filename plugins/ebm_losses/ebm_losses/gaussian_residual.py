@@ -9,7 +9,7 @@ itself (:meth:`GaussianResidualEnergy.ais_base`), which converges while the corr
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 from torch import Tensor, nn

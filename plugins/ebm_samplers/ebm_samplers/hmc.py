@@ -19,7 +19,7 @@ from ebmcore import EnergyFunctions, EnergyModel
 from ebm_samplers.algorithm import (DIVERGENCE_THRESHOLD, Algorithm, Chain, ChainInfo, GradientState, Step, fused_chain,
                                     compiled, draw_then, init_gradient_state, identity_mass_refusal)
 from ebm_samplers.integrators import Leapfrog, SplittingIntegrator, resolve_integrator
-from ebm_samplers.params import (ChainScalar, InverseMass, as_inverse_mass, checked, event_size, for_chains,
+from ebm_samplers.params import (ChainScalar, as_inverse_mass, checked, event_size, for_chains,
                                  optional, per_chain, positive, whole, with_fields)
 from ebm_samplers.sampler import AlgorithmSampler
 

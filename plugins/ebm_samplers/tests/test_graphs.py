@@ -14,7 +14,6 @@ import torch
 from torch import nn
 
 import ebmcore
-from ebmcore.energies import GaussianEnergy
 from ebm_samplers import LangevinSampler, MALASampler, NUTSSampler, graphs
 from ebm_samplers.annealed import AnnealedLangevinSampler
 
