@@ -1,5 +1,5 @@
 """ebm-samplers: Langevin (ULA), MALA, HMC, NUTS, annealed Langevin and parallel tempering over
-batches of chains; their integrators; annealed importance sampling for ``log Z`` (:mod:`ebm_samplers.ais`); step-size and mass-matrix adaptation; the ``ebm sample`` and
+batches of chains; their integrators; annealed importance sampling for ``log Z`` (:mod:`ebm_samplers.ais`) and adaptive tempered SMC (:mod:`ebm_samplers.smc`); step-size and mass-matrix adaptation; the ``ebm sample`` and
 ``ebm profile`` commands, which run any sampler.
 
 Each algorithm is a module (``langevin``, ``mala``, ``hmc``, ``nuts``, ``annealed``, ``tempering``)
@@ -8,8 +8,9 @@ exporting ``State``, ``Info``, ``Params``, ``init`` and ``build_kernel`` (see
 whose ``.sample(...)`` is the loop every ``ebmcore.Sampler`` shares.
 """
 
-from ebm_samplers import adaptation, ais, annealed, hmc, langevin, mala, nuts, tempering
+from ebm_samplers import adaptation, ais, annealed, hmc, langevin, mala, nuts, resampling, smc, tempered_path, tempering
 from ebm_samplers.ais import AISResult, estimate_log_z
+from ebm_samplers.smc import SMCResult, adaptive_tempered_smc
 from ebm_samplers.adaptation import DualAveraging, WarmupResult, WelfordVariance, cannot_warm_up, stan_windows, warmup
 from ebm_samplers.algorithm import DIVERGENCE_THRESHOLD, Algorithm
 from ebm_samplers.annealed import AnnealedLangevinSampler, geometric_sigmas
@@ -31,6 +32,7 @@ __all__ = [
     "LangevinSampler", "MALASampler", "HMCSampler", "NUTSSampler", "AnnealedLangevinSampler", "ParallelTemperingSampler",
     "geometric_sigmas", "geometric_temperatures",
     "ais", "estimate_log_z", "AISResult",
+    "smc", "adaptive_tempered_smc", "SMCResult", "resampling", "tempered_path",
     "adaptation", "warmup", "cannot_warm_up", "WarmupResult", "DualAveraging", "WelfordVariance", "stan_windows",
     "SampleResult", "Diagnostics", "NonFiniteChainsWarning", "DIVERGENCE_THRESHOLD",
     "EulerMaruyama", "SplittingIntegrator", "Leapfrog", "McLachlan", "Yoshida", "Heun", "DOPRI5",
