@@ -179,7 +179,23 @@ def _parser() -> argparse.ArgumentParser:
     parser, sub = _core_parser()
     plugins.session().add_commands(sub)
     _add_missing_commands(sub)
+    _add_failed_plugins_commands(sub)
     return parser
+
+
+def _add_failed_plugins_commands(sub: Any) -> None:
+    """A subcommand for each command that a plugin which failed to load declares (:mod:`ebmcore.commands`), with
+    its declared help (as the fast ``ebm --help`` lists it): running it says which plugin, why, and the fix, where
+    argparse would say only "invalid choice"."""
+    for record in plugins.session().records.values():
+        if record.status != "failed":
+            continue
+        declared, _ = commands.read_declaration(record.name, record.distribution)
+        for command, line in (declared or {}).items():
+            if command not in sub.choices:
+                p = sub.add_parser(command, help=line, add_help=False, prefix_chars="\0")
+                p.add_argument("args", nargs="*", help="ignored")
+                p.set_defaults(func=functools.partial(_missing_command, command, record.distribution))
 
 
 def _add_missing_commands(sub: Any) -> None:

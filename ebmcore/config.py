@@ -33,7 +33,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 __all__ = ["Config", "get_config", "load_config", "reload_config", "generation", "parse_backend_list", "env_flag", "validate_table", "read_toml", "load_job_config", "parse_device", "REQUIRED",
-           "positive", "non_negative", "seed_range"]
+           "positive", "non_negative", "seed_range", "max_threads", "thread_count"]
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -187,6 +187,21 @@ def positive(value: Any) -> str | None:
 def non_negative(value: Any) -> str | None:
     """A :func:`validate_table` check: the value must be >= 0."""
     return None if value >= 0 else "must be >= 0"
+
+
+def max_threads() -> int:
+    """The most torch threads a job may ask for: 4 × ``os.cpu_count()`` (at least 4). Far more crashes torch: 100000
+    threads ended ``ebm train`` with SIGSEGV (issue 40)."""
+    return 4 * (os.cpu_count() or 1)
+
+
+def thread_count(value: Any) -> str | None:
+    """A :func:`validate_table` check: a torch thread count, 0 (the free cores) to :func:`max_threads`."""
+    if value < 0:
+        return "must be >= 0 (0: the cores no other process keeps busy)"
+    limit = max_threads()
+    return None if value <= limit else (f"must be at most {limit} (4 × the {limit // 4} cores of this machine); "
+                                        "give 1 (the default) or 0 for the cores no other process keeps busy")
 
 
 def seed_range(value: Any) -> str | None:

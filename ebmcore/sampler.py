@@ -93,9 +93,13 @@ class Planned:
         return state.x.clone() if state.x is self.x else state.x
 
 
-def check_run_arguments(x0: Any, n_steps: int, burn_in: int = 0, thin: int = 1, generator: Any = None) -> None:
-    """Clear errors for bad step counts, states on the ``meta`` device, and a generator that is not one, or not on
-    ``x0``'s device."""
+def check_run_arguments(x0: Any, n_steps: int, burn_in: int = 0, thin: int = 1, generator: Any = None,
+                        callback: Any = None) -> None:
+    """Clear errors for bad step counts, states on the ``meta`` device, a generator that is not one, or not on
+    ``x0``'s device, and a callback that cannot be called."""
+    if callback is not None and not callable(callback):
+        raise InputError(f"callback must be a function callback(step_index, state, info) or None, got "
+                         f"{type(callback).__name__} {callback!r}.")
     for name, value, low in (("n_steps", n_steps, 0), ("burn_in", burn_in, 0), ("thin", thin, 1)):
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
             kind = "non-negative" if low == 0 else "positive"
@@ -291,7 +295,7 @@ class Sampler(ABC):
         chain's noise stream stands (it is advanced); by default a key is drawn from ``generator`` for this run.
         ``tunables`` (``step_size=...``, ...) go to :meth:`prepare` (by default, to every ``step``).
         """
-        check_run_arguments(x0, n_steps, burn_in, thin, generator)
+        check_run_arguments(x0, n_steps, burn_in, thin, generator, callback)
         x = self.check_initial_state(x0).detach()  # no graph through the chain, whatever x0 requires
         if return_trajectory:
             check_trajectory_fits(x, n_steps // thin)

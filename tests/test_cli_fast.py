@@ -176,3 +176,22 @@ def test_a_keyboard_interrupt_in_a_declaration_still_interrupts(tmp_path):
         plugins.reset()
         with pytest.raises(KeyboardInterrupt):
             cli.main(["--help"])
+
+
+def test_a_declared_command_of_a_plugin_that_fails_to_import_names_the_plugin(tmp_path, monkeypatch, capsys):
+    """Issue 40: `ebm frobnicate`, listed by `ebm --help` from the declaration of a plugin that then fails to import,
+    was argparse's "invalid choice" naming no plugin; it names the plugin, its import failure and the fix."""
+    monkeypatch.setenv("COLUMNS", "100")
+    files = {"frob.py": "raise ImportError('no module named frobnicate_backend')\n",
+             "frob_meta.py": "COMMANDS = {'frobnicate': 'frobnicate things'}\n"}
+    with installed_distribution(tmp_path, "frob-plugin", "1.0", {"frob": "frob"}, files,
+                                commands={"frob": "frob_meta:COMMANDS"}):
+        fast_help, _ = _fast(["--help"], capsys)
+        assert any(line.split()[:1] == ["frobnicate"] for line in fast_help.splitlines())
+        plugins.reset()
+        assert fast_help.splitlines() == cli._parser().format_help().splitlines()
+        plugins.reset()
+        with pytest.raises(ebmcore.errors.UnknownComponentError,
+                           match=r"`ebm frobnicate` is provided by the plugin frob-plugin, which failed to load "
+                                 r"\(.*no module named frobnicate_backend.*\); fix or reinstall it"):
+            cli._parser().parse_args(["frobnicate"]).func(None)

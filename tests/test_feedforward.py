@@ -424,7 +424,8 @@ def test_check_program_holds_a_declared_program_to_compute_energy():
 
 def test_a_layer_in_another_dtype_is_named_with_the_fix():
     """Issue 29: a network whose last Linear is float64 and the rest float32 cannot run on any path: the sampler says
-    which layer and the fix (a hand-written compute_energy, which ebm does not read, gets torch's own error)."""
+    which layer and the fix; the checked entry points (the sampler's check of x0 among them) name it by its parameter
+    before any path runs, for a hand-written compute_energy too (issue 40: tests/test_entry_point_errors.py)."""
     from ebm_samplers import MALASampler
 
     net = nn.Sequential(nn.Linear(2, 8), nn.SiLU(), nn.Linear(8, 1))
@@ -434,5 +435,7 @@ def test_a_layer_in_another_dtype_is_named_with_the_fix():
                r"weights on cpu but the first layer holds torch\.float32 on cpu; .*model\.to\(torch\.float32\)")
     with pytest.raises(ebmcore.InputError, match=message):
         feedforward.why_not(mixed.program(), torch.randn(5, 2))
-    with pytest.raises(ebmcore.InputError, match=message):
+    with pytest.raises(ebmcore.InputError, match=r"layer 'net\.2' \(Linear\) holds parameter 'net\.2\.weight' in "
+                                                r"torch\.float64 on cpu, but 'net\.0\.weight' is torch\.float32 on cpu; "
+                                                r".*model\.to\(torch\.float32\)"):
         MALASampler(mixed).sample(torch.randn(5, 2), 2)

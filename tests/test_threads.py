@@ -39,3 +39,13 @@ def test_job_threads_sets_and_restores(monkeypatch):
     with pytest.raises(RuntimeError), threads.job_threads(1):
         raise RuntimeError("a failing job")
     assert torch.get_num_threads() == before  # restored after an error too
+
+
+@pytest.mark.parametrize("value", [100000, threads.os.cpu_count() * 4 + 1])
+def test_a_thread_count_past_the_limit_is_a_config_error_naming_it(value):
+    """Issue 40: `--threads 100000` ended the job with SIGSEGV; the configuration refuses it, naming the limit."""
+    from ebmcore.config import max_threads, thread_count
+
+    assert max_threads() == 4 * os.cpu_count()
+    assert f"must be at most {max_threads()}" in thread_count(value)
+    assert thread_count(max_threads()) is None and thread_count(0) is None and "must be >= 0" in thread_count(-1)

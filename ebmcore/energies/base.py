@@ -9,6 +9,7 @@ from torch import Tensor, nn
 
 from ebmcore.energies import feedforward
 from ebmcore.energies.program import Analytic, FeedForward, Opaque, Program
+from ebmcore.errors import InputError
 from ebmcore.validation import check_batch, check_energy_output, check_finite, check_gradient_output
 
 __all__ = ["EnergyModel", "EnergyFunctions", "uses_autograd", "closed_form_program"]
@@ -35,6 +36,31 @@ def closed_form_program(energy: "EnergyModel", like: Tensor) -> tuple[Optional[F
     if not uses_autograd(energy):
         return None, f"{type(energy).__name__} computes its own gradient"
     return feedforward.closed_form(energy.program(), like)
+
+
+def _no_graph(owner: str, what: str) -> str:
+    return (f"{owner}.compute_energy(x) {what}, so its gradient cannot be taken: it computes the energy from "
+            "x.detach(), under torch.no_grad(), through NumPy or .item(), or not from x at all. Compute it from x "
+            "with torch operations, or override compute_gradient(x, create_graph=False) to return ∇ₓE yourself "
+            "(torch.zeros_like(x) for an energy that does not depend on x).")
+
+
+def mismatched_parameter(module: nn.Module) -> Optional[str]:
+    """Where a floating parameter of ``module`` differs in dtype or device from its first one (None: none does), in
+    words naming the layer and the fix: torch's "mat1 and mat2 must have the same dtype" names neither."""
+    first: Optional[tuple[str, Tensor]] = None
+    for name, t in module.named_parameters():
+        if not t.is_floating_point():
+            continue
+        if first is None:
+            first = (name, t)
+        elif t.dtype != first[1].dtype or t.device != first[1].device:
+            layer = name.rpartition(".")[0]
+            owner = f"layer {layer!r} ({type(module.get_submodule(layer)).__name__})" if layer else "the model"
+            return (f"{type(module).__name__}: {owner} holds parameter {name!r} in {t.dtype} on {t.device}, but "
+                    f"{first[0]!r} is {first[1].dtype} on {first[1].device}; give every layer one dtype and device: "
+                    f"model.to({first[1].dtype}) (or model.to(device)) after building it. (ebmcore never casts silently.)")
+    return None
 
 
 class EnergyFunctions(NamedTuple):
@@ -83,13 +109,20 @@ class EnergyModel(nn.Module):
             # An analytic gradient exists: use it rather than autograd.
             energy = self.compute_energy(x)
             grad = self.compute_gradient(x, create_graph)
+            if not (isinstance(energy, Tensor) and isinstance(grad, Tensor)):  # .detach() would not name them
+                check_energy_output(energy, x, owner=type(self).__name__)
+                check_gradient_output(grad, x, owner=type(self).__name__)
             return (energy, grad) if create_graph else (energy.detach(), grad.detach())
         with torch.enable_grad():
             xg = x if (create_graph and x.requires_grad) else x.detach().requires_grad_(True)
             energy = self.compute_energy(xg)
             if not (isinstance(energy, Tensor) and energy.is_floating_point()):  # autograd's error would not name it
                 check_energy_output(energy, x, owner=type(self).__name__)
-            (grad,) = torch.autograd.grad(energy.sum(), xg, create_graph=create_graph)
+            if not energy.requires_grad:  # autograd's error would name neither compute_energy nor the fix
+                raise InputError(_no_graph(type(self).__name__, "has no autograd graph"))
+            (grad,) = torch.autograd.grad(energy.sum(), xg, create_graph=create_graph, allow_unused=True)
+            if grad is None:  # a graph through the parameters only
+                raise InputError(_no_graph(type(self).__name__, "does not depend on x through autograd"))
         return (energy, grad) if create_graph else (energy.detach(), grad)
 
     def program(self) -> Program:
@@ -135,6 +168,9 @@ class EnergyModel(nn.Module):
     def validate(self, x: Tensor, name: str = "x") -> Tensor:
         """Check ``x``'s shape, dtype and device against this model (no sync); return ``x``."""
         ref = self._reference_tensor()
+        mismatch = mismatched_parameter(self)
+        if mismatch is not None:
+            raise InputError(mismatch)
         return check_batch(
             x,
             event_shape=self.event_shape,

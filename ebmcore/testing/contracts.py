@@ -18,6 +18,7 @@ from torch import Tensor
 
 from ebmcore.energies import EnergyModel, HarmonicEnergy, MLPEnergy, feedforward
 from ebmcore.energies.program import Analytic, ConvStack, FeedForward, Opaque
+from ebmcore.errors import InputError
 from ebmcore.kernels.base import KernelBackend
 from ebmcore.kernels.ops import sample_inputs
 from ebmcore.kernels.torch_backend import TorchBackend, registered_analytic_energies
@@ -78,14 +79,25 @@ def check_program(energy: EnergyModel, x: Tensor) -> None:
     copy: the energy by the program's plain-torch reference, and for a feed-forward program the closed-form
     gradient the samplers bind against autograd's. For an energy that overrides ``program()``: run it in your
     tests. An :class:`~ebmcore.energies.program.Opaque` program passes (autograd runs the code itself)."""
-    model = copy.deepcopy(energy).double()
+    try:
+        model = copy.deepcopy(energy).double()
+    except RuntimeError as exc:  # torch's deepcopy of a non-leaf weight: the old weight_norm, pruning
+        raise InputError(f"check_program copies {type(energy).__name__} to check it in float64, and torch cannot copy "
+                         f"it ({str(exc).splitlines()[0]}): a weight computed from others, as the old "
+                         "torch.nn.utils.weight_norm or torch.nn.utils.prune make. Use "
+                         "torch.nn.utils.parametrizations.weight_norm instead, or make pruning permanent with "
+                         "torch.nn.utils.prune.remove(module, 'weight'), before checking.") from None
     x64 = x.detach().double()
     program = model.program()
+    owner = type(energy).__name__
+    lie = (f"{owner}.program() does not compute what {owner}.compute_energy does at these points: make program() "
+           "describe exactly the modules compute_energy runs, or return Opaque(reason) (autograd then runs the code). ")
     if isinstance(program, (Opaque, Analytic)):  # analytic: the energy's own kernels are its program
         return
     with torch.no_grad():
         expected = model.compute_energy(x64)
-        _close(program_energy(program, x64), expected, 1e-10, f"energy of {program.describe()} vs compute_energy")
+        _close(program_energy(program, x64), expected, 1e-10, f"{lie}The energy of {program.describe()}, its program, differs from "
+               "compute_energy's")
     if isinstance(program, FeedForward):
         fns = model.bind(x64)
         assert fns.program == program, f"bind() did not take the closed form: {fns.path}"

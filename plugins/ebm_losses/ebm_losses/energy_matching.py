@@ -24,7 +24,7 @@ from torch import Tensor
 
 from ebmcore import EnergyModel, Loss
 from ebmcore.errors import InputError
-from ebmcore.validation import check_energy_output, check_number, check_positive, check_start
+from ebmcore.validation import check_energy_output, check_generator, check_number, check_positive, check_start
 
 __all__ = ["ot_pairing", "check_tau_star", "EnergyMatching", "BoltzmannEnergy", "generate", "COUPLINGS"]
 
@@ -87,6 +87,7 @@ class EnergyMatching(Loss):
     def generate(self, energy: EnergyModel, n: int, like: Tensor, generator: torch.Generator | None = None) -> Tensor:
         """``n`` samples ``(n, *like.shape[1:])`` by :func:`generate` from the training's noise ``N(0, s²I)``, with
         this loss's temperature, ``tau_star`` and ``sample_steps`` (what ``ebm train`` draws for an image report)."""
+        check_generator(generator, like, name="like")
         x0 = self.source_scale * torch.randn((n, *like.shape[1:]), generator=generator, dtype=like.dtype, device=like.device)
         return generate(energy, x0, n_steps=self.sample_steps, temperature=self.temperature, tau_star=self.tau_star,
                         generator=generator)
@@ -122,7 +123,7 @@ class EnergyMatching(Loss):
         return x.detach()
 
     def __call__(self, energy: EnergyModel, data: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
-        self.check_data(energy, data)
+        self.check_data(energy, data, generator=generator)
         phase = self.phase
         self.calls += 1
         if phase == "flow":
@@ -172,6 +173,7 @@ def generate(energy: EnergyModel, x0: Tensor, *, n_steps: int = 200, temperature
         raise InputError(f"n_steps must be a positive integer, got {n_steps!r}.")
     check_positive(temperature, "temperature")
     tau_star = check_tau_star(tau_star)
+    check_generator(generator, x0)
     dt = 1.0 / n_steps
     x = check_start(energy, x0).detach().clone()
     for k in range(n_steps):

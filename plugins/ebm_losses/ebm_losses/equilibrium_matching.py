@@ -15,7 +15,7 @@ from torch import Tensor
 
 from ebmcore import EnergyModel, Loss
 from ebmcore.errors import InputError
-from ebmcore.validation import check_energy_output, check_positive, check_start
+from ebmcore.validation import check_energy_output, check_generator, check_positive, check_start
 
 __all__ = ["EquilibriumMatching", "descend"]
 
@@ -42,6 +42,7 @@ class EquilibriumMatching(Loss):
     def generate(self, energy: EnergyModel, n: int, like: Tensor, generator: torch.Generator | None = None) -> Tensor:
         """``n`` samples ``(n, *like.shape[1:])``: :func:`descend` from the training's noise ``N(0, s²I)`` with the
         ``sample_*`` settings (what ``ebm train`` draws for an image report)."""
+        check_generator(generator, like, name="like")
         x0 = self.source_scale * torch.randn((n, *like.shape[1:]), generator=generator, dtype=like.dtype, device=like.device)
         return descend(energy, x0, n_steps=self.sample_steps, step_size=self.sample_step_size,
                        momentum=self.sample_momentum)
@@ -51,7 +52,7 @@ class EquilibriumMatching(Loss):
         return self.multiplier * torch.where(gamma <= self.a, torch.ones_like(gamma), (1 - gamma) / (1 - self.a))
 
     def __call__(self, energy: EnergyModel, data: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
-        self.check_data(energy, data)
+        self.check_data(energy, data, generator=generator)
         x = data.detach()
         eps = self.source_scale * torch.randn(x.shape, generator=generator, dtype=x.dtype, device=x.device)
         gamma = torch.rand((x.shape[0],), generator=generator, dtype=x.dtype, device=x.device)

@@ -183,6 +183,10 @@ def load_png_folder(path: str | Path) -> ImageSet:
                 arrays.append(_png_pixels(image, f))
         except InputError:
             raise
+        except Image.DecompressionBombError as exc:  # not an OSError: it would leave as a traceback
+            raise InputError(f"{f} is too large to read: {exc} Pillow refuses it (its guard against decompression "
+                             "bombs). Downscale the image to the size the model trains on (e.g. 32×32 or 64×64), or, "
+                             "for a file you trust, raise PIL.Image.MAX_IMAGE_PIXELS before loading.") from None
         except (OSError, ValueError) as exc:  # PIL's UnidentifiedImageError is an OSError; a truncated file too
             raise ConfigError(f"{f} cannot be read as a PNG image ({type(exc).__name__}: {exc}); every *.png in {path} "
                               "is read: remove it from the folder, or export it again as a PNG.") from None

@@ -21,7 +21,7 @@ import torch
 
 import ebmcore
 from ebmcore import registry, runfiles
-from ebmcore.config import load_job_config, non_negative, parse_device, positive, seed_range
+from ebmcore.config import load_job_config, non_negative, parse_device, positive, seed_range, thread_count
 from ebmcore.errors import ConfigError, InputError
 from ebmcore.threads import job_threads
 
@@ -57,7 +57,7 @@ SCHEMA: dict[str, Any] = {
         "lr": ((float, positive), 2e-3),
         "ema_decay": ((float, int, lambda v: None if 0 <= v < 1 else "must be in [0, 1)"), 0.0),
         "clip_grad_norm": ((float, int, non_negative), 0.0),
-        "threads": ((int, non_negative), 1),
+        "threads": ((int, thread_count), 1),
         "eval_every": ((int, positive), 250),
         "checkpoint_every": ((int, positive), 250),
         "seed": ((int, seed_range), 0),

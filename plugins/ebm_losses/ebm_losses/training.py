@@ -24,6 +24,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ebmcore import EnergyModel, Loss, runfiles
 from ebmcore.errors import DivergenceError, InputError, NonFiniteError
+from ebmcore.validation import check_positive, check_positive_int
 from ebm_losses.watchdog import Watchdog
 
 __all__ = ["Trainer", "TrainHistory", "Watchdog"]
@@ -106,12 +107,30 @@ class _LoaderBatches:
         self.iterator = None
 
 
+def _optimizer(optimizer: Any) -> Any:
+    """``optimizer`` as the Trainer takes it: None, a ``torch.optim.Optimizer`` or an ``Optimizer`` class (built over
+    the parameters with ``lr``); else an :class:`InputError` naming what is accepted."""
+    if optimizer is None or isinstance(optimizer, torch.optim.Optimizer) or (
+            isinstance(optimizer, type) and issubclass(optimizer, torch.optim.Optimizer)):
+        return optimizer
+    hint = ""
+    if isinstance(optimizer, str):
+        known = {n.lower(): n for n in dir(torch.optim) if isinstance(getattr(torch.optim, n), type)
+                 and issubclass(getattr(torch.optim, n), torch.optim.Optimizer)}
+        if optimizer.lower() in known:
+            hint = f" For {optimizer!r}, pass optimizer=torch.optim.{known[optimizer.lower()]}."
+    raise InputError(f"optimizer must be None (Adam with lr), a torch.optim.Optimizer over the energy's parameters "
+                     f"(torch.optim.Adam(energy.parameters(), lr=1e-3)) or an Optimizer class (torch.optim.SGD: built "
+                     f"with lr), got {type(optimizer).__name__} {optimizer!r}.{hint}")
+
+
 class Trainer:
     """Train ``energy`` by minimising ``loss`` on ``data``.
 
     ``data``: a tensor ``(N, *event_shape)``, a ``Dataset`` (items are tensors or tuples whose first
     element is the sample) or a ``DataLoader`` (used as is; resume then restarts its epoch).
-    ``optimizer`` defaults to Adam with ``lr`` over the energy's and the loss's parameters.
+    ``optimizer`` defaults to Adam with ``lr`` over the energy's and the loss's parameters; an ``Optimizer`` class
+    (``torch.optim.SGD``) is built over them with ``lr``.
     ``ema_decay`` keeps an exponential moving average of the weights in ``trainer.ema``.
     ``clip_grad_norm`` rescales the parameters' gradient to at most that global 2-norm before each step
     (``torch.nn.utils.clip_grad_norm_``, no host sync).
@@ -152,10 +171,21 @@ class Trainer:
             raise InputError(f"energy must be an ebmcore.EnergyModel, got {type(energy).__name__}.")
         if not isinstance(loss, Loss):
             raise InputError(f"loss must be an ebmcore.Loss, got {type(loss).__name__}.")
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise InputError(f"batch_size must be a positive integer, got {batch_size!r}.")
-        if ema_decay is not None and not (0 < ema_decay < 1):
-            raise InputError(f"ema_decay must be in (0, 1), got {ema_decay!r}.")
+        check_positive_int(batch_size, "batch_size")
+        lr = check_positive(lr, "lr")
+        if not isinstance(seed, int) or isinstance(seed, bool) or not -2**63 <= seed < 2**64:
+            raise InputError(f"seed must be an integer (a torch.Generator seed, in [-2**63, 2**64)), got {seed!r}.")
+        if ema_decay is not None and not (isinstance(ema_decay, (int, float)) and not isinstance(ema_decay, bool)
+                                          and 0 < ema_decay < 1):
+            raise InputError(f"ema_decay must be in (0, 1) (a number, or None for no average), got {ema_decay!r}.")
+        if not isinstance(progress, bool):
+            raise InputError(f"progress must be True or False, got {progress!r}.")
+        if eval_fn is not None and not callable(eval_fn):
+            raise InputError(f"eval_fn must be a function eval_fn(energy, step) -> {{name: value}}, got {eval_fn!r}.")
+        for name, every in (("eval_every", eval_every), ("checkpoint_every", checkpoint_every)):
+            if every is not None:
+                check_positive_int(every, name)
+        optimizer = _optimizer(optimizer)
         if clip_grad_norm is not None and not (isinstance(clip_grad_norm, (int, float)) and math.isfinite(clip_grad_norm)
                                                and clip_grad_norm > 0):
             raise InputError(f"clip_grad_norm must be a positive number or None, got {clip_grad_norm!r}.")
@@ -168,6 +198,11 @@ class Trainer:
         self.energy, self.loss = energy, loss
         reference = energy._reference_tensor()
         device = reference.device if reference is not None else (data.device if isinstance(data, Tensor) else torch.device("cpu"))
+        if device.type == "meta":
+            raise InputError(f"{'the energy holds its parameters' if reference is not None else 'data is'} on the meta "
+                             "device, which holds shapes but no values: a Trainer cannot train there. Build or move the "
+                             "model and data to 'cpu' or 'cuda' (energy.to_empty(device='cpu') and initialise it, or "
+                             "energy.to('cpu')).")
         self.generator = torch.Generator(device=device).manual_seed(seed)
         # data parallel under torch.distributed: every rank draws the same global batch from `generator`,
         # trains on its shard with its own stream for the loss's noise, and gradients are averaged.
@@ -187,7 +222,7 @@ class Trainer:
         else:
             raise InputError(f"data must be a tensor, a Dataset or a DataLoader, got {type(data).__name__}.")
         params = list(energy.parameters()) + list(loss.parameters())
-        self.optimizer = optimizer or torch.optim.Adam(params, lr=lr)
+        self.optimizer = optimizer(params, lr=lr) if isinstance(optimizer, type) else optimizer or torch.optim.Adam(params, lr=lr)
         self.clip_grad_norm = None if clip_grad_norm is None else float(clip_grad_norm)
         self.ema = AveragedModel(energy, multi_avg_fn=get_ema_multi_avg_fn(ema_decay)) if ema_decay else None
         self.progress, self.eval_fn, self.eval_every = progress, eval_fn, eval_every

@@ -94,3 +94,15 @@ def test_load_array_refuses_a_pickle_payload(tmp_path):
 def test_split_names_the_minimum():
     with pytest.raises(InputError, match=r"training needs at least 2"):
         images.split(torch.zeros(1, 1, 2, 2), 1, seed=0)
+
+
+def test_a_png_too_large_for_pillow_is_named_with_its_size_and_the_fix(tmp_path, monkeypatch):
+    """Issue 40: a 16000 × 12000 PNG raised Pillow's DecompressionBombError as a traceback; a low limit on 6 × 6
+    images raises the same error."""
+    from PIL import Image
+
+    folder = _pngs(tmp_path / "pngs", 2)
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 10)  # 36 pixels > 2 × 10: Pillow's error, not its warning
+    with pytest.raises(InputError, match=r"0\.png is too large to read: Image size \(36 pixels\) exceeds limit of 20 "
+                                         r"pixels.*Downscale the image .*PIL\.Image\.MAX_IMAGE_PIXELS"):
+        images.load_png_folder(folder)

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import ebmcore
-from ebm_losses import (ContrastiveDivergence, DenoisingScoreMatching, EnergyMatching, NoiseContrastiveEstimation,
-                        PersistentContrastiveDivergence, ScoreMatching, SlicedScoreMatching)
+from ebm_losses import (ContrastiveDivergence, DenoisingScoreMatching, EnergyMatching, EquilibriumMatching,
+                        NoiseContrastiveEstimation, PersistentContrastiveDivergence, ScoreMatching, SlicedScoreMatching)
 from ebm_losses.score_matching import projections
 from ebmcore.errors import InputError
 
@@ -22,6 +22,9 @@ LOSSES = {
     "dsm": lambda: DenoisingScoreMatching(0.1),
     "dsm-multi": lambda: DenoisingScoreMatching(sigmas=[1.0, 0.1]),
     "nce": lambda: NoiseContrastiveEstimation(),
+    "energy-matching-flow": lambda: EnergyMatching(5, coupling="independent"),
+    "energy-matching": lambda: EnergyMatching(0, coupling="independent", n_steps=2),
+    "equilibrium": lambda: EquilibriumMatching(),
 }
 
 
@@ -38,6 +41,19 @@ def test_every_loss_refuses_a_generator_that_is_not_one_in_the_samplers_words(na
     energy = ebmcore.MLPEnergy(dim=2, hidden=(8,), seed=0)
     with pytest.raises(InputError, match=r"generator must be a torch\.Generator, got int"):
         LOSSES[name]()(energy, torch.randn(8, 2), generator=3)
+
+
+@pytest.mark.parametrize("name", ["energy-matching-flow", "energy-matching", "equilibrium"])
+@pytest.mark.parametrize("generator", [3, "cpu", "cuda"])
+def test_energy_and_equilibrium_matching_check_the_generator_in_training_and_generation(name, generator):
+    """Issue 40: these two drew their noise with the generator unchecked (torch.randn's TypeError)."""
+    energy = ebmcore.MLPEnergy(dim=2, hidden=(8,), seed=0)
+    message = rf"generator must be a torch\.Generator, got {type(generator).__name__}; use torch\.Generator\(\)"
+    loss = LOSSES[name]()
+    with pytest.raises(InputError, match=message):
+        loss(energy, torch.randn(8, 2), generator=generator)
+    with pytest.raises(InputError, match=message):
+        loss.generate(energy, 3, torch.randn(8, 2), generator=generator)
 
 
 @pytest.mark.parametrize("build, message", [

@@ -107,3 +107,37 @@ def test_bad_trainer_arguments(kwargs, message):
 def test_data_of_the_wrong_shape_is_named():
     with pytest.raises(InputError, match=r"data must have shape \(n, 3\)"):
         Trainer(ebmcore.MLPEnergy(dim=3), DenoisingScoreMatching(), TRAIN).fit(1)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"lr": "big"}, r"lr must be a positive number, got 'big'"),
+    ({"lr": float("nan")}, r"lr must be a finite positive number, got nan"),
+    ({"seed": "x"}, r"seed must be an integer \(a torch\.Generator seed"),
+    ({"batch_size": True}, r"batch_size must be a positive integer, got True"),
+    ({"ema_decay": "x"}, r"ema_decay must be in \(0, 1\) .*got 'x'"),
+    ({"progress": "yes"}, r"progress must be True or False, got 'yes'"),
+    ({"eval_fn": 3, "eval_every": 1}, r"eval_fn must be a function eval_fn\(energy, step\)"),
+    ({"eval_fn": lambda energy, step: {}, "eval_every": 0}, r"eval_every must be a positive integer, got 0"),
+    ({"checkpoint_path": "c.pt", "checkpoint_every": 0}, r"checkpoint_every must be a positive integer, got 0"),
+    ({"optimizer": "adam"}, r"optimizer must be None \(Adam with lr\), a torch\.optim\.Optimizer .* got str 'adam'\. "
+                            r"For 'adam', pass optimizer=torch\.optim\.Adam\."),
+])
+def test_every_trainer_argument_is_checked_in_the_constructor(options, message):
+    """Issue 40: these were tracebacks (torch's TypeError, ZeroDivisionError at the first eval or checkpoint, an
+    AttributeError of the string optimizer at the first checkpoint), some only after training had started."""
+    energy = ebmcore.MLPEnergy(dim=2, hidden=(8,), seed=0)
+    with pytest.raises(InputError, match=message):
+        Trainer(energy, DenoisingScoreMatching(0.1), torch.randn(16, 2), **options)
+
+
+def test_an_optimizer_class_is_built_with_lr():
+    energy = ebmcore.MLPEnergy(dim=2, hidden=(8,), seed=0)
+    trainer = Trainer(energy, DenoisingScoreMatching(0.1), torch.randn(16, 2), torch.optim.SGD, lr=0.05)
+    assert isinstance(trainer.optimizer, torch.optim.SGD) and trainer.optimizer.param_groups[0]["lr"] == 0.05
+
+
+def test_a_model_on_the_meta_device_is_refused_by_the_trainer():
+    energy = ebmcore.MLPEnergy(dim=2, hidden=(8,), seed=0).to("meta")
+    with pytest.raises(InputError, match=r"the energy holds its parameters on the meta device, which holds shapes but "
+                                         r"no values"):
+        Trainer(energy, DenoisingScoreMatching(0.1), torch.randn(16, 2))

@@ -24,7 +24,7 @@ import torch
 
 import ebmcore
 from ebmcore import chunks, distributed, registry, runfiles
-from ebmcore.config import load_job_config, non_negative, parse_device, positive, seed_range
+from ebmcore.config import load_job_config, non_negative, parse_device, positive, seed_range, thread_count
 from ebmcore.errors import ConfigError, RunFileError
 from ebmcore.recording import available_memory
 from ebmcore.threads import job_threads
@@ -59,7 +59,7 @@ SCHEMA: dict[str, Any] = {  # the defaults are the bundled configuration's (a te
         "n_samples": ((int, non_negative), 0),
         "chunk_size": ((int, positive), 100_000),
         "checkpoint_every": ((int, non_negative), 0),
-        "threads": ((int, non_negative), 1),
+        "threads": ((int, thread_count), 1),
     },
     "output": {"dir": ((str,), "runs/sample"), "plots": ((bool,), True), "per_rank_samples": ((bool,), False),
                "draws": ((str, lambda v: None if v in draws.FORMATS else f"must be one of {', '.join(draws.FORMATS)}"), "npz")},

@@ -158,3 +158,36 @@ def test_a_gradient_of_another_dtype_is_refused_by_every_sampler(name, dtype):
     assert calls == []  # no step was made with it
     with pytest.raises(InputError, match="compute_gradient"):
         CastGradient(dtype).gradient(torch.randn(6, 2))
+
+
+class _NoneGradient(ebmcore.EnergyModel):
+    event_shape = (2,)
+
+    def compute_energy(self, x):
+        return x.square().sum(1)
+
+    def compute_gradient(self, x, create_graph=False):
+        return None
+
+
+class _Detached(ebmcore.EnergyModel):
+    event_shape = (2,)
+
+    def compute_energy(self, x):
+        return x.detach().square().sum(1)
+
+
+@pytest.mark.parametrize("name", ["mala", "hmc", "nuts", "tempering"])
+def test_a_gradient_of_none_or_without_a_graph_is_named_by_every_sampler(name):
+    """Issue 40: an AttributeError ('NoneType' has no attribute 'detach') and autograd's 'element 0 of tensors does
+    not require grad'."""
+    with pytest.raises(InputError, match=r"_NoneGradient's gradient is a NoneType"):
+        SAMPLERS[name](_NoneGradient()).sample(torch.randn(6, 2), 2)
+    with pytest.raises(InputError, match=r"_Detached\.compute_energy\(x\) has no autograd graph.*x\.detach\(\)"):
+        SAMPLERS[name](_Detached()).sample(torch.randn(6, 2), 2)
+
+
+@pytest.mark.parametrize("name", SAMPLERS)
+def test_a_callback_that_is_not_callable_is_refused_before_the_first_step(name):
+    with pytest.raises(InputError, match=r"callback must be a function callback\(step_index, state, info\) or None, got int 42"):
+        SAMPLERS[name](Net("(n, 2)")).sample(torch.randn(6, 2), 2, callback=42)
