@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, settings  # noqa: E402
 
 import ebmcore.config  # noqa: E402
 from ebmcore import plugins  # noqa: E402
+from ebmcore.testing.plugins import hide_environment_plugins  # noqa: E402
 
 pytest_plugins = ["ebmcore.testing.fixtures"]
 
@@ -32,7 +33,8 @@ CACHE_LOCATIONS = ("EBM_CUDA_CACHE",)
 
 @pytest.fixture(autouse=True)
 def clean_ebm_state(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory):
-    """No EBM_* variables but :data:`CACHE_LOCATIONS`, an empty working directory, a fresh plugin session and config.
+    """No EBM_* variables but :data:`CACHE_LOCATIONS`, no third-party plugin of the environment (only ebm's own and
+    those a test installs: ``hide_environment_plugins``), an empty working directory, a fresh plugin session and config.
 
     ``EBM_CUDA_CACHE`` is kept: a build of the CUDA kernels carried to a GPU machine and named by it (docs/cuda.md) is
     then used by every test process, not rebuilt with nvcc (minutes, issue 38). A test that needs another cache sets
@@ -41,6 +43,7 @@ def clean_ebm_state(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.Te
     for name in list(os.environ):
         if name.startswith("EBM_") and name not in CACHE_LOCATIONS:
             monkeypatch.delenv(name)
+    hide_environment_plugins(monkeypatch)  # what a user installed beside ebm (docs/plugins.md's example) changes no test
     monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
     ebmcore.config._config = None
     plugins.reset()

@@ -42,3 +42,37 @@ def test_a_test_sees_where_the_cuda_build_cache_is(seen):
 
 def test_a_test_sees_no_variable_that_changes_what_ebm_does(seen):
     assert set(seen) <= {"EBM_CUDA_CACHE"}, seen  # EBM_BACKEND and EBM_CUDA_HOST_LIBRARY are cleared
+
+
+def test_a_third_party_plugin_of_the_environment_is_hidden_and_one_a_test_installs_is_not(tmp_path, monkeypatch, capsys):
+    """Following docs/plugins.md installs its example plugin beside ebm; the tests that compare what ebm prints with the
+    docs then failed (8 of them). The autouse fixture hides what site-packages holds beyond ebm's own plugins
+    (``hide_environment_plugins``); a distribution a test installs elsewhere stays visible. Here a folder stands in for
+    site-packages."""
+    import ebmcore
+    from ebmcore import cli, plugins
+    from ebmcore.testing import installed_distribution
+    from ebmcore.testing import plugins as testing_plugins
+
+    site, elsewhere = tmp_path / "site-packages", tmp_path / "target"
+    monkeypatch.setattr(testing_plugins, "_site_packages", lambda: frozenset({site.resolve()}))
+    plugin = """
+        import ebmcore
+        from ebm_samplers import LangevinSampler
+
+        @ebmcore.hookimpl
+        def ebm_register_samplers(registry):
+            registry.register_sampler("{name}", LangevinSampler)
+        """
+    with installed_distribution(site, "users-plugin", "1.0", {"users": "users_plugin"},
+                                {"users_plugin.py": plugin.format(name="users_sampler")}, commands={}), \
+            installed_distribution(elsewhere, "tests-plugin", "2.0", {"tests": "tests_plugin"},
+                                   {"tests_plugin.py": plugin.format(name="tests_sampler")}, commands={}):
+        assert testing_plugins.environment_plugins() == {"users-plugin"}
+        plugins.reset()  # the autouse fixture's filter asks where each distribution lies at every look-up
+        assert "tests_sampler" in ebmcore.registry.names("sampler")
+        assert "users_sampler" not in ebmcore.registry.names("sampler")
+        assert cli.main(["--version"]) == 0
+        version = capsys.readouterr().out
+        assert "tests-plugin 2.0" in version and "users-plugin" not in version
+    plugins.reset()

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib.metadata
+import site
 import sys
 import textwrap
 from contextlib import contextmanager
@@ -12,9 +15,9 @@ from typing import Any, Iterator, Mapping
 from ebmcore import plugins
 from ebmcore.commands import ENTRY_POINT_GROUP as COMMANDS_GROUP
 from ebmcore.config import get_config
-from ebmcore.components import Provider
+from ebmcore.components import FIRST_PARTY_DISTRIBUTIONS, Provider
 
-__all__ = ["isolated_plugins", "installed_distribution"]
+__all__ = ["isolated_plugins", "installed_distribution", "environment_plugins", "hide_environment_plugins"]
 
 
 @contextmanager
@@ -82,3 +85,42 @@ def installed_distribution(
         for mod in set(sys.modules) - before:
             if mod.split(".")[0] in top:
                 del sys.modules[mod]
+
+
+_ENTRY_POINTS = importlib.metadata.entry_points  # as installed, whatever a test patches
+
+
+@functools.lru_cache(maxsize=1)
+def _site_packages() -> frozenset[Path]:
+    return frozenset(Path(p).resolve() for p in [*site.getsitepackages(), site.getusersitepackages()])
+
+
+def _from_environment(dist: Any) -> bool:
+    """Whether ``dist`` is a third-party distribution installed in this Python's site-packages."""
+    return dist is not None and dist.name not in FIRST_PARTY_DISTRIBUTIONS and \
+        Path(dist.locate_file("")).resolve() in _site_packages()
+
+
+def environment_plugins() -> frozenset[str]:
+    """The distributions installed in this Python's site-packages that plug into ebmcore (entry points of the groups
+    ``ebmcore`` or ``ebmcore.commands``) and are not ebm's own: what a user installed beside ebm, such as the plugin
+    guide's example."""
+    return frozenset(ep.dist.name for group in (plugins.ENTRY_POINT_GROUP, COMMANDS_GROUP)
+                     for ep in _ENTRY_POINTS(group=group) if _from_environment(ep.dist))
+
+
+def hide_environment_plugins(monkeypatch: Any) -> None:
+    """``importlib.metadata.entry_points`` of the ebmcore groups without the entry points of
+    :func:`environment_plugins`, for the rest of the test (``monkeypatch``: pytest's): tests that compare what ebm
+    prints with what the docs show then do not depend on which third-party plugins the environment holds, while the
+    distributions a test installs itself (:func:`installed_distribution`, a ``pip install --target`` folder: not
+    site-packages) stay visible, even under the same name."""
+    real = importlib.metadata.entry_points
+
+    def entry_points(**params: Any) -> Any:
+        found = real(**params)
+        if params.get("group") not in (plugins.ENTRY_POINT_GROUP, COMMANDS_GROUP):
+            return found
+        return type(found)(ep for ep in found if not _from_environment(ep.dist))
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
