@@ -79,7 +79,7 @@ class Checks:
 
 class Side:
     """A backend's kernels (``.kernels[name].fn``), each called inside ``context()``: with ``--emulated``,
-    ``ops.cuda_emulation`` (the emulated CUDA build), else nothing."""
+    ``testing.cuda_emulation`` (the emulated CUDA build), else nothing."""
 
     def __init__(self, backend: Any, context: Callable[[], ContextManager]) -> None:
         def inside(fn: Callable) -> Callable:
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     sanitizer = args.sizes in ("memcheck", "racecheck") or bool(args.emulated)
     no_gpu = args.dry or bool(args.emulated)
 
-    from ebm_cuda import library, ops
+    from ebm_cuda import analytic_ops, dispatch, library, philox, testing
     from ebm_cuda.backends import CudaBackend, HostBackend
     from ebm_cuda.testing import assert_chains_close, assert_most_chains_close
     from ebmcore.kernels.ops import sample_inputs
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             super().call(name, *args)
 
     emulated = Recorded(args.emulated) if args.emulated else None
-    on_gpu = (lambda: ops.cuda_emulation(emulated)) if emulated else contextlib.nullcontext
+    on_gpu = (lambda: testing.cuda_emulation(emulated)) if emulated else contextlib.nullcontext
     if not no_gpu:
         def load() -> None:
             why = library.cuda_unavailable_reason()
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
                 notes.append(f"d={d}: {apart} NUTS chains with the same tree picked another state")
         return "; ".join(notes)
 
-    for name in ops.KINDS:
+    for name in analytic_ops.KINDS:
         for dtype in sizes.dtypes:
             checks.run(f"{name} {str(dtype).removeprefix('torch.')}: energy, gradient, langevin, hmc, nuts vs host, d in {list(sizes.dims)}",
                        lambda name=name, dtype=dtype: energy_checks(name, dtype))
@@ -205,13 +205,13 @@ def main(argv: list[str] | None = None) -> int:
             b = host.kernels["langevin_step"].fn(x, g, z, 0.05, hv)
             close(a, b, 1e-6 if dtype == torch.float32 else torch.finfo(dtype).eps * 4, f"langevin_step {dtype}")
         with on_gpu():
-            a = ops.normal(70 * n + 1, 9, 3, 2**35 + 7, device=dev)
-        close(a, ops.normal(70 * n + 1, 9, 3, 2**35 + 7), 1e-6, "normal")
+            a = philox.normal(70 * n + 1, 9, 3, 2**35 + 7, device=dev)
+        close(a, philox.normal(70 * n + 1, 9, 3, 2**35 + 7), 1e-6, "normal")
         gen = torch.Generator().manual_seed(0)
         counters, keys = torch.randint(0, 2**32, (n, 4), generator=gen), torch.randint(0, 2**32, (n, 2), generator=gen)
         with on_gpu():
-            a = ops.philox4x32(counters.to(dev), keys.to(dev))
-        assert torch.equal(a.cpu(), ops.philox4x32(counters, keys)), "philox"
+            a = philox.philox4x32(counters.to(dev), keys.to(dev))
+        assert torch.equal(a.cpu(), philox.philox4x32(counters, keys)), "philox"
 
     checks.run("langevin_step_philox, langevin_step, normal, philox vs host", steps)
 
@@ -268,13 +268,13 @@ def main(argv: list[str] | None = None) -> int:
         f(xs, m, p, **kw), step(xs, g, 0.01, 0.1, 5, 1)  # warm-up outside the capture
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
-        sync, ops._SYNC = ops._SYNC, False  # EBM_CUDA_SYNC=1 would synchronize inside the capture
+        sync, dispatch._SYNC = dispatch._SYNC, False  # EBM_CUDA_SYNC=1 would synchronize inside the capture
         try:
             with torch.cuda.graph(graph):
                 out = f(xs, m, p, **kw)
                 out2 = step(out, g, 0.01, 0.1, 5, 1)
         finally:
-            ops._SYNC = sync
+            dispatch._SYNC = sync
         graph.replay()
         torch.cuda.synchronize()
         want = f(x, m, p, **kw)
@@ -313,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
         for x in (torch.zeros(4, 65, device=dev), torch.zeros(4, 3, device=dev, dtype=torch.float64)):
             try:
                 with on_gpu():
-                    ops.langevin_chain(x, 1, None, None, 1.0, 0.0, 1, 0.1, 0.1, None, None, 0, 0)
+                    analytic_ops.langevin_chain(x, 1, None, None, 1.0, 0.0, 1, 0.1, 0.1, None, None, 0, 0)
             except refused:
                 continue
             raise AssertionError(f"a {tuple(x.shape)} {x.dtype} state was not refused")

@@ -2,8 +2,8 @@
 """What dispatching through ``torch.ops.ebm_cuda`` costs on the CPU: one step of the Gaussian Langevin chain (1,000 chains,
 dim 10, the host build) called three ways, interleaved, median of ``--rounds`` rounds of ``--calls`` calls each:
 
-- ``direct``: the implementation (``ebm_cuda.ops._langevin_chain``) as a Python call;
-- ``library``: ``ebm_cuda.ops.call`` -> ``torch.ops.ebm_cuda.langevin_chain`` (``torch.library.Library``), what ebm runs;
+- ``direct``: the implementation (``ebm_cuda.analytic_ops._langevin_chain``) as a Python call;
+- ``library``: ``ebm_cuda.dispatch.call`` -> ``torch.ops.ebm_cuda.langevin_chain`` (``torch.library.Library``), what ebm runs;
 - ``custom_op``: the same implementation wrapped by ``torch.library.custom_op`` (how the ops were defined before).
 
     .venv/bin/python benchmarks/op_dispatch.py [--json PATH]
@@ -21,7 +21,7 @@ import torch
 
 import ebmcore
 import ebm_cuda.plugin  # noqa: F401  (registers the ops)
-from ebm_cuda import ops
+from ebm_cuda import analytic_ops, dispatch
 from ebm_cuda.energies import LAYOUTS
 
 
@@ -36,9 +36,10 @@ def main() -> None:
     layout = LAYOUTS["gaussian"]
     inputs = (torch.randn(1000, 10, generator=torch.Generator().manual_seed(0)), layout.code,
               *layout.unpack(*energy.kernel_args()), 1, 0.01, 0.1414, None, None, 7, 0)
-    wrapped = torch.library.custom_op("ebm_dispatch_benchmark::langevin_chain", ops._langevin_chain, mutates_args=())
-    ways = {"direct": ops._langevin_chain, "library": lambda *a: ops.call("langevin_chain", *a), "custom_op": wrapped}
-    reference = ops._langevin_chain(*inputs)
+    wrapped = torch.library.custom_op("ebm_dispatch_benchmark::langevin_chain", analytic_ops._langevin_chain, mutates_args=())
+    ways = {"direct": analytic_ops._langevin_chain, "library": lambda *a: dispatch.call("langevin_chain", *a),
+            "custom_op": wrapped}
+    reference = analytic_ops._langevin_chain(*inputs)
     for fn in ways.values():
         assert torch.equal(fn(*inputs), reference)  # the same bits every way
     times: dict[str, list[float]] = {name: [] for name in ways}

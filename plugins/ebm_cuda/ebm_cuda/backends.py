@@ -34,10 +34,11 @@ from torch import Tensor
 from ebmcore.energies.program import ConvStack, FeedForward
 from ebmcore.kernels import torch_backend
 from ebmcore.kernels.base import Kernel, KernelBackend
-from ebm_cuda import library, ops, triton_chains
+from ebm_cuda import library, network_ops, triton_chains
 from ebm_cuda.energies import LAYOUTS
 from ebm_cuda.activations import activation_code, activation_refusal
-from ebm_cuda.ops import MAX_CUDA_CHAIN_DIM, call
+from ebm_cuda.analytic_ops import MAX_CUDA_CHAIN_DIM
+from ebm_cuda.dispatch import call
 
 __all__ = ["CudaBackend", "HostBackend", "TritonBackend", "CUDA_DTYPES", "HOST_DTYPES", "CUDA_PER_OP_SLOWER"]
 
@@ -140,7 +141,7 @@ def _network_refusal(network: FeedForward) -> str | None:
 
 
 def _layers(network: FeedForward) -> tuple[list[Tensor], list[Tensor | None], list[int], float]:
-    """A feed-forward program as the ``ebm_cuda.ops`` network arguments: weights, biases, activation codes, sign."""
+    """A feed-forward program as the ``ebm_cuda.network_ops`` network arguments: weights, biases, activation codes, sign."""
     layers = network.layers
     return ([layer.linear.weight for layer in layers], [layer.linear.bias for layer in layers],
             [activation_code(layer.activation) for layer in network.hidden], float(network.sign))
@@ -176,27 +177,27 @@ def conv_langevin_chain(x: Tensor, stack: ConvStack, *, n_steps: int, step_size:
 def feedforward_denoising_score_matching(x: Tensor, target: Tensor, scale: Tensor | None,
                                          network: FeedForward) -> tuple[Tensor, list[Tensor], list[Tensor | None]]:
     """``(1/2n) Σᵣ |aᵣ∇E(xᵣ) − bᵣ|²`` of the feed-forward energy ``network`` with its weight and bias gradients
-    (``ebm_cuda.ops.feedforward_denoising_score_matching``); ``x``, ``target``: ``(n, d)`` float32, ``scale``: ``(n,)`` or None."""
-    return ops.feedforward_denoising_score_matching(x, target, scale, *_layers(network))
+    (``ebm_cuda.network_ops.feedforward_denoising_score_matching``); ``x``, ``target``: ``(n, d)`` float32, ``scale``: ``(n,)`` or None."""
+    return network_ops.feedforward_denoising_score_matching(x, target, scale, *_layers(network))
 
 
 def feedforward_sliced_score_matching(x: Tensor, v: Tensor, network: FeedForward) -> tuple[Tensor, list[Tensor], list[Tensor | None]]:
     """``(1/n) Σᵣ ½(vᵣᵀ∇E(xᵣ))² − vᵣᵀ∇²E(xᵣ)vᵣ`` of the feed-forward energy ``network`` with its weight and bias
-    gradients (``ebm_cuda.ops.feedforward_sliced_score_matching``); ``x``, ``v``: ``(n, d)`` float32."""
-    return ops.feedforward_sliced_score_matching(x, v, *_layers(network))
+    gradients (``ebm_cuda.network_ops.feedforward_sliced_score_matching``); ``x``, ``v``: ``(n, d)`` float32."""
+    return network_ops.feedforward_sliced_score_matching(x, v, *_layers(network))
 
 
 def feedforward_energy_gradients(x: Tensor, a: Tensor, b: Tensor | None,
                                  network: FeedForward) -> tuple[Tensor, list[Tensor], list[Tensor | None]]:
     """``E(x)`` and ``Σᵣ (aᵣ + bᵣE(xᵣ)) ∂E(xᵣ)/∂θ`` for the weights and biases of the feed-forward energy ``network``
-    (``ebm_cuda.ops.feedforward_energy_gradients``); ``x: (n, d)``, ``a``, ``b``: ``(n,)`` float32."""
-    return ops.feedforward_energy_gradients(x, a, b, *_layers(network))
+    (``ebm_cuda.network_ops.feedforward_energy_gradients``); ``x: (n, d)``, ``a``, ``b``: ``(n,)`` float32."""
+    return network_ops.feedforward_energy_gradients(x, a, b, *_layers(network))
 
 
 def feedforward_contrastive_chain(x: Tensor, network: FeedForward, *, n_steps: int, step_size: Any, noise_scale: Any, seed: int,
                                   offset: int, start: tuple[Any, Any], end: tuple[Any, Any]) -> tuple[Any, ...]:
     """``feedforward_langevin_chain``'s moves with ``feedforward_energy_gradients`` at the starts and the ends, in one
-    launch (``ebm_cuda.ops.feedforward_contrastive_chain``); ``start``, ``end``: ``(a, b)``, floats or ``(n,)``
+    launch (``ebm_cuda.network_ops.feedforward_contrastive_chain``); ``start``, ``end``: ``(a, b)``, floats or ``(n,)``
     (``b`` None: zero). Returns ``(x', E(x), E(x'), loss Σ aE + ½bE², weight grads, bias grads)``."""
     h, hv = _scalar_or_vector(step_size)
     s, sv = _scalar_or_vector(noise_scale)
@@ -204,7 +205,7 @@ def feedforward_contrastive_chain(x: Tensor, network: FeedForward, *, n_steps: i
     def vector(c: Any) -> Tensor | None:  # a number (or 0-d tensor) for every chain, or (n,) as it is
         return c if c is None or (isinstance(c, Tensor) and c.dim() > 0) else x.new_full(x.shape[:1], float(c))
 
-    return ops.feedforward_contrastive_chain(
+    return network_ops.feedforward_contrastive_chain(
         x, (vector(start[0]), vector(start[1])), (vector(end[0]), vector(end[1])), *_layers(network), n_steps, h, s, hv, sv,
         seed, offset)
 

@@ -215,7 +215,7 @@ def emulated_cuda_command(out: Path | str, sanitizer: str = "address", cxx: str 
 def build_cuda_emulated(sanitizer: str = "address") -> Path:
     """``kernels.cu`` built for the host under ``sanitizer`` (:func:`emulated_cuda_command`), compiled now if not
     cached (about 25 s for ``address``, 6 s for ``thread``). Load it as ``Library(path, "cuda")`` in a process with
-    :func:`sanitizer_environment`, and run the ops on CPU tensors with it inside :func:`ebm_cuda.ops.cuda_emulation`
+    :func:`sanitizer_environment`, and run the ops on CPU tensors with it inside :func:`ebm_cuda.testing.cuda_emulation`
     (``benchmarks/gpu_check_kernels.py --emulated PATH``)."""
     return _build(f"libebm_cuda-emulated-{sanitizer}", "kernels.cu", lambda out: emulated_cuda_command(out, sanitizer),
                   _cpu_identity())

@@ -5,20 +5,25 @@ is no GPU, and fails where a GPU is present but the CUDA kernels cannot run on i
 build failed), so that a broken build on a GPU machine is never a green, all-skipped run.
 :func:`assert_chains_close` compares two runs of the same chains, counting chains that diverged in
 both runs as equal. :func:`bf16_products_pass` is what the Triton kernels compute with bfloat16 products, in torch.
+:func:`cuda_emulation` runs the ops' CUDA path without a GPU: on CPU tensors, with ``kernels.cu`` built for the host.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
+if TYPE_CHECKING:
+    from ebm_cuda.library import Library
+
 __all__ = ["gpu_absent_reason", "cuda_test_reason", "require_cuda_kernels", "assert_chains_close", "run_triton_child",
-           "bf16_products_pass"]
+           "bf16_products_pass", "cuda_emulation"]
 
 
 def gpu_absent_reason() -> str | None:
@@ -142,3 +147,18 @@ def bf16_products_pass(net: torch.nn.Sequential, sign: float, x: torch.Tensor) -
     for l in range(len(hidden) - 1, 0, -1):
         es.insert(0, (r(es[0]) @ r(hidden[l][0].weight)) * derivatives[l - 1])
     return r(es[0]) @ r(hidden[0][0].weight), inputs[:-1], es
+
+
+@contextlib.contextmanager
+def cuda_emulation(lib: Library) -> Iterator[None]:
+    """Inside, the ops run CPU tensors on ``lib``, ``kernels.cu`` built for the host (``build.build_cuda_emulated()``,
+    loaded as ``Library(path, "cuda")``), as they run CUDA tensors on the CUDA build (its workspaces, no stream: its
+    launches return when done), instead of on the host build: how the tests run the ``.cu`` file without a GPU
+    (``benchmarks/gpu_check_kernels.py --emulated``)."""
+    from ebm_cuda.dispatch import _EMULATED
+
+    token = _EMULATED.set(lib)
+    try:
+        yield
+    finally:
+        _EMULATED.reset(token)

@@ -52,7 +52,7 @@ from torch import Tensor
 from ebmcore.energies import feedforward
 from ebmcore.energies.program import ActivationKind, FeedForward
 from ebmcore.errors import InputError
-from ebm_cuda import ops
+from ebm_cuda.dispatch import _op
 from ebm_cuda.kernel_report import ptxas_report
 
 __all__ = ["ACTIVATIONS", "MAX_HIDDEN", "MAX_WIDTH", "DTYPES", "MIN_COMPUTE_CAPABILITY", "TRITON_VERSION", "PRECISIONS",
@@ -372,8 +372,8 @@ def _triton_contrastive_chain(x: Tensor, tensors: list[Tensor], padded: list[int
     return result, energies, partials.sum(0)
 
 
-_LANGEVIN_OP = ops._op("triton_langevin_chain", _triton_langevin_chain, mutates_args=("out",))
-_CONTRASTIVE_OP = ops._op("triton_contrastive_chain", _triton_contrastive_chain)
+_LANGEVIN_OP = _op("triton_langevin_chain", _triton_langevin_chain, mutates_args=("out",))
+_CONTRASTIVE_OP = _op("triton_contrastive_chain", _triton_contrastive_chain)
 
 
 @torch.library.register_fake("ebm_cuda::triton_langevin_chain")

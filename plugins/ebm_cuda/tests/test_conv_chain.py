@@ -9,7 +9,7 @@ import torch
 
 from ebmcore.errors import InputError
 from ebmcore.kernels.fused import FUSED_OPS
-from ebm_cuda import ops, reference
+from ebm_cuda import dispatch, library, network_ops, reference
 from ebm_cuda.backends import conv_langevin_chain
 from ebm_losses import ConvEnergy, PersistentContrastiveDivergence
 from ebm_samplers import LangevinSampler
@@ -110,28 +110,30 @@ def test_the_op_checks_its_arguments():
     w = [torch.randn(4, 2, 3, 3), torch.randn(1, 4)]
     b = [torch.randn(4), torch.randn(1)]
     with pytest.raises(InputError, match=r"x must be \(n, C, H, W\)"):
-        ops._conv_langevin_chain(x.flatten(1), w, b, [1], 0, 1.0, 1, 0.1, 0.1, None, None, 0, 0)
+        network_ops._conv_langevin_chain(x.flatten(1), w, b, [1], 0, 1.0, 1, 0.1, 0.1, None, None, 0, 0)
     with pytest.raises(InputError, match=r"weights\[0\] of shape \(4, 3, 3, 3\) does not follow 2 channels"):
-        ops._conv_langevin_chain(x, [torch.randn(4, 3, 3, 3), w[1]], b, [1], 0, 1.0, 1, 0.1, 0.1, None, None, 0, 0)
+        network_ops._conv_langevin_chain(x, [torch.randn(4, 3, 3, 3), w[1]], b, [1], 0, 1.0, 1, 0.1, 0.1, None, None, 0, 0)
     with pytest.raises(InputError, match="into one output"):
-        ops._conv_langevin_chain(x, [w[0], torch.randn(2, 4)], b, [1], 0, 1.0, 1, 0.1, 0.1, None, None, 0, 0)
+        network_ops._conv_langevin_chain(x, [w[0], torch.randn(2, 4)], b, [1], 0, 1.0, 1, 0.1, 0.1, None, None, 0, 0)
     with pytest.raises(InputError, match="one stride per convolution"):
-        ops._conv_langevin_chain(x, w, b, [], 0, 1.0, 1, 0.1, 0.1, None, None, 0, 0)
+        network_ops._conv_langevin_chain(x, w, b, [], 0, 1.0, 1, 0.1, 0.1, None, None, 0, 0)
     with pytest.raises(InputError, match="float32 states on the CPU only"):
-        ops._conv_langevin_chain(x.double(), w, b, [1], 0, 1.0, 1, 0.1, 0.1, None, None, 0, 0)
-    with pytest.raises(ops.library.KernelError, match="unknown activation code"):
-        ops._conv_langevin_chain(x, w, b, [1], 9, 1.0, 1, 0.1, 0.1, None, None, 0, 0)
-    with pytest.raises(ops.library.KernelError, match="strides must be >= 1"):
-        ops._conv_langevin_chain(x, w, b, [0], 0, 1.0, 1, 0.1, 0.1, None, None, 0, 0)
-    assert torch.equal(ops._conv_langevin_chain(x, w, b, [1], 0, 1.0, 0, 0.1, 0.1, None, None, 0, 0), x)
+        network_ops._conv_langevin_chain(x.double(), w, b, [1], 0, 1.0, 1, 0.1, 0.1, None, None, 0, 0)
+    with pytest.raises(InputError, match=r"conv_langevin_chain: the host build runs it, on CPU tensors only; got tensors on meta"):
+        network_ops._conv_langevin_chain(x, [w[0].to("meta"), w[1]], b, [1], 0, 1.0, 1, 0.1, 0.1, None, None, 0, 0)
+    with pytest.raises(library.KernelError, match="unknown activation code"):
+        network_ops._conv_langevin_chain(x, w, b, [1], 9, 1.0, 1, 0.1, 0.1, None, None, 0, 0)
+    with pytest.raises(library.KernelError, match="strides must be >= 1"):
+        network_ops._conv_langevin_chain(x, w, b, [0], 0, 1.0, 1, 0.1, 0.1, None, None, 0, 0)
+    assert torch.equal(network_ops._conv_langevin_chain(x, w, b, [1], 0, 1.0, 0, 0.1, 0.1, None, None, 0, 0), x)
 
 
 def test_the_persistent_cd_step_of_the_digits_configuration_runs_the_chain(monkeypatch):
     """One step of ``train_digits.toml`` (PCD, Langevin h = 10, σ = 0.005, energy regularisation) on the conv energy:
     the chains run in the kernel, and the loss and every parameter's gradient are finite."""
     calls = []
-    kernel = ops._OPS["conv_langevin_chain"]  # the op every call goes through
-    monkeypatch.setitem(ops._OPS, "conv_langevin_chain", lambda *args: calls.append(args[6]) or kernel(*args))
+    kernel = dispatch._OPS["conv_langevin_chain"]  # the op every call goes through
+    monkeypatch.setitem(dispatch._OPS, "conv_langevin_chain", lambda *args: calls.append(args[6]) or kernel(*args))
     energy = ConvEnergy(widths=(32, 64), seed=0)
     loss = PersistentContrastiveDivergence("langevin", 20, sampler_options={"step_size": 10.0, "noise_scale": 0.005},
                                            buffer_size=200, reinit_fraction=0.05, regularization=0.1)

@@ -19,7 +19,7 @@ from ebmcore.energies import feedforward
 from ebmcore.energies.base import closed_form_program
 from ebmcore.kernels.fused import FUSED_OPS
 from ebmcore.errors import InputError
-from ebm_cuda import ops, reference
+from ebm_cuda import library, network_ops, reference
 from ebm_cuda.activations import ACTIVATION_CODES
 from ebmcore.energies.program import ActivationKind
 from ebm_cuda.backends import feedforward_langevin_chain
@@ -154,16 +154,41 @@ def test_the_op_checks_its_arguments():
     w = [torch.randn(4, 3), torch.randn(1, 4)]
     b = [None, None]
     with pytest.raises(InputError, match=r"weights\[0\] of shape \(4, 2\) does not follow width 3"):
-        ops._feedforward_langevin_chain(x, [torch.randn(4, 2), w[1]], b, [0], 1.0, 1, 0.01, 0.1, None, None, 0, 0)
+        network_ops._feedforward_langevin_chain(x, [torch.randn(4, 2), w[1]], b, [0], 1.0, 1, 0.01, 0.1, None, None, 0, 0)
     with pytest.raises(InputError, match="into one output"):
-        ops._feedforward_langevin_chain(x, [w[0], torch.randn(2, 4)], b, [0], 1.0, 1, 0.01, 0.1, None, None, 0, 0)
+        network_ops._feedforward_langevin_chain(x, [w[0], torch.randn(2, 4)], b, [0], 1.0, 1, 0.01, 0.1, None, None, 0, 0)
     with pytest.raises(InputError, match="one activation per hidden layer"):
-        ops._feedforward_langevin_chain(x, w, b, [], 1.0, 1, 0.01, 0.1, None, None, 0, 0)
+        network_ops._feedforward_langevin_chain(x, w, b, [], 1.0, 1, 0.01, 0.1, None, None, 0, 0)
     with pytest.raises(InputError, match="float32 states on the CPU only"):
-        ops._feedforward_langevin_chain(x.double(), w, b, [0], 1.0, 1, 0.01, 0.1, None, None, 0, 0)
-    with pytest.raises(ops.library.KernelError, match="unknown activation code"):
-        ops._feedforward_langevin_chain(x, w, b, [9], 1.0, 1, 0.01, 0.1, None, None, 0, 0)
-    assert torch.equal(ops._feedforward_langevin_chain(x, w, b, [0], 1.0, 0, 0.01, 0.1, None, None, 0, 0), x)
+        network_ops._feedforward_langevin_chain(x.double(), w, b, [0], 1.0, 1, 0.01, 0.1, None, None, 0, 0)
+    with pytest.raises(library.KernelError, match="unknown activation code"):
+        network_ops._feedforward_langevin_chain(x, w, b, [9], 1.0, 1, 0.01, 0.1, None, None, 0, 0)
+    assert torch.equal(network_ops._feedforward_langevin_chain(x, w, b, [0], 1.0, 0, 0.01, 0.1, None, None, 0, 0), x)
+
+
+def test_a_network_off_the_cpu_is_refused_by_the_host_only_ops_with_the_fix():
+    """The network ops have no CUDA build: their implementation, what ``torch.ops.ebm_cuda.<op>`` runs for CPU and CUDA
+    tensors (CPU states with a CUDA weight dispatch to it), hands every pointer to the host build, which reads them
+    from the CPU. A weight or bias on another device is refused by name, with the fix, before the host build sees
+    it: here ``meta`` tensors (no memory at all) stand in for CUDA ones, which this machine may not have."""
+    x, ones = torch.randn(5, 3), torch.ones(5)
+    w, b = [torch.randn(4, 3), torch.randn(1, 4)], [torch.randn(4), torch.randn(1)]
+    runs = {
+        "feedforward_langevin_chain": lambda w, b: network_ops._feedforward_langevin_chain(
+            x, w, b, [0], 1.0, 2, 0.01, 0.1, None, None, 0, 0),
+        "feedforward_energy_gradients": lambda w, b: network_ops._feedforward_energy_gradients_host(x, ones, None, w, b, [0], 1.0),
+        "feedforward_contrastive_chain": lambda w, b: network_ops._feedforward_contrastive_chain_host(
+            x, (ones, None), (ones, None), w, b, [0], 1.0, 2, 0.01, 0.1, None, None, 0, 0),
+        "feedforward_denoising_score_matching": lambda w, b: network_ops._feedforward_denoising_score_matching_host(
+            x, x, None, w, b, [0], 1.0),
+        "feedforward_sliced_score_matching": lambda w, b: network_ops._feedforward_sliced_score_matching_host(x, x, w, b, [0], 1.0),
+    }
+    for name, run in runs.items():
+        run(w, b)  # all on the CPU: it runs
+        for weights, biases in (([w[0].to("meta"), w[1]], b), (w, [b[0], b[1].to("meta")])):
+            with pytest.raises(InputError, match=rf"^ebm_cuda\.{name}: the host build runs it, on CPU tensors only; got "
+                                                 r"tensors on meta\. Move the tensors .* to the CPU, or on a GPU select"):
+                run(weights, biases)
 
 
 @pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
@@ -182,7 +207,7 @@ def test_the_denoising_loss_and_its_gradients_equal_autograds(activation, d, wid
     expected = 0.5 * (residual * residual).sum(1).mean()
     expected.backward()
     linears, weights, biases, codes = _linears_and_codes(net, activation, widths)
-    value, grad_w, grad_b = ops.feedforward_denoising_score_matching(x.float(), b.float(), None if a is None else a.float(),
+    value, grad_w, grad_b = network_ops.feedforward_denoising_score_matching(x.float(), b.float(), None if a is None else a.float(),
                                                                      weights, biases, codes, sign)
     torch.testing.assert_close(value.double(), expected.detach(), rtol=2e-6, atol=1e-7)
     _assert_layer_gradients(linears, grad_w, grad_b, output_bias=False)
@@ -192,11 +217,11 @@ def test_the_denoising_kernel_checks_its_arguments():
     x = torch.randn(8, 3)
     w, b = [torch.randn(4, 3), torch.randn(1, 4)], [torch.randn(4), None]
     with pytest.raises(InputError, match=r"biases\[0\] of shape \(5,\) does not fit"):
-        ops.feedforward_denoising_score_matching(x, x, None, w, [torch.randn(5), None], [0], 1.0)
+        network_ops.feedforward_denoising_score_matching(x, x, None, w, [torch.randn(5), None], [0], 1.0)
     with pytest.raises(InputError, match="target must have the shape of x"):
-        ops.feedforward_denoising_score_matching(x, x[:, :2], None, w, b, [0], 1.0)
+        network_ops.feedforward_denoising_score_matching(x, x[:, :2], None, w, b, [0], 1.0)
     with pytest.raises(InputError, match=r"scale must have shape \(n_chains,\)"):
-        ops.feedforward_denoising_score_matching(x, x, torch.ones(3), w, b, [0], 1.0)
+        network_ops.feedforward_denoising_score_matching(x, x, torch.ones(3), w, b, [0], 1.0)
 
 
 @pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
@@ -216,7 +241,7 @@ def test_the_sliced_loss_and_its_gradients_equal_autograds(activation, d, widths
     expected = (0.5 * gv * gv - (hv * v).sum(1)).mean()
     expected.backward()
     linears, weights, biases, codes = _linears_and_codes(net, activation, widths)
-    value, grad_w, grad_b = ops.feedforward_sliced_score_matching(x.float(), v.float(), weights, biases, codes, sign)
+    value, grad_w, grad_b = network_ops.feedforward_sliced_score_matching(x.float(), v.float(), weights, biases, codes, sign)
     torch.testing.assert_close(value.double(), expected.detach(), rtol=1e-5, atol=1e-6)
     _assert_layer_gradients(linears, grad_w, grad_b, output_bias=False)
 
@@ -241,7 +266,7 @@ def test_the_energies_and_their_weighted_gradient_equal_autograds(activation, d,
     energies = sign * net(x).squeeze(-1)
     (a * energies + (0.5 * b * energies ** 2 if quadratic else 0)).sum().backward()
     linears, weights, biases, codes = _linears_and_codes(net, activation, widths)
-    got, grad_w, grad_b = ops.feedforward_energy_gradients(x.float(), a.float(), None if b is None else b.float(), weights, biases,
+    got, grad_w, grad_b = network_ops.feedforward_energy_gradients(x.float(), a.float(), None if b is None else b.float(), weights, biases,
                                                            codes, sign)
     torch.testing.assert_close(got.double(), energies.detach(), rtol=1e-5, atol=1e-6)
     _assert_layer_gradients(linears, grad_w, grad_b, output_bias=True)
@@ -268,9 +293,9 @@ def test_the_contrastive_chain_moves_as_the_chain_and_its_gradient_equals_autogr
     h0, s0 = (0.0, 0.0) if per_chain else (h, s)
     linears, weights, biases, codes = _linears_and_codes(net, activation, widths)
     steps = 1 if len(widths) == 1 else 4  # one step: the only move is the one that reuses the starts' pass
-    out, e0, e1, loss, grad_w, grad_b = ops.feedforward_contrastive_chain(x, (a0, b0), (a1, b1), weights, biases, codes, sign,
+    out, e0, e1, loss, grad_w, grad_b = network_ops.feedforward_contrastive_chain(x, (a0, b0), (a1, b1), weights, biases, codes, sign,
                                                                           steps, h0, s0, hv, sv, 11, 3)
-    assert torch.equal(out, ops._feedforward_langevin_chain(x, weights, biases, codes, sign, steps, h0, s0, hv, sv, 11, 3))
+    assert torch.equal(out, network_ops._feedforward_langevin_chain(x, weights, biases, codes, sign, steps, h0, s0, hv, sv, 11, 3))
     net64 = _network(d, widths, activation, bias=bias).double()
     net64.load_state_dict(net.state_dict())
     linears64 = [m for m in net64 if isinstance(m, nn.Linear)]
@@ -290,13 +315,13 @@ def test_the_contrastive_chain_checks_its_arguments():
     w, b = [torch.randn(4, 3), torch.randn(1, 4)], [None, None]
     ones = torch.ones(8)
     with pytest.raises(InputError, match="n_steps must be >= 1"):
-        ops.feedforward_contrastive_chain(x, (ones, None), (ones, None), w, b, [0], 1.0, 0, 0.01, 0.1, None, None, 0, 0)
+        network_ops.feedforward_contrastive_chain(x, (ones, None), (ones, None), w, b, [0], 1.0, 0, 0.01, 0.1, None, None, 0, 0)
     with pytest.raises(InputError, match=r"end\[1\] must have shape \(n_chains,\) = \(8,\)"):
-        ops.feedforward_contrastive_chain(x, (ones, None), (ones, torch.ones(7)), w, b, [0], 1.0, 2, 0.01, 0.1, None, None, 0, 0)
+        network_ops.feedforward_contrastive_chain(x, (ones, None), (ones, torch.ones(7)), w, b, [0], 1.0, 2, 0.01, 0.1, None, None, 0, 0)
     with pytest.raises(InputError, match="float32 states on the CPU only"):
-        ops.feedforward_contrastive_chain(x.double(), (ones, None), (ones, None), w, b, [0], 1.0, 2, 0.01, 0.1, None, None, 0, 0)
+        network_ops.feedforward_contrastive_chain(x.double(), (ones, None), (ones, None), w, b, [0], 1.0, 2, 0.01, 0.1, None, None, 0, 0)
     with pytest.raises(InputError, match="seed and offset"):
-        ops.feedforward_contrastive_chain(x, (ones, None), (ones, None), w, b, [0], 1.0, 2, 0.01, 0.1, None, None, -1, 0)
+        network_ops.feedforward_contrastive_chain(x, (ones, None), (ones, None), w, b, [0], 1.0, 2, 0.01, 0.1, None, None, -1, 0)
 
 
 @pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
@@ -307,16 +332,16 @@ def test_a_nan_row_gives_a_nan_energy_and_loss_as_in_torch(activation):
     x = torch.randn(40, 2, generator=torch.Generator().manual_seed(5))
     x[9, 0] = float("nan")
     _, weights, biases, codes = _linears_and_codes(net, activation, [64, 64])
-    energies, _, _ = ops.feedforward_energy_gradients(x, torch.ones(40), None, weights, biases, codes, 1.0)
+    energies, _, _ = network_ops.feedforward_energy_gradients(x, torch.ones(40), None, weights, biases, codes, 1.0)
     assert torch.isnan(energies[9]) and torch.isfinite(energies[torch.arange(40) != 9]).all()
     # the score-matching losses see x through ∇E only, which under ReLU depends on x through its mask alone (a
     # NaN falls on the zero side, in torch's threshold_backward too): NaN for the smooth activations only
-    loss, _, _ = ops.feedforward_denoising_score_matching(x, torch.zeros(40, 2), None, weights, biases, codes, 1.0)
+    loss, _, _ = network_ops.feedforward_denoising_score_matching(x, torch.zeros(40, 2), None, weights, biases, codes, 1.0)
     assert bool(torch.isnan(loss)) == (activation != "relu")
-    loss, _, _ = ops.feedforward_sliced_score_matching(x, torch.ones(40, 2), weights, biases, codes, 1.0)
+    loss, _, _ = network_ops.feedforward_sliced_score_matching(x, torch.ones(40, 2), weights, biases, codes, 1.0)
     assert bool(torch.isnan(loss)) == (activation != "relu")
     c = (torch.full((40,), 0.025), None)
-    out, e0, e1, loss, grad_w, _ = ops.feedforward_contrastive_chain(x, c, c, weights, biases, codes, 1.0, 2, 0.01, 0.1, None,
+    out, e0, e1, loss, grad_w, _ = network_ops.feedforward_contrastive_chain(x, c, c, weights, biases, codes, 1.0, 2, 0.01, 0.1, None,
                                                                      None, 0, 0)
     assert torch.isnan(e0[9]) and torch.isnan(loss) and torch.isnan(grad_w[-1]).any()  # NaN, never a finite loss
     assert torch.isfinite(out[torch.arange(40) != 9]).all() and torch.isfinite(e1[torch.arange(40) != 9]).all()
@@ -362,8 +387,8 @@ def test_contrastive_divergence_takes_its_gradient_from_the_chain_that_draws_its
     ``feedforward_contrastive_chain`` call: the negatives are the sampler's own (``advance``, to the bit), and the loss
     and its gradient are the formula's on them, by autograd in float64."""
     calls = []
-    real = ops.feedforward_contrastive_chain
-    monkeypatch.setattr(ops, "feedforward_contrastive_chain", lambda *args: calls.append(1) or real(*args))
+    real = network_ops.feedforward_contrastive_chain
+    monkeypatch.setattr(network_ops, "feedforward_contrastive_chain", lambda *args: calls.append(1) or real(*args))
     energy = Net(_network(2, [64, 64], "silu"))
     data = torch.randn(200, 2, generator=torch.Generator().manual_seed(5))
     loss = ebmcore.registry.get("loss", "contrastive_divergence")(n_steps=5, sampler_options={"step_size": 0.01},
@@ -404,8 +429,8 @@ def test_contrastive_divergence_takes_the_contrastive_op_only_from_the_backend_w
                 ebmcore.Kernel("feedforward_langevin_chain", other_chain, ("cpu",), (torch.float32,), None, 20)]))
 
     calls = []
-    real = ops.feedforward_contrastive_chain
-    monkeypatch.setattr(ops, "feedforward_contrastive_chain", lambda *args: calls.append(1) or real(*args))
+    real = network_ops.feedforward_contrastive_chain
+    monkeypatch.setattr(network_ops, "feedforward_contrastive_chain", lambda *args: calls.append(1) or real(*args))
     energy = Net(_network(2, [16, 16], "silu"))
     data = torch.randn(40, 2, generator=torch.Generator().manual_seed(5))
     with isolated_plugins(("chain_only", Chain()), autoload=True):
@@ -468,7 +493,7 @@ CD_FALLBACKS = {  # a CD whose negatives or gradient must not come from the cont
 def test_contrastive_divergence_keeps_its_other_paths_where_the_chain_must_not_compute_its_gradient(name, monkeypatch):
     """Persistent chains, a clipped gradient, the per-step loop and overridden negatives or advance: no
     ``feedforward_contrastive_chain``; the loss is still the formula on the negatives it drew, gradient included."""
-    monkeypatch.setattr(ops, "feedforward_contrastive_chain", lambda *args: pytest.fail("the contrastive chain ran"))
+    monkeypatch.setattr(network_ops, "feedforward_contrastive_chain", lambda *args: pytest.fail("the contrastive chain ran"))
     energy = Net(_network(2, [16, 16], "silu"))
     data = torch.randn(64, 2, generator=torch.Generator().manual_seed(6))
     loss = CD_FALLBACKS[name]()
@@ -551,8 +576,8 @@ def test_the_loss_kernels_give_the_same_bits_for_the_same_thread_count():
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(4)
-        runs = [ops.feedforward_sliced_score_matching(x, v, W, B, [0, 0], 1.0) for _ in range(6)]
-        chains = [ops.feedforward_contrastive_chain(x, c, c, W, B, [0, 0], 1.0, 3, 0.01, 0.1, None, None, 5, 0) for _ in range(4)]
+        runs = [network_ops.feedforward_sliced_score_matching(x, v, W, B, [0, 0], 1.0) for _ in range(6)]
+        chains = [network_ops.feedforward_contrastive_chain(x, c, c, W, B, [0, 0], 1.0, 3, 0.01, 0.1, None, None, 5, 0) for _ in range(4)]
     finally:
         torch.set_num_threads(threads)
     for value, grad_w, _ in runs[1:]:

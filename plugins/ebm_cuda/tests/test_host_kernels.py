@@ -168,6 +168,24 @@ def test_every_custom_op_passes_torch_library_opcheck():
         assert len(through_op) == len(eager) and all(torch.equal(a, b) for a, b in zip(through_op, eager)), name
 
 
+def test_ops_gathers_each_public_name_from_the_one_module_that_defines_it():
+    """``ebm_cuda.ops`` is what users and the docs import: each name of its ``__all__`` is the object of the one module
+    that holds it (the shared dispatch, the analytic energies' ops, the network ops, the stream, the tests' helpers).
+    The package itself imports those modules, not ``ops``: loading the backends leaves it unloaded."""
+    import subprocess
+    import sys
+
+    from ebm_cuda import analytic_ops, dispatch, network_ops, philox, testing
+
+    for name in ops.__all__:
+        homes = [m for m in (analytic_ops, dispatch, network_ops, philox, testing) if name in m.__all__]
+        assert len(homes) == 1 and getattr(ops, name) is getattr(homes[0], name), name
+    loaded = subprocess.run([sys.executable, "-c", "import sys, ebm_cuda.backends, ebm_cuda.plugin; "
+                             "print(sorted(m for m in sys.modules if m in ('ebm_cuda.ops', 'ebm_cuda.testing')))"],
+                            capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"
+
+
 def _tensors(out) -> list:
     """An op's outputs flattened: a tensor, or tuples and lists of them."""
     return [t for part in out for t in _tensors(part)] if isinstance(out, (tuple, list)) else [out]

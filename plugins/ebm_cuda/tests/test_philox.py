@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from ebmcore.errors import InputError
 from ebm_cuda import ops, reference
 
 # Random123's kat_vectors for philox4x32 with 10 rounds: (counter, key, output).
@@ -48,3 +49,13 @@ def test_uniform_matches_reference():
     u = ops.uniform(1000, seed=99, step=12)
     assert torch.equal(u, reference.uniform(1000, 99, 12))
     assert 0 <= u.min() and u.max() < 1
+
+
+def test_the_host_build_never_reads_tensors_off_the_cpu():
+    """Where no CUDA build runs them, the stream's tensors go to the host build, which reads them from the CPU: tensors
+    on another device (``meta`` here: no memory) are refused by name instead."""
+    counters = torch.zeros(3, 4, dtype=torch.int64, device="meta")
+    with pytest.raises(InputError, match=r"ebm_cuda\.philox4x32: the host build runs it, on CPU tensors only; got tensors on meta"):
+        ops.philox4x32(counters, counters[:, :2])
+    with pytest.raises(InputError, match=r"ebm_cuda\.normal: the host build runs it, on CPU tensors only; got tensors on meta"):
+        ops.normal(3, 4, seed=0, step=0, device="meta")
