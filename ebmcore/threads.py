@@ -1,4 +1,5 @@
-"""How many torch threads a job runs with: as configured, or as many cores as no other process keeps busy."""
+"""How many threads a job runs with: as configured, or as many cores as no other process keeps busy; torch's pools
+and those of the numerical libraries loaded beside it (numpy's OpenBLAS or MKL, OpenMP: ``threadpoolctl``) alike."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 from typing import Iterator
 
 import torch
+from threadpoolctl import threadpool_limits
 
 __all__ = ["free_cores", "job_threads"]
 
@@ -27,12 +29,15 @@ def free_cores() -> int:
 
 @contextlib.contextmanager
 def job_threads(threads: int) -> Iterator[int]:
-    """Within the block, torch runs ``threads`` intra-op threads (0: :func:`free_cores`, capped at torch's default);
-    torch's setting before the block is restored after it. Yields the number used."""
+    """Within the block, torch runs ``threads`` intra-op threads (0: :func:`free_cores`, capped at torch's default),
+    and so do the BLAS and OpenMP pools of the libraries loaded in the process (numpy's OpenBLAS, scipy's, MKL:
+    ``threadpoolctl.threadpool_limits``); every setting before the block is restored after it. Yields the number
+    used."""
     before = torch.get_num_threads()
     n = threads or min(before, free_cores())
     torch.set_num_threads(n)
     try:
-        yield n
+        with threadpool_limits(limits=n):
+            yield n
     finally:
         torch.set_num_threads(before)

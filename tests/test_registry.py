@@ -170,3 +170,14 @@ def test_getting_started_lists_every_dependency_of_every_package():
         row = next(line for line in page.splitlines() if line.startswith(f"| `{project['name']}` "))
         for requirement in project["dependencies"]:
             assert f"`{re.sub(r';.*', '', requirement).strip()}`" in row, f"{project['name']}: {requirement}"
+
+
+def test_the_readme_names_every_runtime_dependency_of_every_package():
+    """Issue 40: the README's list lacked tqdm."""
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    first_party = {"ebmcore", "ebm-samplers", "ebm-losses", "ebm-cuda"}
+    for pyproject in [root / "pyproject.toml", *sorted((root / "plugins").glob("*/pyproject.toml"))]:
+        for requirement in tomllib.loads(pyproject.read_text())["project"]["dependencies"]:
+            name = re.match(r"[A-Za-z0-9_.-]+", requirement).group(0)
+            assert name in first_party or f"`{name}`" in readme, f"README.md does not name {name} ({pyproject})"

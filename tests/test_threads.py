@@ -49,3 +49,21 @@ def test_a_thread_count_past_the_limit_is_a_config_error_naming_it(value):
     assert max_threads() == 4 * os.cpu_count()
     assert f"must be at most {max_threads()}" in thread_count(value)
     assert thread_count(max_threads()) is None and thread_count(0) is None and "must be >= 0" in thread_count(-1)
+
+
+def test_job_threads_sets_and_restores_the_blas_pools_too():
+    """Issue 40: --threads set torch's pools only; numpy's OpenBLAS (or MKL) kept one thread per core."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    import numpy as np
+
+    np.ones((2, 2)) @ np.ones((2, 2))  # numpy's BLAS is loaded
+    blas = lambda: [pool["num_threads"] for pool in threadpoolctl.threadpool_info() if pool["user_api"] == "blas"]  # noqa: E731
+    assert blas(), "no BLAS library loaded"
+    with threadpoolctl.threadpool_limits(limits=3, user_api="blas"):
+        before = blas()
+        with threads.job_threads(1):
+            assert set(blas()) == {1}
+        assert blas() == before
+        with threads.job_threads(2):
+            assert set(blas()) == {2}
+        assert blas() == before

@@ -72,7 +72,8 @@ def ais_log_likelihood(energy: EnergyModel, train: Tensor, test: Tensor, *, n_ch
     is at least ``min_ess_fraction`` of the chains (below it the delta-method error is itself unreliable), and a
     second AIS run with ``check_temperatures`` temperatures (default half as many; 0: no second run) agrees within
     the combined errors (:func:`ebm_losses.likelihood.compare`, which warns when it does not; the record is in
-    ``warnings``). Neither check can see a mode that no chain visits: with one, both pass and ``reliable`` is True
+    ``warnings``). A failed ESS check adds a record to ``warnings`` too (``quantity``, ``effective_sample_size``,
+    ``threshold``, ``message``: why, and what to raise). Neither check can see a mode that no chain visits: with one, both pass and ``reliable`` is True
     for a ``log Z`` that is too low (:class:`ebm_samplers.AISResult`); only another estimate (the grid of 2-d runs)
     catches it."""
     from ebm_samplers.ais import estimate_log_z
@@ -98,6 +99,16 @@ def ais_log_likelihood(energy: EnergyModel, train: Tensor, test: Tensor, *, n_ch
     checks: dict[str, Any] = {"ess": {"effective_sample_size": result.effective_sample_size, "threshold": threshold,
                                       "passed": result.effective_sample_size >= threshold}}
     records = []
+    if not checks["ess"]["passed"]:
+        ess = result.effective_sample_size
+        records.append({
+            "quantity": "held-out log-likelihood by AIS", "effective_sample_size": ess, "threshold": threshold,
+            "message": (f"held-out log-likelihood by AIS: not reliable, the importance weights' effective sample size "
+                        f"is {ess:.1f} of {n_chains} chains (at least {threshold:g} needed): a few chains carry all "
+                        "the weight, so the estimate and its standard error are both unreliable (log Z is likely too "
+                        "low). Raise [output] ais_chains and ais_temperatures, or anneal from a base closer to the "
+                        "model (an energy with a fitted Gaussian base, as gaussian_residual in ebm train "
+                        "digits_density).")})
     k = n_temperatures // 2 if check_temperatures is None else check_temperatures
     if k:
         second = run(k)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import logging
 import math
 import os
@@ -83,25 +84,51 @@ def bundled_config_path(name: str) -> Path | None:
     return path if name.isidentifier() and path.is_file() else None
 
 
+def bundled_config_names() -> list[str]:
+    """The names ``ebm train NAME`` takes: the bundled ``configs/train_<name>.toml`` files, sorted."""
+    folder = Path(str(resources.files("ebm_losses") / "configs"))
+    return sorted(p.name.removeprefix("train_").removesuffix(".toml") for p in folder.glob("train_*.toml"))
+
+
+def _missing_config(path: str) -> ConfigError:
+    """The error for a ``CONFIG`` that is neither a file nor a bundled name: the bundled names, and the closest."""
+    names = bundled_config_names()
+    close = difflib.get_close_matches(Path(path).stem.removeprefix("train_"), names, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    return ConfigError(f"{path}: no such configuration file, nor a bundled configuration of that name.{hint} "
+                       f"The bundled configurations (ebm train NAME): {', '.join(names)}.")
+
+
 def load_config(path: str | Path | None, overrides: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Read and validate a training configuration: a file, the name of a bundled one (``digits``), or the bundled
     default without ``path``."""
-    if path and not Path(path).exists() and bundled_config_path(str(path)) is not None:
+    if path and not Path(path).exists():
+        if bundled_config_path(str(path)) is None:
+            raise _missing_config(str(path))
         path = bundled_config_path(str(path))
     path = Path(path) if path else default_config_path()
     config = load_job_config(path, SCHEMA, overrides)
-    # everything that can be checked is checked now, before any work or any file is written
-    parse_device(config["train"]["device"], f"{path} [train] device")
-    try:
-        Watchdog.from_config(config["train"]["watchdog"])
-    except InputError as exc:
-        raise ConfigError(f"{path} [train] watchdog: {exc}") from None
+    # everything that can be checked is checked now, before any work or any file is written; the data first (the
+    # first thing to fix, e.g. for `ebm train cifar10` on a CPU machine: the download, then the device)
     dataset = config["data"]["dataset"]
+    missing = None
     if dataset not in datasets.DATASETS and dataset != images.DIGITS and not Path(dataset).exists():
         hint = (f" It is CIFAR-10's binary version: download cifar-10-binary.tar.gz from {images.CIFAR_URL}, unpack it in "
                 f"the folder you run from (tar xzf cifar-10-binary.tar.gz), or set [data] dataset to the path of its "
                 f"{images.CIFAR_FOLDER} folder." if Path(dataset).name == images.CIFAR_FOLDER or dataset.endswith(".bin") else "")
-        raise ConfigError(f"{path} [data] dataset: no such file {dataset!r}.{hint}")
+        missing = f"{path} [data] dataset: no such file {dataset!r}.{hint}"
+    try:
+        parse_device(config["train"]["device"], f"{path} [train] device")
+    except ConfigError as exc:
+        if missing is not None:
+            raise ConfigError(f"{missing} Then: {exc}") from None
+        raise
+    if missing is not None:
+        raise ConfigError(missing)
+    try:
+        Watchdog.from_config(config["train"]["watchdog"])
+    except InputError as exc:
+        raise ConfigError(f"{path} [train] watchdog: {exc}") from None
     built = {}
     for table, kind, key in (("model", "energy", "energy"), ("loss", "loss", "name")):
         factory = registry.get(kind, config[table][key])
@@ -272,6 +299,7 @@ def _run(config: dict[str, Any], out: Path, resume: bool, quiet: bool, main: boo
     history = trainer.history
     why_not = plotting.unavailable() if config["output"]["plots"] else None
     plots = config["output"]["plots"] and why_not is None
+    metrics["plots_skipped"] = None if plots else (why_not or "[output] plots = false")
     if why_not is not None and not quiet:
         log.info("plots skipped: %s", why_not)
     if plots:
@@ -439,7 +467,8 @@ def summary(metrics: dict[str, Any], out: Path) -> str:
         *_baseline_lines(metrics),
         *_watchdog_lines(metrics.get("watchdog")),
         f"  model: {out / 'model.pt'} (sample it with [energy] model = \"{out / 'model.pt'}\")",
-        f"  metrics: {out / 'metrics.json'}; plots in {out}",
+        f"  metrics: {out / 'metrics.json'}" + (f" (no plots: {skipped})" if (skipped := metrics.get("plots_skipped"))
+                                                 else f"; plots in {out}"),
     ])
 
 
@@ -466,8 +495,9 @@ def _watchdog_lines(report: dict[str, Any] | None) -> list[str]:
 
 def add_command(subparsers: Any) -> None:
     p = subparsers.add_parser("train", help=COMMANDS["train"])
-    p.add_argument("config", nargs="?", help="a TOML configuration, or 'digits' for the bundled image run "
-                                             "(default: the bundled train_default.toml)")
+    p.add_argument("config", nargs="?", help="a TOML configuration, or the name of a bundled one: "
+                                             f"{', '.join(bundled_config_names())} (default: the bundled "
+                                             "train_default.toml)")
     p.add_argument("--out", help="run directory (default: [output] dir)")
     p.add_argument("--device", help="torch device, e.g. cpu or cuda:0 (default: [train] device)")
     p.add_argument("--backend", help='kernel backend selection, e.g. "torch"')

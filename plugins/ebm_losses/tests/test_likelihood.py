@@ -149,3 +149,24 @@ def test_ais_at_two_temperature_counts_that_disagree_is_unreliable_and_warns():
     exact = float(torch.distributions.MultivariateNormal(torch.full((2,), 4.0), 0.04 * torch.eye(2)).log_prob(test).mean())
     assert abs(report["test_log_likelihood"] - exact) < 4 * report["standard_error"] + 1e-2
     assert report["warnings"][0]["quantity"] == "held-out log-likelihood by AIS"
+
+
+def test_ais_whose_effective_sample_size_fails_its_check_records_a_warning_that_names_the_fix(tmp_path):
+    """Issue 40: digits_eqm's AIS was "not reliable: effective sample size 1 of 128 chains" with an empty ``warnings``.
+    Two temperatures from the data's Gaussian fit (around 0) to exp(−E) = N((4, 4), 0.2² I): a few chains carry all
+    the weight; the failed check is a record of ``warnings`` saying why and what to raise, and a summary line."""
+    from ebm_losses.train_job import summary
+
+    train, test = _two_d()
+    energy = GaussianEnergy(torch.full((2,), 4.0), covariance=0.04 * torch.eye(2))
+    ais = ais_log_likelihood(energy, train, test, n_chains=128, n_temperatures=2, seed=0, check_temperatures=0)
+    assert ais["checks"]["ess"]["passed"] is False and ais["reliable"] is False
+    (record,) = ais["warnings"]
+    assert record["effective_sample_size"] < record["threshold"] == 12.8
+    assert "not reliable" in record["message"] and "ais_chains and ais_temperatures" in record["message"]
+    assert "a base closer to the model" in record["message"]
+    metrics = {"held_out_nll": None, "ais": ais, "steps": 1, "final_loss": 0.0, "wall_time_s": 1.0,
+               "throughput_samples_per_s": None}
+    metrics.update(held_out_report(energy, train, test, 0.0, False, metrics))
+    assert metrics["warnings"] == [record]
+    assert f"  warning: {record['message']}" in summary(metrics, tmp_path).splitlines()

@@ -221,3 +221,47 @@ def test_the_train_transcripts_of_cli_md_print_what_ebm_prints(tmp_path, monkeyp
             printed = captured.err + captured.out
         printed, shown = same_estimates(printed, shown)
         assert timing.sub(r"trained to step \1", printed) == timing.sub(r"trained to step \1", shown), command
+
+
+def test_a_misspelt_bundled_configuration_lists_them_with_the_closest(capsys):
+    """Issue 40: `ebm train digits_dms` answered only "no such configuration file."."""
+    from ebm_losses.train_job import bundled_config_names
+
+    names = bundled_config_names()
+    assert {"default", "digits", "digits_dsm", "digits_eqm", "digits_density", "cifar10"} <= set(names)
+    assert main(["train", "digits_dms"]) == 2
+    err = capsys.readouterr().err
+    assert "digits_dms: no such configuration file, nor a bundled configuration of that name." in err
+    assert "Did you mean 'digits_dsm'?" in err and f"(ebm train NAME): {', '.join(names)}." in err
+    assert main(["train", "nosuch.toml"]) == 2
+    err = capsys.readouterr().err
+    assert "Did you mean" not in err and ", ".join(names) in err
+
+
+def test_the_help_of_ebm_train_lists_the_bundled_configurations(capsys, monkeypatch):
+    from ebm_losses.train_job import bundled_config_names
+
+    monkeypatch.setenv("COLUMNS", "1000")
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    assert f"the name of a bundled one: {', '.join(bundled_config_names())} (default" in capsys.readouterr().out
+
+
+def test_without_the_data_and_without_cuda_the_data_is_named_first(tmp_path, monkeypatch, capsys):
+    """Issue 40: `ebm train cifar10` on a CPU machine complained first about CUDA, not the missing download."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["train", "cifar10"]) == 2
+    err = capsys.readouterr().err
+    data, device = err.find("[data] dataset: no such file 'cifar-10-batches-bin'"), err.find("[train] device")
+    assert 0 < data < device and "download cifar-10-binary.tar.gz" in err and "Then: " in err
+
+
+def test_the_summary_names_plots_only_when_they_were_written(tmp_path, capsys):
+    cfg = _config(tmp_path, SMALL.replace("n_model_samples = 300", "n_model_samples = 0\nplots = false\nais_chains = 0"))
+    out = tmp_path / "run"
+    assert main(["train", str(cfg), "--out", str(out), "--quiet"]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last == f"  metrics: {out / 'metrics.json'} (no plots: [output] plots = false)"
+    assert json.loads((out / "metrics.json").read_text())["plots_skipped"] == "[output] plots = false"
+    assert not list(out.glob("*.png"))

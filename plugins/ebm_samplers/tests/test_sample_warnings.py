@@ -30,12 +30,57 @@ def test_each_warning_at_its_threshold_and_only_there(change, starts):
     assert line.startswith(starts)
 
 
-@pytest.mark.parametrize("fix", ["parallel_tempering", "run more steps", "lower the step size", "reparametrise the energy"])
+@pytest.mark.parametrize("fix", ["run longer", "run more steps", "lower the step size", "reparametrise the energy"])
 def test_every_warning_names_a_fix(fix):
     bad = {"n_chains": 4, "r_hat_max": 2.0, "ess_bulk_min": 3.0, "ess_tail_min": 3.0, "divergences": 5,
            "ebfmi_min": 0.1, "ebfmi_low_chains": 1}
     lines = run_report.warnings(bad)
     assert len(lines) == 4 and any(fix in line for line in lines)
+
+
+BAD = {"n_chains": 1000, "r_hat_max": 3.6, "ess_bulk_min": 3.0, "ess_tail_min": 3.0, "draws_std_max": 1.0}
+
+
+@pytest.mark.parametrize("sampler", ["langevin", "mala", "hmc", "nuts", "parallel_tempering", "annealed_langevin", None])
+def test_the_fix_never_names_the_sampler_that_ran_nor_tempering_without_modes(sampler):
+    """Issue 40: a NUTS run was told to use "MALA or NUTS"; a unimodal target was told to use parallel tempering."""
+    lines = run_report.warnings({**BAD, "sampler": sampler} if sampler else BAD)
+    assert len(lines) == 2
+    for line in lines:
+        fix = line.split("; ", 1)[1]
+        assert "parallel_tempering" not in fix or sampler == "parallel_tempering", line
+        if sampler in ("langevin", "mala", "hmc", "nuts"):
+            assert f"{sampler.upper()} or" not in fix and f"use {sampler.upper()}" not in fix, line
+            assert f"rather than {'unadjusted Langevin' if sampler == 'langevin' else sampler.upper()}" in fix or sampler == "nuts"
+    if sampler in ("mala", "hmc"):
+        assert all("NUTS" in line for line in lines) and "mass matrix" in lines[0]
+    if sampler == "nuts":
+        assert all("NUTS" not in line.split("; ", 1)[1] for line in lines) and "longer warm-up" in lines[0]
+
+
+def test_a_high_r_hat_with_a_tiny_step_size_calls_for_nuts_and_its_mass_matrix():
+    """Issue 40: MALA adapted a step size of 0.00083 and left R-hat at 3.6 on a unimodal target; NUTS with its
+    mass-matrix adaptation and a longer warm-up fixed it (R-hat 1.016)."""
+    (line, _) = run_report.warnings({**BAD, "sampler": "mala", "step_size": 0.00083})
+    assert "the step size 0.00083 moves about 0.041 per step against the draws' spread 1" in line
+    assert 'NUTS with its mass-matrix adaptation and a longer warm-up (name = "nuts", warmup = 1000' in line
+    assert "parallel_tempering" not in line
+    assert "step size" not in run_report.warnings({**BAD, "sampler": "mala", "step_size": 0.5})[0]  # not tiny
+
+
+def test_tempering_is_named_when_the_chains_means_fall_in_separate_groups():
+    g = torch.Generator().manual_seed(0)
+    stuck = torch.cat([torch.randn(100, 20, 2, generator=g) * 0.3 - 2, torch.randn(100, 20, 2, generator=g) * 0.3 + 2], 1)
+    crawling = torch.randn(1, 40, 2, generator=g) + 0.01 * torch.randn(100, 40, 2, generator=g).cumsum(0)
+    s = {"n_steps": 100, "burn_in": 0, "name": "mala"}
+    two = run_report.metrics(stuck[-1], stuck, s, 1.0, 0.6, 0)
+    one = run_report.metrics(crawling[-1], crawling, s, 1.0, 0.6, 0)
+    assert two["mode_groups"]["sizes"] == [20, 20] and one["mode_groups"] is None and two["sampler"] == "mala"
+    (line, *_) = run_report.warnings({**two, "r_hat_max": 2.0})
+    assert "their means fall in separate groups (20 and 20 chains" in line and "use parallel_tempering" in line
+    (line, *_) = run_report.warnings({**one, "r_hat_max": 2.0})
+    assert "parallel_tempering" not in line and "NUTS rather than MALA" in line
+    assert run_report.mode_groups(torch.randn(8, 2, generator=g) * 5) is None  # too few chains to tell
 
 
 def test_a_streamed_run_and_missing_diagnostics_warn_of_nothing():
