@@ -1,9 +1,11 @@
-"""Warm-up adaptation: dual-averaging step size (Nesterov 2009; Hoffman & Gelman 2014) and a diagonal
-mass matrix from Welford's running variance, in Stan's windows. Every chain adapts on its own draws; with
+"""Warm-up adaptation: dual-averaging step size (Nesterov 2009; Hoffman & Gelman 2014) and a mass matrix
+(a diagonal one from Welford's running variance; with ``metric="dense"`` or ``"low_rank"`` one from Welford's
+running covariance) in Stan's windows. Every chain adapts on its own draws; with
 ``pooled`` the chains then share the median chain's step size and variances (robust to chains that have not
 met yet), otherwise each keeps its own.
 
-Step-level components (``DualAveraging``, ``WelfordVariance``, ``stan_windows``) let a custom loop
+Step-level components (``DualAveraging``, ``WelfordVariance``, ``WelfordCovariance``, ``stan_windows``,
+:func:`regularize_covariance`, :func:`low_rank_inverse_mass`) let a custom loop
 adapt; :func:`warmup` runs the whole thing for any ``ebm_samplers`` sampler that reports an acceptance
 statistic (MALA, HMC, NUTS) and returns new ``Params``.
 """
@@ -21,9 +23,13 @@ from torch import Tensor
 
 from ebmcore.errors import InputError
 from ebmcore.sampler import check_run_arguments
-from ebm_samplers.params import as_inverse_mass, with_fields
+from ebm_samplers.params import InverseMass, as_inverse_mass, event_size, with_fields
 
-__all__ = ["DualAveraging", "WelfordVariance", "stan_windows", "WarmupResult", "warmup", "cannot_warm_up"]
+__all__ = ["DualAveraging", "WelfordVariance", "WelfordCovariance", "regularize_covariance", "low_rank_inverse_mass",
+           "METRICS", "check_metric", "stan_windows", "WarmupResult", "warmup", "cannot_warm_up"]
+
+METRICS = ("diag", "dense", "low_rank")
+"""The metrics :func:`warmup` adapts: a diagonal ``M⁻¹`` (the default), a dense one, or diagonal plus rank ``k``."""
 
 
 class DualAveraging:
@@ -121,6 +127,76 @@ class WelfordVariance:
         return var
 
 
+class WelfordCovariance:
+    """Running within-chain covariance of draws ``x: (n_chains, *event_shape)`` over the flattened event ``(d,)``.
+
+    Every chain is centred on its own running mean and the chains' scatter matrices are summed: the average of the
+    chains' own covariances, what Stan computes from one chain, pooled over chains. Unlike the covariance of all
+    draws pooled, it leaves out the spread between chains' means (chains that have not met yet); for mixed chains
+    the two agree. Memory ``O(n_chains·d + d²)``; each update costs ``O(n_chains·d²)`` with no host sync.
+    """
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every draw (a new adaptation window)."""
+        self.steps = 0
+        self.mean: Tensor | None = None  # (n_chains, d)
+        self.m2: Tensor | None = None  # (d, d)
+
+    @property
+    def count(self) -> int:
+        """The number of draws recorded: steps × chains."""
+        return 0 if self.mean is None else self.steps * self.mean.shape[0]
+
+    def update(self, x: Tensor) -> None:
+        """Add one draw per chain, ``x: (n_chains, *event_shape)`` (computed in float64)."""
+        x = x.detach().flatten(1).to(torch.float64)
+        self.steps += 1
+        if self.mean is None:
+            self.mean, self.m2 = x.clone(), x.new_zeros(x.shape[1], x.shape[1])
+            return
+        delta = x - self.mean
+        self.mean.add_(delta, alpha=1.0 / self.steps)
+        self.m2.addmm_(delta.T, delta, alpha=1.0 - 1.0 / self.steps)  # Σ_chains (x − mean_old)(x − mean_new)ᵀ
+
+    def covariance(self, regularize: bool = True) -> Tensor:
+        """The within-chain sample covariance ``(d, d)`` (divisor ``n_chains·(steps − 1)``); with ``regularize``,
+        Stan's shrinkage toward the identity (:func:`regularize_covariance`, ``n`` = :attr:`count`)."""
+        if self.mean is None:
+            raise InputError("WelfordCovariance needs draws before a covariance can be computed.")
+        cov = self.m2 / max(self.mean.shape[0] * (self.steps - 1), 1)
+        return regularize_covariance(cov, self.count) if regularize else cov
+
+
+def regularize_covariance(covariance: Tensor, n: int) -> Tensor:
+    """Stan's regularised covariance estimate from ``n`` draws: ``Σ̂ = (n/(n+5))·S + 1e-3·(5/(n+5))·I``
+    (Stan's ``covar_adaptation::learn_covariance``, stan/mcmc/covar_adaptation.hpp), ``S: (d, d)``, symmetrised."""
+    shrunk = (covariance + covariance.T).mul_(0.5 * n / (n + 5.0))
+    shrunk.diagonal().add_(1e-3 * (5.0 / (n + 5.0)))
+    return shrunk
+
+
+def low_rank_inverse_mass(covariance: Tensor, rank: int, diagonal: Tensor | None = None) -> InverseMass:
+    """The diagonal-plus-rank-``k`` metric of a covariance ``Σ: (d, d)``: ``M⁻¹ = D + D^½·V·diag(γ − 1)·Vᵀ·D^½`` with
+    ``(γ, V)`` the ``rank`` largest eigenpairs of the scaled covariance ``D^(−½)·Σ·D^(−½)``; ``diagonal`` ``D: (d,)``
+    defaults to ``diag(Σ)`` (the scaled covariance is then the correlation matrix). Exact when ``Σ − D`` has rank
+    ``≤ rank`` and is positive semi-definite. Costs one ``O(d³)`` eigendecomposition."""
+    _check_rank(rank, covariance.shape[-1])
+    scale = (covariance.diagonal() if diagonal is None else diagonal).double().sqrt()
+    gamma, vectors = torch.linalg.eigh(covariance.double() / scale[:, None] / scale[None, :])  # ascending
+    gamma, vectors = gamma[-rank:], vectors[:, -rank:]
+    dtype = covariance.dtype
+    return InverseMass.low_rank((scale**2).to(dtype), (vectors * scale[:, None]).to(dtype), (gamma - 1).to(dtype))
+
+
+def _check_rank(rank: Any, d: int) -> None:
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 1 <= rank <= d - 1:
+        raise InputError(f"metric='low_rank' needs rank, an integer in [1, d − 1] = [1, {d - 1}] for d = {d}, got {rank!r}; "
+                         "use metric='dense' for the full covariance.")
+
+
 def stan_windows(n_warmup: int, *, init_buffer: int = 75, term_buffer: int = 50, base_window: int = 25) -> list[tuple[int, int]]:
     """Stan's slow adaptation windows ``[(start, end), ...]`` (mass-matrix updates at each ``end``),
     after a fast initial buffer and before a fast terminal buffer; windows double in length.
@@ -147,14 +223,16 @@ def stan_windows(n_warmup: int, *, init_buffer: int = 75, term_buffer: int = 50,
 class WarmupResult:
     """What :func:`warmup` returns: the final states ``x``; ``params``, the sampler's params with the tuned
     ``step_size`` (float if pooled, ``(n_chains,)`` otherwise) and ``inv_mass`` (when adapted) put in; the
-    same two as ``step_size`` and ``inv_mass`` (None if not adapted); and the mean acceptance statistic of
-    the last 50 warm-up steps."""
+    same two as ``step_size`` and ``inv_mass`` (None if not adapted; with ``metric="dense"`` or ``"low_rank"`` the
+    mapping of :meth:`~ebm_samplers.InverseMass.tensors`, which ``sample(inv_mass=...)`` takes); the mean acceptance
+    statistic of the last 50 warm-up steps; and the ``metric`` adapted."""
 
     x: Tensor
     params: Any
     step_size: float | Tensor
-    inv_mass: Tensor | None
+    inv_mass: Tensor | dict[str, Tensor] | None
     acceptance: float
+    metric: str = "diag"
 
     @property
     def tunables(self) -> dict[str, Any]:
@@ -180,8 +258,9 @@ def cannot_warm_up(sampler: Any) -> str | None:
 
 
 def warmup(sampler: Any, x0: Tensor, n_warmup: int = 500, *, target_accept: float = 0.8, adapt_step_size: bool = True,
-           adapt_mass: bool | None = None, pooled: bool = True, generator: torch.Generator | None = None) -> WarmupResult:
-    """Adapt ``sampler``'s step size (and diagonal inverse mass) over ``n_warmup`` steps from ``x0``.
+           adapt_mass: bool | None = None, pooled: bool = True, metric: str = "diag", rank: int | None = None,
+           generator: torch.Generator | None = None) -> WarmupResult:
+    """Adapt ``sampler``'s step size (and inverse mass) over ``n_warmup`` steps from ``x0``.
 
     ``sampler`` is an ``ebm_samplers`` sampler whose ``info`` carries ``acceptance_prob`` (MALA, HMC,
     NUTS). ``adapt_mass`` defaults to whether its params have a mass matrix (HMC, NUTS). Every chain runs
@@ -190,7 +269,11 @@ def warmup(sampler: Any, x0: Tensor, n_warmup: int = 500, *, target_accept: floa
     terminal buffer with one step size, started at the median chain's and adapted to the mean acceptance over
     chains (a float): one set of tunables, which chains that have not yet met the others cannot inflate
     (pooling their draws would fold the spread between chains into the metric).
-    ``pooled=False``: each chain keeps its own (``(n_chains,)`` step sizes, ``(n_chains, *event)`` variances). Returns new
+    ``pooled=False``: each chain keeps its own (``(n_chains,)`` step sizes, ``(n_chains, *event)`` variances).
+    ``metric``: ``"diag"`` (the above), ``"dense"`` (after each window ``M⁻¹`` = Stan's regularised within-chain
+    covariance of all chains' draws in it, :class:`WelfordCovariance`; wins on correlated targets, costs ``O(d²)``
+    per gradient and ``O(d³)`` per window) or ``"low_rank"`` (diagonal plus the top ``rank`` eigenpairs of that
+    covariance, :func:`low_rank_inverse_mass`; ``O(d·rank)`` per gradient); both need ``pooled=True``. Returns new
     params (``result.params``): sample with them (``sampler.params = result.params``, or pass
     ``step_size=..., inv_mass=...`` to ``sample``). The sampler object itself is left unchanged.
     """
@@ -207,17 +290,18 @@ def warmup(sampler: Any, x0: Tensor, n_warmup: int = 500, *, target_accept: floa
         raise InputError(f"{name} has no mass matrix to adapt; pass adapt_mass=False.")
     check_run_arguments(x0, n_warmup, generator=generator)
     x = sampler.check_initial_state(x0).detach()  # no graph through the warm-up, whatever x0 requires
+    check_metric(sampler, metric, rank, event_size(x), adapt_mass=adapt_mass, pooled=pooled)
     params = sampler.resolve(x)
     h0 = params.step_size  # every chain adapts its own step size: a straggler gets the small steps it needs
     h0 = h0.double().cpu().reshape(-1) if isinstance(h0, Tensor) else torch.full((x.shape[0],), h0, dtype=torch.float64)
     averager = DualAveraging(h0, target_accept)
     slow = stan_windows(n_warmup)
     shared_from = (slow[-1][1] if slow else 0) if pooled else n_warmup  # pooled: one step size in the terminal buffer
-    welford = WelfordVariance(pooled=False)  # every chain's own variance: chains that have not met yet stay apart
+    welford = WelfordVariance(pooled=False) if metric == "diag" else WelfordCovariance()  # chains that have not met stay apart
     windows = slow if adapt_mass else []
     ends = {end for _, end in windows}
     starts = {start for start, _ in windows}
-    inv_mass_tensor: Tensor | None = None
+    inv_mass_tensor: Tensor | dict[str, Tensor] | None = None
     fns = sampler.bind(x)
     state = sampler.algorithm.init(x, fns)
     sampler.check_initial_energy(x, state.energy, getattr(state, "grad", None))
@@ -239,15 +323,43 @@ def warmup(sampler: Any, x0: Tensor, n_warmup: int = 500, *, target_accept: floa
         if windows and any(s <= i < e for s, e in windows):
             welford.update(state.x)
         if i + 1 in ends:
-            variances = welford.variance()
-            inv_mass_tensor = (_median_over_chains(variances) if pooled else variances).to(dtype=x.dtype, device=x.device)
-            params = with_fields(params, inv_mass=as_inverse_mass(inv_mass_tensor, x))  # prepared once per window
+            adapted = _window_inverse_mass(welford, metric, rank, pooled, x)  # prepared once per window
+            inv_mass_tensor = adapted.values if metric == "diag" else adapted.tensors()
+            params = with_fields(params, inv_mass=adapted)
             if adapt_step_size:
                 averager.restart(averager.current())
     final = averager.final() if adapt_step_size else step_size
     tuned = dataclasses.replace(sampler.params, step_size=final,
                                 **({"inv_mass": inv_mass_tensor} if inv_mass_tensor is not None else {}))
-    return WarmupResult(state.x, tuned, final, inv_mass_tensor, sum(recent) / len(recent))
+    return WarmupResult(state.x, tuned, final, inv_mass_tensor, sum(recent) / len(recent), metric)
+
+
+def _window_inverse_mass(welford: WelfordVariance | WelfordCovariance, metric: str, rank: int | None, pooled: bool,
+                         x: Tensor) -> InverseMass:
+    """The inverse mass of one window's draws, on ``x``'s device and dtype."""
+    if isinstance(welford, WelfordVariance):
+        variances = welford.variance()
+        return as_inverse_mass((_median_over_chains(variances) if pooled else variances).to(dtype=x.dtype, device=x.device), x)
+    cov = welford.covariance().to(dtype=x.dtype, device=x.device)
+    return InverseMass.dense(cov) if metric == "dense" else low_rank_inverse_mass(cov, rank)
+
+
+def check_metric(sampler: Any, metric: Any, rank: Any, d: int, *, adapt_mass: bool | None = None, pooled: bool = True) -> None:
+    """Refuse a ``metric``/``rank`` that :func:`warmup` cannot adapt for ``sampler`` on ``d``-element states, naming the fix."""
+    if adapt_mass is None:
+        adapt_mass = "inv_mass" in {f.name for f in dataclasses.fields(sampler.params)}
+    if metric not in METRICS:
+        raise InputError(f"metric must be one of {', '.join(repr(m) for m in METRICS)}, got {metric!r}.")
+    if metric == "low_rank":
+        _check_rank(rank, d)
+    elif rank is not None:
+        raise InputError(f"rank={rank!r} applies to metric='low_rank' only; drop it, or pass metric='low_rank'.")
+    if metric != "diag" and "inv_mass" not in {f.name for f in dataclasses.fields(sampler.params)}:
+        raise InputError(f"{type(sampler).__name__} has no mass matrix for metric={metric!r}; use HMC or NUTS, or metric='diag'.")
+    if metric != "diag" and not adapt_mass:
+        raise InputError(f"metric={metric!r} is a mass matrix to adapt, and adapt_mass=False; drop one of them.")
+    if metric != "diag" and not pooled:
+        raise InputError(f"metric={metric!r} estimates one matrix from every chain's draws; pass pooled=True (the default).")
 
 
 def _median_over_chains(values: Tensor) -> Tensor:

@@ -136,8 +136,9 @@ def init_gradient_state(x: Tensor, fns: EnergyFunctions) -> GradientState:
 
 def identity_mass_refusal(params: Any) -> str | None:
     """Why a fused Hamiltonian chain (identity mass, one temperature for all chains) cannot run ``params``, or None."""
-    if params.inv_mass is not IDENTITY:
-        return "a mass matrix is set, the fused chain uses the identity"
+    if params.inv_mass is not IDENTITY:  # dense, low-rank: O(d²), O(d·k) products the fused kernels do not have
+        kind = {"dense": "dense ", "low_rank": "low-rank "}.get(params.inv_mass.kind, "")
+        return f"a {kind}mass matrix is set, the fused chain uses the identity"
     if not isinstance(params.temperature, float):
         return "per-chain temperatures are set"
     return None

@@ -60,15 +60,34 @@ def to_arviz(result: Draws | SampleResult, sampler: Any = None, **tunables: Any)
     if isinstance(result, SampleResult):
         per_chain = draws_module.params_stats(sampler, result.samples, tunables) if sampler is not None else None
         name = type(sampler).__name__ if sampler is not None else None
-        result = draws_module.from_result(result.trajectory, result.stats, per_chain, {"sampler": name} if name else None)
+        metric_name, metric = draws_module.metric_arrays(sampler, result.samples, tunables) if sampler is not None else (None, {})
+        attrs = {**({"sampler": name} if name else {}), **({"metric": metric_name} if metric_name else {})}
+        result = draws_module.from_result(result.trajectory, result.stats, per_chain, attrs, metric)
     posterior = {"x": _chain_major(result.x)}
     stats = {name: _chain_major(value) for name, value in result.stats.items()}
     attrs = {"inference_library": "ebm", "inference_library_version": ebmcore.__version__,
              **{k: str(v) for k, v in result.attrs.items()}}
+    metric = _metric_dataset(result.metric)
     if library.__name__ == "arviz":  # 0.x: keyword groups, attributes of the InferenceData
-        return library.from_dict(posterior=posterior, sample_stats=stats or None, attrs=attrs)
+        data = library.from_dict(posterior=posterior, sample_stats=stats or None, attrs=attrs)
+        if metric is not None:
+            data.add_groups(metric=metric)
+        return data
     groups = {"posterior": posterior, **({"sample_stats": stats} if stats else {})}
-    return library.from_dict(groups, attrs={group: attrs for group in groups})
+    tree = library.from_dict(groups, attrs={group: attrs for group in groups})
+    if metric is not None:
+        tree["metric"] = metric
+    return tree
+
+
+def _metric_dataset(metric: dict[str, Any]) -> Any:
+    """The metric's arrays (``metric_<key>``, no chain or draw axis) as an ``xarray.Dataset`` named ``<key>``; None if none."""
+    if not metric:
+        return None
+    import xarray
+
+    return xarray.Dataset({name.removeprefix(draws_module.METRIC_PREFIX):
+                           ([f"{name}_dim_{i}" for i in range(value.dim())], as_numpy(value)) for name, value in metric.items()})
 
 
 def _chain_major(value: Any) -> Any:

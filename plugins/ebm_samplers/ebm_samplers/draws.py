@@ -13,6 +13,12 @@ JSON string (sampler, energy, ``thin``, ``seed``). The statistics, where the sam
   ``n_leapfrog_steps``;
 - ``step_size``: the step size the chain ran with (after warm-up).
 
+HMC's and NUTS's metric (the inverse mass matrix ``M⁻¹`` the run used, after warm-up) is in ``attrs["metric"]``
+(``"identity"``, ``"diag"``, ``"dense"`` or ``"low_rank"``) and, but for the identity, in arrays of its own
+(:func:`metric_arrays`): ``metric_diagonal`` (``event_shape``, or ``(n_chains, *event_shape)`` per chain),
+``metric_dense`` ``(d, d)``, or ``metric_diagonal``, ``metric_factors`` ``(d, k)`` and ``metric_eigenvalues`` ``(k,)``
+(``M⁻¹ = diag(diagonal) + factors·diag(eigenvalues)·factorsᵀ``); ArviZ's netCDF holds them in a ``metric`` group.
+
 A fused chain reports sums over the ``thin`` transitions since the previous draw: its statistics are their
 means (``diverging``: whether any diverged), and it has no ``energy``.
 """
@@ -32,7 +38,7 @@ from torch import Tensor
 from ebmcore.errors import InputError, RunFileError
 from ebmcore.runfiles import as_numpy, load_arrays, write_bytes
 
-__all__ = ["ARVIZ_NAMES", "FORMATS", "Draws", "from_result", "params_stats", "save", "save_npz", "load_npz"]
+__all__ = ["ARVIZ_NAMES", "FORMATS", "Draws", "from_result", "params_stats", "metric_arrays", "save", "save_npz", "load_npz"]
 
 ARVIZ_NAMES = {"acceptance": "acceptance_rate", "divergent": "diverging", "hamiltonian": "energy",
                "tree_depth": "tree_depth", "n_leapfrog_steps": "n_steps"}
@@ -46,11 +52,12 @@ ArviZ's netCDF puts the chain first."""
 @dataclass(frozen=True)
 class Draws:
     """``x: (n_draws, n_chains, *event_shape)`` and ``stats``: ArviZ-named ``(n_draws, n_chains)`` tensors;
-    ``attrs``: plain values describing the run."""
+    ``attrs``: plain values describing the run; ``metric``: the inverse mass matrix's arrays (:func:`metric_arrays`)."""
 
     x: Tensor
     stats: dict[str, Tensor]
     attrs: dict[str, Any] = field(default_factory=dict)
+    metric: dict[str, Tensor] = field(default_factory=dict)
 
 
 def params_stats(sampler: Any, x: Tensor, tunables: Mapping[str, Any] | None = None) -> dict[str, Tensor]:
@@ -68,11 +75,27 @@ def params_stats(sampler: Any, x: Tensor, tunables: Mapping[str, Any] | None = N
     return out
 
 
+METRIC_PREFIX = "metric_"
+"""The prefix of the metric's arrays in ``draws.npz`` (``metric_dense``, ...)."""
+
+
+def metric_arrays(sampler: Any, x: Tensor, tunables: Mapping[str, Any] | None = None) -> tuple[str | None, dict[str, Tensor]]:
+    """The metric a run with ``tunables`` resolves to for states ``x``: its name (``"identity"``, ``"diag"``, ``"dense"``,
+    ``"low_rank"``; None for a sampler without one) and its arrays, named ``metric_<key>`` after
+    :meth:`~ebm_samplers.InverseMass.tensors`."""
+    resolve = getattr(sampler, "resolve", None)
+    inv_mass = getattr(resolve(x, dict(tunables or {})), "inv_mass", None) if resolve is not None else None
+    if inv_mass is None:
+        return None, {}
+    return inv_mass.metric, {METRIC_PREFIX + k: v for k, v in inv_mass.tensors().items()}
+
+
 def from_result(trajectory: Tensor | None, stats: Mapping[str, Tensor] | None,
-                per_chain: Mapping[str, Tensor] | None = None, attrs: Mapping[str, Any] | None = None) -> Draws:
+                per_chain: Mapping[str, Tensor] | None = None, attrs: Mapping[str, Any] | None = None,
+                metric: Mapping[str, Tensor] | None = None) -> Draws:
     """The :class:`Draws` of a run: its ``trajectory`` and ``SampleResult.stats`` (renamed, ``lp = −energy``),
     with constant ``per_chain`` values (:func:`params_stats`) repeated over the draws where the run did not
-    record them."""
+    record them, and the ``metric``'s arrays (:func:`metric_arrays`)."""
     if trajectory is None:
         raise InputError("draws need the kept trajectory: sample with return_trajectory=True.")
     n_draws, n_chains = trajectory.shape[:2]
@@ -87,7 +110,7 @@ def from_result(trajectory: Tensor | None, stats: Mapping[str, Tensor] | None,
         if value.shape != (n_draws, n_chains):
             raise InputError(f"statistic {name!r} must have shape (n_draws, n_chains) = ({n_draws}, {n_chains}), "
                              f"got {tuple(value.shape)}.")
-    return Draws(trajectory, out, dict(attrs or {}))
+    return Draws(trajectory, out, dict(attrs or {}), dict(metric or {}))
 
 
 def save_npz(draws: Draws, path: Path) -> None:
@@ -95,6 +118,7 @@ def save_npz(draws: Draws, path: Path) -> None:
     arrays = {name: as_numpy(value) for name, value in draws.stats.items()}
     buffer = io.BytesIO()
     attrs = {**draws.attrs, "layout": LAYOUT}
+    arrays.update({name: as_numpy(value) for name, value in draws.metric.items()})
     np.savez(buffer, x=as_numpy(draws.x), attrs=np.array(json.dumps(attrs, default=str)), **arrays)
     write_bytes(path, buffer.getbuffer())
 
@@ -105,8 +129,10 @@ def load_npz(path: Path) -> Draws:
     fix = "write it with ebm sample (or draws.save_npz)"
     data = load_arrays(Path(path), keys=("x", "attrs"), what="the draws of ebm sample (x, attrs and statistics)", fix=fix)
     try:
-        stats = {name: torch.from_numpy(value) for name, value in data.items() if name not in ("x", "attrs")}
-        return Draws(torch.from_numpy(data["x"]), stats, json.loads(str(data["attrs"])))
+        arrays = {name: torch.from_numpy(value) for name, value in data.items() if name not in ("x", "attrs")}
+        stats = {name: value for name, value in arrays.items() if not name.startswith(METRIC_PREFIX)}
+        metric = {name: value for name, value in arrays.items() if name.startswith(METRIC_PREFIX)}
+        return Draws(torch.from_numpy(data["x"]), stats, json.loads(str(data["attrs"])), metric)
     except (TypeError, ValueError) as exc:  # a non-numeric array, attrs that are not JSON
         raise RunFileError(f"{path} does not hold ebm's draws ({type(exc).__name__}: {exc}); {fix}.") from None
 

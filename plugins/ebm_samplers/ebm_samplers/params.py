@@ -12,7 +12,7 @@ import copy
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Union
+from typing import Any, Callable, Mapping, Union
 
 import torch
 from torch import Tensor
@@ -119,15 +119,20 @@ def accepted_fields(cls: type) -> list[str]:
 
 @dataclass(frozen=True)
 class InverseMass:
-    """An HMC inverse mass matrix ``M⁻¹``, with what a step needs precomputed.
+    """An HMC metric: the inverse mass matrix ``M⁻¹``, with what a step needs precomputed.
 
-    ``kind`` is ``"identity"``, ``"diagonal"`` (``values`` of shape ``event_shape`` or
-    ``(n_chains, *event_shape)``) or ``"dense"`` (``values: (d, d)``, 1-d events only).
+    ``kind`` is ``"identity"``; ``"diagonal"`` (``values`` of shape ``event_shape`` or ``(n_chains, *event_shape)``);
+    ``"dense"`` (``values: (d, d)``; ``mass_sqrt``, the Cholesky factor of ``M``); or ``"low_rank"``:
+    ``M⁻¹ = diag(D) + U·diag(λ)·Uᵀ`` kept as ``D^½ (I + V·diag(μ)·Vᵀ) D^½`` with ``values = D: (d,)``,
+    ``factors = V: (d, k)`` orthonormal and ``eigenvalues = μ: (k,)``, ``μ > −1``, so that every product
+    costs ``O(d·k)``. A dense or low-rank metric acts on the flattened event (``d`` elements).
     """
 
     kind: str
     values: Tensor | None = None
-    mass_sqrt: Tensor | None = None  # diagonal: √M = 1/√M⁻¹; dense: Cholesky factor of M
+    mass_sqrt: Tensor | None = None  # diagonal: √M = 1/√M⁻¹; dense: Cholesky factor of M; low-rank: D^(−½)
+    factors: Tensor | None = None  # low-rank: V (d, k), orthonormal
+    eigenvalues: Tensor | None = None  # low-rank: μ (k,)
 
     @classmethod
     def diagonal(cls, values: Tensor) -> "InverseMass":
@@ -140,19 +145,45 @@ class InverseMass:
     def dense(cls, matrix: Tensor) -> "InverseMass":
         """A dense symmetric positive definite ``M⁻¹: (d, d)``."""
         if matrix.dim() != 2 or matrix.shape[0] != matrix.shape[1] or not torch.allclose(matrix, matrix.T, rtol=1e-5, atol=1e-8):
-            raise InputError(f"inv_mass (dense) must be a symmetric (d, d) matrix, got shape {tuple(matrix.shape)}.")
+            raise InputError(f"inv_mass (dense) must be a symmetric (d, d) matrix, got shape {tuple(matrix.shape)}; "
+                             "symmetrise it with (m + m.T) / 2.")
         chol, info = torch.linalg.cholesky_ex(torch.linalg.inv(matrix.double()))
-        if int(info) != 0:
-            raise InputError("inv_mass (dense) must be positive definite.")
+        if int(info) != 0 or not bool(torch.isfinite(matrix).all()):
+            raise InputError("inv_mass (dense) must be finite and positive definite (a covariance matrix); add a multiple "
+                             "of the identity to it, or let warmup(..., metric='dense') estimate it.")
         return cls("dense", matrix, chol.to(matrix.dtype))
 
+    @classmethod
+    def low_rank(cls, diagonal: Tensor, factors: Tensor, eigenvalues: Tensor) -> "InverseMass":
+        """``M⁻¹ = diag(diagonal) + factors·diag(eigenvalues)·factorsᵀ`` from ``diagonal: (d,)`` (positive),
+        ``factors: (d, k)`` and ``eigenvalues: (k,)``; positive definite. Put in canonical form once (``O(d·k²)``)."""
+        d = diagonal.shape[0] if diagonal.dim() == 1 else -1
+        if diagonal.dim() != 1 or factors.dim() != 2 or factors.shape[0] != d or eigenvalues.shape != (factors.shape[1],):
+            raise InputError(f"inv_mass (low_rank) needs diagonal (d,), factors (d, k) and eigenvalues (k,), got shapes "
+                             f"{tuple(diagonal.shape)}, {tuple(factors.shape)} and {tuple(eigenvalues.shape)}.")
+        if not all(bool(torch.isfinite(t).all()) for t in (diagonal, factors, eigenvalues)) or not bool((diagonal > 0).all()):
+            raise InputError("inv_mass (low_rank) must be finite with a positive diagonal.")
+        d64 = diagonal.double()
+        q, r = torch.linalg.qr(factors.double() * d64.rsqrt()[:, None])  # D^(−½)U = QR
+        mu, p = torch.linalg.eigh((r * eigenvalues.double()) @ r.T)  # R·diag(λ)·Rᵀ = P·diag(μ)·Pᵀ
+        if not bool((mu > -1 + 1e-12).all()):
+            raise InputError("inv_mass (low_rank) must be positive definite: diagonal + factors·diag(eigenvalues)·factorsᵀ "
+                             "has a non-positive eigenvalue; use non-negative eigenvalues, or a larger diagonal.")
+        dtype = diagonal.dtype
+        return cls("low_rank", diagonal, d64.rsqrt().to(dtype), (q @ p).to(dtype), mu.to(dtype))
+
     def momentum(self, noise: Tensor) -> Tensor:
-        """``p ~ N(0, M)`` from standard normal ``noise``."""
+        """``p ~ N(0, M)`` from standard normal ``noise``: ``p = L·noise`` with ``L·Lᵀ = M``."""
         if self.kind == "identity":
             return noise
         if self.kind == "diagonal":
             return noise * self.mass_sqrt
-        return noise @ self.mass_sqrt.T
+        z = noise.flatten(1)
+        if self.kind == "dense":
+            return (z @ self.mass_sqrt.T).view_as(noise)
+        # (I + V·diag(μ)·Vᵀ)^(−½) = I + V·diag((1 + μ)^(−½) − 1)·Vᵀ, since V is orthonormal
+        root = self.eigenvalues.add(1).rsqrt_().sub_(1)
+        return ((z @ self.factors).mul_(root) @ self.factors.T).add_(z).mul_(self.mass_sqrt).view_as(noise)
 
     def velocity(self, p: Tensor) -> Tensor:
         """``M⁻¹ p``."""
@@ -160,23 +191,57 @@ class InverseMass:
             return p
         if self.kind == "diagonal":
             return p * self.values
-        return p @ self.values
+        flat = p.flatten(1)
+        if self.kind == "dense":
+            return (flat @ self.values).view_as(p)
+        y = flat / self.mass_sqrt  # D^½ p
+        return ((y @ self.factors).mul_(self.eigenvalues) @ self.factors.T).add_(y).div_(self.mass_sqrt).view_as(p)
 
     def kinetic(self, p: Tensor) -> Tensor:
         """``½ pᵀ M⁻¹ p`` per chain: ``(n,)``."""
         flat = p.flatten(1)
         return torch.linalg.vecdot(flat, self.velocity(p).flatten(1)).mul_(0.5)
 
+    @property
+    def metric(self) -> str:
+        """The metric's name as ``warmup(..., metric=...)`` spells it: ``"identity"``, ``"diag"``, ``"dense"`` or ``"low_rank"``."""
+        return {"diagonal": "diag"}.get(self.kind, self.kind)
+
+    def tensors(self) -> dict[str, Tensor]:
+        """The plain tensors that give this metric back through :func:`as_inverse_mass` (and that a run reports):
+        ``{}`` (identity), ``{"diagonal"}``, ``{"dense": (d, d)}`` or ``{"diagonal": (d,), "factors": (d, k),
+        "eigenvalues": (k,)}`` with ``M⁻¹ = diag(diagonal) + factors·diag(eigenvalues)·factorsᵀ``."""
+        if self.kind == "identity":
+            return {}
+        if self.kind == "low_rank":
+            return {"diagonal": self.values, "factors": self.factors / self.mass_sqrt[:, None], "eigenvalues": self.eigenvalues}
+        return {self.kind: self.values}
+
+    def matrix(self) -> Tensor:
+        """``M⁻¹`` as a dense ``(d, d)`` matrix (not for a per-chain diagonal; ``O(d²)`` memory: for checks and reports)."""
+        if self.kind == "dense":
+            return self.values
+        if self.kind == "low_rank":
+            t = self.tensors()
+            return torch.diag(t["diagonal"]) + (t["factors"] * t["eigenvalues"]) @ t["factors"].T
+        if self.kind == "diagonal" and self.values.dim() == 1:
+            return torch.diag(self.values)
+        raise InputError(f"a {self.kind} inverse mass of this shape has no single (d, d) matrix.")
+
 
 IDENTITY = InverseMass("identity")
 
 
 def as_inverse_mass(value: Any, x: Tensor) -> InverseMass:
-    """Check ``inv_mass`` (None, diagonal ``event_shape`` / ``(n, *event_shape)``, or dense ``(d, d)``) for the states ``x``."""
+    """Check ``inv_mass`` for the states ``x``: None (identity), diagonal ``event_shape`` / ``(n, *event_shape)``, dense
+    ``(d, d)``, an :class:`InverseMass`, or the mapping of :meth:`InverseMass.tensors` (``{"dense": ...}``, or
+    ``{"diagonal", "factors", "eigenvalues"}`` for a low-rank metric; unambiguous whatever the number of chains)."""
     if value is None:
         return IDENTITY
     if isinstance(value, InverseMass):
         return value
+    if isinstance(value, Mapping):
+        return _from_tensors(value, x)
     if not isinstance(value, Tensor):
         value = torch.as_tensor(value)
     v = value.to(device=x.device, dtype=x.dtype)
@@ -197,3 +262,26 @@ def as_inverse_mass(value: Any, x: Tensor) -> InverseMass:
         f"inv_mass has shape {tuple(v.shape)}; expected the event shape {event} (diagonal), "
         f"({x.shape[0]}, *{event}) (diagonal per chain)" + (f", or ({d}, {d}) (dense)." if x.dim() == 2 else ".")
     )
+
+
+_METRIC_KEYS = {frozenset({"diagonal"}): "diagonal", frozenset({"dense"}): "dense",
+                frozenset({"diagonal", "factors", "eigenvalues"}): "low_rank"}
+
+
+def _from_tensors(value: Mapping[str, Any], x: Tensor) -> InverseMass:
+    """The :class:`InverseMass` of a mapping of :meth:`InverseMass.tensors`, on ``x``'s device and dtype."""
+    kind = _METRIC_KEYS.get(frozenset(value))
+    if kind is None:
+        raise InputError(f"inv_mass as a mapping has keys {sorted(value)}; expected {{'diagonal'}}, {{'dense'}} or "
+                         "{'diagonal', 'factors', 'eigenvalues'} (InverseMass.tensors()).")
+    t = {k: torch.as_tensor(v).to(device=x.device, dtype=x.dtype) for k, v in value.items()}
+    d = event_size(x)
+    if kind == "diagonal":
+        if tuple(t["diagonal"].shape) not in {tuple(x.shape[1:]), tuple(x.shape)}:
+            raise InputError(f"inv_mass (diagonal) has shape {tuple(t['diagonal'].shape)}; expected the event shape "
+                             f"{tuple(x.shape[1:])} or one per chain {tuple(x.shape)}.")
+        return InverseMass.diagonal(t["diagonal"])
+    size = t["dense"].shape[0] if kind == "dense" else t["diagonal"].shape[0]
+    if size != d:
+        raise InputError(f"inv_mass ({kind}) is for d = {size} elements, the states have d = {d}.")
+    return InverseMass.dense(t["dense"]) if kind == "dense" else InverseMass.low_rank(t["diagonal"], t["factors"], t["eigenvalues"])

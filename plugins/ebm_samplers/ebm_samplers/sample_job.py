@@ -25,13 +25,13 @@ import torch
 import ebmcore
 from ebmcore import chunks, distributed, registry, runfiles
 from ebmcore.config import load_job_config, non_negative, parse_device, positive, seed_range, thread_count
-from ebmcore.errors import ConfigError, RunFileError
+from ebmcore.errors import ConfigError, InputError, RunFileError
 from ebmcore.recording import available_memory
 from ebmcore.threads import job_threads
 
 from ebm_samplers import draws, run_report
 from ebm_samplers.commands import COMMANDS
-from ebm_samplers.adaptation import cannot_warm_up, warmup
+from ebm_samplers.adaptation import METRICS, cannot_warm_up, check_metric, warmup
 from ebm_samplers.params import event_size
 from ebm_samplers.sampler import AlgorithmSampler
 
@@ -51,6 +51,8 @@ SCHEMA: dict[str, Any] = {  # the defaults are the bundled configuration's (a te
         "warmup": ((int, non_negative), 300),
         "target_accept": ((float, lambda v: None if 0 < v < 1 else "must be in (0, 1)"), 0.6),
         "init_scale": ((float, int, positive), 1.0),
+        "metric": ((str, lambda v: None if v in METRICS else f"must be one of {', '.join(METRICS)}"), "diag"),
+        "rank": ((int, non_negative), 0),
     },
     "run": {
         "seed": ((int, seed_range), 0),
@@ -85,6 +87,10 @@ def load_config(path: str | Path | None, overrides: dict[str, dict[str, Any]] | 
     if energy["model"] and energy["params"]:
         raise ConfigError(f"{path} [energy]: 'params' applies to 'name' only; a model file carries its own.")
     parse_device(config["run"]["device"], f"{path} [run] device")
+    s = config["sampler"]
+    if (s["metric"] == "low_rank") != (s["rank"] > 0):
+        raise ConfigError(f"{path} [sampler]: rank = {s['rank']} with metric = {s['metric']!r}; metric = 'low_rank' needs "
+                          "rank >= 1 (the eigenpairs kept), the other metrics take rank = 0.")
     registry.get("sampler", config["sampler"]["name"])
     if energy["name"]:
         registry.get("energy", energy["name"])
@@ -137,9 +143,16 @@ def tune(config: dict[str, Any], sampler: ebmcore.Sampler, x0: torch.Tensor, gen
     why_not = cannot_warm_up(sampler) if s["warmup"] else None
     tunables: dict[str, Any] = {}
     if s["warmup"] and why_not is None:
-        tuned = warmup(sampler, x0, s["warmup"], target_accept=s["target_accept"], generator=generator)
+        metric = {"metric": s["metric"], "rank": s["rank"] or None}
+        try:
+            check_metric(sampler, **metric, d=event_size(x0))
+        except InputError as exc:
+            raise ConfigError(f"{config['source']} [sampler] metric = {s['metric']!r}: {exc}") from None
+        tuned = warmup(sampler, x0, s["warmup"], target_accept=s["target_accept"], generator=generator, **metric)
         x0, tunables = tuned.x, tuned.tunables
-        source = f"adapted by {s['warmup']} warm-up steps (target acceptance {s['target_accept']}) from {given or 'the default'}"
+        metric = "" if s["metric"] == "diag" else f", {s['metric'].replace('_', '-')} metric"
+        source = (f"adapted by {s['warmup']} warm-up steps (target acceptance {s['target_accept']}{metric}) from "
+                  f"{given or 'the default'}")
         if not quiet:
             log.info("warm-up: %d steps, acceptance %.3f", s["warmup"], tuned.acceptance)
     elif why_not is not None and not quiet:
@@ -270,7 +283,7 @@ def _run(config: dict[str, Any], out: Path, world: distributed.DistributedRun, r
             metrics["plots_skipped"] = run_report.plots(out, energy, trajectory, samples, quiet)
         elif not config["output"]["plots"]:
             metrics["plots_skipped"] = "[output] plots = false"
-        metrics["warnings"] = run_report.warnings(metrics)
+        metrics["warnings"] = run_report.warnings({**metrics, **step, "sampler": s["name"]})  # the fix depends on them
     metrics.update(step, sampler=s["name"], energy=config["energy"]["name"] or config["energy"]["model"],
                    wall_time_s=time.perf_counter() - start, device=str(device), kernel_backends=run_report.backends(energy, x0),
                    **({"world_size": world.world_size} if world.active else {}))
@@ -285,11 +298,14 @@ def _save_draws(config: dict[str, Any], out: Path, world: distributed.Distribute
     if config["output"]["draws"] == "none":
         return None
     per_chain = {k: distributed.gather_chains(v, world) for k, v in draws.params_stats(sampler, x0, tunables).items()}
+    metric_name, metric = draws.metric_arrays(sampler, x0, tunables)
+    metric = {k: distributed.gather_chains(v, world) if v.shape == x0.shape else v for k, v in metric.items()}  # per chain
     if not world.is_main:
         return None
     attrs = {"sampler": config["sampler"]["name"], "energy": config["energy"]["name"] or config["energy"]["model"],
-             "thin": config["sampler"]["thin"], "seed": config["run"]["seed"]}
-    path = draws.save(out, config["output"]["draws"], draws.from_result(trajectory, stats, per_chain, attrs))
+             "thin": config["sampler"]["thin"], "seed": config["run"]["seed"],
+             **({"metric": metric_name} if metric_name else {})}
+    path = draws.save(out, config["output"]["draws"], draws.from_result(trajectory, stats, per_chain, attrs, metric))
     return path.name if path is not None else None
 
 

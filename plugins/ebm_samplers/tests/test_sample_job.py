@@ -77,7 +77,9 @@ def _check_draws(out, sampler, metrics, samples):
         d = dict(f)
     expected = {"langevin": {"lp", "step_size"}, "mala": {"lp", "step_size", "acceptance_rate", "diverging"},
                 "nuts": {"lp", "step_size", "acceptance_rate", "diverging", "energy", "tree_depth", "n_steps"}}[sampler]
-    assert set(d) == expected | {"x", "attrs"}
+    metric = {"metric_diagonal"} if sampler == "nuts" else set()  # the diagonal inverse mass the warm-up adapted
+    assert set(d) == expected | metric | {"x", "attrs"}
+    assert ("metric" in json.loads(str(d["attrs"]))) == bool(metric) and all(d[k].shape == (2,) for k in metric)
     assert d["x"].shape == (100, 200, 2) and np.array_equal(d["x"][-1], samples.numpy())  # the last draw: the samples
     assert all(d[k].shape == (100, 200) for k in expected)
     energy = ebmcore.energy("gaussian_mixture", means=[[-1.0, 0.0], [1.0, 0.0]], stds=0.8)
