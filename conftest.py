@@ -21,8 +21,15 @@ pytest_plugins = ["ebmcore.testing.fixtures"]
 
 # Property tests (tests/test_input_properties.py): reproducible and bounded by default; `--hypothesis-profile=explore`
 # searches at random, and further. The autouse fixture below resets state per test, not per example, which is fine.
-settings.register_profile("ci", max_examples=100, deadline=None, derandomize=True, database=None, print_blob=True,
-                          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+settings.register_profile(
+    "ci",
+    max_examples=100,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 settings.register_profile("explore", parent=settings.get_profile("ci"), max_examples=2000, derandomize=False)
 settings.load_profile("ci")
 

@@ -21,8 +21,11 @@ import torch
 import ebmcore
 from ebm_samplers import HMCSampler, LangevinSampler, NUTSSampler
 
-SAMPLERS = {"langevin": (LangevinSampler, {"step_size": 0.01}, 50), "hmc": (HMCSampler, {"step_size": 0.1, "n_leapfrog_steps": 5}, 20),
-            "nuts": (NUTSSampler, {"max_tree_depth": 6}, 5)}
+SAMPLERS = {
+    "langevin": (LangevinSampler, {"step_size": 0.01}, 50),
+    "hmc": (HMCSampler, {"step_size": 0.1, "n_leapfrog_steps": 5}, 20),
+    "nuts": (NUTSSampler, {"max_tree_depth": 6}, 5),
+}
 
 
 def energy_of(name: str, d: int) -> ebmcore.EnergyModel:
@@ -33,7 +36,7 @@ def energy_of(name: str, d: int) -> ebmcore.EnergyModel:
 
 def best_time(name: str, algorithm: str, d: int, n_chains: int, fused: bool | None, repeats: int) -> tuple[float, str]:
     cls, kw, n_steps = SAMPLERS[algorithm]
-    kw = dict(kw, step_size=0.5 * d ** -0.25) if algorithm == "nuts" else kw
+    kw = dict(kw, step_size=0.5 * d**-0.25) if algorithm == "nuts" else kw
     sampler = cls(energy_of(name, d), fused=fused, **kw)
     x0 = torch.randn(n_chains, d, generator=torch.Generator().manual_seed(0))
     sampler.sample(x0, 1, generator=torch.Generator().manual_seed(1))
@@ -60,12 +63,28 @@ def main() -> None:
             for d in map(int, args.dims.split(",")):
                 fused, path = best_time(name, algorithm, d, args.chains, True, args.repeats)
                 per_step, _ = best_time(name, algorithm, d, args.chains, False, args.repeats)
-                rows.append({"energy": name, "algorithm": algorithm, "dim": d, "chains": args.chains, "fused_s": fused,
-                             "per_step_s": per_step, "per_step_over_fused": per_step / fused})
-                print(f"{name:12s} {algorithm:8s} d={d:4d}: fused {fused * 1e3:9.1f} ms, per-step {per_step * 1e3:9.1f} ms, "
-                      f"per-step/fused {per_step / fused:6.2f}", flush=True)
-    meta = {"machine": platform.processor() or platform.machine(), "threads": 1,
-            "load_average": os.getloadavg(), "torch": torch.__version__}
+                rows.append(
+                    {
+                        "energy": name,
+                        "algorithm": algorithm,
+                        "dim": d,
+                        "chains": args.chains,
+                        "fused_s": fused,
+                        "per_step_s": per_step,
+                        "per_step_over_fused": per_step / fused,
+                    }
+                )
+                print(
+                    f"{name:12s} {algorithm:8s} d={d:4d}: fused {fused * 1e3:9.1f} ms, per-step {per_step * 1e3:9.1f} ms, "
+                    f"per-step/fused {per_step / fused:6.2f}",
+                    flush=True,
+                )
+    meta = {
+        "machine": platform.processor() or platform.machine(),
+        "threads": 1,
+        "load_average": os.getloadavg(),
+        "torch": torch.__version__,
+    }
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "rows": rows}, f, indent=1)

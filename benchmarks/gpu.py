@@ -120,8 +120,14 @@ def measure(fn: Callable[[], Any], repeats: int, device: Any) -> dict:
         fn()
         sync(device)
         times.append(time.perf_counter() - t0)
-    return {"out": out, "first_s": first, "times_s": times, "median_s": statistics.median(times),
-            "min_s": min(times), "max_s": max(times)}
+    return {
+        "out": out,
+        "first_s": first,
+        "times_s": times,
+        "median_s": statistics.median(times),
+        "min_s": min(times),
+        "max_s": max(times),
+    }
 
 
 def copy_bandwidth(device: Any, nbytes: int, repeats: int) -> dict:
@@ -131,8 +137,7 @@ def copy_bandwidth(device: Any, nbytes: int, repeats: int) -> dict:
     x = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
     y = torch.empty_like(x)
     m = measure(lambda: y.copy_(x), max(repeats, 10), device)
-    return {"bytes": nbytes, "median_s": m["median_s"], "times_s": m["times_s"],
-            "GBps": 2 * nbytes / m["median_s"] / 1e9}
+    return {"bytes": nbytes, "median_s": m["median_s"], "times_s": m["times_s"], "GBps": 2 * nbytes / m["median_s"] / 1e9}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -196,8 +201,12 @@ def correctness(name: str, x: Any, n_steps: int, ref: dict | None = None) -> dic
     if name == "gaussian":
         law = common.ula_gaussian_law(common.gaussian_covariance(d), h, n_steps)
         z_mean, z_cov = common.moment_z_scores(xs, np.zeros(d), law)
-        fig.update(mean_z_max=z_mean, cov_z_max=z_cov, moments_z_max=max(z_mean, z_cov),
-                   cov_err_vs_ula_law=float(np.abs(np.cov(xs, rowvar=False) - law).max()))
+        fig.update(
+            mean_z_max=z_mean,
+            cov_z_max=z_cov,
+            moments_z_max=max(z_mean, z_cov),
+            cov_err_vs_ula_law=float(np.abs(np.cov(xs, rowvar=False) - law).max()),
+        )
     else:
         m2, v2 = common.ula_double_well_law(h, n_steps)
         fig["mean_x2"] = float((xs * xs).mean())
@@ -217,11 +226,15 @@ def format_correctness(name: str, fig: dict) -> str:
     parts = []
     ok = ("ok" if fig.get("moments_ok") else "**FAIL**") + f": ≤ {Z_TOL:g}"
     if name == "gaussian" and "mean_z_max" in fig:
-        parts.append(f"max z vs ULA law: mean {fig['mean_z_max']:.1f}, cov {fig['cov_z_max']:.1f} ({ok}); "
-                     f"cov err vs law {fig['cov_err_vs_ula_law']:.4f}")
+        parts.append(
+            f"max z vs ULA law: mean {fig['mean_z_max']:.1f}, cov {fig['cov_z_max']:.1f} ({ok}); "
+            f"cov err vs law {fig['cov_err_vs_ula_law']:.4f}"
+        )
     if name == "double_well" and "mean_x2" in fig:
-        parts.append(f"E[x²] {fig['mean_x2']:.4f} (ULA law {fig['mean_x2_ula_law']:.4f} ± {fig['mean_x2_se']:.4f}, "
-                     f"z {fig['mean_x2_z']:+.1f}, {ok}; quadrature {fig['mean_x2_quadrature']:.4f}), E|x| {fig['mean_abs_x']:.4f}")
+        parts.append(
+            f"E[x²] {fig['mean_x2']:.4f} (ULA law {fig['mean_x2_ula_law']:.4f} ± {fig['mean_x2_se']:.4f}, "
+            f"z {fig['mean_x2_z']:+.1f}, {ok}; quadrature {fig['mean_x2_quadrature']:.4f}), E|x| {fig['mean_abs_x']:.4f}"
+        )
     if name == "rosenbrock":
         parts.append(f"mean E {fig['mean_energy']:.4f}")
         if "mean_energy_z_vs_eager" in fig:
@@ -414,11 +427,15 @@ def analytic_rows(group: str, name: str, dtype: Any, sizes: Sizes, device: Any, 
         # (a2) the per-step loop with the backends' own per-op kernels
         if dev.type == "cuda":
             sa2 = LangevinSampler(energy, step_size=h, fused=False)
-            attempt(row("a2", "ebm per-step loop, cuda backend per-op kernels (fused=False)"),
-                    lambda: sa2.sample(x0, steps, generator=gen()), lambda: ebmcore.use_backend("cuda", "torch"))
+            attempt(
+                row("a2", "ebm per-step loop, cuda backend per-op kernels (fused=False)"),
+                lambda: sa2.sample(x0, steps, generator=gen()),
+                lambda: ebmcore.use_backend("cuda", "torch"),
+            )
         else:
-            row("a2", "ebm per-step loop, backends' per-op kernels").skipped = \
-                "on the CPU the per-op kernels of cpu_fused rank below torch: the same as (a)"
+            row(
+                "a2", "ebm per-step loop, backends' per-op kernels"
+            ).skipped = "on the CPU the per-op kernels of cpu_fused rank below torch: the same as (a)"
 
         # (b) torch.compile of the per-step transition
         if torch_reason:
@@ -471,8 +488,12 @@ def analytic_rows(group: str, name: str, dtype: Any, sizes: Sizes, device: Any, 
                 row("e1", label_e1).skipped = reason
                 row("e2", label_e2).skipped = reason
             else:
-                attempt(row("e1", label_e1), lambda: mod.doublewell_langevin_chain(
-                    x0.clone(), steps, h, noise_scale=1.0, barrier_height=1.0, b=1.0, seed=common.SEED_NOISE))
+                attempt(
+                    row("e1", label_e1),
+                    lambda: mod.doublewell_langevin_chain(
+                        x0.clone(), steps, h, noise_scale=1.0, barrier_height=1.0, b=1.0, seed=common.SEED_NOISE
+                    ),
+                )
 
                 def triton_step_loop() -> Any:
                     x = x0.clone()
@@ -503,8 +524,17 @@ def step_kernel_rows(group: str, dtype: Any, sizes: Sizes, device: Any, repeats:
     grad = (0.1 * x0).contiguous()
     rows = []
 
-    r = Row(group, "step kernel only", dname, "k1", "ebm langevin_step_philox(x, fixed grad), per step", n, d, steps,
-            x0.element_size())
+    r = Row(
+        group,
+        "step kernel only",
+        dname,
+        "k1",
+        "ebm langevin_step_philox(x, fixed grad), per step",
+        n,
+        d,
+        steps,
+        x0.element_size(),
+    )
     rows.append(r)
     why = kernel_reason(device, dtype, "langevin_step_philox")
     if why:
@@ -524,8 +554,17 @@ def step_kernel_rows(group: str, dtype: Any, sizes: Sizes, device: Any, repeats:
         r.note = "each call reads x and writes a new tensor (out of place: the state once each way)"
         r.timing["out"] = None
 
-    r2 = Row(group, "step kernel only", dname, "k2", "torchebm Triton fused_langevin_step(x, fixed grad, out=x), per step",
-             n, d, steps, x0.element_size())
+    r2 = Row(
+        group,
+        "step kernel only",
+        dname,
+        "k2",
+        "torchebm Triton fused_langevin_step(x, fixed grad, out=x), per step",
+        n,
+        d,
+        steps,
+        x0.element_size(),
+    )
     rows.append(r2)
     reason = triton_reason(device) or (None if dtype == torch.float32 else "torchebm's kernels take float32 only")
     mod = None if reason else torchebm_fused()
@@ -534,6 +573,7 @@ def step_kernel_rows(group: str, dtype: Any, sizes: Sizes, device: Any, repeats:
     if reason:
         r2.skipped = reason
     else:
+
         def triton_loop() -> Any:
             x = x0.clone()
             for t in range(steps):
@@ -637,11 +677,18 @@ def g3_rows(sizes: Sizes, device: Any, repeats: int, log: Callable) -> list[dict
         label = f"W4 ×100: ULA on the MLP 2-64-64-1 SiLU, {n:,} chains, {steps} steps, step 0.01 ({what})"
         torch._dynamo.reset()  # a fresh compile: past the recompile limit dynamo would silently run eager
         sampler = w4_sampler(energy, key)
-        rec: dict[str, Any] = {"workload": "W4x100", "variant": key, "label": label, "n": n, "n_steps": steps,
-                               "path": w4_path(sampler, x0)}
+        rec: dict[str, Any] = {
+            "workload": "W4x100",
+            "variant": key,
+            "label": label,
+            "n": n,
+            "n_steps": steps,
+            "path": w4_path(sampler, x0),
+        }
         log(f"  G3 {label} ...")
-        m = measured_or_skipped(rec, out, log, lambda: measure(lambda: sampler.sample(x0, steps, generator=gen()), repeats,
-                                                              device))
+        m = measured_or_skipped(
+            rec, out, log, lambda: measure(lambda: sampler.sample(x0, steps, generator=gen()), repeats, device)
+        )
         if m is None:
             continue
         x = m.pop("out")
@@ -664,8 +711,10 @@ def g3_rows(sizes: Sizes, device: Any, repeats: int, log: Callable) -> list[dict
     init = {k: v.detach().clone() for k, v in base.net.state_dict().items()}
     w5 = {}
     for key, (options, what) in G3_VARIANTS.items():
-        label = (f"W5 ×100: one CD-10 training step (Langevin negatives, backward, Adam lr 1e-3), batch {sizes.w5_batch:,} "
-                 f"(sampler: {what})")
+        label = (
+            f"W5 ×100: one CD-10 training step (Langevin negatives, backward, Adam lr 1e-3), batch {sizes.w5_batch:,} "
+            f"(sampler: {what})"
+        )
         torch._dynamo.reset()
         loss = ebm_losses.ContrastiveDivergence("langevin", 10, sampler_options={"step_size": 0.01, **options})
         params = list(base.net.parameters())
@@ -715,8 +764,7 @@ def g3_rows(sizes: Sizes, device: Any, repeats: int, log: Callable) -> list[dict
     return out
 
 
-CONV_PCD = {"widths": (32, 64), "image": (1, 8, 8), "batch": 64, "buffer": 2000, "k": 20, "step_size": 10.0,
-            "noise_scale": 0.005}
+CONV_PCD = {"widths": (32, 64), "image": (1, 8, 8), "batch": 64, "buffer": 2000, "k": 20, "step_size": 10.0, "noise_scale": 0.005}
 """The conv-energy PCD step of ``benchmarks/image_step.py`` (``ebm train digits``'s), on uniform images in [-1, 1]: the
 issue's graph-capture target is measured on it (default path: a captured graph on CUDA, against ``fused=False``)."""
 
@@ -735,11 +783,18 @@ def conv_pcd_rows(device: Any, repeats: int, log: Callable, inner: int = 5) -> l
     params = list(base.parameters())
     out, first = [], {}
     for key, options in (("eager", {"fused": False}), ("default", {})):
-        label = (f"conv PCD step: ConvEnergy {c['widths']}, batch {c['batch']} of {c['image']}, {c['k']} Langevin steps "
-                 f"(h {c['step_size']:g}, σ {c['noise_scale']:g}), buffer {c['buffer']:,}, backward, Adam")
+        label = (
+            f"conv PCD step: ConvEnergy {c['widths']}, batch {c['batch']} of {c['image']}, {c['k']} Langevin steps "
+            f"(h {c['step_size']:g}, σ {c['noise_scale']:g}), buffer {c['buffer']:,}, backward, Adam"
+        )
         loss = ebm_losses.PersistentContrastiveDivergence(
-            "langevin", c["k"], sampler_options={"step_size": c["step_size"], "noise_scale": c["noise_scale"], **options},
-            buffer_size=c["buffer"], reinit_fraction=0.05, regularization=0.1)
+            "langevin",
+            c["k"],
+            sampler_options={"step_size": c["step_size"], "noise_scale": c["noise_scale"], **options},
+            buffer_size=c["buffer"],
+            reinit_fraction=0.05,
+            regularization=0.1,
+        )
         state: dict[str, Any] = {}
 
         def gen() -> Any:
@@ -790,14 +845,17 @@ def conv_pcd_rows(device: Any, repeats: int, log: Callable, inner: int = 5) -> l
     return out
 
 
-def torchebm_w4(energy: Any, x0: Any, steps: int, device: Any, repeats: int, gen: Callable, log: Callable,
-                eager: Any = None) -> dict:
+def torchebm_w4(
+    energy: Any, x0: Any, steps: int, device: Any, repeats: int, gen: Callable, log: Callable, eager: Any = None
+) -> dict:
     """W4 at 100x with torchebm 0.8.9: ``LangevinDynamics(model, step_size=0.01, noise_scale=1, device=...)`` (its ULA)
     on the same MLP, from the same ``x0`` and generator (where it draws the same normals in the same order as ebm's
     eager loop, ``eager``'s samples, the difference is reported); skipped, saying why, where torchebm does not import."""
     import torch
 
-    label = f"W4 ×100: ULA on the MLP 2-64-64-1 SiLU, {x0.shape[0]:,} chains, {steps} steps, step 0.01 (torchebm LangevinDynamics)"
+    label = (
+        f"W4 ×100: ULA on the MLP 2-64-64-1 SiLU, {x0.shape[0]:,} chains, {steps} steps, step 0.01 (torchebm LangevinDynamics)"
+    )
     rec: dict[str, Any] = {"workload": "W4x100", "variant": "torchebm", "label": label, "n": x0.shape[0], "n_steps": steps}
     try:
         from torchebm.samplers import LangevinDynamics
@@ -825,18 +883,30 @@ def torchebm_w5(data: Any, init: dict, sizes: Sizes, device: Any, repeats: int, 
     persistent=False, energy_reg_weight=0)`` and Adam, from the same initial weights; skipped where it does not import."""
     import torch
 
-    label = (f"W5 ×100: one CD-10 training step (Langevin negatives, backward, Adam lr 1e-3), batch {sizes.w5_batch:,} "
-             "(torchebm ContrastiveDivergence)")
-    rec: dict[str, Any] = {"workload": "W5x100", "variant": "torchebm", "label": label, "batch": sizes.w5_batch,
-                           "inner": sizes.w5_inner}
+    label = (
+        f"W5 ×100: one CD-10 training step (Langevin negatives, backward, Adam lr 1e-3), batch {sizes.w5_batch:,} "
+        "(torchebm ContrastiveDivergence)"
+    )
+    rec: dict[str, Any] = {
+        "workload": "W5x100",
+        "variant": "torchebm",
+        "label": label,
+        "batch": sizes.w5_batch,
+        "inner": sizes.w5_inner,
+    }
     try:
         from torchebm.losses import ContrastiveDivergence
         from torchebm.samplers import LangevinDynamics
 
         net = common.make_mlp().to(device)
         model = _torchebm_mlp(net, device)
-        loss = ContrastiveDivergence(model, LangevinDynamics(model, step_size=0.01, noise_scale=1.0, device=device),
-                                     k_steps=10, persistent=False, energy_reg_weight=0.0)
+        loss = ContrastiveDivergence(
+            model,
+            LangevinDynamics(model, step_size=0.01, noise_scale=1.0, device=device),
+            k_steps=10,
+            persistent=False,
+            energy_reg_weight=0.0,
+        )
         params = list(net.parameters())
 
         def train() -> Any:
@@ -915,6 +985,7 @@ def seed_rows(device: Any, repeats: int, log: Callable, quick: bool = False) -> 
         import torchebm  # noqa: F401
         from torchebm.core import GaussianModel, HarmonicModel
         from torchebm.samplers import HamiltonianMonteCarlo, LangevinDynamics
+
         torchebm_reason = None
     except Exception as exc:  # noqa: BLE001
         torchebm_reason = f"torchebm not importable ({type(exc).__name__}: {exc})"
@@ -926,10 +997,16 @@ def seed_rows(device: Any, repeats: int, log: Callable, quick: bool = False) -> 
         inner = max(1, SEED_INNER[sid] // scale)
         cov = common.gaussian_covariance(d) if sid != "S2" else np.eye(d)
         x0 = make_x0(n, d, dev, torch.float32)
-        energy = (ebmcore.HarmonicEnergy(dim=d).to(dev) if sid == "S2" else
-                  ebmcore.GaussianEnergy(torch.zeros(d), covariance=torch.tensor(cov, dtype=torch.float32), device=dev))
-        law = {"S1": lambda: common.ula_gaussian_law(cov, 0.01, inner), "S2": lambda: np.eye(d),
-               "S4": lambda: common.ula_gaussian_law(cov, 0.01, 100)}.get(sid)
+        energy = (
+            ebmcore.HarmonicEnergy(dim=d).to(dev)
+            if sid == "S2"
+            else ebmcore.GaussianEnergy(torch.zeros(d), covariance=torch.tensor(cov, dtype=torch.float32), device=dev)
+        )
+        law = {
+            "S1": lambda: common.ula_gaussian_law(cov, 0.01, inner),
+            "S2": lambda: np.eye(d),
+            "S4": lambda: common.ula_gaussian_law(cov, 0.01, 100),
+        }.get(sid)
         variants: dict[str, Any] = {}
         for variant in ("ebm", "eager", "torchebm"):
             if variant == "torchebm" and torchebm_reason:
@@ -942,37 +1019,57 @@ def seed_rows(device: Any, repeats: int, log: Callable, quick: bool = False) -> 
                 elif variant == "ebm":
                     variants[variant] = lambda: energy.gradient(x0)
                 else:
+
                     def autograd_gradient() -> Any:
                         x = x0.detach().requires_grad_()
                         with ebmcore.use_backend("torch"):
                             return torch.autograd.grad(energy(x).sum(), x)[0]
+
                     variants[variant] = autograd_gradient
                 continue
             if variant == "torchebm":
-                model = HarmonicModel(k=1.0, device=dev) if sid == "S2" else GaussianModel(
-                    torch.zeros(d), torch.tensor(cov, dtype=torch.float32), device=dev)
-                sampler = (HamiltonianMonteCarlo(model, step_size=0.1, n_leapfrog_steps=10, device=dev) if sid == "S2"
-                           else LangevinDynamics(model, step_size=0.01, noise_scale=1.0, device=dev))
+                model = (
+                    HarmonicModel(k=1.0, device=dev)
+                    if sid == "S2"
+                    else GaussianModel(torch.zeros(d), torch.tensor(cov, dtype=torch.float32), device=dev)
+                )
+                sampler = (
+                    HamiltonianMonteCarlo(model, step_size=0.1, n_leapfrog_steps=10, device=dev)
+                    if sid == "S2"
+                    else LangevinDynamics(model, step_size=0.01, noise_scale=1.0, device=dev)
+                )
                 sample = lambda x, k, g, s=sampler: s.sample(x=x, n_steps=k, generator=g)  # noqa: E731
             else:
                 options = {"fused": False} if variant == "eager" else {}
-                sampler = (HMCSampler(energy, step_size=0.1, n_leapfrog_steps=10, **options) if sid == "S2"
-                           else LangevinSampler(energy, step_size=0.01, **options))
+                sampler = (
+                    HMCSampler(energy, step_size=0.1, n_leapfrog_steps=10, **options)
+                    if sid == "S2"
+                    else LangevinSampler(energy, step_size=0.01, **options)
+                )
                 sample = lambda x, k, g, s=sampler: s.sample(x, k, generator=g)  # noqa: E731
                 if variant == "ebm":
                     paths[sid] = common.ebm_path(sampler, x0)  # the fused chain and its backend, or the loop and why
             if sid == "S4":
                 variants[variant] = lambda f=sample: f(x0, 100, gen())
             else:
+
                 def one_step_calls(f=sample) -> Any:  # S1/S2: `inner` calls of one step each (per-call overhead included)
                     g, x = gen(), x0
                     for _ in range(inner):
                         x = f(x, 1, g)
                     return x
+
                 variants[variant] = one_step_calls
         for variant, fn in variants.items():
-            rec: dict[str, Any] = {"id": sid, "what": what, "variant": variant, "n": n, "d": d, "inner": inner,
-                                   "guide_gpu_ms": guide_ms}
+            rec: dict[str, Any] = {
+                "id": sid,
+                "what": what,
+                "variant": variant,
+                "n": n,
+                "d": d,
+                "inner": inner,
+                "guide_gpu_ms": guide_ms,
+            }
             if isinstance(fn, str):
                 rec["skipped"] = fn
                 recs.append(rec)
@@ -1012,18 +1109,25 @@ def seed_table(recs: list[dict]) -> str:
     ebm = {r["id"]: r for r in recs if r["variant"] == "ebm" and "timing" in r}
     for r in recs:
         if "skipped" in r:
-            lines.append(f"| {r['id']} | {r['what']} | {r['variant']} | — | — | {r['guide_gpu_ms']} | — | skipped: {r['skipped']} |")
+            lines.append(
+                f"| {r['id']} | {r['what']} | {r['variant']} | — | — | {r['guide_gpu_ms']} | — | skipped: {r['skipped']} |"
+            )
             continue
         t, f, k = r["timing"], r["figures"], r["inner"]
         e = ebm.get(r["id"])
         ratio = f"{t['median_s'] / e['timing']['median_s']:.2f}" if e else "—"
         ok = "ok" if f["ok"] else "**FAIL**"
-        corr = (f"max rel err vs float64 {f['max_rel_err_vs_float64']:.1e} ({ok})" if "max_rel_err_vs_float64" in f else
-                f"max z vs exact law: mean {f['mean_z_max']:.1f}, cov {f['cov_z_max']:.1f} ({ok}: ≤ {Z_TOL:g})")
+        corr = (
+            f"max rel err vs float64 {f['max_rel_err_vs_float64']:.1e} ({ok})"
+            if "max_rel_err_vs_float64" in f
+            else f"max z vs exact law: mean {f['mean_z_max']:.1f}, cov {f['cov_z_max']:.1f} ({ok}: ≤ {Z_TOL:g})"
+        )
         if r.get("path"):
             corr += f"; path: {r['path']}"
-        lines.append(f"| {r['id']} | {r['what']} | {r['variant']} | {1e3 * t['median_s'] / k:.3f} | "
-                     f"{1e3 * t['min_s'] / k:.3f}–{1e3 * t['max_s'] / k:.3f} | {r['guide_gpu_ms']} | {ratio} | {corr} |")
+        lines.append(
+            f"| {r['id']} | {r['what']} | {r['variant']} | {1e3 * t['median_s'] / k:.3f} | "
+            f"{1e3 * t['min_s'] / k:.3f}–{1e3 * t['max_s'] / k:.3f} | {r['guide_gpu_ms']} | {ratio} | {corr} |"
+        )
     return "\n".join(lines)
 
 
@@ -1033,8 +1137,10 @@ def seed_table(recs: list[dict]) -> str:
 
 
 def analytic_table(rows: list[Row], copy_gbps: float | None) -> str:
-    head = ("| | implementation | median (ms) | min–max (ms) | first call (ms) | per step (µs) | speed-up vs (a) "
-            "| state GB/s (% of copy) | correctness |")
+    head = (
+        "| | implementation | median (ms) | min–max (ms) | first call (ms) | per step (µs) | speed-up vs (a) "
+        "| state GB/s (% of copy) | correctness |"
+    )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     eager = next((r for r in rows if r.key == "a" and r.timing), None)
     for r in rows:
@@ -1050,8 +1156,10 @@ def analytic_table(rows: list[Row], copy_gbps: float | None) -> str:
         corr = format_correctness(r.energy, r.figures)
         if r.note:
             corr += f"; {r.note}"
-        lines.append(f"| {r.key} | {r.label} | {1e3 * t['median_s']:.2f} | {1e3 * t['min_s']:.2f}–{1e3 * t['max_s']:.2f} | "
-                     f"{1e3 * t['first_s']:.0f} | {1e6 * t['median_s'] / r.n_steps:.2f} | {speed} | {bw} | {corr} |")
+        lines.append(
+            f"| {r.key} | {r.label} | {1e3 * t['median_s']:.2f} | {1e3 * t['min_s']:.2f}–{1e3 * t['max_s']:.2f} | "
+            f"{1e3 * t['first_s']:.0f} | {1e6 * t['median_s'] / r.n_steps:.2f} | {speed} | {bw} | {corr} |"
+        )
     return "\n".join(lines)
 
 
@@ -1090,14 +1198,18 @@ def g3_table(recs: list[dict]) -> str:
                 corr += f"; path: {r['path']}"
             per = ""
         else:
-            corr = f"loss {f['loss']:.6g}" + (f", grad norm {f['grad_norm']:.5g}" if "grad_norm" in f else " (after the last step)")
+            corr = f"loss {f['loss']:.6g}" + (
+                f", grad norm {f['grad_norm']:.5g}" if "grad_norm" in f else " (after the last step)"
+            )
             if "loss_rel_diff_vs_eager" in f:
                 corr += f", rel diff vs eager: loss {f['loss_rel_diff_vs_eager']:.1e}, gradient {f['grad_rel_diff_vs_eager']:.1e}"
             if r.get("path"):
                 corr += f"; path: {r['path']}"
             per = " per step"
-        lines.append(f"| {r['label']} | {r['variant']} | {1e3 * t['median_s']:.2f}{per} | {1e3 * t['min_s']:.2f}–{1e3 * t['max_s']:.2f} "
-                     f"| {1e3 * t['first_s']:.0f} | {speed} | {corr} |")
+        lines.append(
+            f"| {r['label']} | {r['variant']} | {1e3 * t['median_s']:.2f}{per} | {1e3 * t['min_s']:.2f}–{1e3 * t['max_s']:.2f} "
+            f"| {1e3 * t['first_s']:.0f} | {speed} | {corr} |"
+        )
     return "\n".join(lines)
 
 
@@ -1106,8 +1218,12 @@ def versions(device: Any) -> dict:
 
     import ebmcore
 
-    v: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
-                         "ebmcore": ebmcore.__version__}
+    v: dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "ebmcore": ebmcore.__version__,
+    }
     dev = torch.device(device)
     if dev.type == "cuda":
         v["gpu"] = torch.cuda.get_device_name(dev)
@@ -1124,7 +1240,9 @@ def versions(device: Any) -> dict:
     try:
         import ebm_cuda
 
-        v["ebm_cuda_backend"] = (ebm_cuda.cuda_unavailable_reason() if dev.type == "cuda" else ebm_cuda.host_unavailable_reason()) or "available"
+        v["ebm_cuda_backend"] = (
+            ebm_cuda.cuda_unavailable_reason() if dev.type == "cuda" else ebm_cuda.host_unavailable_reason()
+        ) or "available"
     except Exception:  # noqa: BLE001
         pass
     return v
@@ -1132,10 +1250,15 @@ def versions(device: Any) -> dict:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--groups", default=",".join(GROUPS),
-                    help="comma-separated: G1, G2, G3, S (S1-S4), T (the Triton chains' configurations); default: all")
+    ap.add_argument(
+        "--groups",
+        default=",".join(GROUPS),
+        help="comma-separated: G1, G2, G3, S (S1-S4), T (the Triton chains' configurations); default: all",
+    )
     ap.add_argument("--energies", default=",".join(ENERGIES), help="comma-separated (G1/G2): " + ", ".join(ENERGIES))
-    ap.add_argument("--repeats", type=int, default=5, help="timed runs per row after one warm-up (median reported; >= 5 for figures)")
+    ap.add_argument(
+        "--repeats", type=int, default=5, help="timed runs per row after one warm-up (median reported; >= 5 for figures)"
+    )
     ap.add_argument("--device", default="cuda", help="cuda (default), cuda:N, or cpu (with --quick: a test of this script)")
     ap.add_argument("--json", metavar="PATH", help="write the raw timings and figures here")
     ap.add_argument("--quick", action="store_true", help=f"small sizes ({QUICK.n_chains:,} chains, {QUICK.n_steps} steps)")
@@ -1159,8 +1282,11 @@ def main(argv: list[str] | None = None) -> int:
 
     dev = torch.device(args.device)
     if dev.type == "cuda" and not torch.cuda.is_available():
-        print(f"--device {args.device}: no CUDA device is visible (torch {torch.__version__}, CUDA {torch.version.cuda}). "
-              "Run on a GPU machine, or test this script with --device cpu --quick.", file=sys.stderr)
+        print(
+            f"--device {args.device}: no CUDA device is visible (torch {torch.__version__}, CUDA {torch.version.cuda}). "
+            "Run on a GPU machine, or test this script with --device cpu --quick.",
+            file=sys.stderr,
+        )
         return 2
     if dev.type == "cuda" and dev.index is not None:
         torch.cuda.set_device(dev)
@@ -1172,30 +1298,52 @@ def main(argv: list[str] | None = None) -> int:
     meta = {
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "command": " ".join([os.path.relpath(sys.executable), *sys.argv]),
-        "device": str(dev), "quick": args.quick, "repeats": args.repeats, "sizes": sizes.__dict__,
-        "versions": versions(dev), "git": common.git_state(), "loadavg_start": common.loadavg(),
+        "device": str(dev),
+        "quick": args.quick,
+        "repeats": args.repeats,
+        "sizes": sizes.__dict__,
+        "versions": versions(dev),
+        "git": common.git_state(),
+        "loadavg_start": common.loadavg(),
         "torch_threads": torch.get_num_threads(),
     }
     v = meta["versions"]
     print(f"# ebm GPU workloads (G1–G3) — {meta['date']}\n")
-    where = (f"GPU: {v['gpu']} (compute capability {v['compute_capability']}, {v['gpu_memory_GiB']} GiB)" if v.get("gpu")
-             else f"**no GPU: device {dev}** ({v.get('cpu')}; {meta['torch_threads']} torch threads) — a test of the script, "
-                  "not G1–G3 figures")
+    where = (
+        f"GPU: {v['gpu']} (compute capability {v['compute_capability']}, {v['gpu_memory_GiB']} GiB)"
+        if v.get("gpu")
+        else f"**no GPU: device {dev}** ({v.get('cpu')}; {meta['torch_threads']} torch threads) — a test of the script, "
+        "not G1–G3 figures"
+    )
     print(where)
-    print("versions: " + ", ".join(f"{k} {val}" for k, val in v.items() if k not in ("gpu", "cpu", "compute_capability", "gpu_memory_GiB")))
+    print(
+        "versions: "
+        + ", ".join(f"{k} {val}" for k, val in v.items() if k not in ("gpu", "cpu", "compute_capability", "gpu_memory_GiB"))
+    )
     gs = meta["git"]
     print(f"ebm commit: {gs['commit']}" + (f" + uncommitted changes in {', '.join(gs['modified'])}" if gs["modified"] else ""))
     print(f"command: {meta['command']}")
-    print(f"sizes: {sizes.n_chains:,} chains × {sizes.n_steps:,} steps (G1/G2); W4 {sizes.w4_chains:,} chains × {sizes.w4_steps} steps; "
-          f"W5 batch {sizes.w5_batch:,}{' (QUICK)' if args.quick else ''}; {args.repeats} timed runs after one warm-up, median\n")
+    print(
+        f"sizes: {sizes.n_chains:,} chains × {sizes.n_steps:,} steps (G1/G2); W4 {sizes.w4_chains:,} chains × {sizes.w4_steps} steps; "
+        f"W5 batch {sizes.w5_batch:,}{' (QUICK)' if args.quick else ''}; {args.repeats} timed runs after one warm-up, median\n"
+    )
 
     log("copy bandwidth ...")
     bw = copy_bandwidth(dev, sizes.copy_bytes, args.repeats)
     copy_gbps = bw["GBps"]
-    print(f"Copy bandwidth (`y.copy_(x)`, {sizes.copy_bytes / 2**30:g} GiB float32, 2 × bytes / median time): "
-          f"**{copy_gbps:.0f} GB/s**\n")
-    report: dict[str, Any] = {"meta": meta, "copy_bandwidth": bw, "analytic": [], "step_kernels": [], "g3": [], "seeds": [],
-                              "triton": []}
+    print(
+        f"Copy bandwidth (`y.copy_(x)`, {sizes.copy_bytes / 2**30:g} GiB float32, 2 × bytes / median time): "
+        f"**{copy_gbps:.0f} GB/s**\n"
+    )
+    report: dict[str, Any] = {
+        "meta": meta,
+        "copy_bandwidth": bw,
+        "analytic": [],
+        "step_kernels": [],
+        "g3": [],
+        "seeds": [],
+        "triton": [],
+    }
 
     def save() -> None:  # after every table: a run cut short by a time limit keeps what it measured
         if args.json:
@@ -1214,8 +1362,10 @@ def main(argv: list[str] | None = None) -> int:
             d, h = ENERGIES[name]
             t0 = time.perf_counter()
             rows = analytic_rows(group, name, dtype, sizes, dev, args.repeats, log)
-            print(f"## {group}: Langevin (ULA), {name.replace('_', ' ')} dim {d}, {dname} state, "
-                  f"{sizes.n_chains:,} chains, {sizes.n_steps:,} steps, step {h:g}\n")
+            print(
+                f"## {group}: Langevin (ULA), {name.replace('_', ' ')} dim {d}, {dname} state, "
+                f"{sizes.n_chains:,} chains, {sizes.n_steps:,} steps, step {h:g}\n"
+            )
             print(analytic_table(rows, copy_gbps))
             print(f"\n({time.perf_counter() - t0:.0f} s)\n", flush=True)
             report["analytic"] += [r.as_json(copy_gbps) for r in rows]
@@ -1228,7 +1378,9 @@ def main(argv: list[str] | None = None) -> int:
     if "G3" in args.groups:
         t0 = time.perf_counter()
         recs = g3_rows(sizes, dev, args.repeats, log)
-        print("## G3: W4 and W5 at 100× the batch: the eager per-step loop, the same loop compiled (the same noise), ebm's default path (float32)\n")
+        print(
+            "## G3: W4 and W5 at 100× the batch: the eager per-step loop, the same loop compiled (the same noise), ebm's default path (float32)\n"
+        )
         print(g3_table(recs))
         print(f"\n({time.perf_counter() - t0:.0f} s)\n", flush=True)
         report["g3"] = recs
@@ -1247,15 +1399,21 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         # CUDA: G3's sizes; the CPU: the interpreter's (or rows skipped, saying why, without it). Saved row by row.
         d = triton_sweep.DRY
-        n = (sizes.w4_chains, sizes.w4_steps, sizes.w5_batch) if dev.type == "cuda" else (d["w4_chains"], d["w4_steps"], d["cd_chains"])
+        n = (
+            (sizes.w4_chains, sizes.w4_steps, sizes.w5_batch)
+            if dev.type == "cuda"
+            else (d["w4_chains"], d["w4_steps"], d["cd_chains"])
+        )
         recs = triton_sweep.sweep_rows(*n, dev, args.repeats, log, measure, out=report["triton"], saved=save)
         print("## T: the Triton chains' launch configurations (W4, and W5's contrastive chain), float32\n")
         print(triton_sweep.sweep_table(recs, Z_TOL))
         print(f"\n({time.perf_counter() - t0:.0f} s)\n", flush=True)
     meta["loadavg_end"] = common.loadavg()
-    print("State GB/s = 2 × chains × dim × itemsize × steps / median time (the chain state read and written once per "
-          "step); for the one-launch chains (c, e1) an *effective* figure: they touch memory once per run, not per step, "
-          f"so it may exceed the copy bandwidth. Correctness: |z| ≤ {Z_TOL:g} against the exact law after the run's steps.")
+    print(
+        "State GB/s = 2 × chains × dim × itemsize × steps / median time (the chain state read and written once per "
+        "step); for the one-launch chains (c, e1) an *effective* figure: they touch memory once per run, not per step, "
+        f"so it may exceed the copy bandwidth. Correctness: |z| ≤ {Z_TOL:g} against the exact law after the run's steps."
+    )
     if args.json:
         save()
         print(f"\nraw results written to {args.json}")

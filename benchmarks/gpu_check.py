@@ -70,13 +70,20 @@ BENCH = ROOT / "benchmarks"
 GPU_TESTS = [  # (pytest target, its time limit in seconds)
     ("plugins/ebm_cuda/tests/test_cuda_device.py", 120),
     ("plugins/ebm_cuda/tests/test_plugin.py", 90),
-    ("plugins/ebm_cuda/tests/test_triton_chains.py::test_on_a_gpu_the_compiled_chain_equals_the_host_build_and_samplers_resolve_it", 150),
-    ("plugins/ebm_cuda/tests/test_triton_contrastive.py::test_on_a_gpu_the_compiled_contrastive_chain_equals_the_chain_and_the_host_build", 150),
+    (
+        "plugins/ebm_cuda/tests/test_triton_chains.py::test_on_a_gpu_the_compiled_chain_equals_the_host_build_and_samplers_resolve_it",
+        150,
+    ),
+    (
+        "plugins/ebm_cuda/tests/test_triton_contrastive.py::test_on_a_gpu_the_compiled_contrastive_chain_equals_the_chain_and_the_host_build",
+        150,
+    ),
     ("plugins/ebm_samplers/tests/test_graphs.py", 90),
 ]
 SAME_NOISE_TOL = 1e-3  # G3 eager vs compiled: float rounding, not different noise (that differs by O(1))
 SANITIZERS = (  # (tool, gpu_check_kernels.py --sizes, time limit in s); the H100 at b11eeb6: memcheck 7.5 s, racecheck 13 s
-    ("memcheck", "memcheck", 60), ("racecheck", "racecheck", 90),
+    ("memcheck", "memcheck", 60),
+    ("racecheck", "racecheck", 90),
     ("synccheck", "memcheck", 60),  # barriers: every chain-size class, partial blocks
     ("initcheck", "memcheck", 90),  # reads of unwritten global memory: every entry point's outputs and workspaces
 )
@@ -130,8 +137,15 @@ def run(command: list[str], timeout: float, env: dict | None = None, keep: int =
     t0 = time.monotonic()
     if timeout <= 0:
         return None, NOT_STARTED, 0.0
-    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, **(env or {})}, start_new_session=True)
+    proc = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **(env or {})},
+        start_new_session=True,
+    )
     try:
         out, _ = proc.communicate(timeout=timeout)
         rc: int | None = proc.returncode
@@ -157,8 +171,9 @@ def tail(text: str, lines: int = 12) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-def verdict(report: Report, name: str, rc: int | None, out: str, secs: float, passed: str, wrong: str = "",
-            detail: str = "") -> bool:
+def verdict(
+    report: Report, name: str, rc: int | None, out: str, secs: float, passed: str, wrong: str = "", detail: str = ""
+) -> bool:
     """Report a step's process: passed, saying ``passed``, where it exited 0 and ``wrong`` (what its output shows
     wrong) is empty; else failed, saying why, with ``detail`` and the output's tail."""
     if rc == 0 and not wrong:
@@ -223,10 +238,15 @@ def environment(dry: bool) -> dict:
 
     from ebm_cuda import build
 
-    env: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__, "torch_cuda": torch.version.cuda,
-                           "nvcc": tool_version([build.find_nvcc() or "nvcc", "--version"], "release"),
-                           "cxx": tool_version([build.find_cxx() or "c++", "--version"]),
-                           "compute_sanitizer": find_sanitizer(), "machine": platform.machine()}
+    env: dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "nvcc": tool_version([build.find_nvcc() or "nvcc", "--version"], "release"),
+        "cxx": tool_version([build.find_cxx() or "c++", "--version"]),
+        "compute_sanitizer": find_sanitizer(),
+        "machine": platform.machine(),
+    }
     try:
         import triton
 
@@ -234,8 +254,10 @@ def environment(dry: bool) -> dict:
     except Exception as exc:  # noqa: BLE001
         env["triton"] = f"not importable ({type(exc).__name__})"
     try:
-        env["git_commit"] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                                           timeout=30).stdout.strip() or None
+        env["git_commit"] = (
+            subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=30).stdout.strip()
+            or None
+        )
     except (OSError, subprocess.SubprocessError):
         env["git_commit"] = None
     device: dict[str, Any] = {"type": "cpu" if dry else "cuda"}
@@ -245,8 +267,12 @@ def environment(dry: bool) -> dict:
         device["driver"] = smi.split(", ")[1] if smi and smi.count(", ") >= 1 else None
     if not dry and torch.version.cuda is not None and torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
-        device.update(name=torch.cuda.get_device_name(0), compute_capability="{}.{}".format(*torch.cuda.get_device_capability(0)),
-                      memory_GiB=round(props.total_memory / 2**30, 1), count=torch.cuda.device_count())
+        device.update(
+            name=torch.cuda.get_device_name(0),
+            compute_capability="{}.{}".format(*torch.cuda.get_device_capability(0)),
+            memory_GiB=round(props.total_memory / 2**30, 1),
+            count=torch.cuda.device_count(),
+        )
     elif dry:
         device["name"] = f"cpu ({platform.processor() or platform.machine()}, dry run)"
     return {"device": device, "versions": env}
@@ -265,8 +291,12 @@ def step_environment(report: Report, meta: dict, dry: bool) -> bool:
     if absent:
         report.add("environment", "failed", absent, time.monotonic() - t0)
         return False
-    report.add("environment", "passed", f"{dev['name']} (sm_{dev['compute_capability'].replace('.', '')}), driver {dev.get('driver')}",
-               time.monotonic() - t0)
+    report.add(
+        "environment",
+        "passed",
+        f"{dev['name']} (sm_{dev['compute_capability'].replace('.', '')}), driver {dev.get('driver')}",
+        time.monotonic() - t0,
+    )
     return True
 
 
@@ -316,8 +346,21 @@ def step_tests(report: Report, clock: Clock, py: str, dry: bool, work: Path) -> 
         label = Path(target.split("::")[0]).name + (" (its GPU test)" if "::" in target else "")
         name = f"GPU tests: {label}, CUDA_LAUNCH_BLOCKING=1"
         junit = work / f"gpu-tests-{label.split('.')[0]}.xml"
-        command = [py, "-m", "pytest", "-q", "-rs", *extra, "--durations=5", "-o", "faulthandler_timeout=60",
-                   "-p", "no:cacheprovider", f"--junitxml={junit}", target]
+        command = [
+            py,
+            "-m",
+            "pytest",
+            "-q",
+            "-rs",
+            *extra,
+            "--durations=5",
+            "-o",
+            "faulthandler_timeout=60",
+            "-p",
+            "no:cacheprovider",
+            f"--junitxml={junit}",
+            target,
+        ]
         rc, out, secs = run(command, clock.limit(cap), env={"CUDA_LAUNCH_BLOCKING": "1"})
         counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
         if junit.exists():
@@ -337,8 +380,17 @@ def step_tests(report: Report, clock: Clock, py: str, dry: bool, work: Path) -> 
             report.add(name, "passed", summary, secs, output=tail(out, 10))  # the slowest tests among them
 
 
-def step_kernels(report: Report, clock: Clock, py: str, dry: bool, work: Path, sizes: str | None = None,
-                 sanitizer: list[str] | None = None, label: str = "kernels", cap: float = 150) -> None:
+def step_kernels(
+    report: Report,
+    clock: Clock,
+    py: str,
+    dry: bool,
+    work: Path,
+    sizes: str | None = None,
+    sanitizer: list[str] | None = None,
+    label: str = "kernels",
+    cap: float = 150,
+) -> None:
     """gpu_check_kernels.py: one check per line it reports; under ``sanitizer`` (a command prefix), one check
     ``compute-sanitizer <label>`` that passes where the sanitizer and every kernel check do."""
     out_json = work / f"{label}.json"
@@ -350,13 +402,21 @@ def step_kernels(report: Report, clock: Clock, py: str, dry: bool, work: Path, s
     results = load_json(out_json) or []
     if sanitizer:
         failed = [r["name"] for r in results if r["status"] == "failed"]
-        errors = [line for line in out.splitlines() if line.startswith("========") and ("ERROR SUMMARY" in line or "Error" in line
-                                                                                        or "Hazard" in line)]
+        errors = [
+            line
+            for line in out.splitlines()
+            if line.startswith("========") and ("ERROR SUMMARY" in line or "Error" in line or "Hazard" in line)
+        ]
         if rc == 0 and results and not failed:
             report.add(f"compute-sanitizer {label}", "passed", f"{len(results)} kernel checks, {tail(out, 1)}", secs)
         else:
-            report.add(f"compute-sanitizer {label}", "failed", failure(rc, out) + (f"; checks failed: {failed}" if failed else ""), secs,
-                       output="\n".join(errors[:20]) + "\n" + tail(out, 40))
+            report.add(
+                f"compute-sanitizer {label}",
+                "failed",
+                failure(rc, out) + (f"; checks failed: {failed}" if failed else ""),
+                secs,
+                output="\n".join(errors[:20]) + "\n" + tail(out, 40),
+            )
         return
     for r in results:
         report.add(f"kernels: {r['name']}", r["status"], r["reason"], r["seconds"])
@@ -370,8 +430,11 @@ def step_sanitizer(report: Report, clock: Clock, py: str, dry: bool, work: Path)
     tool = None if dry else find_sanitizer()
     for kind, sizes, cap in SANITIZERS:
         if tool is None:
-            report.add(f"compute-sanitizer {kind}", "skipped", "dry run: no GPU" if dry else "compute-sanitizer not found "
-                       "(PATH, $CUDA_HOME/bin, /usr/local/cuda)")
+            report.add(
+                f"compute-sanitizer {kind}",
+                "skipped",
+                "dry run: no GPU" if dry else "compute-sanitizer not found (PATH, $CUDA_HOME/bin, /usr/local/cuda)",
+            )
             continue
         sanitizer = [tool, "--tool", kind, "--error-exitcode", "9", "--print-limit", "20", "--target-processes", "all"]
         step_kernels(report, clock, py, dry, work, sizes=sizes, sanitizer=sanitizer, label=kind, cap=cap)
@@ -397,8 +460,14 @@ def step_distributed(report: Report, clock: Clock, py: str, dry: bool, work: Pat
     shown = re.search(r"# \((\d+), (\d+)\)", code)
     for backend in ("gloo", "nccl"):
         if backend == "nccl" and gpus < 2:
-            report.add(f"{name}, nccl", "skipped", "dry run: no GPU" if dry else f"{gpus} GPU here: NCCL refuses two ranks "
-                       "on one GPU (\"Duplicate GPU detected\"); the example ran with gloo")
+            report.add(
+                f"{name}, nccl",
+                "skipped",
+                "dry run: no GPU"
+                if dry
+                else f"{gpus} GPU here: NCCL refuses two ranks "
+                "on one GPU (\"Duplicate GPU detected\"); the example ran with gloo",
+            )
             continue
         command = [py, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script)]
         rc, out, secs = run(command, clock.limit(60), env={"EBM_DIST_BACKEND": backend, "OMP_NUM_THREADS": "1"})
@@ -417,16 +486,22 @@ def check_g1(report: Report, data: dict) -> None:
     moments are off the ULA law."""
     name = "workloads G1: the fused chain equals its one-step calls, moments within 5 sigma"
     rows = {(r["energy"], r["key"]): r for r in data["analytic"] if r["group"] == "G1"}
-    diffs = {e: r["figures"].get("max_abs_diff_vs_c") for (e, k), r in rows.items()
-             if k == "d" and r.get("timing") and rows.get((e, "c"), {}).get("timing")}
+    diffs = {
+        e: r["figures"].get("max_abs_diff_vs_c")
+        for (e, k), r in rows.items()
+        if k == "d" and r.get("timing") and rows.get((e, "c"), {}).get("timing")
+    }
     if not diffs:
         why = "; ".join(f"{e} ({k}): {r.get('skipped')}" for (e, k), r in rows.items() if k in ("c", "d"))
         report.add(name, "failed", f"rows (c)/(d) did not run: {why}")
         return
     worst = max((float("inf") if v is None else v) for v in diffs.values())
     bad = [f"{e} ({k})" for (e, k), r in rows.items() if r.get("timing") and r["figures"].get("moments_ok") is False]
-    report.add(name, "passed" if worst <= 1e-5 and not bad else "failed", f"max abs diff (c) vs (d) {worst:.1e} over "
-               f"{', '.join(diffs)}" + (f"; moments off in {', '.join(bad)}" if bad else ""))
+    report.add(
+        name,
+        "passed" if worst <= 1e-5 and not bad else "failed",
+        f"max abs diff (c) vs (d) {worst:.1e} over {', '.join(diffs)}" + (f"; moments off in {', '.join(bad)}" if bad else ""),
+    )
 
 
 def check_g3(report: Report, data: dict) -> None:
@@ -441,8 +516,11 @@ def check_g3(report: Report, data: dict) -> None:
         report.add(name, "failed", f"the compiled rows did not run: {why}")
     else:
         diff, rel = f4["max_abs_diff_vs_eager"], max(f5["loss_rel_diff_vs_eager"], f5["grad_rel_diff_vs_eager"])
-        report.add(name, "passed" if max(diff, rel) <= SAME_NOISE_TOL else "failed",
-                   f"W4 max abs diff {diff:.1e}, W5 largest relative difference {rel:.1e} (limit {SAME_NOISE_TOL:g})")
+        report.add(
+            name,
+            "passed" if max(diff, rel) <= SAME_NOISE_TOL else "failed",
+            f"W4 max abs diff {diff:.1e}, W5 largest relative difference {rel:.1e} (limit {SAME_NOISE_TOL:g})",
+        )
     conv = rows.get(("ConvPCD", "default"), {})
     name = "workloads G3: conv PCD step, captured graph vs per-step loop"
     if "figures" not in conv:
@@ -451,8 +529,11 @@ def check_g3(report: Report, data: dict) -> None:
         report.add(name, "skipped", f"the default path is not a captured graph here: {conv.get('path')}")
     else:
         rel = max(conv["figures"]["loss_rel_diff_vs_eager"], conv["figures"]["grad_rel_diff_vs_eager"])
-        report.add(name, "passed" if rel <= SAME_NOISE_TOL else "failed",
-                   f"the same draws: first step's loss and gradient, largest relative difference {rel:.1e} (limit {SAME_NOISE_TOL:g})")
+        report.add(
+            name,
+            "passed" if rel <= SAME_NOISE_TOL else "failed",
+            f"the same draws: first step's loss and gradient, largest relative difference {rel:.1e} (limit {SAME_NOISE_TOL:g})",
+        )
 
 
 GROUP_CHECKS: dict[str, Callable[[Report, dict], None]] = {"G1": check_g1, "G3": check_g3}
@@ -496,8 +577,16 @@ def step_workloads(report: Report, clock: Clock, py: str, dry: bool, out: Path, 
         rows = [r for key in ROW_LISTS for r in (data or {}).get(key, [])]
         skipped = sum(bool(r.get("skipped")) for r in rows)
         wrong = f"{len(failed)} rows failed or missed their correctness check" if failed else ""
-        verdict(report, name, rc, text, secs, f"{len(rows)} rows ({skipped} skipped), tables in {stem}.md", wrong,
-                detail="\n".join(failed[:20]))
+        verdict(
+            report,
+            name,
+            rc,
+            text,
+            secs,
+            f"{len(rows)} rows ({skipped} skipped), tables in {stem}.md",
+            wrong,
+            detail="\n".join(failed[:20]),
+        )
         if data and group in GROUP_CHECKS:
             GROUP_CHECKS[group](report, data)
     return results
@@ -522,8 +611,11 @@ def bare_site(dest: Path) -> list[Path]:
         info.mkdir(parents=True, exist_ok=True)
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n")
         groups = project.get("entry-points", {})
-        (info / "entry_points.txt").write_text("".join(f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in entries.items()) + "\n"
-                                                       for group, entries in groups.items()))
+        (info / "entry_points.txt").write_text(
+            "".join(
+                f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in entries.items()) + "\n" for group, entries in groups.items()
+            )
+        )
         made.append(info)
     return made
 
@@ -542,11 +634,19 @@ def default_out(dry: bool) -> Path:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dry", action="store_true", help="on the CPU: the host build against itself, tiny sizes")
-    ap.add_argument("--out", type=Path, help="the results file (default: $GPU_CHECK_OUT, else $OUT/gpu-check-<date>.json, "
-                                             "else benchmarks/results/gpu-check-<date>.json; dry: in the temp folder)")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        help="the results file (default: $GPU_CHECK_OUT, else $OUT/gpu-check-<date>.json, "
+        "else benchmarks/results/gpu-check-<date>.json; dry: in the temp folder)",
+    )
     ap.add_argument("--budget", type=float, default=540.0, help="seconds for all steps (default 540: 9 minutes)")
-    ap.add_argument("--workloads", default=",".join(g.name for g in WORKLOADS), metavar="GROUPS",
-                    help="gpu.py's groups to run after the checks, in this order (default: %(default)s; none: no group)")
+    ap.add_argument(
+        "--workloads",
+        default=",".join(g.name for g in WORKLOADS),
+        metavar="GROUPS",
+        help="gpu.py's groups to run after the checks, in this order (default: %(default)s; none: no group)",
+    )
     ap.add_argument("--bare-site", type=Path, metavar="DIR", help=argparse.SUPPRESS)  # gpu_check.sh's fallback: see bare_site
     args = ap.parse_args(argv)
     if args.bare_site:
@@ -579,18 +679,34 @@ def main(argv: list[str] | None = None) -> int:
     return finish(report, meta, clock, args, out, started, workloads)
 
 
-def finish(report: Report, meta: dict, clock: Clock, args: argparse.Namespace, out: Path, started: str,
-           workloads: dict[str, Any]) -> int:
+def finish(
+    report: Report, meta: dict, clock: Clock, args: argparse.Namespace, out: Path, started: str, workloads: dict[str, Any]
+) -> int:
     """Write the results file (with each group's raw results), print the summary line; the exit status."""
     seconds = time.monotonic() - clock.start
-    summary = {"passed": report.count("passed"), "failed": report.count("failed"), "skipped": report.count("skipped"),
-               "seconds": round(seconds, 1), "budget_s": args.budget}
-    result = {"tool": "ebm gpu-check", "dry": args.dry, "started": started, **meta, "summary": summary, "checks": report.checks,
-              "workloads": workloads}
+    summary = {
+        "passed": report.count("passed"),
+        "failed": report.count("failed"),
+        "skipped": report.count("skipped"),
+        "seconds": round(seconds, 1),
+        "budget_s": args.budget,
+    }
+    result = {
+        "tool": "ebm gpu-check",
+        "dry": args.dry,
+        "started": started,
+        **meta,
+        "summary": summary,
+        "checks": report.checks,
+        "workloads": workloads,
+    }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1, default=str) + "\n")
-    print(f"gpu-check: {summary['passed']} passed, {summary['failed']} failed, {summary['skipped']} skipped in {seconds:.0f} s; "
-          f"results: {out}", flush=True)
+    print(
+        f"gpu-check: {summary['passed']} passed, {summary['failed']} failed, {summary['skipped']} skipped in {seconds:.0f} s; "
+        f"results: {out}",
+        flush=True,
+    )
     return 1 if summary["failed"] else 0
 
 

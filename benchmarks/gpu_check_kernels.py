@@ -86,22 +86,27 @@ class Side:
             def run(*args: Any, **kwargs: Any) -> Any:
                 with context():
                     return fn(*args, **kwargs)
+
             return run
 
         self.kernels = {name: SimpleNamespace(fn=inside(kernel.fn)) for name, kernel in backend.kernels.items()}
 
 
 def close(a: torch.Tensor, b: torch.Tensor, tol: float, what: str) -> None:
-    torch.testing.assert_close(a.detach().cpu().double(), b.detach().cpu().double(), rtol=tol, atol=tol, equal_nan=True,
-                               msg=lambda m: f"{what}: {m}")
+    torch.testing.assert_close(
+        a.detach().cpu().double(), b.detach().cpu().double(), rtol=tol, atol=tol, equal_nan=True, msg=lambda m: f"{what}: {m}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     where = ap.add_mutually_exclusive_group()
     where.add_argument("--dry", action="store_true", help="host build against host build on the CPU, tiny sizes")
-    where.add_argument("--emulated", metavar="LIB", help="kernels.cu built for the host (build.build_cuda_emulated()) "
-                                                         "against the host build, on the CPU")
+    where.add_argument(
+        "--emulated",
+        metavar="LIB",
+        help="kernels.cu built for the host (build.build_cuda_emulated()) against the host build, on the CPU",
+    )
     ap.add_argument("--sizes", choices=sorted(SIZES), help="default: dry with --dry, memcheck with --emulated, else full")
     ap.add_argument("--json", metavar="PATH", help="write the checks here")
     args = ap.parse_args(argv)
@@ -116,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
 
     dev = "cpu" if no_gpu else "cuda"
     checks = Checks(dev, args.json)
+
     # where the "gpu" side runs: the CUDA build (or with --dry the host build), or the emulated .cu build on the CPU
     class Recorded(library.Library):
         """The emulated CUDA build, recording in ``ran`` the entry points called (``ebm_cuda_<name>``)."""
@@ -131,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     emulated = Recorded(args.emulated) if args.emulated else None
     on_gpu = (lambda: testing.cuda_emulation(emulated)) if emulated else contextlib.nullcontext
     if not no_gpu:
+
         def load() -> None:
             why = library.cuda_unavailable_reason()
             if why is not None:
@@ -158,28 +165,38 @@ def main(argv: list[str] | None = None) -> int:
             h = 1e-3 if name == "rosenbrock" else 0.01
             hv = torch.full((x.shape[0],), h) * (1 + 0.5 * torch.rand(x.shape[0], generator=torch.Generator().manual_seed(d)))
             kw = dict(n_steps=sizes.steps, step_size=hv, noise_scale=(2 * hv) ** 0.5, seed=123, offset=2**33 + 9)
-            g = gpu.kernels[f"{name}_langevin_chain"].fn(x.to(dev), *gp, **{**kw, "step_size": hv.to(dev),
-                                                                             "noise_scale": kw["noise_scale"].to(dev)})
+            g = gpu.kernels[f"{name}_langevin_chain"].fn(
+                x.to(dev), *gp, **{**kw, "step_size": hv.to(dev), "noise_scale": kw["noise_scale"].to(dev)}
+            )
             c = host.kernels[f"{name}_langevin_chain"].fn(x, *params, **kw)
             assert g.dtype == dtype and g.shape == x.shape, (g.dtype, g.shape)
             # 16-bit: both round once at the end; a float32 ulp flip may move one 16-bit ulp
             ltol = 2 * torch.finfo(dtype).eps * max(1.0, c.float().abs().nan_to_num().max().item()) if lo else 1e-4
             assert_chains_close(g, c, rtol=0 if lo else ltol, atol=ltol, what=f"langevin d={d}")
-            kw = dict(n_steps=4 if not sanitizer else 2, step_size=h, n_leapfrog_steps=3, inverse_temperature=0.9, seed=7, offset=3)
+            kw = dict(
+                n_steps=4 if not sanitizer else 2, step_size=h, n_leapfrog_steps=3, inverse_temperature=0.9, seed=7, offset=3
+            )
             gx, ga, gd = gpu.kernels[f"{name}_hmc_chain"].fn(x.to(dev), *gp, **kw)
             hx, ha, hd = host.kernels[f"{name}_hmc_chain"].fn(x, *params, **kw)
             same = (ga.cpu() == ha) & (gd.cpu() == hd)
             assert same.float().mean() > 0.99, f"hmc d={d}: accept counts differ in {int((~same).sum())} chains"
             assert_chains_close(gx.cpu()[same], hx[same], rtol=2e-2 if lo else 1e-4, atol=2e-2 if lo else 1e-4, what=f"hmc d={d}")
-            kw = dict(n_steps=3 if not sanitizer else 1, step_size=10 * h, max_tree_depth=6 if not sanitizer else 3,
-                      inverse_temperature=1.0, seed=5, offset=1)
+            kw = dict(
+                n_steps=3 if not sanitizer else 1,
+                step_size=10 * h,
+                max_tree_depth=6 if not sanitizer else 3,
+                inverse_temperature=1.0,
+                seed=5,
+                offset=1,
+            )
             G = gpu.kernels[f"{name}_nuts_chain"].fn(x.to(dev), *gp, **kw)
             H = host.kernels[f"{name}_nuts_chain"].fn(x, *params, **kw)
             same = (G[3].cpu() == H[3]) & (G[4].cpu() == H[4]) & (G[2].cpu() == H[2])  # the same trees
             assert same.float().mean() > 0.98, f"nuts d={d}: trees differ in {int((~same).sum())} chains"
             # the same trees may still pick different states where a weight is within rounding of the uniform
-            apart = assert_most_chains_close(G[0].cpu()[same], H[0][same], rtol=2e-2 if lo else 1e-3,
-                                             atol=2e-2 if lo else 1e-3, what=f"nuts d={d}")
+            apart = assert_most_chains_close(
+                G[0].cpu()[same], H[0][same], rtol=2e-2 if lo else 1e-3, atol=2e-2 if lo else 1e-3, what=f"nuts d={d}"
+            )
             close(G[1].cpu()[same], H[1][same], 1e-3, f"nuts acceptance d={d}")
             if (~same).any():
                 notes.append(f"d={d}: {int((~same).sum())} NUTS trees differ")
@@ -189,8 +206,10 @@ def main(argv: list[str] | None = None) -> int:
 
     for name in analytic_ops.KINDS:
         for dtype in sizes.dtypes:
-            checks.run(f"{name} {str(dtype).removeprefix('torch.')}: energy, gradient, langevin, hmc, nuts vs host, d in {list(sizes.dims)}",
-                       lambda name=name, dtype=dtype: energy_checks(name, dtype))
+            checks.run(
+                f"{name} {str(dtype).removeprefix('torch.')}: energy, gradient, langevin, hmc, nuts vs host, d in {list(sizes.dims)}",
+                lambda name=name, dtype=dtype: energy_checks(name, dtype),
+            )
 
     # 2. the step kernels (langevin_update, langevin_step), the normals and Philox
     def steps() -> None:
@@ -295,8 +314,13 @@ def main(argv: list[str] | None = None) -> int:
         x = torch.randn(n, d, generator=torch.Generator().manual_seed(7))
         kw = dict(n_steps=5, step_size=h, noise_scale=math.sqrt(2 * h), seed=11, offset=2**32 - 2)
         got = gpu.kernels["double_well_langevin_chain"].fn(x.to(dev), 1.0, **kw)
-        assert_chains_close(got, host.kernels["double_well_langevin_chain"].fn(x, 1.0, **kw), rtol=1e-4, atol=1e-4,
-                            what=f"double_well_langevin_chain, {n} chains")
+        assert_chains_close(
+            got,
+            host.kernels["double_well_langevin_chain"].fn(x, 1.0, **kw),
+            rtol=1e-4,
+            atol=1e-4,
+            what=f"double_well_langevin_chain, {n} chains",
+        )
         grad = 0.1 * x
         got = gpu.kernels["langevin_step_philox"].fn(x.to(dev), grad.to(dev), h, 0.1, 3, 9)
         close(got, host.kernels["langevin_step_philox"].fn(x, grad, h, 0.1, 3, 9), 1e-5, f"langevin_step_philox, {n} chains")

@@ -44,8 +44,9 @@ def ebm_step(batch: torch.Tensor, compile: bool = False):
 
     energy = ConvEnergy(widths=(32, 64), seed=0)
     options = {"step_size": H, "noise_scale": SIGMA} | ({"compile": True} if compile else {})
-    loss = PersistentContrastiveDivergence("langevin", K, sampler_options=options,
-                                           buffer_size=BUFFER, reinit_fraction=REINIT, regularization=ALPHA)
+    loss = PersistentContrastiveDivergence(
+        "langevin", K, sampler_options=options, buffer_size=BUFFER, reinit_fraction=REINIT, regularization=ALPHA
+    )
     opt = torch.optim.Adam(energy.parameters(), lr=LR)
     g = torch.Generator().manual_seed(1)
 
@@ -79,8 +80,9 @@ def torchebm_step(batch: torch.Tensor, weights: dict):
 
     model = ConvModel(net)
     sampler = LangevinDynamics(model, step_size=H, noise_scale=SIGMA / math.sqrt(2 * H))
-    loss = ContrastiveDivergence(model, sampler, k_steps=K, persistent=True, buffer_size=BUFFER, new_sample_ratio=REINIT,
-                                 energy_reg_weight=ALPHA)
+    loss = ContrastiveDivergence(
+        model, sampler, k_steps=K, persistent=True, buffer_size=BUFFER, new_sample_ratio=REINIT, energy_reg_weight=ALPHA
+    )
     opt = torch.optim.Adam(net.parameters(), lr=LR)
     g = torch.Generator().manual_seed(1)
 
@@ -124,10 +126,14 @@ def main() -> None:
             for _ in range(args.inner):
                 step()
             times[name].append((time.perf_counter() - start) / args.inner)
-    result = {"workload": "one training step of train_digits.toml (PCD-20, conv 32-64, batch 64)",
-              "threads": args.threads, "machine": platform.processor() or platform.machine(),
-              "torch": torch.__version__, "median_ms": {k: 1e3 * statistics.median(v) for k, v in times.items()},
-              "all_ms": {k: [1e3 * t for t in v] for k, v in times.items()}}
+    result = {
+        "workload": "one training step of train_digits.toml (PCD-20, conv 32-64, batch 64)",
+        "threads": args.threads,
+        "machine": platform.processor() or platform.machine(),
+        "torch": torch.__version__,
+        "median_ms": {k: 1e3 * statistics.median(v) for k, v in times.items()},
+        "all_ms": {k: [1e3 * t for t in v] for k, v in times.items()},
+    }
     if "torchebm" in libs:
         for name in (n for n in libs if n.startswith("ebm")):
             result[f"torchebm_over_{name}"] = result["median_ms"]["torchebm"] / result["median_ms"][name]

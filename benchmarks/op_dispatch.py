@@ -34,11 +34,24 @@ def main() -> None:
     torch.set_num_threads(1)
     energy = ebmcore.GaussianEnergy(torch.zeros(10), covariance=torch.eye(10))
     layout = LAYOUTS["gaussian"]
-    inputs = (torch.randn(1000, 10, generator=torch.Generator().manual_seed(0)), layout.code,
-              *layout.unpack(*energy.kernel_args()), 1, 0.01, 0.1414, None, None, 7, 0)
+    inputs = (
+        torch.randn(1000, 10, generator=torch.Generator().manual_seed(0)),
+        layout.code,
+        *layout.unpack(*energy.kernel_args()),
+        1,
+        0.01,
+        0.1414,
+        None,
+        None,
+        7,
+        0,
+    )
     wrapped = torch.library.custom_op("ebm_dispatch_benchmark::langevin_chain", analytic_ops._langevin_chain, mutates_args=())
-    ways = {"direct": analytic_ops._langevin_chain, "library": lambda *a: dispatch.call("langevin_chain", *a),
-            "custom_op": wrapped}
+    ways = {
+        "direct": analytic_ops._langevin_chain,
+        "library": lambda *a: dispatch.call("langevin_chain", *a),
+        "custom_op": wrapped,
+    }
     reference = analytic_ops._langevin_chain(*inputs)
     for fn in ways.values():
         assert torch.equal(fn(*inputs), reference)  # the same bits every way
@@ -54,10 +67,19 @@ def main() -> None:
         print(f"{name:10s} {m:7.1f} µs per call ({m - medians['direct']:+.1f} over direct)")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"what": "one step of gaussian_langevin_chain, 1,000 chains x dim 10, host build, 1 thread",
-                       "torch": torch.__version__, "machine": platform.processor() or platform.machine(),
-                       "loadavg": open("/proc/loadavg").read().split()[:3], "calls_per_round": args.calls,
-                       "us_per_call": times, "median_us": medians}, f, indent=1)
+            json.dump(
+                {
+                    "what": "one step of gaussian_langevin_chain, 1,000 chains x dim 10, host build, 1 thread",
+                    "torch": torch.__version__,
+                    "machine": platform.processor() or platform.machine(),
+                    "loadavg": open("/proc/loadavg").read().split()[:3],
+                    "calls_per_round": args.calls,
+                    "us_per_call": times,
+                    "median_us": medians,
+                },
+                f,
+                indent=1,
+            )
 
 
 if __name__ == "__main__":

@@ -247,22 +247,31 @@ def notes(chosen: dict[str, Run]) -> list[str]:
             ref = r["figures"].get("same_noise_ref", "ebm")
             same.append(f"{wid} {r['figures']['max_abs_diff_vs_ebm_samples']:.1e} (vs {ref})")
     if same:
-        out.append("- **Same noise:** torchebm draws the same `torch.Generator` noise as ebm's per-step path, so "
-                   "its samples are compared with those directly; max abs difference: " + ", ".join(same) + ".")
+        out.append(
+            "- **Same noise:** torchebm draws the same `torch.Generator` noise as ebm's per-step path, so "
+            "its samples are compared with those directly; max abs difference: " + ", ".join(same) + "."
+        )
     for wid, run in chosen.items():
         res = run.workloads[wid]["results"]
         objs = [(lib, r) for lib, r in res.items() if lib.endswith(":sample1")]
         if objs and "ebm" in res:
-            parts = [f"`{lib}` {ms(r['median_s'])} per step ({ratio(r['ratio_vs_ebm'])}× the functional step"
-                     + (f", {short_path(r['path'])}" if r.get("path") else "") + ")" for lib, r in objs]
+            parts = [
+                f"`{lib}` {ms(r['median_s'])} per step ({ratio(r['ratio_vs_ebm'])}× the functional step"
+                + (f", {short_path(r['path'])}" if r.get("path") else "")
+                + ")"
+                for lib, r in objs
+            ]
             out.append(f"- **{wid}, object API:** `sample(x, 1)` called once per step: " + "; ".join(parts) + ".")
     guides = []
     for wid, run in chosen.items():
         wl, res = run.workloads[wid]["workload"], run.workloads[wid]["results"]
         if wl.get("guide_rate"):
             parts = [f"{NAMES.get(lib, lib)} {rate(r['samples_per_s'])}" for lib, r in res.items()]
-            out.append(f"- **{wid} samples/s** (chains × steps / median): " + ", ".join(parts)
-                       + f"; the performance guides quote {wl['guide']}.")
+            out.append(
+                f"- **{wid} samples/s** (chains × steps / median): "
+                + ", ".join(parts)
+                + f"; the performance guides quote {wl['guide']}."
+            )
         elif wl.get("guide") and "ebm" in res:
             guides.append(f"{wid} {wl['guide']} (ebm here: {ms(res['ebm']['median_s'])})")
     if guides:
@@ -274,8 +283,9 @@ def notes(chosen: dict[str, Run]) -> list[str]:
             x, y = a["results"]["ebm"]["median_s"], b["results"]["ebm"]["median_s"]
             noise.append(f"{max(x, y) / min(x, y):.2f}× in `{run.name}`")
     if noise:
-        out.append("- **Noise:** S4 is W1 measured a second time in the same run; ebm's two medians differ by "
-                   + ", ".join(noise) + ".")
+        out.append(
+            "- **Noise:** S4 is W1 measured a second time in the same run; ebm's two medians differ by " + ", ".join(noise) + "."
+        )
     return out
 
 
@@ -298,11 +308,15 @@ def loss_table(chosen: dict[str, Run], results_dir: Path, readme: Path) -> list[
             tf = t["figures"]
             diff = f"{tf['loss_rel_diff_vs_ebm']:.1e}, {tf['grad_rel_diff_vs_ebm']:.1e}"
             if "negatives_max_abs_diff_vs_ebm" in tf:
-                diff += (f"; max abs diff of the negatives {tf['negatives_max_abs_diff_vs_ebm']:.1e}, "
-                         f"of the weights after the Adam step {tf['params_after_max_abs_diff_vs_ebm']:.1e}")
-        lines.append(f"| {wid} | {ms(e['median_s'])} | {ms(t['median_s']) if t else '—'} | "
-                     f"{ratio(t['ratio_vs_ebm']) if t else '—'} | {ef['loss']:.6g} ({ef['loss_formula']:.6g}) | "
-                     f"{ef['grad_norm']:.5g} | {diff} | {source(run, results_dir, readme)} |")
+                diff += (
+                    f"; max abs diff of the negatives {tf['negatives_max_abs_diff_vs_ebm']:.1e}, "
+                    f"of the weights after the Adam step {tf['params_after_max_abs_diff_vs_ebm']:.1e}"
+                )
+        lines.append(
+            f"| {wid} | {ms(e['median_s'])} | {ms(t['median_s']) if t else '—'} | "
+            f"{ratio(t['ratio_vs_ebm']) if t else '—'} | {ef['loss']:.6g} ({ef['loss_formula']:.6g}) | "
+            f"{ef['grad_norm']:.5g} | {diff} | {source(run, results_dir, readme)} |"
+        )
     return lines
 
 
@@ -321,10 +335,12 @@ def nuts_table(chosen: dict[str, Run], results_dir: Path, readme: Path) -> list[
             f = r["figures"]
             seeds = list(f.get("ess_bulk_min_by_seed", {}).values())
             spread = f"{min(seeds):,.0f}–{max(seeds):,.0f}" if seeds else "—"
-            lines.append(f"| {wid} | {NAMES.get(lib, lib)} | {ms(r['median_s'])} | {f['ess_bulk_min']:,.0f} | {r['ess_per_s']:,.0f} | "
-                         f"{'1 (ref)' if lib == 'ebm' else ratio(r.get('ebm_ess_per_s_over_this'))} | {f['acceptance']:.3f} | {f['divergences']} | "
-                         f"{f['rhat_max']:.4f} | {f['leapfrog_mean']:.2f}, {f['leapfrog_max']} | {spread} | "
-                         f"{source(run, results_dir, readme)} |")
+            lines.append(
+                f"| {wid} | {NAMES.get(lib, lib)} | {ms(r['median_s'])} | {f['ess_bulk_min']:,.0f} | {r['ess_per_s']:,.0f} | "
+                f"{'1 (ref)' if lib == 'ebm' else ratio(r.get('ebm_ess_per_s_over_this'))} | {f['acceptance']:.3f} | {f['divergences']} | "
+                f"{f['rhat_max']:.4f} | {f['leapfrog_mean']:.2f}, {f['leapfrog_max']} | {spread} | "
+                f"{source(run, results_dir, readme)} |"
+            )
     return lines
 
 
@@ -333,20 +349,31 @@ def bf16_table(chosen: dict[str, Run], results_dir: Path, readme: Path) -> list[
     rows = [(wid, run) for wid, run in chosen.items() if "ebm-bf16" in run.workloads[wid]["results"]]
     if not rows:
         return []
-    lines = ["| workload | ebm float32 median | ebm bf16 median | float32 / bf16 | float32 figure | bf16 figure "
-             "| bf16 against float32 (same draws) | results file, date, commit |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| workload | ebm float32 median | ebm bf16 median | float32 / bf16 | float32 figure | bf16 figure "
+        "| bf16 against float32 (same draws) | results file, date, commit |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for wid, run in rows:
         w = run.workloads[wid]
         kind, e, b = w["workload"]["kind"], w["results"]["ebm"], w["results"]["ebm-bf16"]
         f = b["figures"]
         if kind in LOSS_KINDS:
-            cost = (f"rel. diff of loss {f['loss_rel_diff_vs_ebm']:.1e}, of gradient {f['grad_rel_diff_vs_ebm']:.1e}"
-                    if "loss_rel_diff_vs_ebm" in f else "—")
+            cost = (
+                f"rel. diff of loss {f['loss_rel_diff_vs_ebm']:.1e}, of gradient {f['grad_rel_diff_vs_ebm']:.1e}"
+                if "loss_rel_diff_vs_ebm" in f
+                else "—"
+            )
         else:
-            cost = (f"max abs diff of the samples {f['max_abs_diff_vs_ebm_samples']:.1e}"
-                    if "max_abs_diff_vs_ebm_samples" in f else "—")
-        lines.append(f"| {wid} | {ms(e['median_s'])} | {ms(b['median_s'])} | {ratio(1 / b['ratio_vs_ebm'])} | "
-                     f"{check(e['figures'], kind)} | {check(f, kind)} | {cost} | {source(run, results_dir, readme)} |")
+            cost = (
+                f"max abs diff of the samples {f['max_abs_diff_vs_ebm_samples']:.1e}"
+                if "max_abs_diff_vs_ebm_samples" in f
+                else "—"
+            )
+        lines.append(
+            f"| {wid} | {ms(e['median_s'])} | {ms(b['median_s'])} | {ratio(1 / b['ratio_vs_ebm'])} | "
+            f"{check(e['figures'], kind)} | {check(f, kind)} | {cost} | {source(run, results_dir, readme)} |"
+        )
     return lines
 
 
@@ -374,44 +401,57 @@ def runs_table(chosen: dict[str, Run], results_dir: Path, readme: Path) -> list[
         if modified:
             cm += " + uncommitted changes in " + ", ".join(f"`{p}`" for p in modified)
         last = list(run.workloads.values())[-1].get("loadavg_end", "?")
-        lines.append(f"| {name} | {wids} | {when(run)} | {cm} | `{m.get('command', '?')}` | "
-                     f"{m.get('machine', '?')}; {plural(m.get('threads', '?'), 'thread')}; {plural(m.get('repeats', '?'), 'repeat')} | "
-                     f"{versions} | {m.get('loadavg_start', '?')} → {last} |")
+        lines.append(
+            f"| {name} | {wids} | {when(run)} | {cm} | `{m.get('command', '?')}` | "
+            f"{m.get('machine', '?')}; {plural(m.get('threads', '?'), 'thread')}; {plural(m.get('repeats', '?'), 'repeat')} | "
+            f"{versions} | {m.get('loadavg_start', '?')} → {last} |"
+        )
     return lines
 
 
 def render(results_dir: Path = RESULTS_DIR, readme: Path = README) -> str:
     """The generated section, markers included."""
     chosen = latest_per_workload(load_runs(results_dir))
-    out = [START,
-           "<!-- Generated by benchmarks/report.py from benchmarks/results/*.json: do not edit by hand. -->",
-           ""]
+    out = [START, "<!-- Generated by benchmarks/report.py from benchmarks/results/*.json: do not edit by hand. -->", ""]
     if not chosen:
         out += ["No results files in `benchmarks/results/` yet.", "", END]
         return "\n".join(out)
-    out += ["### All workloads", "",
-            "The latest run of each workload. Ratios are the peer's median over ebm's (> 1: ebm is faster), "
-            "measured in the same run; the number in parentheses beside each timing is its correctness "
-            "figure, named in the second-to-last column.", ""]
+    out += [
+        "### All workloads",
+        "",
+        "The latest run of each workload. Ratios are the peer's median over ebm's (> 1: ebm is faster), "
+        "measured in the same run; the number in parentheses beside each timing is its correctness "
+        "figure, named in the second-to-last column.",
+        "",
+    ]
     out += main_table(chosen, results_dir, readme)
     out += [""] + notes(chosen)
     losses = loss_table(chosen, results_dir, readme)
     if losses:
-        out += ["", "### Training losses (W5–W7)", "",
-                "Time per training step (W5) or per loss + backward call (W6, W7). BlackJAX has no EBM losses.", ""]
+        out += [
+            "",
+            "### Training losses (W5–W7)",
+            "",
+            "Time per training step (W5) or per loss + backward call (W6, W7). BlackJAX has no EBM losses.",
+            "",
+        ]
         out += losses
     bf16 = bf16_table(chosen, results_dir, readme)
     if bf16:
-        out += ["", "### Neural energies under bfloat16 autocast (W4–W7)", "",
-                "`ebm-bf16`: the same workloads with the MLP evaluated under `autocast=torch.bfloat16` (chains and "
-                "parameters stay float32), a separate row, never instead of float32. The figures are those of the "
-                "tables above (mean energy; loss against its formula); the last column is the cost in accuracy "
-                "against float32 ebm on the same draws.", ""]
+        out += [
+            "",
+            "### Neural energies under bfloat16 autocast (W4–W7)",
+            "",
+            "`ebm-bf16`: the same workloads with the MLP evaluated under `autocast=torch.bfloat16` (chains and "
+            "parameters stay float32), a separate row, never instead of float32. The figures are those of the "
+            "tables above (mean energy; loss against its formula); the last column is the cost in accuracy "
+            "against float32 ebm on the same draws.",
+            "",
+        ]
         out += bf16
     nuts = nuts_table(chosen, results_dir, readme)
     if nuts:
-        out += ["", "### NUTS (W8)", "",
-                "ESS/s = min bulk ESS over the coordinates / median time; torchebm has no NUTS.", ""]
+        out += ["", "### NUTS (W8)", "", "ESS/s = min bulk ESS over the coordinates / median time; torchebm has no NUTS.", ""]
         out += nuts
     out += ["", "### Runs", ""] + runs_table(chosen, results_dir, readme) + ["", END]
     return "\n".join(out)
@@ -422,7 +462,7 @@ def updated(text: str, section: str) -> str:
     i, j = text.find(START), text.find(END)
     if i < 0 or j < i:
         raise ValueError(f"the README lacks the markers {START} ... {END}")
-    return text[:i] + section + text[j + len(END):]
+    return text[:i] + section + text[j + len(END) :]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -439,8 +479,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.check:
         if new != text:
-            print(f"{args.readme.name} is out of date with the results files: run `python benchmarks/report.py`",
-                  file=sys.stderr)
+            print(f"{args.readme.name} is out of date with the results files: run `python benchmarks/report.py`", file=sys.stderr)
             return 1
         return 0
     if new != text:

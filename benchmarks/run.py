@@ -96,25 +96,116 @@ WORKLOADS: dict[str, Workload] = {
         Workload("W2", "Langevin (ULA), 2-d double well", "langevin", "double_well", 2, 50_000, 1_000, 0.01),
         Workload("W3", "HMC, 20-d standard Gaussian", "hmc", "standard", 20, 1_000, 100, 0.1, n_leapfrog=10),
         Workload("W4", "Langevin (ULA), MLP energy 2-64-64-1 SiLU", "langevin", "mlp", 2, 10_000, 100, 0.01),
-        Workload("W5", "one contrastive-divergence training step (CD-10 with Langevin negatives, backward, Adam), "
-                 "MLP energy 2-64-64-1 SiLU", "cd", "mlp", 2, 1_024, 10, 0.01, inner=20, lr=1e-3),
-        Workload("W6", "sliced score matching loss, forward + backward, MLP energy 2-64-64-1 SiLU", "ssm", "mlp", 2,
-                 1_024, 0, 0.0, inner=50, n_projections=1, projection="gaussian"),
-        Workload("W7", "denoising score matching loss, forward + backward, MLP energy 2-64-64-1 SiLU", "dsm", "mlp", 2,
-                 1_024, 0, 0.0, inner=50, sigma=0.1),
+        Workload(
+            "W5",
+            "one contrastive-divergence training step (CD-10 with Langevin negatives, backward, Adam), MLP energy 2-64-64-1 SiLU",
+            "cd",
+            "mlp",
+            2,
+            1_024,
+            10,
+            0.01,
+            inner=20,
+            lr=1e-3,
+        ),
+        Workload(
+            "W6",
+            "sliced score matching loss, forward + backward, MLP energy 2-64-64-1 SiLU",
+            "ssm",
+            "mlp",
+            2,
+            1_024,
+            0,
+            0.0,
+            inner=50,
+            n_projections=1,
+            projection="gaussian",
+        ),
+        Workload(
+            "W7",
+            "denoising score matching loss, forward + backward, MLP energy 2-64-64-1 SiLU",
+            "dsm",
+            "mlp",
+            2,
+            1_024,
+            0,
+            0.0,
+            inner=50,
+            sigma=0.1,
+        ),
         Workload("W8", "NUTS, 20-d standard Gaussian", "nuts", "standard", 20, 100, 200, 0.5, max_tree_depth=10),
-        Workload("W8K", "NUTS, 20-d standard Gaussian, 1,000 chains (W8 at 10x the chains)", "nuts", "standard", 20,
-                 1_000, 200, 0.5, max_tree_depth=10),
-        Workload("S1", "one Langevin step, 1,000 chains, dim 10 (W1's Gaussian)", "langevin_step", "gaussian", 10, 1_000, 1,
-                 0.01, inner=200, guide="8.2 ms CPU"),
-        Workload("S2", "one HMC step, 1,000 chains, dim 10 (standard Gaussian, step 0.1, 10 leapfrog)", "hmc_step",
-                 "standard", 10, 1_000, 1, 0.1, n_leapfrog=10, inner=50, guide="15.4 ms CPU"),
-        Workload("S4", "full Langevin sampling, 10,000 chains, 100 steps, dim 10 (W1's Gaussian)", "langevin", "gaussian",
-                 10, 10_000, 100, 0.01, guide="820 ms CPU"),
-        Workload("S7", "Langevin sampling, dim 20 standard Gaussian, 100 chains, 200 steps", "langevin", "standard", 20,
-                 100, 200, 0.01, guide="270 K samples/s", guide_rate=270e3),
-        Workload("S8", "HMC sampling, dim 20 standard Gaussian, 50 chains, 100 steps, 10 leapfrog", "hmc", "standard",
-                 20, 50, 100, 0.1, n_leapfrog=10, guide="7 K samples/s", guide_rate=7e3),
+        Workload(
+            "W8K",
+            "NUTS, 20-d standard Gaussian, 1,000 chains (W8 at 10x the chains)",
+            "nuts",
+            "standard",
+            20,
+            1_000,
+            200,
+            0.5,
+            max_tree_depth=10,
+        ),
+        Workload(
+            "S1",
+            "one Langevin step, 1,000 chains, dim 10 (W1's Gaussian)",
+            "langevin_step",
+            "gaussian",
+            10,
+            1_000,
+            1,
+            0.01,
+            inner=200,
+            guide="8.2 ms CPU",
+        ),
+        Workload(
+            "S2",
+            "one HMC step, 1,000 chains, dim 10 (standard Gaussian, step 0.1, 10 leapfrog)",
+            "hmc_step",
+            "standard",
+            10,
+            1_000,
+            1,
+            0.1,
+            n_leapfrog=10,
+            inner=50,
+            guide="15.4 ms CPU",
+        ),
+        Workload(
+            "S4",
+            "full Langevin sampling, 10,000 chains, 100 steps, dim 10 (W1's Gaussian)",
+            "langevin",
+            "gaussian",
+            10,
+            10_000,
+            100,
+            0.01,
+            guide="820 ms CPU",
+        ),
+        Workload(
+            "S7",
+            "Langevin sampling, dim 20 standard Gaussian, 100 chains, 200 steps",
+            "langevin",
+            "standard",
+            20,
+            100,
+            200,
+            0.01,
+            guide="270 K samples/s",
+            guide_rate=270e3,
+        ),
+        Workload(
+            "S8",
+            "HMC sampling, dim 20 standard Gaussian, 50 chains, 100 steps, 10 leapfrog",
+            "hmc",
+            "standard",
+            20,
+            50,
+            100,
+            0.1,
+            n_leapfrog=10,
+            guide="7 K samples/s",
+            guide_rate=7e3,
+        ),
     ]
 }
 
@@ -181,7 +272,7 @@ def make_mlp(seed: int = SEED_MLP) -> Any:
     with torch.no_grad():
         for layer in net:
             if isinstance(layer, nn.Linear):
-                bound = layer.in_features ** -0.5
+                bound = layer.in_features**-0.5
                 for p in (layer.weight, layer.bias):
                     p.copy_((torch.rand(p.shape, generator=g, dtype=torch.float64) * 2 - 1) * bound)
     return net
@@ -249,8 +340,10 @@ def relative_differences(loss: float, grads: Any, reference: tuple[float, Any], 
     """A training step's loss and flattened gradient (a tensor) against ``reference = (loss, grads)``'s, as relative
     differences: ``{"loss_rel_diff_vs_<against>", "grad_rel_diff_vs_<against>"}``."""
     ref_loss, ref_grads = reference
-    return {f"loss_rel_diff_vs_{against}": abs(loss - ref_loss) / max(abs(ref_loss), 1e-30),
-            f"grad_rel_diff_vs_{against}": float((grads - ref_grads).norm() / ref_grads.norm().clamp_min(1e-30))}
+    return {
+        f"loss_rel_diff_vs_{against}": abs(loss - ref_loss) / max(abs(ref_loss), 1e-30),
+        f"grad_rel_diff_vs_{against}": float((grads - ref_grads).norm() / ref_grads.norm().clamp_min(1e-30)),
+    }
 
 
 def _np(x: Any) -> np.ndarray:
@@ -428,18 +521,30 @@ def ebm_nuts(p: Problem) -> Case:
         if fused:
             res = sample_fused_recording(seed, infos)
         else:
-            res = sampler.sample(p.x0, w.n_steps, generator=torch.Generator().manual_seed(seed), return_trajectory=True,
-                                 callback=lambda i, state, info: infos.append(info))
+            res = sampler.sample(
+                p.x0,
+                w.n_steps,
+                generator=torch.Generator().manual_seed(seed),
+                return_trajectory=True,
+                callback=lambda i, state, info: infos.append(info),
+            )
 
         def stack(name: str) -> np.ndarray:
             return torch.stack([getattr(i, name) for i in infos]).numpy()
 
         acc = stack("accepted" if fused else "acceptance_prob")
         n_leapfrog = stack("n_leapfrog_steps")
-        return {"samples": _np(res.samples), "acceptance": float(acc.mean()), "trajectory": res.trajectory,
-                "n_leapfrog": n_leapfrog, "acceptance_prob": acc, "divergent": stack("divergent"),
-                "computed": None if fused else np.array([i.n_leapfrog_computed for i in infos]),
-                "lockstep": not fused, "tree_depth": stack("tree_depth")}
+        return {
+            "samples": _np(res.samples),
+            "acceptance": float(acc.mean()),
+            "trajectory": res.trajectory,
+            "n_leapfrog": n_leapfrog,
+            "acceptance_prob": acc,
+            "divergent": stack("divergent"),
+            "computed": None if fused else np.array([i.n_leapfrog_computed for i in infos]),
+            "lockstep": not fused,
+            "tree_depth": stack("tree_depth"),
+        }
 
     return Case(run, check, path=path)
 
@@ -589,8 +694,11 @@ def ebm_loss(p: Problem, autocast: Any = None, fused: bool | None = None) -> Cas
 
     w, energy = p.w, ebm_energy(p)
     if w.kind == "cd":
-        options = {"step_size": w.step_size} | ({"autocast": autocast} if autocast is not None else {}) | \
-            ({"fused": fused} if fused is not None else {})
+        options = (
+            {"step_size": w.step_size}
+            | ({"autocast": autocast} if autocast is not None else {})
+            | ({"fused": fused} if fused is not None else {})
+        )
         loss = ebm_losses.ContrastiveDivergence("langevin", w.n_steps, sampler_options=options)
     elif w.kind == "ssm":
         loss = ebm_losses.SlicedScoreMatching(n_projections=w.n_projections, projection=w.projection)
@@ -738,8 +846,12 @@ def blackjax_sampling(p: Problem) -> Case:
             return x, None
 
     else:
-        hmc = blackjax.hmc(logdensity, step_size=w.step_size, inverse_mass_matrix=jnp.ones(w.dim, jnp.float32),
-                           num_integration_steps=w.n_leapfrog)
+        hmc = blackjax.hmc(
+            logdensity,
+            step_size=w.step_size,
+            inverse_mass_matrix=jnp.ones(w.dim, jnp.float32),
+            num_integration_steps=w.n_leapfrog,
+        )
         vstep = jax.vmap(hmc.step)
 
         @jax.jit
@@ -751,8 +863,9 @@ def blackjax_sampling(p: Problem) -> Case:
                 states, info = vstep(jax.random.split(k, n_chains), states)
                 return (states, accepted + info.is_accepted), None
 
-            (states, accepted), _ = jax.lax.scan(body, (states, jnp.zeros(n_chains, jnp.float32)),
-                                                 jax.random.split(key, w.n_steps))
+            (states, accepted), _ = jax.lax.scan(
+                body, (states, jnp.zeros(n_chains, jnp.float32)), jax.random.split(key, w.n_steps)
+            )
             return states.position, accepted / w.n_steps
 
     def run() -> Any:
@@ -776,8 +889,12 @@ def blackjax_nuts(p: Problem) -> Case:
 
     w = p.w
     n_chains = w.n_chains
-    nuts = blackjax.nuts(jax_logdensity(p), step_size=w.step_size, inverse_mass_matrix=jnp.ones(w.dim, jnp.float32),
-                         max_num_doublings=w.max_tree_depth)
+    nuts = blackjax.nuts(
+        jax_logdensity(p),
+        step_size=w.step_size,
+        inverse_mass_matrix=jnp.ones(w.dim, jnp.float32),
+        max_num_doublings=w.max_tree_depth,
+    )
     vstep = jax.vmap(nuts.step)
     x0 = jnp.asarray(p.x0.numpy())
 
@@ -787,8 +904,13 @@ def blackjax_nuts(p: Problem) -> Case:
 
         def body(states: Any, k: Any) -> tuple[Any, Any]:
             states, info = vstep(jax.random.split(k, n_chains), states)
-            return states, (states.position, info.num_integration_steps, info.num_trajectory_expansions,
-                            info.acceptance_rate, info.is_divergent)
+            return states, (
+                states.position,
+                info.num_integration_steps,
+                info.num_trajectory_expansions,
+                info.acceptance_rate,
+                info.is_divergent,
+            )
 
         _, out = jax.lax.scan(body, states, jax.random.split(key, w.n_steps))
         return out
@@ -800,9 +922,16 @@ def blackjax_nuts(p: Problem) -> Case:
         import torch
 
         pos, n_leap, expansions, acc, div = (np.asarray(a) for a in jax.block_until_ready(sample(jax.random.PRNGKey(seed), x0)))
-        return {"samples": np.asarray(pos[-1], dtype=np.float64), "acceptance": float(acc.mean()),
-                "trajectory": torch.from_numpy(np.array(pos)), "n_leapfrog": n_leap, "acceptance_prob": acc,
-                "divergent": div, "computed": None, "doublings": expansions}  # doublings attempted, the last one included
+        return {
+            "samples": np.asarray(pos[-1], dtype=np.float64),
+            "acceptance": float(acc.mean()),
+            "trajectory": torch.from_numpy(np.array(pos)),
+            "n_leapfrog": n_leap,
+            "acceptance_prob": acc,
+            "divergent": div,
+            "computed": None,
+            "doublings": expansions,
+        }  # doublings attempted, the last one included
 
     return Case(run, check)
 
@@ -968,12 +1097,16 @@ def nuts_figures(p: Problem, out: dict) -> dict:
     n_leap = np.asarray(out["n_leapfrog"], dtype=np.float64)
     fig: dict[str, Any] = {
         "nonfinite_chains": int((~np.isfinite(out["samples"]).all(1)).sum()),
-        "ess_bulk_min": float(ess.min()), "ess_bulk_median": float(ess.median()), "rhat_max": float(rhat.max()),
+        "ess_bulk_min": float(ess.min()),
+        "ess_bulk_median": float(ess.median()),
+        "rhat_max": float(rhat.max()),
         "n_draws": int(draws.shape[0]),
         "mean_err": float(np.abs(draws.mean(0) - p.mean).max()),
         "cov_err": float(np.abs(np.cov(draws, rowvar=False) - p.cov).max()),
-        "acceptance": out["acceptance"], "divergences": int(np.asarray(out["divergent"]).sum()),
-        "leapfrog_mean": float(n_leap.mean()), "leapfrog_max": int(n_leap.max()),
+        "acceptance": out["acceptance"],
+        "divergences": int(np.asarray(out["divergent"]).sum()),
+        "leapfrog_mean": float(n_leap.mean()),
+        "leapfrog_max": int(n_leap.max()),
         "total_leapfrog_per_chain": float(n_leap.sum(0).mean()),
     }
     if not out.get("lockstep", True):  # each chain runs its own trajectories (ebm's fused chain): no lockstep
@@ -997,12 +1130,13 @@ def loss_figures(p: Problem, out: dict, ref: dict | None, reference: float) -> d
     """W5-W7: the loss and the norm of its parameter gradient on the initial weights (first call of a run);
     against ebm's (same draws): relative differences of the loss and of the gradient, and for W5 the largest
     differences of the negatives and of the weights after the Adam step."""
-    fig: dict[str, float] = {"loss": out["loss"], "grad_norm": float(np.linalg.norm(out["grads"])),
-                             "loss_formula": reference}
+    fig: dict[str, float] = {"loss": out["loss"], "grad_norm": float(np.linalg.norm(out["grads"])), "loss_formula": reference}
     fig["nonfinite"] = int(not (np.isfinite(out["loss"]) and np.isfinite(out["grads"]).all()))
     if ref is not None:
         fig["loss_rel_diff_vs_ebm"] = abs(out["loss"] - ref["loss"]) / max(abs(ref["loss"]), 1e-30)
-        fig["grad_rel_diff_vs_ebm"] = float(np.linalg.norm(out["grads"] - ref["grads"]) / max(np.linalg.norm(ref["grads"]), 1e-30))
+        fig["grad_rel_diff_vs_ebm"] = float(
+            np.linalg.norm(out["grads"] - ref["grads"]) / max(np.linalg.norm(ref["grads"]), 1e-30)
+        )
         if out.get("negatives") is not None and ref.get("negatives") is not None:
             fig["negatives_max_abs_diff_vs_ebm"] = float(np.abs(out["negatives"] - ref["negatives"]).max())
         if "params_after" in out and "params_after" in ref:
@@ -1020,8 +1154,10 @@ def format_figures(w: Workload, fig: dict) -> str:
         if "loss_rel_diff_vs_ebm" in fig:
             parts.append(f"rel diff vs ebm: loss {fig['loss_rel_diff_vs_ebm']:.1e}, gradient {fig['grad_rel_diff_vs_ebm']:.1e}")
         if "negatives_max_abs_diff_vs_ebm" in fig:
-            parts.append(f"max abs diff vs ebm: negatives {fig['negatives_max_abs_diff_vs_ebm']:.1e}, "
-                         f"weights after the Adam step {fig['params_after_max_abs_diff_vs_ebm']:.1e}")
+            parts.append(
+                f"max abs diff vs ebm: negatives {fig['negatives_max_abs_diff_vs_ebm']:.1e}, "
+                f"weights after the Adam step {fig['params_after_max_abs_diff_vs_ebm']:.1e}"
+            )
         return ", ".join(parts)
     if "acceptance" in fig:
         parts.append(f"acc {fig['acceptance']:.3f}")
@@ -1029,16 +1165,22 @@ def format_figures(w: Workload, fig: dict) -> str:
         parts.append(f"mean err {fig['mean_err']:.3f}")
         parts.append(f"cov err {fig['cov_err']:.3f}")
     if "cov_err_vs_ula_law" in fig:
-        parts.append(f"cov err vs exact ULA law after {w.n_steps} step{'s' if w.n_steps > 1 else ''} {fig['cov_err_vs_ula_law']:.3f}")
+        parts.append(
+            f"cov err vs exact ULA law after {w.n_steps} step{'s' if w.n_steps > 1 else ''} {fig['cov_err_vs_ula_law']:.3f}"
+        )
     if "mean_z_max" in fig:
-        parts.append(f"max z vs {fig['law']}: mean {fig['mean_z_max']:.1f}, cov {fig['cov_z_max']:.1f} "
-                     f"({'ok' if fig['moments_ok'] else '**FAIL**'}: ≤ {Z_TOL:g})")
+        parts.append(
+            f"max z vs {fig['law']}: mean {fig['mean_z_max']:.1f}, cov {fig['cov_z_max']:.1f} "
+            f"({'ok' if fig['moments_ok'] else '**FAIL**'}: ≤ {Z_TOL:g})"
+        )
     if "mean_x2" in fig:
         if "mean_x2_ula_law" in fig:
             z = (fig["mean_x2"] - fig["mean_x2_ula_law"]) / fig["mean_x2_se"]
-            parts.append(f"E[x²] {fig['mean_x2']:.4f} (exact ULA law {fig['mean_x2_ula_law']:.4f} ± {fig['mean_x2_se']:.4f}, "
-                         f"z {z:+.1f}, {'ok' if fig['moments_ok'] else '**FAIL**'}: ≤ {Z_TOL:g}; "
-                         f"quadrature {fig['mean_x2_quadrature']:.4f})")
+            parts.append(
+                f"E[x²] {fig['mean_x2']:.4f} (exact ULA law {fig['mean_x2_ula_law']:.4f} ± {fig['mean_x2_se']:.4f}, "
+                f"z {z:+.1f}, {'ok' if fig['moments_ok'] else '**FAIL**'}: ≤ {Z_TOL:g}; "
+                f"quadrature {fig['mean_x2_quadrature']:.4f})"
+            )
         else:
             parts.append(f"E[x²] {fig['mean_x2']:.4f} (quadrature {fig['mean_x2_quadrature']:.4f})")
     if "mean_energy" in fig:
@@ -1046,8 +1188,10 @@ def format_figures(w: Workload, fig: dict) -> str:
     if fig.get("nonfinite_chains"):
         parts.append(f"**{fig['nonfinite_chains']} non-finite chains**")
     if "max_abs_diff_vs_ebm_samples" in fig:
-        parts.append(f"max abs diff vs {fig.get('same_noise_ref', 'ebm')}'s samples "  # no '|': Markdown
-                     f"{fig['max_abs_diff_vs_ebm_samples']:.1e}")
+        parts.append(
+            f"max abs diff vs {fig.get('same_noise_ref', 'ebm')}'s samples "  # no '|': Markdown
+            f"{fig['max_abs_diff_vs_ebm_samples']:.1e}"
+        )
     return ", ".join(parts)
 
 
@@ -1096,8 +1240,10 @@ def run_workload(w: Workload, libs: list[str], repeats: int) -> dict:
         elif w.kind == "nuts":
             fig = nuts_figures(p, out)
             seeds = NUTS_ESS_SEEDS[:2] if w.n_steps < 50 else NUTS_ESS_SEEDS  # --quick: keep it short
-            fig["ess_bulk_min_by_seed"] = {s: (fig["ess_bulk_min"] if s == SEED_NOISE else
-                                               float(nuts_figures(p, case.check(s))["ess_bulk_min"])) for s in seeds}
+            fig["ess_bulk_min_by_seed"] = {
+                s: (fig["ess_bulk_min"] if s == SEED_NOISE else float(nuts_figures(p, case.check(s))["ess_bulk_min"]))
+                for s in seeds
+            }
         else:
             fig = figures(p, out, ref if compare else None)
         if compare:
@@ -1136,14 +1282,17 @@ def run_workload(w: Workload, libs: list[str], repeats: int) -> dict:
 
 
 def nuts_table(w: Workload, res: dict) -> str:
-    head = ("| library | median (ms) | min–max (ms) | first call (ms) | time peer / ebm | min ESS (bulk) | ESS/s "
-            "| ebm ESS/s ÷ this | leapfrog / iteration: mean, max | lockstep leapfrog / iteration (waste) | correctness |")
+    head = (
+        "| library | median (ms) | min–max (ms) | first call (ms) | time peer / ebm | min ESS (bulk) | ESS/s "
+        "| ebm ESS/s ÷ this | leapfrog / iteration: mean, max | lockstep leapfrog / iteration (waste) | correctness |"
+    )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for lib, r in res["results"].items():
         f = r["figures"]
         ratio = "—" if r["ratio_vs_ebm"] is None else ("1 (ref)" if lib == "ebm" else f"{r['ratio_vs_ebm']:.2f}")
-        ess_ratio = ("—" if r["ebm_ess_per_s_over_this"] is None else
-                     "1 (ref)" if lib == "ebm" else f"{r['ebm_ess_per_s_over_this']:.2f}")
+        ess_ratio = (
+            "—" if r["ebm_ess_per_s_over_this"] is None else "1 (ref)" if lib == "ebm" else f"{r['ebm_ess_per_s_over_this']:.2f}"
+        )
         lock = f"{f['lockstep_per_iter']:.2f} ({100 * f['lockstep_waste']:.1f} %)"
         if f["lockstep_measured"] is None:
             lock = "none (each chain on its own)"
@@ -1151,15 +1300,19 @@ def nuts_table(w: Workload, res: dict) -> str:
             lock = f"≤ {lock} (bound)"
         seeds = list(f["ess_bulk_min_by_seed"].values())
         keys = list(f["ess_bulk_min_by_seed"])
-        corr = (f"acc {f['acceptance']:.3f}, {f['divergences']} divergences, R-hat max {f['rhat_max']:.4f}, "
-                f"mean err {f['mean_err']:.3f}, cov err {f['cov_err']:.3f} (all {f['n_draws']:,} kept draws), "
-                f"median ESS {f['ess_bulk_median']:.0f}, min ESS over seeds {keys[0]}–{keys[-1]}: "
-                f"{min(seeds):.0f}–{max(seeds):.0f}")
+        corr = (
+            f"acc {f['acceptance']:.3f}, {f['divergences']} divergences, R-hat max {f['rhat_max']:.4f}, "
+            f"mean err {f['mean_err']:.3f}, cov err {f['cov_err']:.3f} (all {f['n_draws']:,} kept draws), "
+            f"median ESS {f['ess_bulk_median']:.0f}, min ESS over seeds {keys[0]}–{keys[-1]}: "
+            f"{min(seeds):.0f}–{max(seeds):.0f}"
+        )
         if f.get("nonfinite_chains"):
             corr += f", **{f['nonfinite_chains']} non-finite chains**"
-        lines.append(f"| {lib} | {1e3 * r['median_s']:.1f} | {1e3 * r['min_s']:.1f}–{1e3 * r['max_s']:.1f} | "
-                     f"{1e3 * r['warmup_s']:.1f} | {ratio} | {f['ess_bulk_min']:.0f} | {r['ess_per_s']:,.0f} | {ess_ratio} | "
-                     f"{f['leapfrog_mean']:.2f}, {f['leapfrog_max']} | {lock} | {corr} |")
+        lines.append(
+            f"| {lib} | {1e3 * r['median_s']:.1f} | {1e3 * r['min_s']:.1f}–{1e3 * r['max_s']:.1f} | "
+            f"{1e3 * r['warmup_s']:.1f} | {ratio} | {f['ess_bulk_min']:.0f} | {r['ess_per_s']:,.0f} | {ess_ratio} | "
+            f"{f['leapfrog_mean']:.2f}, {f['leapfrog_max']} | {lock} | {corr} |"
+        )
     paths = [f"{lib}: {r['path']}" for lib, r in res["results"].items() if r.get("path")]
     if paths:
         lines.append("\nebm's code path — " + "; ".join(paths) + ".")
@@ -1181,8 +1334,10 @@ def table(w: Workload, res: dict) -> str:
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for lib, r in res["results"].items():
         ratio = "—" if r["ratio_vs_ebm"] is None else ("1 (ref)" if lib == "ebm" else f"{r['ratio_vs_ebm']:.2f}")
-        row = (f"| {lib} | {1e3 * r['median_s']:.3f} | {1e3 * r['min_s']:.3f}–{1e3 * r['max_s']:.3f} | "
-               f"{1e3 * r['warmup_s']:.1f} | {ratio} |")
+        row = (
+            f"| {lib} | {1e3 * r['median_s']:.3f} | {1e3 * r['min_s']:.3f}–{1e3 * r['max_s']:.3f} | "
+            f"{1e3 * r['warmup_s']:.1f} | {ratio} |"
+        )
         if step_col:
             row += " 1 (ref) |" if lib == "ebm-step" else f" {r['ratio_vs_ebm_step']:.2f} |"
         if rate:
@@ -1214,8 +1369,11 @@ def git_state() -> dict:
         except Exception:  # noqa: BLE001 - informational only
             return "?"
 
-    dirty = [l[3:] for l in git("status", "--porcelain", "--untracked-files=no").splitlines()
-             if not l[3:].startswith("benchmarks/results/")]  # results files (this run's own output) are not code
+    dirty = [
+        l[3:]
+        for l in git("status", "--porcelain", "--untracked-files=no").splitlines()
+        if not l[3:].startswith("benchmarks/results/")
+    ]  # results files (this run's own output) are not code
     return {"commit": git("rev-parse", "--short", "HEAD").strip(), "modified": dirty}
 
 
@@ -1235,9 +1393,12 @@ def loadavg() -> str:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated ids (default: all)")
-    ap.add_argument("--libs", default=",".join(LIBS),
-                    help="comma-separated: ebm (default: fused chains where available), ebm-step (fused=False), "
-                         "ebm-bf16 (W4-W7 under autocast=torch.bfloat16), torchebm, blackjax")
+    ap.add_argument(
+        "--libs",
+        default=",".join(LIBS),
+        help="comma-separated: ebm (default: fused chains where available), ebm-step (fused=False), "
+        "ebm-bf16 (W4-W7 under autocast=torch.bfloat16), torchebm, blackjax",
+    )
     ap.add_argument("--repeats", type=int, default=5, help="timed runs per (workload, library); median reported")
     ap.add_argument("--threads", type=int, default=1, help="intra-op threads for torch and XLA (default 1)")
     ap.add_argument("--json", metavar="PATH", help="write raw timings and figures here")
@@ -1312,8 +1473,10 @@ def main(argv: list[str] | None = None) -> int:
         "git": git_state(),
     }
     print(f"# ebm benchmarks — {meta['date']}")
-    print(f"machine: {meta['machine']}; threads: {args.threads}; repeats: {args.repeats}"
-          f"{'; QUICK sizes' if args.quick else ''}; load average at start: {meta['loadavg_start']}")
+    print(
+        f"machine: {meta['machine']}; threads: {args.threads}; repeats: {args.repeats}"
+        f"{'; QUICK sizes' if args.quick else ''}; load average at start: {meta['loadavg_start']}"
+    )
     print("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
     gs = meta["git"]
     print(f"ebm commit: {gs['commit']}" + (f" + uncommitted changes in {', '.join(gs['modified'])}" if gs["modified"] else ""))
@@ -1329,24 +1492,30 @@ def main(argv: list[str] | None = None) -> int:
         if w.n_leapfrog:
             size += f", {w.n_leapfrog} leapfrog"
         if w.kind == "nuts":
-            size = (f"{w.n_chains:,} chains, {w.n_steps:,} NUTS iterations, fixed step size {w.step_size} (no adaptation), "
-                    f"max tree depth {w.max_tree_depth}, identity mass, float32; ESS = min over the {w.dim} coordinates "
-                    f"of ebmcore.diagnostics.ess_bulk on the kept trajectory ({w.n_steps}, {w.n_chains}, {w.dim}), "
-                    "ESS/s = ESS / median time")
+            size = (
+                f"{w.n_chains:,} chains, {w.n_steps:,} NUTS iterations, fixed step size {w.step_size} (no adaptation), "
+                f"max tree depth {w.max_tree_depth}, identity mass, float32; ESS = min over the {w.dim} coordinates "
+                f"of ebmcore.diagnostics.ess_bulk on the kept trajectory ({w.n_steps}, {w.n_chains}, {w.dim}), "
+                "ESS/s = ESS / median time"
+            )
         if w.kind.endswith("_step"):
             size += f"; {w.inner} successive steps per timed run, time per step reported"
         if w.kind in LOSS_KINDS:
             size = f"batch {w.n_chains:,} of 2-d data (eight Gaussians, fixed), float32"
-            size += {"cd": f", CD-{w.n_steps}: {w.n_steps} Langevin steps of size {w.step_size} from the data, Adam lr {w.lr}",
-                     "ssm": f", {w.n_projections} projection ({w.projection}), no variance reduction",
-                     "dsm": f", sigma {w.sigma}"}[w.kind]
-            size += (f"; {w.inner} successive training steps per timed run, each run from the initial weights and a fresh "
-                     "optimizer" if w.kind == "cd" else f"; {w.inner} successive loss + backward calls per timed run (weights fixed)")
+            size += {
+                "cd": f", CD-{w.n_steps}: {w.n_steps} Langevin steps of size {w.step_size} from the data, Adam lr {w.lr}",
+                "ssm": f", {w.n_projections} projection ({w.projection}), no variance reduction",
+                "dsm": f", sigma {w.sigma}",
+            }[w.kind]
+            size += (
+                f"; {w.inner} successive training steps per timed run, each run from the initial weights and a fresh optimizer"
+                if w.kind == "cd"
+                else f"; {w.inner} successive loss + backward calls per timed run (weights fixed)"
+            )
             size += "; time per step reported, 'first call' = the whole warm-up run"
         print(f"## {wid}: {w.what}\n\n{size}." + (f" The guides' figure: {w.guide}." if w.guide else "") + "\n")
         print(table(w, res))
-        print(f"\n({time.perf_counter() - t0:.0f} s for this workload; load average now {res['loadavg_end']})\n",
-              flush=True)
+        print(f"\n({time.perf_counter() - t0:.0f} s for this workload; load average now {res['loadavg_end']})\n", flush=True)
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:

@@ -60,8 +60,21 @@ def main() -> None:
         for n in [int(p) for p in args.processes.split(",")]:
             out = Path(tmp) / f"w2-{n}.json"
             env = {**os.environ, "OMP_NUM_THREADS": "1"}
-            subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}",
-                            str(worker), str(out), str(args.repeats)], check=True, env=env, capture_output=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "torch.distributed.run",
+                    "--standalone",
+                    f"--nproc-per-node={n}",
+                    str(worker),
+                    str(out),
+                    str(args.repeats),
+                ],
+                check=True,
+                env=env,
+                capture_output=True,
+            )
             rows.append((n, json.loads(out.read_text())))
     base = rows[0][1]["median_s"]
     print(f"W2 sharded over CPU processes (gloo, 1 thread each, {os.cpu_count()} cores)")

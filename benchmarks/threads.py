@@ -17,8 +17,10 @@ import time
 from pathlib import Path
 
 EBM = [sys.executable, "-m", "ebmcore"]
-JOBS = {"sample": lambda out, steps: [*EBM, "sample", "--out", out, "--quiet"],
-        "train": lambda out, steps: [*EBM, "train", "--out", out, "--quiet", "--steps", str(steps)]}
+JOBS = {
+    "sample": lambda out, steps: [*EBM, "sample", "--out", out, "--quiet"],
+    "train": lambda out, steps: [*EBM, "train", "--out", out, "--quiet", "--steps", str(steps)],
+}
 
 
 def spin() -> subprocess.Popen:

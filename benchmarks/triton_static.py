@@ -52,16 +52,19 @@ def row(kernel: str, precision: str, network: str, capability: int, block_n: int
     from ebm_cuda import triton_chains
 
     widths = _widths(network)
-    out: dict[str, Any] = dict(kernel=kernel, precision=precision, network=network, capability=capability,
-                               block_n=block_n, warps=warps)
+    out: dict[str, Any] = dict(
+        kernel=kernel, precision=precision, network=network, capability=capability, block_n=block_n, warps=warps
+    )
     try:
-        report = triton_chains.compile_report(capability, widths=widths, block_n=block_n, precision=precision,
-                                              num_warps=warps, contrastive=kernel == "contrastive")
+        report = triton_chains.compile_report(
+            capability, widths=widths, block_n=block_n, precision=precision, num_warps=warps, contrastive=kernel == "contrastive"
+        )
     except Exception as error:  # noqa: BLE001 - a configuration that does not compile is a row that says why
         out["error"] = f"{type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}"
         return out
-    out.update({k: report[k] for k in ("registers", "spill_stores", "spill_loads", "shared", "loop_instructions",
-                                       "per_chain_step")})
+    out.update(
+        {k: report[k] for k in ("registers", "spill_stores", "spill_loads", "shared", "loop_instructions", "per_chain_step")}
+    )
     return out
 
 
@@ -85,10 +88,21 @@ def chosen_against_least(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]
         fit = [r for r in compiled if r["spill_stores"] <= allowance]
         least = min(fit, key=lambda r: r["per_chain_step"], default=None)
         mine = next((r for r in members if (r["block_n"], r["warps"]) == chosen and r.get("per_chain_step")), None)
-        out.append(dict(kernel=kernel, precision=precision, network=network, capability=capability, chosen=chosen,
-                        cost=mine and mine["per_chain_step"], spill_stores=mine and mine["spill_stores"], allowance=allowance,
-                        least=least and least["per_chain_step"], least_config=least and (least["block_n"], least["warps"]),
-                        ratio=mine and least and mine["per_chain_step"] / least["per_chain_step"]))
+        out.append(
+            dict(
+                kernel=kernel,
+                precision=precision,
+                network=network,
+                capability=capability,
+                chosen=chosen,
+                cost=mine and mine["per_chain_step"],
+                spill_stores=mine and mine["spill_stores"],
+                allowance=allowance,
+                least=least and least["per_chain_step"],
+                least_config=least and (least["block_n"], least["warps"]),
+                ratio=mine and least and mine["per_chain_step"] / least["per_chain_step"],
+            )
+        )
     return out
 
 
@@ -108,24 +122,38 @@ def launch_table(rows: list[dict[str, Any]], network: str = "2-64-64", capabilit
 
     padded = tuple(triton_chains._pad(w) for w in _widths(network))
     names = {"ieee": "IEEE", "tf32": "TF32", "bf16": "bfloat16"}
-    lines = ["| kernel | products | chosen | its cost | before | its cost | least (configuration) |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| kernel | products | chosen | its cost | before | its cost | least (configuration) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for c in chosen_against_least(rows):
         if (c["network"], c["capability"]) != (network, capability):
             continue
         before = configuration_before(padded, c["precision"], c["kernel"] == "contrastive")
-        old = next((r for r in rows if (r["kernel"], r["precision"], r["network"], r["capability"]) ==
-                    (c["kernel"], c["precision"], network, capability) and (r["block_n"], r["warps"]) == before
-                    and r.get("per_chain_step") is not None), None)
+        old = next(
+            (
+                r
+                for r in rows
+                if (r["kernel"], r["precision"], r["network"], r["capability"])
+                == (c["kernel"], c["precision"], network, capability)
+                and (r["block_n"], r["warps"]) == before
+                and r.get("per_chain_step") is not None
+            ),
+            None,
+        )
 
         def cost(value: Any) -> str:
             return "not compiled" if value is None else f"{value:.0f}"
 
         least = "" if c["least"] is None else f"{c['least']:.0f} ({c['least_config'][0]} × {c['least_config'][1]})"
-        lines.append(f"| {c['kernel']} | {names[c['precision']]} | {c['chosen'][0]} × {c['chosen'][1]} | {cost(c['cost'])} | "
-                     f"{before[0]} × {before[1]} | {cost(old and old['per_chain_step'])} | {least} |")
-    return "\n".join(lines[:2] + sorted(lines[2:], key=lambda line: (line.split("|")[1], list(names.values()).index(
-        line.split("|")[2].strip()))))
+        lines.append(
+            f"| {c['kernel']} | {names[c['precision']]} | {c['chosen'][0]} × {c['chosen'][1]} | {cost(c['cost'])} | "
+            f"{before[0]} × {before[1]} | {cost(old and old['per_chain_step'])} | {least} |"
+        )
+    return "\n".join(
+        lines[:2]
+        + sorted(lines[2:], key=lambda line: (line.split("|")[1], list(names.values()).index(line.split("|")[2].strip())))
+    )
 
 
 def summary(rows: list[dict[str, Any]]) -> str:
@@ -141,16 +169,27 @@ def summary(rows: list[dict[str, Any]]) -> str:
             members = [r for r in rows if r["kernel"] == kernel and r["precision"] == precision]
             if not members:
                 continue
-            lines += [f"### {kernel}, {precision} products (warp-instructions per chain-step, sm_90 / sm_80)", "",
-                      "| network | " + " | ".join(f"{b}×{w}" for b, w in configs) + " |",
-                      "|---|" + "---|" * len(configs)]
+            lines += [
+                f"### {kernel}, {precision} products (warp-instructions per chain-step, sm_90 / sm_80)",
+                "",
+                "| network | " + " | ".join(f"{b}×{w}" for b, w in configs) + " |",
+                "|---|" + "---|" * len(configs),
+            ]
             for network in NETWORKS:
                 cells = []
                 for b, w in configs:
                     cell = []
                     for capability in (90, 80):
-                        r = next((r for r in members if r["network"] == network and r["capability"] == capability
-                                  and (r["block_n"], r["warps"]) == (b, w)), None)
+                        r = next(
+                            (
+                                r
+                                for r in members
+                                if r["network"] == network
+                                and r["capability"] == capability
+                                and (r["block_n"], r["warps"]) == (b, w)
+                            ),
+                            None,
+                        )
                         if r is None:
                             continue
                         if "error" in r or r.get("per_chain_step") is None:
@@ -161,27 +200,33 @@ def summary(rows: list[dict[str, Any]]) -> str:
                 if any(cells):
                     lines.append(f"| {network}-1 | " + " | ".join(cells) + " |")
             lines.append("")
-    lines += [f"`launch_config`'s choice against the least cost, among the configurations compiled, that spills at "
-              f"most {SPILL_ALLOWANCE} bytes (or the fewest bytes of any, where all spill more):", "",
-              "| kernel | products | network | sm | chosen | its cost | spills (bytes) | least | ratio |",
-              "|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        f"`launch_config`'s choice against the least cost, among the configurations compiled, that spills at "
+        f"most {SPILL_ALLOWANCE} bytes (or the fewest bytes of any, where all spill more):",
+        "",
+        "| kernel | products | network | sm | chosen | its cost | spills (bytes) | least | ratio |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     order = {n: i for i, n in enumerate(NETWORKS)}
-    for c in sorted(chosen_against_least(rows), key=lambda c: (c["kernel"], c["precision"], -c["capability"],
-                                                                order.get(c["network"], len(order)))):
+    for c in sorted(
+        chosen_against_least(rows),
+        key=lambda c: (c["kernel"], c["precision"], -c["capability"], order.get(c["network"], len(order))),
+    ):
         cost = "not compiled" if c["cost"] is None else f"{c['cost']:.0f}"
         least = "" if c["least"] is None else f"{c['least']:.0f} ({c['least_config'][0]}×{c['least_config'][1]})"
         ratio = "" if c["ratio"] is None else f"{c['ratio']:.2f}"
         spills = "" if c["spill_stores"] is None else c["spill_stores"]
-        lines.append(f"| {c['kernel']} | {c['precision']} | {c['network']}-1 | {c['capability']} | "
-                     f"{c['chosen'][0]}×{c['chosen'][1]} | {cost} | {spills} | {least} | {ratio} |")
+        lines.append(
+            f"| {c['kernel']} | {c['precision']} | {c['network']}-1 | {c['capability']} | "
+            f"{c['chosen'][0]}×{c['chosen'][1]} | {cost} | {spills} | {least} | {ratio} |"
+        )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--networks", nargs="+", default=NETWORKS)
-    parser.add_argument("--configs", nargs="+", default=[f"{b}x{w}" for b, w in CONFIGS],
-                        help="block_n x num_warps, e.g. 64x4")
+    parser.add_argument("--configs", nargs="+", default=[f"{b}x{w}" for b, w in CONFIGS], help="block_n x num_warps, e.g. 64x4")
     parser.add_argument("--capabilities", nargs="+", type=int, default=list(CAPABILITIES))
     parser.add_argument("--kernels", nargs="+", default=list(KERNELS), choices=KERNELS)
     parser.add_argument("--precisions", nargs="+", default=list(PRECISIONS), choices=PRECISIONS)
@@ -194,8 +239,14 @@ def main(argv: list[str] | None = None) -> int:
             print(summary(json.load(f)["rows"]))
         return 0
     configs = [tuple(int(v) for v in c.split("x")) for c in args.configs]
-    jobs = [(k, p, n, c, b, w) for k in args.kernels for p in args.precisions for n in args.networks
-            for c in args.capabilities for b, w in configs]
+    jobs = [
+        (k, p, n, c, b, w)
+        for k in args.kernels
+        for p in args.precisions
+        for n in args.networks
+        for c in args.capabilities
+        for b, w in configs
+    ]
     rows = []
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         for done in as_completed([pool.submit(row, *job) for job in jobs]):

@@ -30,9 +30,18 @@ import os
 from typing import Any, Callable
 
 CONFIGS: list[tuple[int, int, str]] = [
-    (16, 4, "ieee"), (16, 16, "ieee"), (32, 8, "ieee"), (64, 16, "ieee"),
-    (64, 4, "tf32"), (32, 4, "tf32"), (16, 8, "tf32"), (128, 8, "tf32"),
-    (64, 4, "bf16"), (32, 4, "bf16"), (16, 8, "bf16"), (128, 8, "bf16"),
+    (16, 4, "ieee"),
+    (16, 16, "ieee"),
+    (32, 8, "ieee"),
+    (64, 16, "ieee"),
+    (64, 4, "tf32"),
+    (32, 4, "tf32"),
+    (16, 8, "tf32"),
+    (128, 8, "tf32"),
+    (64, 4, "bf16"),
+    (32, 4, "bf16"),
+    (16, 8, "bf16"),
+    (128, 8, "bf16"),
 ]
 """``(block_n, num_warps, precision)``, 4 per kind of products: ``launch_config``'s for the 2-64-64-1 network (IEEE
 16 on 4 for both kernels; TF32 and bfloat16 64 on 4 for the chain, 32 on 4 for the contrastive kernel), the
@@ -51,9 +60,18 @@ CD_STEPS = 10
 STEP_SIZE = 0.01
 
 
-def sweep_rows(w4_chains: int, w4_steps: int, cd_chains: int, device: Any, repeats: int, log: Callable,
-               measure: Callable, configs: list[tuple[int, int, str]] | None = None,
-               out: list[dict] | None = None, saved: Callable[[], None] = lambda: None) -> list[dict]:
+def sweep_rows(
+    w4_chains: int,
+    w4_steps: int,
+    cd_chains: int,
+    device: Any,
+    repeats: int,
+    log: Callable,
+    measure: Callable,
+    configs: list[tuple[int, int, str]] | None = None,
+    out: list[dict] | None = None,
+    saved: Callable[[], None] = lambda: None,
+) -> list[dict]:
     """The rows of group T (the module docstring), appended to ``out`` (returned) as they are measured, ``saved()``
     after each: a run cut off by a time limit keeps what it measured. ``measure(fn, repeats, device)`` is
     ``gpu.measure``."""
@@ -89,7 +107,8 @@ def sweep_rows(w4_chains: int, w4_steps: int, cd_chains: int, device: Any, repea
             m = measure(fn, repeats, dev)
         except Exception as exc:  # noqa: BLE001
             default = (extra.get("block_n"), extra.get("num_warps")) == triton_chains.launch_config(
-                padded, extra.get("precision", ""), contrastive=workload != "W4")
+                padded, extra.get("precision", ""), contrastive=workload != "W4"
+            )
             what = "not run" if type(exc).__name__ == "OutOfResources" and not default else "failed"
             rec["skipped"] = f"{what}: {common.error_text(exc)}"
             log(f"    {rec['skipped']}")
@@ -126,12 +145,26 @@ def sweep_rows(w4_chains: int, w4_steps: int, cd_chains: int, device: Any, repea
             reference = reference if reference is not None else e
     first_states = None
     for block_n, warps, precision in configs:
-        got = row("W4", f"Triton chain, block_n {block_n}, {warps} warps, {precision}",
-                  lambda: triton_chains.feedforward_langevin_chain(x0, program, n_steps=w4_steps, step_size=STEP_SIZE,
-                                                                   noise_scale=noise, seed=7, offset=0, precision=precision,
-                                                                   block_n=block_n, num_warps=warps),
-                  block_n=block_n, num_warps=warps, precision=precision,
-                  ptxas=_ptxas(triton_chains, capability, block_n, warps, precision, False))
+        got = row(
+            "W4",
+            f"Triton chain, block_n {block_n}, {warps} warps, {precision}",
+            lambda: triton_chains.feedforward_langevin_chain(
+                x0,
+                program,
+                n_steps=w4_steps,
+                step_size=STEP_SIZE,
+                noise_scale=noise,
+                seed=7,
+                offset=0,
+                precision=precision,
+                block_n=block_n,
+                num_warps=warps,
+            ),
+            block_n=block_n,
+            num_warps=warps,
+            precision=precision,
+            ptxas=_ptxas(triton_chains, capability, block_n, warps, precision, False),
+        )
         if got is not None:
             figures = _law(energies(got["out"]), reference)
             if first_states is None:
@@ -160,13 +193,28 @@ def sweep_rows(w4_chains: int, w4_steps: int, cd_chains: int, device: Any, repea
     first = None
     n = cd_chains
     for block_n, warps, precision in configs:
-        got = row("W5 chain", f"Triton contrastive chain, block_n {block_n}, {warps} warps, {precision}",
-                  lambda: triton_chains.feedforward_contrastive_chain(
-                      data, program, n_steps=CD_STEPS, step_size=STEP_SIZE, noise_scale=noise, seed=7, offset=0,
-                      start=(1.0 / n, None), end=(-1.0 / n, None), precision=precision, block_n=block_n,
-                      num_warps=warps),
-                  block_n=block_n, num_warps=warps, precision=precision,
-                  ptxas=_ptxas(triton_chains, capability, block_n, warps, precision, True))  # b None: has_b False
+        got = row(
+            "W5 chain",
+            f"Triton contrastive chain, block_n {block_n}, {warps} warps, {precision}",
+            lambda: triton_chains.feedforward_contrastive_chain(
+                data,
+                program,
+                n_steps=CD_STEPS,
+                step_size=STEP_SIZE,
+                noise_scale=noise,
+                seed=7,
+                offset=0,
+                start=(1.0 / n, None),
+                end=(-1.0 / n, None),
+                precision=precision,
+                block_n=block_n,
+                num_warps=warps,
+            ),
+            block_n=block_n,
+            num_warps=warps,
+            precision=precision,
+            ptxas=_ptxas(triton_chains, capability, block_n, warps, precision, True),
+        )  # b None: has_b False
         if got is None:
             continue
         loss_value = float(got["out"][3])
@@ -181,15 +229,23 @@ def sweep_rows(w4_chains: int, w4_steps: int, cd_chains: int, device: Any, repea
     return out
 
 
-def _ptxas(triton_chains: Any, capability: int | None, block_n: int, warps: int, precision: str,
-           contrastive: bool) -> dict | None:
+def _ptxas(
+    triton_chains: Any, capability: int | None, block_n: int, warps: int, precision: str, contrastive: bool
+) -> dict | None:
     """``compile_report``'s registers, spills and warp-instructions per chain-step for a row's kernel (or why it could
     not compile); None under the interpreter (``capability`` None), which compiles nothing."""
     if capability is None:
         return None
     try:
-        r = triton_chains.compile_report(capability, widths=(2, 64, 64), block_n=block_n, precision=precision,
-                                         num_warps=warps, contrastive=contrastive, has_b=False)
+        r = triton_chains.compile_report(
+            capability,
+            widths=(2, 64, 64),
+            block_n=block_n,
+            precision=precision,
+            num_warps=warps,
+            contrastive=contrastive,
+            has_b=False,
+        )
     except Exception as exc:  # noqa: BLE001
         return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
     return {k: r[k] for k in ("registers", "spill_stores", "spill_loads", "per_chain_step")} | {"sm": capability}
@@ -240,10 +296,14 @@ def sweep_table(recs: list[dict], z_tol: float) -> str:
             ok = f.get("grad_rel_diff_vs_first", 0.0) <= GRADIENT_TOLERANCE[r["precision"]]
             corr = f"loss {f['loss']:.6g}, grad norm {f['grad_norm']:.5g}"
             if "grad_rel_diff_vs_first" in f:
-                corr += (f", rel diff vs the first configuration: loss {f['loss_rel_diff_vs_first']:.1e}, "
-                         f"gradient {f['grad_rel_diff_vs_first']:.1e}")
+                corr += (
+                    f", rel diff vs the first configuration: loss {f['loss_rel_diff_vs_first']:.1e}, "
+                    f"gradient {f['grad_rel_diff_vs_first']:.1e}"
+                )
         else:
             ok, corr = True, "(the baseline: its loss is not this op's)"
-        lines.append(f"| {r['workload']} | {r['variant']} | {1e3 * t:.2f} | {base[r['workload']] / t:.2f} | {regs} | "
-                     f"{corr}{'' if ok else ' **FAIL**'} |")
+        lines.append(
+            f"| {r['workload']} | {r['variant']} | {1e3 * t:.2f} | {base[r['workload']] / t:.2f} | {regs} | "
+            f"{corr}{'' if ok else ' **FAIL**'} |"
+        )
     return "\n".join(lines)

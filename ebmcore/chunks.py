@@ -37,10 +37,22 @@ def load_checkpoint(directory: Path, device: torch.device) -> dict[str, Any] | N
     return load_torch(path, map_location=device, what="a sampling checkpoint", fix=_RESTART) if path.exists() else None
 
 
-def sample_in_segments(sampler: Sampler, x: Tensor, n_steps: int, every: int, directory: Path, *, burn_in: int = 0,
-                       thin: int = 1, generator: torch.Generator, saved: dict[str, Any] | None = None,
-                       progress: bool = False, on_segment: Callable[[int], None] = lambda index: None,
-                       metadata: dict[str, Any] | None = None, **tunables: Any) -> SampleResult:
+def sample_in_segments(
+    sampler: Sampler,
+    x: Tensor,
+    n_steps: int,
+    every: int,
+    directory: Path,
+    *,
+    burn_in: int = 0,
+    thin: int = 1,
+    generator: torch.Generator,
+    saved: dict[str, Any] | None = None,
+    progress: bool = False,
+    on_segment: Callable[[int], None] = lambda index: None,
+    metadata: dict[str, Any] | None = None,
+    **tunables: Any,
+) -> SampleResult:
     """``sampler.sample`` with a trajectory, diagnostics and per-draw statistics, in segments of ``every`` kept draws.
 
     After each segment its records go to ``directory/segments/segment-NNNNN.pt`` and the chains, the
@@ -55,8 +67,10 @@ def sample_in_segments(sampler: Sampler, x: Tensor, n_steps: int, every: int, di
     first = sampler.init(x[:1])
     state_fields = set(getattr(first, "_fields", None) or vars(first))
     if not state_fields <= {"x", "energy", "grad"}:
-        raise InputError(f"{type(sampler).__name__} keeps more than its positions in its state ({', '.join(sorted(state_fields))}), "
-                         "which a restart from the positions would lose: run it without checkpoint_every.")
+        raise InputError(
+            f"{type(sampler).__name__} keeps more than its positions in its state ({', '.join(sorted(state_fields))}), "
+            "which a restart from the positions would lose: run it without checkpoint_every."
+        )
     parts_dir = directory / "segments"
     make_dir(parts_dir)
     done = index = 0
@@ -68,28 +82,75 @@ def sample_in_segments(sampler: Sampler, x: Tensor, n_steps: int, every: int, di
     while done < total:
         k = min(every, total - done)
         steps = k * thin if done + k < total else n_steps - done * thin  # the last segment takes the remainder
-        result = sampler.sample(x, steps, burn_in=burn_in, thin=thin, return_trajectory=True, return_diagnostics=True,
-                                return_stats=True, generator=generator, progress=progress, stream=stream, **tunables)
+        result = sampler.sample(
+            x,
+            steps,
+            burn_in=burn_in,
+            thin=thin,
+            return_trajectory=True,
+            return_diagnostics=True,
+            return_stats=True,
+            generator=generator,
+            progress=progress,
+            stream=stream,
+            **tunables,
+        )
         d = result.diagnostics
-        save_torch({"trajectory": result.trajectory, "mean": d.mean, "variance": d.variance, "energy": d.energy,
-                    "acceptance": d.acceptance, "accepted": None if d.acceptance_rate is None else d.acceptance_rate * steps,
-                    "divergences": d.divergences, "wall_time": d.wall_time, "steps": steps, "stats": result.stats},
-                   parts_dir / f"segment-{index:05d}.pt")
+        save_torch(
+            {
+                "trajectory": result.trajectory,
+                "mean": d.mean,
+                "variance": d.variance,
+                "energy": d.energy,
+                "acceptance": d.acceptance,
+                "accepted": None if d.acceptance_rate is None else d.acceptance_rate * steps,
+                "divergences": d.divergences,
+                "wall_time": d.wall_time,
+                "steps": steps,
+                "stats": result.stats,
+            },
+            parts_dir / f"segment-{index:05d}.pt",
+        )
         x, done, index, burn_in = result.samples, done + k, index + 1, 0
-        save_torch({"x": x, "kept": done, "segments": index, "generator": generator.get_state(), "tunables": tunables,
-                    "metadata": metadata or {}, "stream": (stream.seed, stream.offset)}, directory / "checkpoint.pt")
+        save_torch(
+            {
+                "x": x,
+                "kept": done,
+                "segments": index,
+                "generator": generator.get_state(),
+                "tunables": tunables,
+                "metadata": metadata or {},
+                "stream": (stream.seed, stream.offset),
+            },
+            directory / "checkpoint.pt",
+        )
         on_segment(index)
-    parts = [load_torch(parts_dir / f"segment-{i:05d}.pt", what=f"segment {i} of the checkpointed run", fix=_RESTART)
-             for i in range(index)]
+    parts = [
+        load_torch(parts_dir / f"segment-{i:05d}.pt", what=f"segment {i} of the checkpointed run", fix=_RESTART)
+        for i in range(index)
+    ]
     cat = lambda key: None if parts[0][key] is None else torch.cat([p[key] for p in parts])  # noqa: E731
     steps = sum(p["steps"] for p in parts)
     accepted = None if parts[0]["accepted"] is None else sum(p["accepted"] for p in parts) / max(steps, 1)
     divergences = None if parts[0]["divergences"] is None else sum(p["divergences"] for p in parts)
     nonfinite = nonfinite_chains(x)
-    diagnostics = Diagnostics(cat("mean"), cat("variance"), cat("energy"), cat("acceptance"), accepted, divergences,
-                              nonfinite, sum(p["wall_time"] for p in parts))
-    stats = None if any(p.get("stats") is None for p in parts) else {  # segments written before statistics were: none
-        name: torch.cat([p["stats"][name] for p in parts]) for name in parts[0]["stats"]}
+    diagnostics = Diagnostics(
+        cat("mean"),
+        cat("variance"),
+        cat("energy"),
+        cat("acceptance"),
+        accepted,
+        divergences,
+        nonfinite,
+        sum(p["wall_time"] for p in parts),
+    )
+    stats = (
+        None
+        if any(p.get("stats") is None for p in parts)
+        else {  # segments written before statistics were: none
+            name: torch.cat([p["stats"][name] for p in parts]) for name in parts[0]["stats"]
+        }
+    )
     return SampleResult(x, cat("trajectory"), diagnostics, stats)
 
 
@@ -103,10 +164,22 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
-def stream_chunks(sampler: Sampler, n_samples: int, chunk_size: int, n_steps: int, directory: Path, *,
-                  initial: Callable[[int, torch.Generator], Tensor], seed: int, device: torch.device, burn_in: int = 0,
-                  resume: bool = False, progress: bool = False, report_every: float | None = None,
-                  **tunables: Any) -> dict[str, Any]:
+def stream_chunks(
+    sampler: Sampler,
+    n_samples: int,
+    chunk_size: int,
+    n_steps: int,
+    directory: Path,
+    *,
+    initial: Callable[[int, torch.Generator], Tensor],
+    seed: int,
+    device: torch.device,
+    burn_in: int = 0,
+    resume: bool = False,
+    progress: bool = False,
+    report_every: float | None = None,
+    **tunables: Any,
+) -> dict[str, Any]:
     """Draw ``n_samples`` samples as independent chunks of at most ``chunk_size`` chains into ``directory``.
 
     Chunk ``k`` starts at ``initial(size, generator)`` with :func:`chunk_generator` ``(seed, k)``, runs ``burn_in +
@@ -134,8 +207,12 @@ def stream_chunks(sampler: Sampler, n_samples: int, chunk_size: int, n_steps: in
         size = min(chunk_size, n_samples - k * chunk_size)
         name = f"chunk-{k:05d}"
         if resume and (directory / f"{name}.npz").exists():
-            saved = load_arrays(directory / f"{name}.npz", keys=("samples",), what="a chunk of samples",
-                                fix="delete it, and --resume draws that chunk again")
+            saved = load_arrays(
+                directory / f"{name}.npz",
+                keys=("samples",),
+                what="a chunk of samples",
+                fix="delete it, and --resume draws that chunk again",
+            )
             bad = nonfinite_chains(torch.from_numpy(saved["samples"]))  # its non-finite chains still count
             skipped += 1
         else:
@@ -144,8 +221,9 @@ def stream_chunks(sampler: Sampler, n_samples: int, chunk_size: int, n_steps: in
             start = time.perf_counter()
             # one kept state (thin = n_steps): the acceptance is counted at every step, and no per-step record
             # (n_steps × event_shape) is made or filled
-            result = sampler.sample(x0, n_steps, burn_in=burn_in, thin=max(n_steps, 1), return_diagnostics=True,
-                                    generator=g, **tunables)
+            result = sampler.sample(
+                x0, n_steps, burn_in=burn_in, thin=max(n_steps, 1), return_diagnostics=True, generator=g, **tunables
+            )
             sampling += time.perf_counter() - start
             save_samples(directory, name, result.samples, torch_copy=False)  # a stream keeps the numpy copy only
             bad = result.diagnostics.nonfinite_chains.cpu()
@@ -161,8 +239,13 @@ def stream_chunks(sampler: Sampler, n_samples: int, chunk_size: int, n_steps: in
             last_report = time.perf_counter()
             rate = written_samples * steps_per_chain / sampling if sampling else None
             left = (n_samples - min(n_samples, (k + 1) * chunk_size)) * steps_per_chain
-            log.info("chunk %d of %d done: %s chain-steps/s, about %s left", k + 1, n_chunks,
-                     "-" if rate is None else f"{rate:,.0f}", "?" if not rate else _duration(left / rate))
+            log.info(
+                "chunk %d of %d done: %s chain-steps/s, about %s left",
+                k + 1,
+                n_chunks,
+                "-" if rate is None else f"{rate:,.0f}",
+                "?" if not rate else _duration(left / rate),
+            )
     if bar is not None:
         bar.close()
     return {

@@ -44,8 +44,10 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
         print(f"CONFLICT {kind} '{name}': " + "; ".join(f"{e.plugin} ({e.distribution} {e.version})" for e in found))
     for kind, name, winner, losers in s.table.shadowed():
         why = "override=True" if winner.override else "first-party"
-        print(f"SHADOWED {kind} '{name}': {winner.plugin} ({winner.distribution}, {why}) is used; not "
-              + ", ".join(f"{e.plugin} ({e.distribution})" for e in losers))
+        print(
+            f"SHADOWED {kind} '{name}': {winner.plugin} ({winner.distribution}, {why}) is used; not "
+            + ", ".join(f"{e.plugin} ({e.distribution})" for e in losers)
+        )
     for command, winner, loser in s.command_clashes:
         print(f"SHADOWED command '{command}': {winner} is used; not {loser}")
     return 1 if s.failures() or s.table.conflicts() else 0
@@ -81,16 +83,20 @@ def _cmd_backends(args: argparse.Namespace) -> int:
                 unresolved += why.chosen is None
             print()
             print(why)
-    print("\nneural energies (an EnergyModel without an analytic gradient): the gradient is computed in closed form, "
-          "equal to autograd's, when the energy's program is a feed-forward network (MLPEnergy, SequentialEnergy: "
-          "nn.Linear layers and activations ending in Linear(·, 1); ebmcore.energies.feedforward); otherwise by autograd. A backend may run such a network itself: "
-          "the feedforward_* ops above (ebm-cuda's cpu_fused: ULA chains, and the fused ops of the losses; its triton backend: "
-          "ULA chains on CUDA, and the losses' fused op of the same chain). On CUDA, where no fused chain runs, "
-          "ebm-samplers replays its per-step loop as a captured CUDA graph (docs/samplers.md). A sampler's run "
-          "names the path it takes and why (ebm profile prints it).")
+    print(
+        "\nneural energies (an EnergyModel without an analytic gradient): the gradient is computed in closed form, "
+        "equal to autograd's, when the energy's program is a feed-forward network (MLPEnergy, SequentialEnergy: "
+        "nn.Linear layers and activations ending in Linear(·, 1); ebmcore.energies.feedforward); otherwise by autograd. A backend may run such a network itself: "
+        "the feedforward_* ops above (ebm-cuda's cpu_fused: ULA chains, and the fused ops of the losses; its triton backend: "
+        "ULA chains on CUDA, and the losses' fused op of the same chain). On CUDA, where no fused chain runs, "
+        "ebm-samplers replays its per-step loop as a captured CUDA graph (docs/samplers.md). A sampler's run "
+        "names the path it takes and why (ebm profile prints it)."
+    )
     if not_offered:
-        print(f"\nNo installed backend offers {', '.join(not_offered)}: where an op is not offered, its callers take "
-              "another path (the per-step loop, autograd), named in a run's path.")
+        print(
+            f"\nNo installed backend offers {', '.join(not_offered)}: where an op is not offered, its callers take "
+            "another path (the per-step loop, autograd), named in a run's path."
+        )
     if unresolved:
         print(f"\n{unresolved} op(s) have no kernel that can run under this selection.")
     return 1 if unresolved else 0
@@ -98,8 +104,9 @@ def _cmd_backends(args: argparse.Namespace) -> int:
 
 def _offered(op: str, device: Any) -> bool:
     """Whether a registered backend has a kernel for ``op`` on ``device``'s type (available here or not)."""
-    return any(op in e.component.kernels and device.type in e.component.kernels[op].device_types
-               for e in registry.entries("kernel"))
+    return any(
+        op in e.component.kernels and device.type in e.component.kernels[op].device_types for e in registry.entries("kernel")
+    )
 
 
 def _double_well_mean_abs() -> float:
@@ -130,10 +137,14 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     expected = _double_well_mean_abs()
     got = float(x.abs().mean())
     right = float((x[:, 0] > 0).double().mean())
-    print(f"\n{args.n_chains} chains × {args.n_steps} Langevin steps (h={h}) in {elapsed:.2f} s "
-          f"({args.n_chains * args.n_steps / elapsed / 1e6:.1f} M chain-steps/s)")
-    print(f"E|x_i|: sampled {got:.3f}, exact {expected:.3f} (ULA bias O(h)); "
-          f"fraction in the right-hand well: {right:.3f} (exact 0.5)")
+    print(
+        f"\n{args.n_chains} chains × {args.n_steps} Langevin steps (h={h}) in {elapsed:.2f} s "
+        f"({args.n_chains * args.n_steps / elapsed / 1e6:.1f} M chain-steps/s)"
+    )
+    print(
+        f"E|x_i|: sampled {got:.3f}, exact {expected:.3f} (ULA bias O(h)); "
+        f"fraction in the right-hand well: {right:.3f} (exact 0.5)"
+    )
     print("Samplers, losses and CUDA kernels come from plugins: see `ebm plugins`.")
     return 0
 
@@ -151,10 +162,22 @@ def _core_parser() -> tuple[argparse.ArgumentParser, Any]:
     """The parser with the core's options and subcommands, and its sub-parsers object for the plugins' commands."""
     parser = argparse.ArgumentParser(prog="ebm", description="ebm: energy-based models in PyTorch")
     parser.add_argument("--version", action="store_true", help="print the versions of ebmcore, torch and the plugins")
-    parser.add_argument("-q", "--quiet", dest="log_level", action="store_const", const=logging.WARNING,
-                        help="show warnings and errors only (a subcommand's own --quiet does too)")
-    parser.add_argument("-v", "--verbose", dest="log_level", action="store_const", const=logging.DEBUG,
-                        help="show debug messages too (which loop or kernel runs, and why)")
+    parser.add_argument(
+        "-q",
+        "--quiet",
+        dest="log_level",
+        action="store_const",
+        const=logging.WARNING,
+        help="show warnings and errors only (a subcommand's own --quiet does too)",
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        dest="log_level",
+        action="store_const",
+        const=logging.DEBUG,
+        help="show debug messages too (which loop or kernel runs, and why)",
+    )
     parser.set_defaults(log_level=logging.INFO)
     sub = parser.add_subparsers(dest="command")
     p = sub.add_parser("plugins", help="list plugins, what they provide, and any failure")
@@ -248,9 +271,11 @@ def _fast(argv: list[str]) -> int | None:
     for name, dist in sorted(loading, key=lambda plugin: plugin[1] not in FIRST_PARTY_DISTRIBUTIONS):  # as add_commands
         declared, why = commands.read_declaration(name, dist)
         if why:  # the whole parser answers; say which plugin's declaration failed, as a failed plugin is named
-            print(f"warning: plugin {name!r} ({dist}): its command declaration {why}; `ebm --help` imports the "
-                  "plugins to list its commands instead. Make that module define the dict and import nothing.",
-                  file=sys.stderr)
+            print(
+                f"warning: plugin {name!r} ({dist}): its command declaration {why}; `ebm --help` imports the "
+                "plugins to list its commands instead. Make that module define the dict and import nothing.",
+                file=sys.stderr,
+            )
         if declared is None:
             return None
         for command, line in declared.items():
@@ -268,13 +293,17 @@ def _missing_command(command: str, dist: str, args: argparse.Namespace) -> int:
     record = next((r for r in s.records.values() if r.distribution == dist), None)
     where = "" if s.config.source == "defaults" else f" ({s.config.source})"
     if record is not None and record.status == "blocked":
-        why = (f"is installed but blocked: its plugin '{record.name}' is named by EBM_DISABLE_PLUGINS or the "
-               f"configuration's disable_plugins{where}; remove it from there")
+        why = (
+            f"is installed but blocked: its plugin '{record.name}' is named by EBM_DISABLE_PLUGINS or the "
+            f"configuration's disable_plugins{where}; remove it from there"
+        )
     elif record is not None and record.status == "failed":
         why = f"failed to load ({record.error}); fix or reinstall it (`ebm plugins -v` shows the traceback)"
     elif record is None and s.config.disable_plugin_autoload:
-        why = (f"is not loaded: plugin autoload is off (EBM_DISABLE_PLUGIN_AUTOLOAD or the configuration's "
-               f"disable_plugin_autoload{where}); turn it on")
+        why = (
+            f"is not loaded: plugin autoload is off (EBM_DISABLE_PLUGIN_AUTOLOAD or the configuration's "
+            f"disable_plugin_autoload{where}); turn it on"
+        )
     else:
         why = f"is not installed: {install_hint(dist)}"
     raise UnknownComponentError(f"`ebm {command}` is provided by the plugin {dist}, which {why}.")
@@ -306,8 +335,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted: files already written are complete; a checkpointed or streamed run continues with "
-              "--resume.", file=sys.stderr)
+        print(
+            "interrupted: files already written are complete; a checkpointed or streamed run continues with --resume.",
+            file=sys.stderr,
+        )
         return 130
 
 

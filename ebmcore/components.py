@@ -24,8 +24,19 @@ try:
 except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib
 
-__all__ = ["Kind", "KINDS", "Entry", "Provider", "Registrar", "ComponentTable", "FIRST_PARTY_DISTRIBUTIONS", "declared_plugins",
-           "HOOK_OF_KIND", "install_hint", "first_party_provider"]
+__all__ = [
+    "Kind",
+    "KINDS",
+    "Entry",
+    "Provider",
+    "Registrar",
+    "ComponentTable",
+    "FIRST_PARTY_DISTRIBUTIONS",
+    "declared_plugins",
+    "HOOK_OF_KIND",
+    "install_hint",
+    "first_party_provider",
+]
 
 Kind = Literal["energy", "sampler", "integrator", "loss", "kernel"]
 KINDS: tuple[str, ...] = get_args(Kind)
@@ -68,8 +79,10 @@ class Entry:
                 signature.bind(*args, **kwargs)
             except TypeError as exc:
                 takes = [p.name for p in signature.parameters.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-                raise InputError(f"{self.kind} '{self.name}' ({getattr(self.component, '__name__', self.component)}): {exc}; "
-                                 f"it takes {', '.join(takes) or 'no arguments'}.") from None
+                raise InputError(
+                    f"{self.kind} '{self.name}' ({getattr(self.component, '__name__', self.component)}): {exc}; "
+                    f"it takes {', '.join(takes) or 'no arguments'}."
+                ) from None
         return self.component(*args, **kwargs)
 
     def describe(self) -> str:
@@ -186,8 +199,7 @@ class ComponentTable:
         overriding = [e for e in found if e.override]
         providers = "; ".join(e.describe() for e in found)
         fix = (
-            "uninstall one of them, block one with EBM_DISABLE_PLUGINS=<plugin>, "
-            "or have one register with override=True"
+            "uninstall one of them, block one with EBM_DISABLE_PLUGINS=<plugin>, or have one register with override=True"
             if not overriding
             else "only one plugin may declare override=True for a name; uninstall or block the others"
         )
@@ -195,8 +207,9 @@ class ComponentTable:
 
     def conflicts(self) -> list[tuple[str, str, list[Entry]]]:
         """Names that several plugins registered and that neither one override nor one first-party entry settles."""
-        return [(kind, name, found) for (kind, name), found in self._by_name.items()
-                if len(found) > 1 and self._settle(found) is None]
+        return [
+            (kind, name, found) for (kind, name), found in self._by_name.items() if len(found) > 1 and self._settle(found) is None
+        ]
 
     def shadowed(self) -> list[tuple[str, str, Entry, list[Entry]]]:
         """Settled clashes: ``(kind, name, winner, losers)`` for every name several plugins registered."""
@@ -274,8 +287,10 @@ def install_hint(dist: str) -> str:
     may not be published where it runs; :func:`declared_plugins`), else from the package index."""
     declared = declared_plugins().get(dist)
     if declared is not None:
-        return (f"install it from this checkout with `pip install -e {_CHECKOUT_PLUGINS / declared[0]}` "
-                f"(where it is published: `pip install {dist}`)")
+        return (
+            f"install it from this checkout with `pip install -e {_CHECKOUT_PLUGINS / declared[0]}` "
+            f"(where it is published: `pip install {dist}`)"
+        )
     return f"install it with `pip install {dist}` (from a source checkout: `pip install -e plugins/{dist.replace('-', '_')}`)"
 
 

@@ -32,8 +32,25 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["Config", "get_config", "load_config", "reload_config", "generation", "parse_backend_list", "env_flag", "validate_table", "read_toml", "load_job_config", "parse_device", "REQUIRED",
-           "positive", "non_negative", "seed_range", "max_threads", "thread_count"]
+__all__ = [
+    "Config",
+    "get_config",
+    "load_config",
+    "reload_config",
+    "generation",
+    "parse_backend_list",
+    "env_flag",
+    "validate_table",
+    "read_toml",
+    "load_job_config",
+    "parse_device",
+    "REQUIRED",
+    "positive",
+    "non_negative",
+    "seed_range",
+    "max_threads",
+    "thread_count",
+]
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -147,8 +164,9 @@ def validate_table(table: Any, schema: dict[str, Any], where: str, _tables: tupl
     return out
 
 
-def load_job_config(path: str | os.PathLike, schema: dict[str, Any],
-                    overrides: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+def load_job_config(
+    path: str | os.PathLike, schema: dict[str, Any], overrides: dict[str, dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """Read a job configuration (``ebm train``, ``ebm sample``), apply command-line ``overrides``
     (``{"table": {"key": value}}``, ``None`` values ignored), validate it against ``schema``, and
     record the file in ``config["source"]``."""
@@ -169,13 +187,16 @@ def parse_device(value: str, where: str) -> Any:
     except (RuntimeError, TypeError) as exc:
         raise ConfigError(f"{where}: {value!r} is not a device ({exc}); use e.g. 'cpu' or 'cuda:0'.") from None
     if device.type == "meta":
-        raise ConfigError(f"{where}: 'meta' tensors hold shapes but no values, so a run cannot sample or train on them; "
-                          "use 'cpu' or 'cuda'.")
+        raise ConfigError(
+            f"{where}: 'meta' tensors hold shapes but no values, so a run cannot sample or train on them; use 'cpu' or 'cuda'."
+        )
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise ConfigError(f"{where}: device {value!r} is not available (no CUDA device, or a CPU-only torch); use 'cpu'.")
         if device.index is not None and device.index >= torch.cuda.device_count():
-            raise ConfigError(f"{where}: device {value!r} does not exist; this machine has {torch.cuda.device_count()} CUDA device(s).")
+            raise ConfigError(
+                f"{where}: device {value!r} does not exist; this machine has {torch.cuda.device_count()} CUDA device(s)."
+            )
     return device
 
 
@@ -200,8 +221,14 @@ def thread_count(value: Any) -> str | None:
     if value < 0:
         return "must be >= 0 (0: the cores no other process keeps busy)"
     limit = max_threads()
-    return None if value <= limit else (f"must be at most {limit} (4 × the {limit // 4} cores of this machine); "
-                                        "give 1 (the default) or 0 for the cores no other process keeps busy")
+    return (
+        None
+        if value <= limit
+        else (
+            f"must be at most {limit} (4 × the {limit // 4} cores of this machine); "
+            "give 1 (the default) or 0 for the cores no other process keeps busy"
+        )
+    )
 
 
 def seed_range(value: Any) -> str | None:
@@ -224,8 +251,10 @@ def _read_toml(path: Path) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: malformed TOML ({exc}); fix the syntax or remove the file.") from exc
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.object[exc.start:exc.start + 1]!r} at offset {exc.start}); "
-                          "TOML files are UTF-8: save it in that encoding.") from None
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte {exc.object[exc.start : exc.start + 1]!r} at offset {exc.start}); "
+            "TOML files are UTF-8: save it in that encoding."
+        ) from None
 
 
 _KEYS = {"backend", "disable_plugin_autoload", "disable_plugins"}

@@ -60,43 +60,55 @@ _BLOM = 3.0 / 8.0  # fractional offset of the rank → normal-score transform (B
 def _check_draws(x: Any, fn: str, name: str = "x", layout: str = _LAYOUT, exact_dim: int | None = None) -> Tensor:
     """A finite floating tensor of shape ``layout`` with at least 4 draws and 1 chain (one host sync)."""
     if not isinstance(x, Tensor):
-        raise InputError(f"{fn}: {name} must be a torch.Tensor of shape {layout}, got {type(x).__name__}; "
-                         f"wrap it with torch.as_tensor({name}).")
+        raise InputError(
+            f"{fn}: {name} must be a torch.Tensor of shape {layout}, got {type(x).__name__}; "
+            f"wrap it with torch.as_tensor({name})."
+        )
     if x.is_meta:
         raise InputError(f"{fn}: {name} is on the meta device, which holds no values; pass the draws on a real device.")
     if not x.is_floating_point():
-        raise InputError(f"{fn}: {name} has dtype {x.dtype}; diagnostics need floating-point draws. "
-                         f"Use {name}.double() (or {name}.float()).")
+        raise InputError(
+            f"{fn}: {name} has dtype {x.dtype}; diagnostics need floating-point draws. Use {name}.double() (or {name}.float())."
+        )
     if x.dim() < 2 or (exact_dim is not None and x.dim() != exact_dim):
         hint = f" For a single chain use {name}.unsqueeze(1)." if x.dim() == 1 else ""
         raise InputError(f"{fn}: {name} must have shape {layout}, got {tuple(x.shape)}.{hint}")
     n_draws, n_chains = x.shape[0], x.shape[1]
     if n_draws < _MIN_DRAWS:
-        hint = (f" Draws are the first dimension: if {name} is laid out (n_chains, n_draws), pass "
-                f"{name}.transpose(0, 1)." if n_chains >= _MIN_DRAWS else "")
-        raise InputError(f"{fn}: {name} has {n_draws} draws per chain (shape {tuple(x.shape)}); at least "
-                         f"{_MIN_DRAWS} are needed. Run the sampler for more steps.{hint}")
+        hint = (
+            f" Draws are the first dimension: if {name} is laid out (n_chains, n_draws), pass {name}.transpose(0, 1)."
+            if n_chains >= _MIN_DRAWS
+            else ""
+        )
+        raise InputError(
+            f"{fn}: {name} has {n_draws} draws per chain (shape {tuple(x.shape)}); at least "
+            f"{_MIN_DRAWS} are needed. Run the sampler for more steps.{hint}"
+        )
     if n_chains < 1:
         raise InputError(f"{fn}: {name} has no chains (shape {tuple(x.shape)}); at least 1 is needed.")
     rows = max(1, CHUNK_VALUES // max(1, x[0].numel()))
-    finite = [torch.isfinite(x[i:i + rows]).all() for i in range(0, n_draws, rows)]
+    finite = [torch.isfinite(x[i : i + rows]).all() for i in range(0, n_draws, rows)]
     if not bool(torch.stack(finite).all()):  # one host sync, and no mask the size of the trajectory
         bad = ~torch.isfinite(x)
         first = tuple(bad.nonzero()[0].tolist())
         chains = bad.flatten(2).any(-1).any(0) if x.dim() > 2 else bad.any(0)
-        raise InputError(f"{fn}: {name} has {int(bad.sum())} non-finite values (NaN or inf), first at "
-                         f"{name}[{', '.join(map(str, first))}], in chains {chains.nonzero().flatten()[:10].tolist()}. "
-                         f"Drop diverged chains before diagnosing, e.g. {name}[:, keep] with keep = "
-                         f"torch.isfinite({name}).reshape({n_draws}, {n_chains}, -1).all(-1).all(0), "
-                         "or fix the sampler.")
+        raise InputError(
+            f"{fn}: {name} has {int(bad.sum())} non-finite values (NaN or inf), first at "
+            f"{name}[{', '.join(map(str, first))}], in chains {chains.nonzero().flatten()[:10].tolist()}. "
+            f"Drop diverged chains before diagnosing, e.g. {name}[:, keep] with keep = "
+            f"torch.isfinite({name}).reshape({n_draws}, {n_chains}, -1).all(-1).all(0), "
+            "or fix the sampler."
+        )
     return x
 
 
 def _check_steps(x: Any, fn: str, name: str, kinds: str, binary: bool) -> Tensor:
     """A ``(n_draws, n_chains)`` bool or real tensor in [0, 1] (exactly 0 or 1 if ``binary``); one host sync."""
     if not isinstance(x, Tensor):
-        raise InputError(f"{fn}: {name} must be a torch.Tensor of shape (n_draws, n_chains), got "
-                         f"{type(x).__name__}; wrap it with torch.as_tensor({name}).")
+        raise InputError(
+            f"{fn}: {name} must be a torch.Tensor of shape (n_draws, n_chains), got "
+            f"{type(x).__name__}; wrap it with torch.as_tensor({name})."
+        )
     if x.dim() != 2:
         hint = f" For a single chain use {name}.unsqueeze(1)." if x.dim() == 1 else ""
         raise InputError(f"{fn}: {name} must have shape (n_draws, n_chains), got {tuple(x.shape)}.{hint}")
@@ -110,8 +122,10 @@ def _check_steps(x: Any, fn: str, name: str, kinds: str, binary: bool) -> Tensor
         raise InputError(f"{fn}: {name} has dtype {x.dtype}; pass {kinds}.")
     inside = (x == 0) | (x == 1) if binary else (x >= 0) & (x <= 1)
     if not bool(inside.all()):
-        raise InputError(f"{fn}: {name} must hold {'0 or 1' if binary else 'values in [0, 1]'}; "
-                         f"{int((~inside).sum())} entries do not (NaN counts as outside). Pass {kinds}.")
+        raise InputError(
+            f"{fn}: {name} must hold {'0 or 1' if binary else 'values in [0, 1]'}; "
+            f"{int((~inside).sum())} entries do not (NaN counts as outside). Pass {kinds}."
+        )
     return x
 
 
@@ -134,14 +148,14 @@ def _blocks(x: Tensor) -> Iterator[Tensor]:
     flat = x.reshape(n, m, math.prod(x.shape[2:]))
     k = max(1, CHUNK_VALUES // (n * m))
     for j in range(0, flat.shape[2], k):
-        yield flat[:, :, j:j + k]
+        yield flat[:, :, j : j + k]
 
 
 def _chains(z: Tensor) -> Iterator[Tensor]:
     """``z: (n, m, k)`` in chunks of whole chains, of at most :data:`CHUNK_VALUES` values each (one chain at least)."""
     step = max(1, CHUNK_VALUES // max(1, z.shape[0] * z.shape[2]))
     for c in range(0, z.shape[1], step):
-        yield z[:, c:c + step]
+        yield z[:, c : c + step]
 
 
 def _per_element(x: Tensor, keys: tuple[str, ...], prob: float = 0.1) -> dict[str, Tensor]:
@@ -151,7 +165,7 @@ def _per_element(x: Tensor, keys: tuple[str, ...], prob: float = 0.1) -> dict[st
     j = 0
     for block in _blocks(x):
         for key, value in _statistics(_float64(block), frozenset(keys), prob).items():
-            out[key].view(-1)[j:j + block.shape[2]] = value
+            out[key].view(-1)[j : j + block.shape[2]] = value
         j += block.shape[2]
     return out
 
@@ -160,13 +174,13 @@ def _split(z: Tensor) -> Tensor:
     """Halve every chain: ``(n, m, k)`` -> ``(n // 2, 2m, k)``; the middle draw of an odd ``n`` is dropped."""
     n = z.shape[0]
     half = n // 2
-    return torch.cat([z[:half], z[n - half:]], dim=1)
+    return torch.cat([z[:half], z[n - half :]], dim=1)
 
 
 def _halves(z: Tensor) -> Tensor:
     """The draws that the split chains hold: ``z`` without the middle draw of an odd ``n``."""
     n = z.shape[0]
-    return z if n % 2 == 0 else torch.cat([z[: n // 2], z[n - n // 2:]])
+    return z if n % 2 == 0 else torch.cat([z[: n // 2], z[n - n // 2 :]])
 
 
 def _sorted_pooled(z: Tensor) -> Tensor:
@@ -351,8 +365,10 @@ def _check_prob(prob: Any) -> float:
     except (TypeError, ValueError):
         raise InputError(f"ess_tail: prob must be a number in (0, 1), got {prob!r}.") from None
     if not 0.0 < p < 1.0:
-        raise InputError(f"ess_tail: prob is the mass of both tails together and must lie in (0, 1), got {prob!r}; "
-                         "the default 0.1 looks at the 5% and 95% quantiles.")
+        raise InputError(
+            f"ess_tail: prob is the mass of both tails together and must lie in (0, 1), got {prob!r}; "
+            "the default 0.1 looks at the 5% and 95% quantiles."
+        )
     return p
 
 
@@ -385,7 +401,7 @@ def autocorrelation(x: Tensor, max_lag: int | None = None) -> Tensor:
             acov = _autocov(z)[: lags + 1]
             constant = z.amax(0) == z.amin(0)
             values = torch.where(constant, torch.full_like(acov, float("nan")), acov / acov[:1])
-            out[:, c:c + z.shape[1], j:j + z.shape[2]] = values
+            out[:, c : c + z.shape[1], j : j + z.shape[2]] = values
             c += z.shape[1]
         j += block.shape[2]
     return rho
@@ -455,16 +471,20 @@ def acceptance_rate(accepted: Tensor) -> Tensor:
     ``accepted`` is bool (or 0/1), or acceptance probabilities in [0, 1]. Float input keeps its dtype
     (float16/bfloat16 come back as float32); bool and integers give the default dtype.
     """
-    accepted = _check_steps(accepted, "acceptance_rate", "accepted",
-                            "a bool tensor (True = accepted) or acceptance probabilities in [0, 1]", binary=False)
+    accepted = _check_steps(
+        accepted,
+        "acceptance_rate",
+        "accepted",
+        "a bool tensor (True = accepted) or acceptance probabilities in [0, 1]",
+        binary=False,
+    )
     out = _out_dtype(accepted) if accepted.is_floating_point() else torch.get_default_dtype()
     return accepted.to(torch.float64).mean(0).to(out)
 
 
 def divergences(divergent: Tensor) -> Tensor:
     """Divergent transitions per chain: ``divergent: (n_draws, n_chains)`` bool (or 0/1) -> int64 ``(n_chains,)``."""
-    divergent = _check_steps(divergent, "divergences", "divergent", "a bool tensor (True = divergent) or 0/1 values",
-                             binary=True)
+    divergent = _check_steps(divergent, "divergences", "divergent", "a bool tensor (True = divergent) or 0/1 values", binary=True)
     return divergent.to(torch.int64).sum(0)
 
 

@@ -22,7 +22,17 @@ from torch import Tensor
 from ebmcore.errors import InputError
 from ebmcore.recording import finite_summary
 
-__all__ = ["DistributedRun", "init", "shutdown", "shard", "rank_generator", "gather_chains", "all_mean", "sample", "DistributedSamples"]
+__all__ = [
+    "DistributedRun",
+    "init",
+    "shutdown",
+    "shard",
+    "rank_generator",
+    "gather_chains",
+    "all_mean",
+    "sample",
+    "DistributedSamples",
+]
 
 
 @dataclass(frozen=True)
@@ -135,10 +145,24 @@ def _gather_stat(value: Tensor, run: DistributedRun) -> Tensor:
     return gather_chains(value.to(torch.uint8), run, dim=1).bool()
 
 
-def sample(sampler: Any, n_chains: int, n_steps: int, run: DistributedRun, *, seed: int = 0, init_scale: float = 1.0,
-           burn_in: int = 0, thin: int = 1, x0: Tensor | None = None, local_x0: Tensor | None = None,
-           generator: torch.Generator | None = None, return_trajectory: bool = True, return_stats: bool = False,
-           progress: bool = False, **tunables: Any) -> DistributedSamples:
+def sample(
+    sampler: Any,
+    n_chains: int,
+    n_steps: int,
+    run: DistributedRun,
+    *,
+    seed: int = 0,
+    init_scale: float = 1.0,
+    burn_in: int = 0,
+    thin: int = 1,
+    x0: Tensor | None = None,
+    local_x0: Tensor | None = None,
+    generator: torch.Generator | None = None,
+    return_trajectory: bool = True,
+    return_stats: bool = False,
+    progress: bool = False,
+    **tunables: Any,
+) -> DistributedSamples:
     """Sample ``n_chains`` chains with any sampler (:meth:`ebmcore.Sampler.sample`), sharded over the ranks (each
     rank runs its shard with its own stream).
 
@@ -155,8 +179,18 @@ def sample(sampler: Any, n_chains: int, n_steps: int, run: DistributedRun, *, se
         local_x0 = init_scale * torch.randn((part.stop - part.start, *event), generator=g, device=run.device)
     else:
         local_x0 = x0[part].to(run.device)
-    result = sampler.sample(local_x0, n_steps, burn_in=burn_in, thin=thin, return_trajectory=return_trajectory,
-                            return_diagnostics=True, return_stats=return_stats, generator=g, progress=progress, **tunables)
+    result = sampler.sample(
+        local_x0,
+        n_steps,
+        burn_in=burn_in,
+        thin=thin,
+        return_trajectory=return_trajectory,
+        return_diagnostics=True,
+        return_stats=return_stats,
+        generator=g,
+        progress=progress,
+        **tunables,
+    )
     trajectory = gather_chains(result.trajectory, run, dim=1) if return_trajectory else None
     stats = {name: _gather_stat(value, run) for name, value in result.stats.items()} if return_stats else None
     samples = gather_chains(result.samples, run, dim=0)

@@ -33,14 +33,18 @@ class Loss(ABC):
         ``data`` checked against ``energy`` (shape, dtype, device), holding at least ``min_rows`` rows and finite
         (one host sync): an empty or NaN batch would give a NaN loss, not an error naming the data."""
         if not isinstance(energy, EnergyModel):
-            raise InputError(f"{type(self).__name__} needs an ebmcore.EnergyModel as its first argument, got "
-                             f"{type(energy).__name__}; subclass EnergyModel and implement compute_energy(x) "
-                             "(a plain function or nn.Module is not one).")
+            raise InputError(
+                f"{type(self).__name__} needs an ebmcore.EnergyModel as its first argument, got "
+                f"{type(energy).__name__}; subclass EnergyModel and implement compute_energy(x) "
+                "(a plain function or nn.Module is not one)."
+            )
         energy.validate(data, name="data")
         check_generator(generator, data, name="data")
         if data.shape[0] < min_rows:
-            raise InputError(f"{type(self).__name__} needs a batch of at least {min_rows} row(s), got data of shape "
-                             f"{tuple(data.shape)}; check the data loader (an empty last batch: drop_last=True).")
+            raise InputError(
+                f"{type(self).__name__} needs a batch of at least {min_rows} row(s), got data of shape "
+                f"{tuple(data.shape)}; check the data loader (an empty last batch: drop_last=True)."
+            )
         return check_finite(data, what="data", fix="Drop or impute those rows before training.")
 
     def parameters(self) -> list[torch.nn.Parameter]:
@@ -54,4 +58,6 @@ class Loss(ABC):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output; by default accepts only an empty dict and raises ``InputError`` otherwise."""
         if state:
-            raise InputError(f"{type(self).__name__} keeps no state, got keys {sorted(state)}; is this checkpoint from another loss?")
+            raise InputError(
+                f"{type(self).__name__} keeps no state, got keys {sorted(state)}; is this checkpoint from another loss?"
+            )

@@ -14,7 +14,16 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["unavailable", "pyplot", "save_figure", "plot_landscape", "plot_traces", "plot_autocorrelation", "plot_curve", "plot_density"]
+__all__ = [
+    "unavailable",
+    "pyplot",
+    "save_figure",
+    "plot_landscape",
+    "plot_traces",
+    "plot_autocorrelation",
+    "plot_curve",
+    "plot_density",
+]
 
 
 def unavailable() -> str | None:
@@ -117,7 +126,7 @@ def plot_curve(path: Path, steps: list[int], values: list[float], title: str, yl
     if len(values) >= 20:
         w = max(len(values) // 50, 5)
         smooth = np.convolve(values, np.ones(w) / w, mode="valid")
-        ax.plot(steps[w - 1:], smooth, lw=1.5, label=f"moving average ({w})")
+        ax.plot(steps[w - 1 :], smooth, lw=1.5, label=f"moving average ({w})")
     ax.set(xlabel="step", ylabel=ylabel, title=title)
     ax.legend()
     fig.tight_layout()

@@ -115,9 +115,7 @@ class PluginSession:
             return
         self.register(plugin, ep.name, Provider(ep.name, dist, version), record)
 
-    def register(
-        self, plugin: Any, name: str, provider: Provider, record: PluginRecord | None = None
-    ) -> PluginRecord:
+    def register(self, plugin: Any, name: str, provider: Provider, record: PluginRecord | None = None) -> PluginRecord:
         """Register ``plugin`` with pluggy and run its registration hooks, isolating failures."""
         record = record or PluginRecord(name, provider.distribution, provider.version)
         if name in self.records or self.manager.has_plugin(name):
@@ -184,8 +182,9 @@ class PluginSession:
 class _Subcommands:
     """``ebm``'s sub-parsers as one plugin's ``ebm_add_commands`` sees them: a taken name is not replaced."""
 
-    def __init__(self, subparsers: Any, record: PluginRecord, owners: dict[str, str],
-                 clashes: list[tuple[str, str, str]]) -> None:
+    def __init__(
+        self, subparsers: Any, record: PluginRecord, owners: dict[str, str], clashes: list[tuple[str, str, str]]
+    ) -> None:
         self._subparsers, self._record, self._owners, self._clashes = subparsers, record, owners, clashes
 
     def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:

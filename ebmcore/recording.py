@@ -19,8 +19,17 @@ from torch import Tensor
 from ebmcore import diagnostics
 from ebmcore.errors import InputError
 
-__all__ = ["Diagnostics", "SampleResult", "NonFiniteChainsWarning", "Recorder", "INFO_STATS", "nonfinite_chains",
-           "finite_summary", "available_memory", "check_trajectory_fits"]
+__all__ = [
+    "Diagnostics",
+    "SampleResult",
+    "NonFiniteChainsWarning",
+    "Recorder",
+    "INFO_STATS",
+    "nonfinite_chains",
+    "finite_summary",
+    "available_memory",
+    "check_trajectory_fits",
+]
 
 INFO_STATS = ("acceptance_prob", "divergent", "tree_depth", "n_leapfrog_steps", "hamiltonian")
 """The ``info`` fields recorded per draw and chain when a sampler reports them as ``(n_chains,)`` tensors."""
@@ -129,7 +138,8 @@ def check_trajectory_fits(x: Tensor, n_kept: int) -> None:
         f"which has {_size(available)} available. Keep fewer draws (thin=..., fewer n_steps or chains), or stream: "
         "sample in segments written to disk (ebmcore.chunks.sample_in_segments, `ebm sample` with [run] "
         "checkpoint_every = K), or draw independent chunks of chains (ebmcore.chunks.stream_chunks, `ebm sample` "
-        "with [run] n_samples and chunk_size), or pass a callback that reduces each state as it comes.")
+        "with [run] n_samples and chunk_size), or pass a callback that reduces each state as it comes."
+    )
 
 
 class Recorder:
@@ -137,8 +147,16 @@ class Recorder:
     the per-draw statistics of :class:`SampleResult` (with ``stats``) for a run from states like ``x``.
     Acceptance and divergences are counted when the sampler's ``info`` carries ``accepted`` and ``divergent``."""
 
-    def __init__(self, x: Tensor, n_kept: int, *, trajectory: bool, diagnostics: bool,
-                 energy_of: Callable[[Any], Tensor], stats: bool = False) -> None:
+    def __init__(
+        self,
+        x: Tensor,
+        n_kept: int,
+        *,
+        trajectory: bool,
+        diagnostics: bool,
+        energy_of: Callable[[Any], Tensor],
+        stats: bool = False,
+    ) -> None:
         stat = torch.promote_types(x.dtype, torch.float32)
         self.trajectory = x.new_empty((n_kept, *x.shape)) if trajectory else None
         self.diagnostics, self.energy_of, self.counted = diagnostics, energy_of, False
@@ -212,5 +230,13 @@ class Recorder:
             return None
         if not self.counted:  # no accept/reject (ULA)
             return Diagnostics(self.mean, self.variance, self.energy, None, None, None, nonfinite, wall)
-        return Diagnostics(self.mean, self.variance, self.energy, self.acceptance, self.accepted / max(n_steps, 1),
-                           self.divergences, nonfinite, wall)
+        return Diagnostics(
+            self.mean,
+            self.variance,
+            self.energy,
+            self.acceptance,
+            self.accepted / max(n_steps, 1),
+            self.divergences,
+            nonfinite,
+            wall,
+        )

@@ -26,9 +26,20 @@ from ebmcore.errors import ConfigError, RunFileError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["write_bytes", "write_json", "save_torch", "save_samples", "as_numpy", "load_torch", "load_arrays",
-           "check_run_dir",
-           "make_dir", "start_run", "finished_run", "clear_run"]
+__all__ = [
+    "write_bytes",
+    "write_json",
+    "save_torch",
+    "save_samples",
+    "as_numpy",
+    "load_torch",
+    "load_arrays",
+    "check_run_dir",
+    "make_dir",
+    "start_run",
+    "finished_run",
+    "clear_run",
+]
 
 
 def _write(tmp: Path, data: bytes | memoryview) -> None:
@@ -124,11 +135,13 @@ def load_torch(path: Path, *, map_location: Any = None, what: str, fix: str) -> 
         raise RunFileError(f"{path}: no such file (expected {what}); {fix}.") from None
     except Exception as exc:  # noqa: BLE001 - torch reports a bad file with RuntimeError, EOFError, UnpicklingError, ...
         if "Weights only load failed" in str(exc):  # a pickle of Python objects: refused, never run
-            raise RunFileError(f"{path} holds pickled Python objects, which ebm never loads (it expected {what}); "
-                               f"{fix}.") from None
+            raise RunFileError(
+                f"{path} holds pickled Python objects, which ebm never loads (it expected {what}); {fix}."
+            ) from None
         reason = str(exc).strip().splitlines()[0].split(". ")[0] if str(exc).strip() else type(exc).__name__
-        raise RunFileError(f"{path} cannot be read as {what} ({type(exc).__name__}: {reason}): it is truncated or was "
-                           f"not written by ebm; {fix}.") from None
+        raise RunFileError(
+            f"{path} cannot be read as {what} ({type(exc).__name__}: {reason}): it is truncated or was not written by ebm; {fix}."
+        ) from None
 
 
 def load_arrays(path: Path, *, what: str, fix: str, keys: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
@@ -142,28 +155,35 @@ def load_arrays(path: Path, *, what: str, fix: str, keys: tuple[str, ...] = ()) 
         raise RunFileError(f"{path}: no such file (expected {what}); {fix}.") from None
     except ValueError as exc:  # numpy's words for an object array, or a pickle, with allow_pickle=False
         if "Object arrays" in str(exc):
-            raise RunFileError(f"{path} holds object (pickled) arrays, which ebm never loads (it expected {what}); "
-                               f"{fix}.") from None
+            raise RunFileError(
+                f"{path} holds object (pickled) arrays, which ebm never loads (it expected {what}); {fix}."
+            ) from None
         if "pickle" in str(exc):
-            raise RunFileError(f"{path} cannot be read as {what}: it is not an .npz (numpy would read it as a pickle, "
-                               f"which ebm never loads); {fix}.") from None
+            raise RunFileError(
+                f"{path} cannot be read as {what}: it is not an .npz (numpy would read it as a pickle, "
+                f"which ebm never loads); {fix}."
+            ) from None
         raise RunFileError(f"{path} cannot be read as {what} (ValueError: {exc}); {fix}.") from None
     except Exception as exc:  # noqa: BLE001 - a bad file: BadZipFile, EOFError, OSError, ...
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise RunFileError(f"{path} cannot be read as {what} ({type(exc).__name__}: {reason}): it is truncated or "
-                           f"not an .npz; {fix}.") from None
+        raise RunFileError(
+            f"{path} cannot be read as {what} ({type(exc).__name__}: {reason}): it is truncated or not an .npz; {fix}."
+        ) from None
     missing = [k for k in keys if k not in arrays]
     if missing:
-        raise RunFileError(f"{path} has no array {', '.join(map(repr, missing))} (it holds {', '.join(arrays) or 'none'}; "
-                           f"expected {what}); {fix}.")
+        raise RunFileError(
+            f"{path} has no array {', '.join(map(repr, missing))} (it holds {', '.join(arrays) or 'none'}; "
+            f"expected {what}); {fix}."
+        )
     return arrays
 
 
 def check_run_dir(out: Path) -> None:
     """Refuse a run directory that is an existing file (checked before any work)."""
     if out.exists() and not out.is_dir():
-        raise RunFileError(f"the run directory {out} is an existing file; choose a directory (--out), which is "
-                           "created if missing.")
+        raise RunFileError(
+            f"the run directory {out} is an existing file; choose a directory (--out), which is created if missing."
+        )
 
 
 def make_dir(path: Path) -> None:
@@ -185,8 +205,9 @@ def start_run(out: Path, config: dict[str, Any]) -> None:
     write_json(out / "config.json", config)
 
 
-def finished_run(out: Path, config: dict[str, Any], expected: Callable[[dict[str, Any]], list[str]] = lambda m: []
-                 ) -> dict[str, Any] | None:
+def finished_run(
+    out: Path, config: dict[str, Any], expected: Callable[[dict[str, Any]], list[str]] = lambda m: []
+) -> dict[str, Any] | None:
     """The metrics of the run in ``out`` if it finished with this same ``config`` (its ``config.json`` equal, its
     ``metrics.json`` written, and the files ``expected(metrics)`` names, relative to ``out``, all there), else None."""
     try:
@@ -199,8 +220,16 @@ def finished_run(out: Path, config: dict[str, Any], expected: Callable[[dict[str
     return metrics if all((out / name).is_file() for name in expected(metrics)) else None
 
 
-def reuse_or_clear(out: Path, config: dict[str, Any], expected: Callable[[dict[str, Any]], list[str]], *, resume: bool,
-                   overwrite: bool, what: str, again: str) -> dict[str, Any] | None:
+def reuse_or_clear(
+    out: Path,
+    config: dict[str, Any],
+    expected: Callable[[dict[str, Any]], list[str]],
+    *,
+    resume: bool,
+    overwrite: bool,
+    what: str,
+    again: str,
+) -> dict[str, Any] | None:
     """The start every job shares: refuse ``--resume`` with ``--overwrite`` and a run directory that is a file;
     then the metrics of a finished ``what`` ("run", "training") of this ``config`` in ``out`` (:func:`finished_run`,
     logged as nothing to do: ``again`` says how to redo it), or None after clearing ``out`` under ``overwrite``."""
@@ -209,8 +238,13 @@ def reuse_or_clear(out: Path, config: dict[str, Any], expected: Callable[[dict[s
     check_run_dir(out)
     finished = None if overwrite else finished_run(out, config, expected)
     if finished is not None:
-        log.info("%s holds a finished %s of this configuration, summarised below: nothing to do (pass --overwrite to %s, "
-                 "or choose another --out).", out, what, again)
+        log.info(
+            "%s holds a finished %s of this configuration, summarised below: nothing to do (pass --overwrite to %s, "
+            "or choose another --out).",
+            out,
+            what,
+            again,
+        )
         return finished
     if overwrite:
         clear_run(out)

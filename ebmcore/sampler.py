@@ -24,13 +24,21 @@ from torch import Tensor
 from ebmcore.energies.base import EnergyModel
 from ebmcore.errors import InputError
 from ebmcore.recording import NonFiniteChainsWarning, Recorder, SampleResult, check_trajectory_fits
-from ebmcore.validation import (all_finite, check_energy_output, check_finite, check_generator, check_gradient_output,
-                                check_start)
+from ebmcore.validation import all_finite, check_energy_output, check_finite, check_generator, check_gradient_output, check_start
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Sampler", "SamplerState", "Run", "Chain", "Planned", "NoiseStream", "check_run_arguments", "stream_seed",
-           "default_generator"]
+__all__ = [
+    "Sampler",
+    "SamplerState",
+    "Run",
+    "Chain",
+    "Planned",
+    "NoiseStream",
+    "check_run_arguments",
+    "stream_seed",
+    "default_generator",
+]
 
 
 class SamplerState(Protocol):
@@ -93,22 +101,26 @@ class Planned:
         return state.x.clone() if state.x is self.x else state.x
 
 
-def check_run_arguments(x0: Any, n_steps: int, burn_in: int = 0, thin: int = 1, generator: Any = None,
-                        callback: Any = None) -> None:
+def check_run_arguments(
+    x0: Any, n_steps: int, burn_in: int = 0, thin: int = 1, generator: Any = None, callback: Any = None
+) -> None:
     """Clear errors for bad step counts, states on the ``meta`` device, a generator that is not one, or not on
     ``x0``'s device, and a callback that cannot be called."""
     if callback is not None and not callable(callback):
-        raise InputError(f"callback must be a function callback(step_index, state, info) or None, got "
-                         f"{type(callback).__name__} {callback!r}.")
+        raise InputError(
+            f"callback must be a function callback(step_index, state, info) or None, got {type(callback).__name__} {callback!r}."
+        )
     for name, value, low in (("n_steps", n_steps, 0), ("burn_in", burn_in, 0), ("thin", thin, 1)):
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
             kind = "non-negative" if low == 0 else "positive"
             raise InputError(f"{name} must be an integer >= {low} (a {kind} integer), got {value!r}.")
     check_generator(generator, x0)
     if isinstance(x0, Tensor) and x0.device.type == "meta":
-        raise InputError("x0 is on the meta device, which holds shapes but no values: a chain cannot run there. "
-                         "Sample on 'cpu' or 'cuda' (energy.to(device), x0.to(device)); an energy's compute_* methods take meta "
-                         "tensors, for shapes.")
+        raise InputError(
+            "x0 is on the meta device, which holds shapes but no values: a chain cannot run there. "
+            "Sample on 'cpu' or 'cuda' (energy.to(device), x0.to(device)); an energy's compute_* methods take meta "
+            "tensors, for shapes."
+        )
 
 
 @dataclass
@@ -226,11 +238,11 @@ class Sampler(ABC):
         fix = "Start every chain where the energy and its gradient are finite."
         check_finite(check_energy_output(energy, x, owner=owner), what=f"{owner} energy at the initial state x0", x=x, fix=fix)
         if grad is not None:
-            check_finite(check_gradient_output(grad, x, owner=owner), what=f"{owner} gradient at the initial state x0",
-                         x=x, fix=fix)
+            check_finite(
+                check_gradient_output(grad, x, owner=owner), what=f"{owner} gradient at the initial state x0", x=x, fix=fix
+            )
 
-    def prepare(self, x: Tensor, generator: torch.Generator | None, tunables: dict[str, Any],
-                every_step: bool = False) -> Run:
+    def prepare(self, x: Tensor, generator: torch.Generator | None, tunables: dict[str, Any], every_step: bool = False) -> Run:
         """The :class:`Run` from checked states ``x``: :meth:`init`, and :meth:`step` with ``tunables`` and
         ``generator``. Override to do once what every step would repeat; ``every_step``: a callback needs every
         transition (no fused chain)."""
@@ -241,8 +253,12 @@ class Sampler(ABC):
         def energy_of(s: Any) -> Tensor:
             return s.energy if hasattr(s, "energy") else energy.compute_energy(s.x)
 
-        return Run(state, lambda s: self.step(s, generator=generator, **tunables), energy_of,
-                   path=f"per-step loop ({type(self).__name__}.step)")
+        return Run(
+            state,
+            lambda s: self.step(s, generator=generator, **tunables),
+            energy_of,
+            path=f"per-step loop ({type(self).__name__}.step)",
+        )
 
     def advance(self, x: Tensor, n_steps: int, *, generator: torch.Generator | None = None) -> Tensor:
         """The states ``(n_chains, *event_shape)`` after ``n_steps`` steps from ``x``: what
@@ -278,13 +294,28 @@ class Sampler(ABC):
         warnings.warn(
             f"{type(self).__name__}: {nonfinite.numel()} of {x.shape[0]} chains became non-finite "
             f"(chains {nonfinite[:10].tolist()}{' ...' if nonfinite.numel() > 10 else ''}); they are left as they are. "
-            "Reduce step_size, or use MALA/HMC, which reject such moves.", NonFiniteChainsWarning, stacklevel=stacklevel)
+            "Reduce step_size, or use MALA/HMC, which reject such moves.",
+            NonFiniteChainsWarning,
+            stacklevel=stacklevel,
+        )
         return nonfinite
 
-    def sample(self, x0: Tensor, n_steps: int, *, burn_in: int = 0, thin: int = 1, return_trajectory: bool = False,
-               return_diagnostics: bool = False, return_stats: bool = False, generator: torch.Generator | None = None,
-               progress: bool = False, callback: Callable[[int, Any, Any], None] | None = None,
-               stream: NoiseStream | None = None, **tunables: Any) -> Tensor | SampleResult:
+    def sample(
+        self,
+        x0: Tensor,
+        n_steps: int,
+        *,
+        burn_in: int = 0,
+        thin: int = 1,
+        return_trajectory: bool = False,
+        return_diagnostics: bool = False,
+        return_stats: bool = False,
+        generator: torch.Generator | None = None,
+        progress: bool = False,
+        callback: Callable[[int, Any, Any], None] | None = None,
+        stream: NoiseStream | None = None,
+        **tunables: Any,
+    ) -> Tensor | SampleResult:
         """Run ``burn_in`` steps, then ``n_steps`` steps keeping every ``thin``-th state, for every chain of ``x0``.
 
         Returns the final states ``(n_chains, *event_shape)``; with ``return_trajectory``, ``return_diagnostics``
@@ -306,8 +337,14 @@ class Sampler(ABC):
             energy0 = run.energy_of(run.state)
         self.check_initial_energy(x, energy0, grad if isinstance(grad, Tensor) else None)
         recording = return_trajectory or return_diagnostics or return_stats
-        recorder = Recorder(x, n_steps // thin, trajectory=return_trajectory, diagnostics=return_diagnostics,
-                            energy_of=run.energy_of, stats=return_stats)
+        recorder = Recorder(
+            x,
+            n_steps // thin,
+            trajectory=return_trajectory,
+            diagnostics=return_diagnostics,
+            energy_of=run.energy_of,
+            stats=return_stats,
+        )
         if run.chain is None:
             step = run.step
             advance = lambda state, size, offset: step(state)  # noqa: E731

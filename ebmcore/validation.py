@@ -10,9 +10,20 @@ from torch import Tensor
 
 from ebmcore.errors import InputError, NonFiniteError
 
-__all__ = ["all_finite", "check_batch", "check_finite", "check_positive", "check_number", "check_start",
-           "check_energy_output", "check_gradient_output", "check_generator", "check_positive_int", "check_placement",
-           "parameter_tensor"]
+__all__ = [
+    "all_finite",
+    "check_batch",
+    "check_finite",
+    "check_positive",
+    "check_number",
+    "check_start",
+    "check_energy_output",
+    "check_gradient_output",
+    "check_generator",
+    "check_positive_int",
+    "check_placement",
+    "parameter_tensor",
+]
 
 
 def _shape(event_shape: tuple[int, ...] | None) -> str:
@@ -34,12 +45,16 @@ def check_batch(
     Metadata only: no host synchronisation.
     """
     if not isinstance(x, Tensor):
-        raise InputError(f"{name} must be a torch.Tensor of shape {_shape(event_shape)}, got {type(x).__name__}; "
-                         f"wrap it with torch.as_tensor({name}).")
+        raise InputError(
+            f"{name} must be a torch.Tensor of shape {_shape(event_shape)}, got {type(x).__name__}; "
+            f"wrap it with torch.as_tensor({name})."
+        )
     if x.is_meta:
-        raise InputError(f"{name} is on the meta device, which holds shapes but no values, and {owner} checks values: "
-                         f"make {name} on a real device ('cpu', 'cuda'); the unchecked compute_* methods take meta "
-                         "tensors, for shapes.")
+        raise InputError(
+            f"{name} is on the meta device, which holds shapes but no values, and {owner} checks values: "
+            f"make {name} on a real device ('cpu', 'cuda'); the unchecked compute_* methods take meta "
+            "tensors, for shapes."
+        )
     if not x.is_floating_point():
         raise InputError(f"{name} has dtype {x.dtype}; {owner} needs floating point. Use {name}.float() or {name}.double().")
     if event_shape is not None:
@@ -48,17 +63,20 @@ def check_batch(
             hint = ""
             if x.dim() == expected - 1 and tuple(x.shape) == tuple(event_shape):
                 hint = f" For a single point use {name}.unsqueeze(0)."
-            elif x.dim() > expected and tuple(x.shape[-len(event_shape):] if event_shape else ()) == tuple(event_shape):
+            elif x.dim() > expected and tuple(x.shape[-len(event_shape) :] if event_shape else ()) == tuple(event_shape):
                 hint = f" Flatten the leading dimensions with {name}.reshape(-1, {', '.join(map(str, event_shape))})."
             raise InputError(f"{name} must have shape {_shape(event_shape)} for {owner}, got {tuple(x.shape)}.{hint}")
     elif x.dim() < 1:
         raise InputError(f"{name} must have a leading batch dimension, got a scalar; use {name}.reshape(1, -1).")
     if device is not None and x.device != device:
-        raise InputError(f"{name} is on {x.device} but {owner} is on {device}; move one: {name}.to('{device}') "
-                         f"or model.to('{x.device}').")
+        raise InputError(
+            f"{name} is on {x.device} but {owner} is on {device}; move one: {name}.to('{device}') or model.to('{x.device}')."
+        )
     if dtype is not None and x.dtype != dtype:
-        raise InputError(f"{name} has dtype {x.dtype} but {owner} holds {dtype} parameters; cast one: "
-                         f"{name}.to({dtype}) or model.to({x.dtype}). (ebmcore never casts silently.)")
+        raise InputError(
+            f"{name} has dtype {x.dtype} but {owner} holds {dtype} parameters; cast one: "
+            f"{name}.to({dtype}) or model.to({x.dtype}). (ebmcore never casts silently.)"
+        )
     return x
 
 
@@ -75,17 +93,22 @@ def check_energy_output(values: Any, x: Tensor, *, owner: str) -> Tensor:
             raise InputError(f"{said} dtype {values.dtype}; energies must be floating point: return them in x's dtype.")
         return values
     if values.dim() == 0:
-        fix = ("It reduced over the batch (a .sum() or .mean() over rows): return one energy per row and leave the "
-               "reduction to the loss; a network whose last layer gives (n, 1) needs .squeeze(-1), not .sum().")
+        fix = (
+            "It reduced over the batch (a .sum() or .mean() over rows): return one energy per row and leave the "
+            "reduction to the loss; a network whose last layer gives (n, 1) needs .squeeze(-1), not .sum()."
+        )
     elif shape == (n, 1) or (values.dim() > 1 and shape[0] == n and values[0].numel() == 1):
         fix = "End compute_energy with .squeeze(-1) (a final nn.Linear(..., 1) gives shape (n, 1))."
     elif values.dim() > 1 and shape[0] == n:
-        fix = ("Give each row a single energy: make the last layer output one value and .squeeze(-1), "
-               "or sum the per-output terms with .flatten(1).sum(1).")
+        fix = (
+            "Give each row a single energy: make the last layer output one value and .squeeze(-1), "
+            "or sum the per-output terms with .flatten(1).sum(1)."
+        )
     else:
         fix = "Compute one energy per row of x, without reducing or reshaping over the batch dimension."
-    raise InputError(f"{said} shape {shape} for x of shape {tuple(x.shape)}; an energy returns one value per row, "
-                     f"shape ({n},). {fix}")
+    raise InputError(
+        f"{said} shape {shape} for x of shape {tuple(x.shape)}; an energy returns one value per row, shape ({n},). {fix}"
+    )
 
 
 def check_gradient_output(grad: Any, x: Tensor, *, owner: str) -> Tensor:
@@ -93,12 +116,16 @@ def check_gradient_output(grad: Any, x: Tensor, *, owner: str) -> Tensor:
     the chains by a truncated step, another floating dtype would change the states' dtype."""
     if not isinstance(grad, Tensor) or grad.shape != x.shape:
         got = f"shape {tuple(grad.shape)}" if isinstance(grad, Tensor) else f"a {type(grad).__name__}"
-        raise InputError(f"{owner}'s gradient is {got} for x of shape {tuple(x.shape)}; compute_gradient(x) must return "
-                         "a tensor shaped like x (∇ₓE, one row per row of x).")
+        raise InputError(
+            f"{owner}'s gradient is {got} for x of shape {tuple(x.shape)}; compute_gradient(x) must return "
+            "a tensor shaped like x (∇ₓE, one row per row of x)."
+        )
     if grad.dtype != x.dtype:
-        raise InputError(f"{owner}'s gradient has dtype {grad.dtype} for x of dtype {x.dtype}; compute_gradient(x) must "
-                         "return ∇ₓE in x's dtype: compute it in floating point from x, without .long(), .int() or "
-                         "a cast to another dtype (ebmcore never casts silently).")
+        raise InputError(
+            f"{owner}'s gradient has dtype {grad.dtype} for x of dtype {x.dtype}; compute_gradient(x) must "
+            "return ∇ₓE in x's dtype: compute it in floating point from x, without .long(), .int() or "
+            "a cast to another dtype (ebmcore never casts silently)."
+        )
     return grad
 
 
@@ -171,8 +198,9 @@ def check_start(energy: Any, x0: Any, name: str = "x0") -> Tensor:
     NaN samples, not an error naming it."""
     energy.validate(x0, name=name)
     if x0.shape[0] == 0:
-        raise InputError(f"{name} has no chains (shape {tuple(x0.shape)}); give at least one: {name} is "
-                         "(n_chains, *event_shape).")
+        raise InputError(
+            f"{name} has no chains (shape {tuple(x0.shape)}); give at least one: {name} is (n_chains, *event_shape)."
+        )
     return check_finite(x0, what=f"initial state {name}", fix="Start every chain from a finite point.")
 
 
@@ -181,11 +209,14 @@ def check_generator(generator: Any, like: Tensor | None = None, name: str = "x0"
     if generator is None:
         return
     if not isinstance(generator, torch.Generator):
-        raise InputError(f"generator must be a torch.Generator, got {type(generator).__name__}; "
-                         "use torch.Generator().manual_seed(seed).")
+        raise InputError(
+            f"generator must be a torch.Generator, got {type(generator).__name__}; use torch.Generator().manual_seed(seed)."
+        )
     if isinstance(like, Tensor) and not like.is_meta and generator.device.type != like.device.type:
-        raise InputError(f"generator is on {generator.device} but {name} is on {like.device}; "
-                         f"use torch.Generator(device={str(like.device)!r}).manual_seed(...).")
+        raise InputError(
+            f"generator is on {generator.device} but {name} is on {like.device}; "
+            f"use torch.Generator(device={str(like.device)!r}).manual_seed(...)."
+        )
 
 
 def check_positive_int(value: Any, name: str) -> int:
@@ -199,8 +230,9 @@ def check_placement(dtype: Any, device: Any, owner: str) -> tuple[torch.dtype | 
     """A constructor's ``dtype`` (None or a floating ``torch.dtype``) and ``device`` (None or what ``torch.device``
     takes), or an :class:`InputError` naming ``owner``."""
     if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
-        raise InputError(f"{owner}: dtype must be a floating torch.dtype (torch.float32, torch.float64, ...) or None, "
-                         f"got {dtype!r}.")
+        raise InputError(
+            f"{owner}: dtype must be a floating torch.dtype (torch.float32, torch.float64, ...) or None, got {dtype!r}."
+        )
     if device is not None:
         try:
             device = torch.device(device)

@@ -19,8 +19,10 @@ class FakeCUDA:
     @ebmcore.hookimpl
     def ebm_register_kernels(self, registry):
         registry.register_kernel_backend(
-            KernelBackend("fakecuda", [Kernel("double_well_gradient", _fast, device_types=("cuda",), priority=100,
-                                              min_compute_capability=(8, 0))])
+            KernelBackend(
+                "fakecuda",
+                [Kernel("double_well_gradient", _fast, device_types=("cuda",), priority=100, min_compute_capability=(8, 0))],
+            )
         )
 
 
@@ -28,8 +30,9 @@ class FastCPU:
     @ebmcore.hookimpl
     def ebm_register_kernels(self, registry):
         registry.register_kernel_backend(
-            KernelBackend("fastcpu", [Kernel("double_well_gradient", _fast, device_types=("cpu",),
-                                             dtypes=(torch.float32,), priority=50)])
+            KernelBackend(
+                "fastcpu", [Kernel("double_well_gradient", _fast, device_types=("cpu",), dtypes=(torch.float32,), priority=50)]
+            )
         )
 
 

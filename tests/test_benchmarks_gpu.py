@@ -66,8 +66,25 @@ def _group_t(tmp_path, interpret: bool) -> dict:
     if interpret:
         env["TRITON_INTERPRET"] = "1"
     out = tmp_path / "t.json"
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu.py"), "--device", "cpu", "--quick", "--groups", "T",
-                           "--repeats", "1", "--json", str(out)], env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "gpu.py"),
+            "--device",
+            "cpu",
+            "--quick",
+            "--groups",
+            "T",
+            "--repeats",
+            "1",
+            "--json",
+            str(out),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return {"rows": json.loads(out.read_text())["triton"], "table": done.stdout}
 

@@ -20,8 +20,7 @@ def _report():
 
 
 def test_readme_is_up_to_date():
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--check"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--check"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr or proc.stdout
 
 
@@ -33,22 +32,45 @@ def test_every_results_file_is_used():
 
 
 def _result(median_s: float, ratio: float, z: float) -> dict:
-    return {"median_s": median_s, "min_s": median_s, "max_s": median_s, "warmup_s": median_s,
-            "samples_per_s": 1.0 / median_s, "ratio_vs_ebm": ratio, "ratio_vs_ebm_step": None,
-            "figures": {"moments_z_max": z, "moments_ok": z <= 5, "law": "ULA law after 10 steps"}}
+    return {
+        "median_s": median_s,
+        "min_s": median_s,
+        "max_s": median_s,
+        "warmup_s": median_s,
+        "samples_per_s": 1.0 / median_s,
+        "ratio_vs_ebm": ratio,
+        "ratio_vs_ebm_step": None,
+        "figures": {"moments_z_max": z, "moments_ok": z <= 5, "law": "ULA law after 10 steps"},
+    }
 
 
 def _run(date: str, commit: str, workloads: dict[str, float]) -> dict:
     """A results file in run.py's shape: ebm's median per workload, torchebm 3x slower."""
     return {
-        "meta": {"date": date, "command": "run.py", "machine": "test machine", "threads": 1, "repeats": 5,
-                 "quick": False, "versions": {"torch": "x"}, "loadavg_start": "0 0 0",
-                 "git": {"commit": commit, "modified": []}},
+        "meta": {
+            "date": date,
+            "command": "run.py",
+            "machine": "test machine",
+            "threads": 1,
+            "repeats": 5,
+            "quick": False,
+            "versions": {"torch": "x"},
+            "loadavg_start": "0 0 0",
+            "git": {"commit": commit, "modified": []},
+        },
         "workloads": {
-            wid: {"workload": {"id": wid, "what": f"Langevin, {wid}", "kind": "langevin", "target": "gaussian",
-                               "guide": "", "guide_rate": 0.0},
-                  "results": {"ebm": _result(t, 1.0, 1.0), "torchebm": _result(3 * t, 3.0, 1.5)},
-                  "loadavg_end": "0 0 0"}
+            wid: {
+                "workload": {
+                    "id": wid,
+                    "what": f"Langevin, {wid}",
+                    "kind": "langevin",
+                    "target": "gaussian",
+                    "guide": "",
+                    "guide_rate": 0.0,
+                },
+                "results": {"ebm": _result(t, 1.0, 1.0), "torchebm": _result(3 * t, 3.0, 1.5)},
+                "loadavg_end": "0 0 0",
+            }
             for wid, t in workloads.items()
         },
     }

@@ -46,9 +46,10 @@ def test_backends_on_a_cuda_machine_does_not_fail_for_ops_no_backend_offers_ther
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     for entry in registry.entries("kernel"):
         monkeypatch.setattr(entry.component, "unavailable_reason", lambda: None)
-    cpu_only = sorted({op for e in registry.entries("kernel") for op, k in e.component.kernels.items()
-                       if "cuda" not in k.device_types} - {op for e in registry.entries("kernel")
-                                                             for op, k in e.component.kernels.items() if "cuda" in k.device_types})
+    cpu_only = sorted(
+        {op for e in registry.entries("kernel") for op, k in e.component.kernels.items() if "cuda" not in k.device_types}
+        - {op for e in registry.entries("kernel") for op, k in e.component.kernels.items() if "cuda" in k.device_types}
+    )
     assert cpu_only  # ops only a CPU backend offers (cpu_fused's)
     assert main(["backends", "--device", "cuda"]) == 0
     out = capsys.readouterr().out
@@ -92,8 +93,11 @@ def test_every_flag_and_argument_of_every_command_has_help():
     seen, missing = set(), []
     for path, parser in _parsers(cli._parser()):
         seen.add(path)
-        missing += [f"{path} {a.option_strings or a.dest}" for a in parser._actions
-                    if not isinstance(a, argparse._SubParsersAction) and not (a.help or "").strip()]
+        missing += [
+            f"{path} {a.option_strings or a.dest}"
+            for a in parser._actions
+            if not isinstance(a, argparse._SubParsersAction) and not (a.help or "").strip()
+        ]
     assert {"ebm sample", "ebm train", "ebm profile", "ebm cuda info", "ebm demo"} <= seen
     assert missing == []
 
@@ -101,8 +105,11 @@ def test_every_flag_and_argument_of_every_command_has_help():
 @pytest.mark.parametrize("command, dist", [("train", "ebm-losses"), ("sample", "ebm-samplers"), ("profile", "ebm-samplers")])
 def test_a_command_of_a_missing_plugin_says_what_to_install(monkeypatch, capsys, command, dist):
     real = importlib_metadata.entry_points
-    monkeypatch.setattr(importlib_metadata, "entry_points",  # as if the plugin were not installed
-                        lambda **kw: [ep for ep in real(**kw) if not (ep.dist and ep.dist.name == dist)])
+    monkeypatch.setattr(
+        importlib_metadata,
+        "entry_points",  # as if the plugin were not installed
+        lambda **kw: [ep for ep in real(**kw) if not (ep.dist and ep.dist.name == dist)],
+    )
     plugins.reset()
     assert main([command, "--out", "x", "--steps", "3"]) == 2
     err = capsys.readouterr().err
@@ -116,7 +123,10 @@ def test_a_command_of_a_blocked_plugin_says_so(monkeypatch, capsys):
     monkeypatch.setenv("EBM_DISABLE_PLUGINS", "losses")
     ebmcore.reload_config()
     assert main(["train", "--help"]) == 2
-    assert "ebm-losses, which is installed but blocked: its plugin 'losses' is named by EBM_DISABLE_PLUGINS" in capsys.readouterr().err
+    assert (
+        "ebm-losses, which is installed but blocked: its plugin 'losses' is named by EBM_DISABLE_PLUGINS"
+        in capsys.readouterr().err
+    )
 
 
 def test_the_validation_examples_of_cli_md_print_what_ebm_prints(tmp_path, monkeypatch, capsys):
@@ -158,8 +168,10 @@ def test_quiet_and_verbose_set_the_level_of_the_library_messages(tmp_path, capsy
     from ebmcore import logs
 
     config = tmp_path / "s.toml"
-    config.write_text('[energy]\nname = "gaussian"\nparams = { dim = 2 }\n[sampler]\nname = "mala"\nn_chains = 8\n'
-                      'n_steps = 4\nburn_in = 0\nwarmup = 4\n[output]\nplots = false\ndraws = "none"\n')
+    config.write_text(
+        '[energy]\nname = "gaussian"\nparams = { dim = 2 }\n[sampler]\nname = "mala"\nn_chains = 8\n'
+        'n_steps = 4\nburn_in = 0\nwarmup = 4\n[output]\nplots = false\ndraws = "none"\n'
+    )
 
     def stderr(*flags):  # a run directory each: a finished run would not run again
         assert main([*flags, "sample", str(config), "--out", str(tmp_path / f"o{''.join(flags)}")]) == 0

@@ -42,8 +42,9 @@ def test_the_fast_help_and_version_are_the_whole_parsers_line_by_line(configurat
     ebmcore.reload_config()
     if hidden:
         real = importlib_metadata.entry_points
-        monkeypatch.setattr(importlib_metadata, "entry_points",
-                            lambda **kw: [ep for ep in real(**kw) if not (ep.dist and ep.dist.name == hidden)])
+        monkeypatch.setattr(
+            importlib_metadata, "entry_points", lambda **kw: [ep for ep in real(**kw) if not (ep.dist and ep.dist.name == hidden)]
+        )
 
     fast_help, status = _fast(["--help"], capsys)
     assert status == 0
@@ -62,7 +63,8 @@ def test_the_fast_help_and_version_are_the_whole_parsers_line_by_line(configurat
         for command in ("sample", "profile", "train", "cuda"):
             assert any(line.split()[:1] == [command] for line in fast_help.splitlines())
         assert fast_version.startswith("ebm 0.1.0 (torch ") and fast_version.endswith(
-            "; plugins: ebm-samplers 0.1.0, ebm-losses 0.1.0, ebm-cuda 0.1.0)\n")
+            "; plugins: ebm-samplers 0.1.0, ebm-losses 0.1.0, ebm-cuda 0.1.0)\n"
+        )
     if configuration == "ebm-cuda not installed":  # the command of an uninstalled first-party plugin, and its hint
         assert "    cuda                (not available: needs the plugin ebm-cuda)" in fast_help.splitlines()
         assert "ebm-cuda" not in fast_version
@@ -129,8 +131,9 @@ def test_a_command_added_only_through_the_hook_still_shows_in_the_help(tmp_path,
 
 def test_a_declared_third_party_command_is_in_the_fast_help(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("COLUMNS", "100")
-    with installed_distribution(tmp_path, "hello-plugin", "1.0", {"hello": "hello"}, HELLO_DECLARED,
-                                commands={"hello": "hello_meta.commands:COMMANDS"}):
+    with installed_distribution(
+        tmp_path, "hello-plugin", "1.0", {"hello": "hello"}, HELLO_DECLARED, commands={"hello": "hello_meta.commands:COMMANDS"}
+    ):
         fast_help, status = _fast(["--help"], capsys)
         assert status == 0 and "hello_meta" not in sys.modules
         assert "    hello               a command of its own" in fast_help.splitlines()
@@ -141,8 +144,9 @@ def test_a_declared_third_party_command_is_in_the_fast_help(tmp_path, monkeypatc
 
 
 def test_a_declaration_that_cannot_be_read_leaves_the_help_to_the_whole_parser(tmp_path, capsys):
-    with installed_distribution(tmp_path, "hello-plugin", "1.0", {"hello": "hello"}, {"hello.py": HELLO},
-                                commands={"hello": "hello_missing:COMMANDS"}):
+    with installed_distribution(
+        tmp_path, "hello-plugin", "1.0", {"hello": "hello"}, {"hello.py": HELLO}, commands={"hello": "hello_missing:COMMANDS"}
+    ):
         plugins.reset()
         with pytest.raises(SystemExit):
             cli.main(["--help"])
@@ -152,20 +156,24 @@ def test_a_declaration_that_cannot_be_read_leaves_the_help_to_the_whole_parser(t
 EXITS = "import sys\nsys.exit(7)\n"
 
 
-@pytest.mark.parametrize("files, declaration", [
-    ({"hello.py": HELLO, "hello_meta.py": EXITS}, "hello_meta:COMMANDS"),  # the declaration alone exits
-    ({"hello.py": EXITS + HELLO}, "hello:COMMANDS"),  # the plugin itself exits: it is recorded as failed
-], ids=["declaration", "plugin"])
+@pytest.mark.parametrize(
+    "files, declaration",
+    [
+        ({"hello.py": HELLO, "hello_meta.py": EXITS}, "hello_meta:COMMANDS"),  # the declaration alone exits
+        ({"hello.py": EXITS + HELLO}, "hello:COMMANDS"),  # the plugin itself exits: it is recorded as failed
+    ],
+    ids=["declaration", "plugin"],
+)
 def test_a_plugin_calling_sys_exit_at_import_does_not_end_the_help_and_is_named(tmp_path, capsys, files, declaration):
-    with installed_distribution(tmp_path, "hello-plugin", "1.0", {"hello": "hello"}, files,
-                                commands={"hello": declaration}):
+    with installed_distribution(tmp_path, "hello-plugin", "1.0", {"hello": "hello"}, files, commands={"hello": declaration}):
         plugins.reset()
         with pytest.raises(SystemExit) as exit_:
             cli.main(["--help"])
         out, err = capsys.readouterr()
         assert exit_.value.code == 0 and "usage: ebm" in out and plugins.loaded()  # the whole parser answered
-        assert (f"warning: plugin 'hello' (hello-plugin): its command declaration {declaration} cannot be read "
-                "(SystemExit: 7)") in err
+        assert (
+            f"warning: plugin 'hello' (hello-plugin): its command declaration {declaration} cannot be read (SystemExit: 7)"
+        ) in err
         record = plugins.session().records["hello"]
         if "hello_meta" in declaration:
             assert record.status == "loaded" and "a command of its own" in out
@@ -174,9 +182,14 @@ def test_a_plugin_calling_sys_exit_at_import_does_not_end_the_help_and_is_named(
 
 
 def test_a_keyboard_interrupt_in_a_declaration_still_interrupts(tmp_path):
-    with installed_distribution(tmp_path, "hello-plugin", "1.0", {"hello": "hello"},
-                                {"hello.py": HELLO, "hello_meta.py": "raise KeyboardInterrupt\n"},
-                                commands={"hello": "hello_meta:COMMANDS"}):
+    with installed_distribution(
+        tmp_path,
+        "hello-plugin",
+        "1.0",
+        {"hello": "hello"},
+        {"hello.py": HELLO, "hello_meta.py": "raise KeyboardInterrupt\n"},
+        commands={"hello": "hello_meta:COMMANDS"},
+    ):
         plugins.reset()
         with pytest.raises(KeyboardInterrupt):
             cli.main(["--help"])
@@ -186,16 +199,19 @@ def test_a_declared_command_of_a_plugin_that_fails_to_import_names_the_plugin(tm
     """Issue 40: `ebm frobnicate`, listed by `ebm --help` from the declaration of a plugin that then fails to import,
     was argparse's "invalid choice" naming no plugin; it names the plugin, its import failure and the fix."""
     monkeypatch.setenv("COLUMNS", "100")
-    files = {"frob.py": "raise ImportError('no module named frobnicate_backend')\n",
-             "frob_meta.py": "COMMANDS = {'frobnicate': 'frobnicate things'}\n"}
-    with installed_distribution(tmp_path, "frob-plugin", "1.0", {"frob": "frob"}, files,
-                                commands={"frob": "frob_meta:COMMANDS"}):
+    files = {
+        "frob.py": "raise ImportError('no module named frobnicate_backend')\n",
+        "frob_meta.py": "COMMANDS = {'frobnicate': 'frobnicate things'}\n",
+    }
+    with installed_distribution(tmp_path, "frob-plugin", "1.0", {"frob": "frob"}, files, commands={"frob": "frob_meta:COMMANDS"}):
         fast_help, _ = _fast(["--help"], capsys)
         assert any(line.split()[:1] == ["frobnicate"] for line in fast_help.splitlines())
         plugins.reset()
         assert fast_help.splitlines() == cli._parser().format_help().splitlines()
         plugins.reset()
-        with pytest.raises(ebmcore.errors.UnknownComponentError,
-                           match=r"`ebm frobnicate` is provided by the plugin frob-plugin, which failed to load "
-                                 r"\(.*no module named frobnicate_backend.*\); fix or reinstall it"):
+        with pytest.raises(
+            ebmcore.errors.UnknownComponentError,
+            match=r"`ebm frobnicate` is provided by the plugin frob-plugin, which failed to load "
+            r"\(.*no module named frobnicate_backend.*\); fix or reinstall it",
+        ):
             cli._parser().parse_args(["frobnicate"]).func(None)

@@ -74,14 +74,17 @@ def test_an_int_is_accepted_where_a_float_is_meant(tmp_path):
     assert config["train"]["lr"] == 1.0 and isinstance(config["train"]["lr"], float)
 
 
-@pytest.mark.parametrize("text, message", [
-    ("[train]\nlr = -1\n", "lr.toml [train]: key 'lr' must be > 0, got -1."),
-    ("[train]\nlr = true\n", "lr.toml [train]: key 'lr' must be float, got True."),
-    ("[train]\nseed = 18446744073709551616\n", "lr.toml [train]: key 'seed' must be in [0, 2**64)"),
-    ("[train]\nseed = -1\n", "lr.toml [train]: key 'seed' must be in [0, 2**64)"),
-    ("[train]\nrate = 1\n", "lr.toml [train]: unknown key(s) rate"),
-    ("[trian]\n", "lr.toml: unknown key(s) trian"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[train]\nlr = -1\n", "lr.toml [train]: key 'lr' must be > 0, got -1."),
+        ("[train]\nlr = true\n", "lr.toml [train]: key 'lr' must be float, got True."),
+        ("[train]\nseed = 18446744073709551616\n", "lr.toml [train]: key 'seed' must be in [0, 2**64)"),
+        ("[train]\nseed = -1\n", "lr.toml [train]: key 'seed' must be in [0, 2**64)"),
+        ("[train]\nrate = 1\n", "lr.toml [train]: unknown key(s) rate"),
+        ("[trian]\n", "lr.toml: unknown key(s) trian"),
+    ],
+)
 def test_errors_name_the_file_and_table_in_one_format(tmp_path, monkeypatch, text, message):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "lr.toml").write_text(text)
@@ -92,7 +95,9 @@ def test_errors_name_the_file_and_table_in_one_format(tmp_path, monkeypatch, tex
 
 def test_a_file_that_is_not_utf8_is_an_error_saying_so(tmp_path):
     (tmp_path / "latin1.toml").write_bytes('[train]\ndevice = "caf\xe9"\n'.encode("latin-1"))
-    with pytest.raises(ConfigError, match=r"latin1\.toml: not UTF-8 text \(byte b'\\xe9' at offset 21\).*save it in that encoding"):
+    with pytest.raises(
+        ConfigError, match=r"latin1\.toml: not UTF-8 text \(byte b'\\xe9' at offset 21\).*save it in that encoding"
+    ):
         load_job_config(tmp_path / "latin1.toml", _SCHEMA)
 
 

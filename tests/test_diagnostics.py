@@ -30,8 +30,12 @@ def _recipe(case: dict) -> torch.Tensor:
     x = np.asarray(namespace["x"], dtype=np.float64)
     fp = case["fingerprint"]
     assert list(x.shape) == fp["shape"]
-    np.testing.assert_allclose([x.sum(), (x**2).sum(), *x.ravel()[:3], x.ravel()[-1]],
-                               [fp["sum"], fp["sum_sq"], *fp["first"], fp["last"]], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        [x.sum(), (x**2).sum(), *x.ravel()[:3], x.ravel()[-1]],
+        [fp["sum"], fp["sum_sq"], *fp["first"], fp["last"]],
+        rtol=1e-12,
+        atol=1e-12,
+    )
     return torch.as_tensor(x)
 
 
@@ -229,8 +233,14 @@ def _devices():
 def test_shapes_dtypes_and_devices(dtype, device):
     x = torch.randn(60, 3, 2, 4, generator=torch.Generator().manual_seed(10)).to(dtype=dtype, device=device)
     out_dtype = torch.float64 if dtype == torch.float64 else torch.float32  # half precision comes back as float32
-    for value in [diag.split_rhat(x), diag.split_rhat(x, rank_normalize=False), diag.ess_bulk(x), diag.ess_tail(x),
-                  diag.ess_mean(x), *diag.summary(x).values()]:
+    for value in [
+        diag.split_rhat(x),
+        diag.split_rhat(x, rank_normalize=False),
+        diag.ess_bulk(x),
+        diag.ess_tail(x),
+        diag.ess_mean(x),
+        *diag.summary(x).values(),
+    ]:
         assert (value.shape, value.dtype, value.device.type) == ((2, 4), out_dtype, device)
     acf = diag.autocorrelation(x, max_lag=5)
     assert (acf.shape, acf.dtype, acf.device.type) == ((6, 3, 2, 4), out_dtype, device)

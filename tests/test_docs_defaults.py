@@ -35,8 +35,10 @@ def _jobs():
     from ebm_samplers import sample_job
 
     samplers = Path(sample_job.__file__).parent / "configs" / "sample_default.toml"
-    return [pytest.param("Sample configuration", sample_job.SCHEMA, samplers, id="sample"),
-            pytest.param("Train configuration", train_job.SCHEMA, train_job.default_config_path(), id="train")]
+    return [
+        pytest.param("Sample configuration", sample_job.SCHEMA, samplers, id="sample"),
+        pytest.param("Train configuration", train_job.SCHEMA, train_job.default_config_path(), id="train"),
+    ]
 
 
 @pytest.mark.parametrize("section, schema, bundled_file", _jobs())
@@ -52,7 +54,8 @@ def test_the_documented_defaults_are_the_code_s(section, schema, bundled_file):
             assert _value(shown) == default, f"docs/cli.md {section} [{table}] {key}: default {shown}, code {default!r}"
             if shown_bundled != "—":
                 value = bundled.get(table, {}).get(key, default)
-                assert _value(shown_bundled) == value, \
+                assert _value(shown_bundled) == value, (
                     f"docs/cli.md {section} [{table}] {key}: bundled {shown_bundled}, {bundled_file.name} {value!r}"
+                )
             compared += 1
     assert compared >= 20

@@ -23,9 +23,12 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 FIXTURE = ROOT / "tests" / "fixtures" / "ebm_example_plugin"
 INSTALLED = "installed: ebm-example-plugin"
-_BLOCK = re.compile(r"(?:<!-- (no-test|installed: ebm-example-plugin|output: not checked) -->\n)?```python\n(.*?)```"
-                    r"(?:\n\n```\n(.*?)```)?", re.S)  # a block, and the output it shows (a fence with no language)
-_FENCE = re.compile(r"```(\w*)\n(.*?)```(?:\n\n```\n(.*?)```)?", re.S)   # a block and the output block after it
+_BLOCK = re.compile(
+    r"(?:<!-- (no-test|installed: ebm-example-plugin|output: not checked) -->\n)?```python\n(.*?)```"
+    r"(?:\n\n```\n(.*?)```)?",
+    re.S,
+)  # a block, and the output it shows (a fence with no language)
+_FENCE = re.compile(r"```(\w*)\n(.*?)```(?:\n\n```\n(.*?)```)?", re.S)  # a block and the output block after it
 
 
 def _examples():
@@ -49,11 +52,13 @@ def _matches(shown: str, printed: str) -> bool:
     """Whether ``printed`` is the ``shown`` output: line by line, trailing spaces aside; where the output depends on
     the machine (timings, a temporary path, a GPU), a shown line ``...`` stands for any lines, and ``...`` within a
     line for any text."""
+
     def lines(text: str) -> list[str]:
         return [line.rstrip() for line in text.rstrip("\n").split("\n")]
 
-    pattern = "\n".join("(?:.*\n)*?.*" if line == "..." else re.escape(line).replace(re.escape("..."), ".*")
-                        for line in lines(shown))
+    pattern = "\n".join(
+        "(?:.*\n)*?.*" if line == "..." else re.escape(line).replace(re.escape("..."), ".*") for line in lines(shown)
+    )
     return re.fullmatch(pattern, "\n".join(lines(printed))) is not None
 
 
@@ -79,7 +84,8 @@ def test_docs_example_runs(page, code, shown):
     if shown is not None:
         assert _matches(shown, printed.getvalue()), (
             f"docs/{page}: the example prints\n{printed.getvalue()}\nbut the page shows\n{shown}\n(update the page, "
-            "put a line '...' where the output depends on the machine, or mark the block <!-- output: not checked -->)")
+            "put a line '...' where the output depends on the machine, or mark the block <!-- output: not checked -->)"
+        )
 
 
 def test_the_plugin_walkthrough(tmp_path):
@@ -87,20 +93,36 @@ def test_the_plugin_walkthrough(tmp_path):
     usage example pass installed."""
     page = (DOCS / "plugins.md").read_text()
     blocks = [(m.group(1), m.group(2)) for m in _FENCE.finditer(page)]
-    assert ("toml", (FIXTURE / "pyproject.toml").read_text()) in blocks, \
+    assert ("toml", (FIXTURE / "pyproject.toml").read_text()) in blocks, (
         "docs/plugins.md: the pyproject.toml of the walk-through differs from tests/fixtures/ebm_example_plugin's"
-    assert ("python", (FIXTURE / "ebm_example_plugin" / "plugin.py").read_text()) in blocks, \
+    )
+    assert ("python", (FIXTURE / "ebm_example_plugin" / "plugin.py").read_text()) in blocks, (
         "docs/plugins.md: plugin.py of the walk-through differs from tests/fixtures/ebm_example_plugin's"
+    )
     for name in ("sample.toml", "train.toml"):  # the configurations tests/test_third_party_plugin.py runs
-        assert ("toml", (FIXTURE / "configs" / name).read_text()) in blocks, \
+        assert ("toml", (FIXTURE / "configs" / name).read_text()) in blocks, (
             f"docs/plugins.md: configs/{name} of the walk-through differs from tests/fixtures/ebm_example_plugin's"
+        )
 
     site = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--target", str(site), str(FIXTURE)], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(site),
+            str(FIXTURE),
+        ],
+        check=True,
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("EBM_")}
     env["PYTHONPATH"] = str(site)
-    installed = [m for m in _FENCE.finditer(page) if page[:m.start()].endswith(f"<!-- {INSTALLED} -->\n")]
+    installed = [m for m in _FENCE.finditer(page) if page[: m.start()].endswith(f"<!-- {INSTALLED} -->\n")]
     assert len(installed) == 2, "expected the usage example and tests/test_plugin.py"
 
     usage, tests = (installed[0], installed[1]) if "def test_" in installed[1].group(2) else (installed[1], installed[0])
@@ -113,8 +135,13 @@ def test_the_plugin_walkthrough(tmp_path):
     conftest = next(code for lang, code in blocks if lang == "python" and code.startswith("# tests/conftest.py"))
     (project / "conftest.py").write_text(conftest)
     (project / "test_plugin.py").write_text(tests.group(2))
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
-                          cwd=project.parent, env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
+        cwd=project.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, f"docs/plugins.md: the example plugin's tests failed:\n{proc.stdout[-4000:]}"
     assert "5 passed" in proc.stdout, proc.stdout
 
@@ -164,6 +191,7 @@ def test_shown_plugin_lists_are_what_ebm_plugins_prints(capsys):
         for line in output.splitlines():
             if line.split() and line.split()[0] in FIRST_PARTY:
                 compared += 1
-                assert line.rstrip() == printed[line.split()[0]], f"docs/{page}: `ebm plugins` prints\n" \
-                                                                   f"{printed[line.split()[0]]}\nwhere the page shows\n{line}"
+                assert line.rstrip() == printed[line.split()[0]], (
+                    f"docs/{page}: `ebm plugins` prints\n{printed[line.split()[0]]}\nwhere the page shows\n{line}"
+                )
     assert compared >= 8

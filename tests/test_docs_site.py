@@ -38,12 +38,17 @@ def test_mkdocs_build_strict(tmp_path):
     site = tmp_path / "site"
     proc = _run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)], timeout=300)
     problems = [line for line in proc.stderr.splitlines() if line.startswith(("WARNING", "ERROR"))]
-    assert proc.returncode == 0, (
-        "`mkdocs build --strict` failed (run `make docs` to reproduce):\n"
-        + "\n".join(problems or proc.stderr.splitlines()[-30:])
+    assert proc.returncode == 0, "`mkdocs build --strict` failed (run `make docs` to reproduce):\n" + "\n".join(
+        problems or proc.stderr.splitlines()[-30:]
     )
-    for page in ["index.html", "getting-started/index.html", "performance/index.html", "api/ebmcore/index.html",
-                 "api/ebm_samplers/index.html", "api/ebm_losses/index.html"]:
+    for page in [
+        "index.html",
+        "getting-started/index.html",
+        "performance/index.html",
+        "api/ebmcore/index.html",
+        "api/ebm_samplers/index.html",
+        "api/ebm_losses/index.html",
+    ]:
         assert (site / page).is_file(), f"the built site lacks {page}"
     api = (site / "api" / "ebm_samplers" / "index.html").read_text()
     assert "MALASampler" in api and "warmup" in api, "the API reference was not generated from the docstrings"

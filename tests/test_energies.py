@@ -20,8 +20,11 @@ def _spd(d, dtype=torch.float64):
 BUILDERS = {
     "gaussian": lambda: ebmcore.energy("gaussian", mean=torch.randn(4, generator=G, dtype=torch.float64), covariance=_spd(4)),
     "gaussian_mixture": lambda: ebmcore.energy(
-        "gaussian_mixture", means=torch.randn(3, 4, generator=G, dtype=torch.float64) * 2,
-        stds=torch.tensor([0.5, 1.0, 1.5], dtype=torch.float64), weights=[1.0, 2.0, 3.0]),
+        "gaussian_mixture",
+        means=torch.randn(3, 4, generator=G, dtype=torch.float64) * 2,
+        stds=torch.tensor([0.5, 1.0, 1.5], dtype=torch.float64),
+        weights=[1.0, 2.0, 3.0],
+    ),
     "double_well": lambda: ebmcore.energy("double_well", dim=4, barrier=2.0),
     "rosenbrock": lambda: ebmcore.energy("rosenbrock", dim=4),
     "harmonic": lambda: ebmcore.energy("harmonic", dim=4, stiffness=3.0, center=[1.0, 2.0, 3.0, 4.0], dtype=torch.float64),
@@ -81,8 +84,9 @@ def test_gaussian_closed_form_and_parameterisations_agree():
 
 
 def test_gaussian_mixture_is_a_normalised_density():
-    energy = ebmcore.GaussianMixtureEnergy(means=[[-2.0, 0.0], [2.0, 1.0]], stds=[0.6, 1.0], weights=[1.0, 3.0],
-                                           dtype=torch.float64)
+    energy = ebmcore.GaussianMixtureEnergy(
+        means=[[-2.0, 0.0], [2.0, 1.0]], stds=[0.6, 1.0], weights=[1.0, 3.0], dtype=torch.float64
+    )
     grid = torch.linspace(-9, 9, 601, dtype=torch.float64)
     xx, yy = torch.meshgrid(grid, grid, indexing="ij")
     density = torch.exp(-energy.energy(torch.stack([xx.flatten(), yy.flatten()], -1))).reshape(601, 601)
@@ -90,7 +94,11 @@ def test_gaussian_mixture_is_a_normalised_density():
     assert float(mass) == pytest.approx(1.0, abs=1e-6)
     one = ebmcore.GaussianMixtureEnergy(means=[[1.0, -1.0]], stds=0.5, dtype=torch.float64)
     x = torch.randn(6, 2, generator=G, dtype=torch.float64)
-    expected = 0.5 * ((x - torch.tensor([1.0, -1.0], dtype=torch.float64)) ** 2).sum(-1) / 0.25 + 2 * math.log(0.5) + math.log(2 * math.pi)
+    expected = (
+        0.5 * ((x - torch.tensor([1.0, -1.0], dtype=torch.float64)) ** 2).sum(-1) / 0.25
+        + 2 * math.log(0.5)
+        + math.log(2 * math.pi)
+    )
     torch.testing.assert_close(one.energy(x), expected)
 
 
@@ -181,11 +189,14 @@ class _Net(ebmcore.EnergyModel):
         return e.sum() if self.output == "scalar" else e
 
 
-@pytest.mark.parametrize("output, message", [
-    ("(n, 1)", r"returned shape \(3, 1\) for x of shape \(3, 2\); .*shape \(3,\)\. End compute_energy with \.squeeze\(-1\)"),
-    ("scalar", r"returned shape \(\) .*reduced over the batch"),
-    ("(n, 2)", r"returned shape \(3, 2\) .*sum the per-output terms"),
-])
+@pytest.mark.parametrize(
+    "output, message",
+    [
+        ("(n, 1)", r"returned shape \(3, 1\) for x of shape \(3, 2\); .*shape \(3,\)\. End compute_energy with \.squeeze\(-1\)"),
+        ("scalar", r"returned shape \(\) .*reduced over the batch"),
+        ("(n, 2)", r"returned shape \(3, 2\) .*sum the per-output terms"),
+    ],
+)
 def test_an_energy_that_is_not_one_value_per_row_is_refused_by_the_checked_methods(output, message):
     net = _Net(output)
     for method in (net.energy, net.gradient, net.score, net.energy_and_gradient, net):

@@ -60,8 +60,9 @@ def test_every_registered_analytic_energy_has_its_reference_ops_and_sample_input
             op = f"{energy.op}_{kind}"
             assert torch_kernels[op].fn is getattr(energy, f"reference_{kind}")
             assert op in ops.OPS
-    checked = check_kernel(TorchBackend(), [op for e in analytic for op in (f"{e.op}_energy", f"{e.op}_gradient")],
-                           dtypes=(torch.float32,))
+    checked = check_kernel(
+        TorchBackend(), [op for e in analytic for op in (f"{e.op}_energy", f"{e.op}_gradient")], dtypes=(torch.float32,)
+    )
     assert len(checked) == 2 * len(analytic)
 
 
@@ -134,8 +135,12 @@ def test_declarations_are_checked():
         Param("k", (), sample=lambda d, g: torch.ones(()))
     with pytest.raises(ValueError, match="give sample="):
         tensor("means", ("K", "d"))
-    assert [p.kind for p in (scalar("a", 1.0), vector("v"), matrix("m"), tensor("t", ("K", "d"), lambda d, g: None))] == \
-        ["scalar", "vector", "matrix", "tensor"]
+    assert [p.kind for p in (scalar("a", 1.0), vector("v"), matrix("m"), tensor("t", ("K", "d"), lambda d, g: None))] == [
+        "scalar",
+        "vector",
+        "matrix",
+        "tensor",
+    ]
 
 
 # -- a new analytic energy: one class with its table and references, nothing else -----------------------------
@@ -145,8 +150,11 @@ class QuarticEnergy(AnalyticEnergy):
     """``E(x) = ¼ Σᵢ wᵢ (xᵢ − cᵢ)⁴ · scale``."""
 
     op = "test_quartic"
-    params = (vector("center"), vector("weights", lambda d, g: 0.5 + torch.rand(d, generator=g, dtype=torch.float64),
-                                      positive=True), scalar("scale", 2.0, positive=True))
+    params = (
+        vector("center"),
+        vector("weights", lambda d, g: 0.5 + torch.rand(d, generator=g, dtype=torch.float64), positive=True),
+        scalar("scale", 2.0, positive=True),
+    )
 
     def __init__(self, dim: int = 2, scale: float = 1.0, *, dtype=torch.float64, backend=None) -> None:
         super().__init__(dim, backend)
@@ -177,8 +185,9 @@ def test_a_new_analytic_energy_runs_on_the_torch_backend_once_registered(ebm_plu
     check_energy(energy, x)
     assert ebmcore.explain("test_quartic_gradient", x).chosen.backend == "torch"
     assert ebmcore.energy("test_quartic", dim=2).kernel_args()[2] == 1.0
-    assert ops.op_spec("test_quartic_energy").signature == \
-        "(x: (n, d), center: (d,), weights: (d,), scale: float) -> energy: (n,)"
+    assert (
+        ops.op_spec("test_quartic_energy").signature == "(x: (n, d), center: (d,), weights: (d,), scale: float) -> energy: (n,)"
+    )
     x, center, weights, scale = ops.sample_inputs("test_quartic_energy", n=4, d=3)
     assert x.shape == (4, 3) and weights.min() >= 0.5 and scale == 2.0
 
@@ -190,8 +199,11 @@ def test_a_faster_backend_for_the_new_energy_wins_and_is_checked_against_its_ref
     class Fast:
         @ebmcore.hookimpl
         def ebm_register_kernels(self, registry):
-            registry.register_kernel_backend(ebmcore.KernelBackend("quartic_fast", [
-                ebmcore.Kernel("test_quartic_gradient", fast_gradient, device_types=("cpu",), priority=5)]))
+            registry.register_kernel_backend(
+                ebmcore.KernelBackend(
+                    "quartic_fast", [ebmcore.Kernel("test_quartic_gradient", fast_gradient, device_types=("cpu",), priority=5)]
+                )
+            )
 
     ebmcore.register_plugin(RegistersQuartic(), "quartic_plugin")
     ebmcore.register_plugin(Fast(), "quartic_fast")
@@ -252,10 +264,15 @@ def test_an_energy_with_hand_written_kernel_args_still_works_through_its_own_bac
 
         @ebmcore.hookimpl
         def ebm_register_kernels(self, registry):
-            registry.register_kernel_backend(ebmcore.KernelBackend("legacy_ref", [
-                ebmcore.Kernel("legacy_quartic_energy", lambda x, scale: 0.25 * scale * (x**4).sum(-1)),
-                ebmcore.Kernel("legacy_quartic_gradient", lambda x, scale: scale * x**3),
-            ]))
+            registry.register_kernel_backend(
+                ebmcore.KernelBackend(
+                    "legacy_ref",
+                    [
+                        ebmcore.Kernel("legacy_quartic_energy", lambda x, scale: 0.25 * scale * (x**4).sum(-1)),
+                        ebmcore.Kernel("legacy_quartic_gradient", lambda x, scale: scale * x**3),
+                    ],
+                )
+            )
 
     ebmcore.register_plugin(Plugin(), "legacy")
     check_energy(Legacy(dim=3, scale=2.0), torch.randn(6, 3, dtype=torch.float64))

@@ -9,8 +9,18 @@ from ebmcore import EnergyFunctions
 from ebmcore.energies import feedforward
 from ebmcore.energies.base import closed_form_program
 
-ACTIVATIONS = [nn.SiLU(), nn.Tanh(), nn.Sigmoid(), nn.ReLU(), nn.Softplus(), nn.Softplus(beta=2.0, threshold=5.0),
-               nn.GELU(), nn.GELU("tanh"), nn.ELU(0.5), nn.LeakyReLU(0.1)]
+ACTIVATIONS = [
+    nn.SiLU(),
+    nn.Tanh(),
+    nn.Sigmoid(),
+    nn.ReLU(),
+    nn.Softplus(),
+    nn.Softplus(beta=2.0, threshold=5.0),
+    nn.GELU(),
+    nn.GELU("tanh"),
+    nn.ELU(0.5),
+    nn.LeakyReLU(0.1),
+]
 
 
 class Wrapped(ebmcore.SequentialEnergy):
@@ -39,7 +49,10 @@ def test_closed_form_equals_autograd(activation, negate):
     torch.testing.assert_close(g, g_ref, rtol=1e-12, atol=1e-14)
     # a gradient checked against finite differences too, not only against autograd
     h = 1e-6
-    fd = (energy.compute_energy(x + h * torch.eye(3, dtype=x.dtype)[0]) - energy.compute_energy(x - h * torch.eye(3, dtype=x.dtype)[0])) / (2 * h)
+    fd = (
+        energy.compute_energy(x + h * torch.eye(3, dtype=x.dtype)[0])
+        - energy.compute_energy(x - h * torch.eye(3, dtype=x.dtype)[0])
+    ) / (2 * h)
     if not isinstance(activation, (nn.ReLU, nn.LeakyReLU, nn.ELU)):  # kinks: finite differences straddle them
         torch.testing.assert_close(g[:, 0], fd, rtol=1e-5, atol=1e-6)
 
@@ -93,19 +106,23 @@ class Flag(ebmcore.EnergyModel):
 
 class Mixed(Wrapped):
     def compute_energy(self, x):
-        return self.net(x).squeeze(-1) + 0.5 * (x ** 2).sum(-1)
+        return self.net(x).squeeze(-1) + 0.5 * (x**2).sum(-1)
 
 
 def test_hand_written_and_other_models_keep_autograd_with_the_reason():
     x = torch.randn(20, 2)
     flag = Flag()
     fns = flag.bind(x)
-    assert fns.path == ("autograd (Flag.compute_energy is Python code that ebm does not read; wrap an nn.Sequential in "
-                        "ebmcore.SequentialEnergy (or use MLPEnergy) for the closed form and kernels)")
+    assert fns.path == (
+        "autograd (Flag.compute_energy is Python code that ebm does not read; wrap an nn.Sequential in "
+        "ebmcore.SequentialEnergy (or use MLPEnergy) for the closed form and kernels)"
+    )
     flag.negate = True
     torch.testing.assert_close(flag.bind(x).energy_and_gradient(x)[1], flag.compute_energy_and_gradient(x)[1])
-    assert Mixed(nn.Sequential(nn.Linear(2, 4), nn.Tanh(), nn.Linear(4, 1))).bind(x).path == \
-        "autograd (Mixed overrides compute_energy, which ebm does not read)"
+    assert (
+        Mixed(nn.Sequential(nn.Linear(2, 4), nn.Tanh(), nn.Linear(4, 1))).bind(x).path
+        == "autograd (Mixed overrides compute_energy, which ebm does not read)"
+    )
     scaled = Wrapped(nn.Sequential(nn.Linear(2, 4), nn.Softsign(), nn.Linear(4, 1)))
     assert scaled.bind(x).path == "autograd (layer 1: module Softsign has no closed-form derivative here)"
 
@@ -201,7 +218,7 @@ def _every_path_gradient_is_autograds(energy, x):
     noise = torch.empty_like(x)
     for _ in range(3):  # ULA's per-step loop: ξ drawn like x from the generator, then the step
         noise.normal_(generator=g)
-        expected = expected - 0.01 * energy.compute_gradient(expected) + 0.02 ** 0.5 * noise
+        expected = expected - 0.01 * energy.compute_gradient(expected) + 0.02**0.5 * noise
     torch.testing.assert_close(got, expected)
 
 
@@ -282,13 +299,19 @@ class _Triple(nn.Module):
         return 3 * w
 
 
-@pytest.mark.parametrize("change, reason", [
-    (lambda net: net[2].register_full_backward_hook(lambda m, gi, go: (gi[0] * 3,)), "module Linear has backward hooks"),
-    (lambda net: net[1].register_full_backward_pre_hook(lambda m, go: (go[0] * 3,)), "module Tanh has backward hooks"),
-    (lambda net: nn.modules.module.register_module_full_backward_hook(lambda m, gi, go: None),
-     "global backward hooks are registered"),
-    (lambda net: nn.utils.parametrize.register_parametrization(net[0], "weight", _Triple()), "is parametrized"),
-], ids=["backward hook", "backward pre-hook", "global backward hook", "parametrization"])
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        (lambda net: net[2].register_full_backward_hook(lambda m, gi, go: (gi[0] * 3,)), "module Linear has backward hooks"),
+        (lambda net: net[1].register_full_backward_pre_hook(lambda m, go: (go[0] * 3,)), "module Tanh has backward hooks"),
+        (
+            lambda net: nn.modules.module.register_module_full_backward_hook(lambda m, gi, go: None),
+            "global backward hooks are registered",
+        ),
+        (lambda net: nn.utils.parametrize.register_parametrization(net[0], "weight", _Triple()), "is parametrized"),
+    ],
+    ids=["backward hook", "backward pre-hook", "global backward hook", "parametrization"],
+)
 def test_a_hook_or_parametrization_added_after_construction_keeps_autograd(change, reason):
     from ebm_samplers import MALASampler
 
@@ -378,11 +401,16 @@ def test_score_terms_equal_nested_autograd(activation):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
 
 
-@pytest.mark.parametrize("make_loss", [lambda L: L.SlicedScoreMatching(2, projection="gaussian"),
-                                       lambda L: L.SlicedScoreMatching(1, variance_reduction=True),
-                                       lambda L: L.DenoisingScoreMatching(0.1),
-                                       lambda L: L.DenoisingScoreMatching(sigmas=[0.05, 0.5])],
-                         ids=["ssm", "ssm-vr", "dsm", "dsm-levels"])
+@pytest.mark.parametrize(
+    "make_loss",
+    [
+        lambda L: L.SlicedScoreMatching(2, projection="gaussian"),
+        lambda L: L.SlicedScoreMatching(1, variance_reduction=True),
+        lambda L: L.DenoisingScoreMatching(0.1),
+        lambda L: L.DenoisingScoreMatching(sigmas=[0.05, 0.5]),
+    ],
+    ids=["ssm", "ssm-vr", "dsm", "dsm-levels"],
+)
 def test_score_matching_losses_take_the_closed_form_with_the_same_result(make_loss):
     import ebm_losses
 
@@ -431,11 +459,16 @@ def test_a_layer_in_another_dtype_is_named_with_the_fix():
     net = nn.Sequential(nn.Linear(2, 8), nn.SiLU(), nn.Linear(8, 1))
     net[2].double()
     mixed = Wrapped(net)
-    message = (r"Linear layer 1 of the network \(Linear\(in_features=8, out_features=1, bias=True\)\) holds torch\.float64 "
-               r"weights on cpu but the first layer holds torch\.float32 on cpu; .*model\.to\(torch\.float32\)")
+    message = (
+        r"Linear layer 1 of the network \(Linear\(in_features=8, out_features=1, bias=True\)\) holds torch\.float64 "
+        r"weights on cpu but the first layer holds torch\.float32 on cpu; .*model\.to\(torch\.float32\)"
+    )
     with pytest.raises(ebmcore.InputError, match=message):
         feedforward.why_not(mixed.program(), torch.randn(5, 2))
-    with pytest.raises(ebmcore.InputError, match=r"layer 'net\.2' \(Linear\) holds parameter 'net\.2\.weight' in "
-                                                r"torch\.float64 on cpu, but 'net\.0\.weight' is torch\.float32 on cpu; "
-                                                r".*model\.to\(torch\.float32\)"):
+    with pytest.raises(
+        ebmcore.InputError,
+        match=r"layer 'net\.2' \(Linear\) holds parameter 'net\.2\.weight' in "
+        r"torch\.float64 on cpu, but 'net\.0\.weight' is torch\.float32 on cpu; "
+        r".*model\.to\(torch\.float32\)",
+    ):
         MALASampler(mixed).sample(torch.randn(5, 2), 2)

@@ -14,7 +14,8 @@ from ebmcore.kernels.fused import FUSED_OPS, FusedOp, fused_op
 def test_definitions_read_as_signatures():
     assert FUSED_OPS["feedforward_langevin_chain"].signature == (
         "(x: (n, d), network: ebmcore.energies.program.FeedForward, *, n_steps: int, step_size: float | (n,), "
-        "noise_scale: float | (n,), seed: int, offset: int) -> x': (n, d)")
+        "noise_scale: float | (n,), seed: int, offset: int) -> x': (n, d)"
+    )
     assert FUSED_OPS["<energy>_langevin_chain"].signature.startswith("(x: (n, d), *energy_args, n_steps: int, ")
     assert fused_op("gaussian_hmc_chain") is FUSED_OPS["<energy>_hmc_chain"]
     assert fused_op("feedforward_langevin_chain") is FUSED_OPS["feedforward_langevin_chain"]  # its own op, not an energy's
@@ -25,18 +26,26 @@ def good_chain(x, *params, n_steps, step_size, noise_scale, seed, offset, block=
     return x
 
 
-@pytest.mark.parametrize("fn, why", [
-    (lambda x, params, n_steps, step_size, noise_scale, seed, offset: x,
-     "takes n_steps, step_size, noise_scale, seed, offset positionally, where the energy's arguments go: make them "
-     "keyword-only; lacks the keyword parameters n_steps, step_size, noise_scale, seed, offset"),
-    (lambda y, *params, n_steps, step_size, noise_scale, seed, offset: y,
-     "positional parameters (y), the op's are (x)"),
-    (lambda x, *, n_steps, step_size, noise_scale, seed, offset: x,
-     "does not take the energy's arguments (as *args or parameters of their own)"),
-    (lambda x, *params, n_steps, step_size, seed, offset: x, "lacks the keyword parameters noise_scale"),
-    (lambda x, *params, n_steps, step_size, noise_scale, seed, offset, temperature: x,
-     "requires parameters the op does not pass: temperature"),
-])
+@pytest.mark.parametrize(
+    "fn, why",
+    [
+        (
+            lambda x, params, n_steps, step_size, noise_scale, seed, offset: x,
+            "takes n_steps, step_size, noise_scale, seed, offset positionally, where the energy's arguments go: make them "
+            "keyword-only; lacks the keyword parameters n_steps, step_size, noise_scale, seed, offset",
+        ),
+        (lambda y, *params, n_steps, step_size, noise_scale, seed, offset: y, "positional parameters (y), the op's are (x)"),
+        (
+            lambda x, *, n_steps, step_size, noise_scale, seed, offset: x,
+            "does not take the energy's arguments (as *args or parameters of their own)",
+        ),
+        (lambda x, *params, n_steps, step_size, seed, offset: x, "lacks the keyword parameters noise_scale"),
+        (
+            lambda x, *params, n_steps, step_size, noise_scale, seed, offset, temperature: x,
+            "requires parameters the op does not pass: temperature",
+        ),
+    ],
+)
 def test_a_kernel_that_does_not_take_the_ops_parameters_is_refused_when_its_backend_is_built(fn, why):
     definition = FUSED_OPS["<energy>_langevin_chain"]
     assert definition.conformance(good_chain) is None
@@ -44,8 +53,11 @@ def test_a_kernel_that_does_not_take_the_ops_parameters_is_refused_when_its_back
     # the energy's parameters by their own names, as `fn(x, mean, precision, n_steps=...)` calls it: fine
     assert definition.conformance(lambda x, mean, precision, *, n_steps, step_size, noise_scale, seed, offset: x) is None
     assert definition.conformance(fn) == why
-    with pytest.raises(ValueError, match="backend 'mine': its kernel for op 'gaussian_langevin_chain' does not take the "
-                                         r"op's parameters \(x: \(n, d\), \*energy_args, n_steps"):
+    with pytest.raises(
+        ValueError,
+        match="backend 'mine': its kernel for op 'gaussian_langevin_chain' does not take the "
+        r"op's parameters \(x: \(n, d\), \*energy_args, n_steps",
+    ):
         KernelBackend("mine", [Kernel("gaussian_langevin_chain", fn, ("cpu",))])
     KernelBackend("mine", [Kernel("gaussian_langevin_chain", good_chain, ("cpu",))])
 

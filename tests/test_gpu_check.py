@@ -51,8 +51,12 @@ def _masked(line: str) -> str:
 def test_the_dry_run_prints_what_docs_cuda_md_shows_and_writes_one_results_file(tmp_path):
     command, shown = _shown()
     out = tmp_path / "gpu-check.json"
-    env = {**{k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")},  # under `make test`:
-           "PYTHON": sys.executable, "GPU_CHECK_OUT": str(out), "OMP_NUM_THREADS": "1"}  # no "make[1]: Entering" lines
+    env = {
+        **{k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")},  # under `make test`:
+        "PYTHON": sys.executable,
+        "GPU_CHECK_OUT": str(out),
+        "OMP_NUM_THREADS": "1",
+    }  # no "make[1]: Entering" lines
     run = subprocess.run(shlex.split(command), cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     printed = run.stdout.rstrip("\n").split("\n")
@@ -77,8 +81,14 @@ def test_the_dry_run_prints_what_docs_cuda_md_shows_and_writes_one_results_file(
     # every step, in the order gpu_check.py's docstring gives its reasons for: the checks, then the groups
     steps = [check["name"].split(":")[0] for check in result["checks"]]
     assert [s for i, s in enumerate(steps) if s not in steps[:i]] == [
-        "environment", "build", "kernels", *(f"compute-sanitizer {kind}" for kind in SANITIZERS), "GPU tests",
-        "distributed", *(f"workloads {group}" for group in GROUPS)]
+        "environment",
+        "build",
+        "kernels",
+        *(f"compute-sanitizer {kind}" for kind in SANITIZERS),
+        "GPU tests",
+        "distributed",
+        *(f"workloads {group}" for group in GROUPS),
+    ]
     assert steps == sorted(steps, key=steps.index), "a step's checks are not together"
     status = {c["name"].split(": ")[-1] if c["name"].startswith("distributed") else c["name"]: c for c in result["checks"]}
     for kind in SANITIZERS:
@@ -90,8 +100,10 @@ def test_the_dry_run_prints_what_docs_cuda_md_shows_and_writes_one_results_file(
         assert f"\n## {group}" in (tmp_path / f"gpu-check-{group.lower()}.md").read_text()  # its tables
         assert result["workloads"][group] == json.loads((tmp_path / f"gpu-check-{group.lower()}.json").read_text())
     assert result["workloads"]["G3"]["g3"] and result["workloads"]["G1"]["analytic"] and result["workloads"]["S"]["seeds"]
-    assert {"workloads G1: the fused chain equals its one-step calls, moments within 5 sigma",
-            "workloads G3: eager vs compiled, same noise (W4 states, W5 loss and gradient)"} <= set(status)
+    assert {
+        "workloads G1: the fused chain equals its one-step calls, moments within 5 sigma",
+        "workloads G3: eager vs compiled, same noise (W4 states, W5 loss and gradient)",
+    } <= set(status)
 
 
 @pytest.mark.parametrize("verdict", ["clean", "errors"])
@@ -101,12 +113,23 @@ def test_the_sanitizer_step_reads_the_sanitizers_verdict(tmp_path, verdict):
     if verdict == "clean":  # runs the kernel checks (host build, racecheck sizes) and reports no error
         fake.write_text('#!/bin/sh\n"$@"; rc=$?\necho "========= ERROR SUMMARY: 0 errors"\nexit $rc\n')
     else:
-        fake.write_text('#!/bin/sh\necho "========= Invalid __global__ read of size 4 bytes"\n'
-                        'echo "========= ERROR SUMMARY: 1 error"\nexit 9\n')
+        fake.write_text(
+            '#!/bin/sh\necho "========= Invalid __global__ read of size 4 bytes"\n'
+            'echo "========= ERROR SUMMARY: 1 error"\nexit 9\n'
+        )
     fake.chmod(0o755)
     report = gc.Report()
-    gc.step_kernels(report, gc.Clock(300), sys.executable, True, tmp_path, sizes="racecheck", sanitizer=[str(fake)],
-                    label="racecheck", cap=200)
+    gc.step_kernels(
+        report,
+        gc.Clock(300),
+        sys.executable,
+        True,
+        tmp_path,
+        sizes="racecheck",
+        sanitizer=[str(fake)],
+        label="racecheck",
+        cap=200,
+    )
     (check,) = report.checks
     assert check["name"] == "compute-sanitizer racecheck"
     if verdict == "clean":
@@ -156,8 +179,13 @@ def test_the_distributed_step_runs_the_docs_example_on_two_ranks_nccl_only_on_tw
     def fake_run(command, timeout, env=None, keep=6000):
         ran.append((command, env))
         code = Path(command[-1]).read_text()
-        assert "distributed.init()" in code and command[1:6] == ["-m", "torch.distributed.run", "--standalone",
-                                                                "--nproc-per-node", "2"]
+        assert "distributed.init()" in code and command[1:6] == [
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+        ]
         line = "torch.Size([1000, 10]) tensor(1.0293" + (", device='cuda:0')" if env["EBM_DIST_BACKEND"] == "nccl" else ")")
         return 0, f"W1128 a torchrun warning\n{line} 0.69975\n" * (2 if "both" in command[-1] else 1), 3.0
 
@@ -182,11 +210,21 @@ def test_a_failed_row_fails_its_group_and_a_group_cut_off_keeps_its_tables(tmp_p
     fails, and keeps its tables: T's made from the rows its .json saved (gpu.py prints T's table at its end)."""
     gc = _gpu_check()
     out = tmp_path / "gpu-check.json"
-    eager = {"workload": "W4", "variant": "eager per-step loop, IEEE products", "timing": {"median_s": 0.2},
-             "figures": {"mean_energy": -0.075, "nonfinite_chains": 0}}
-    chain = {**eager, "variant": "Triton chain, block_n 64, 4 warps, tf32", "timing": {"median_s": 0.02},
-             "block_n": 64, "num_warps": 4, "precision": "tf32",
-             "figures": {"mean_energy": -0.075, "nonfinite_chains": 0, "z_vs_eager": 9.0}}
+    eager = {
+        "workload": "W4",
+        "variant": "eager per-step loop, IEEE products",
+        "timing": {"median_s": 0.2},
+        "figures": {"mean_energy": -0.075, "nonfinite_chains": 0},
+    }
+    chain = {
+        **eager,
+        "variant": "Triton chain, block_n 64, 4 warps, tf32",
+        "timing": {"median_s": 0.02},
+        "block_n": 64,
+        "num_warps": 4,
+        "precision": "tf32",
+        "figures": {"mean_energy": -0.075, "nonfinite_chains": 0, "z_vs_eager": 9.0},
+    }
 
     def fake_run(command, timeout, env=None, keep=6000):
         raw = Path(command[command.index("--json") + 1])
@@ -211,13 +249,16 @@ def test_a_failed_row_fails_its_group_and_a_group_cut_off_keeps_its_tables(tmp_p
 def test_the_g1_and_g3_checks_fail_where_the_same_draws_differ():
     gc = _gpu_check()
     report = gc.Report()
-    g1 = [{"group": "G1", "energy": "gaussian", "key": k, "timing": {"median_s": 1.0}, "figures": f}
-          for k, f in (("c", {"moments_ok": True}), ("d", {"moments_ok": True, "max_abs_diff_vs_c": 3e-3}))]
+    g1 = [
+        {"group": "G1", "energy": "gaussian", "key": k, "timing": {"median_s": 1.0}, "figures": f}
+        for k, f in (("c", {"moments_ok": True}), ("d", {"moments_ok": True, "max_abs_diff_vs_c": 3e-3}))
+    ]
     gc.check_g1(report, {"analytic": g1})
-    g3 = [{"workload": "W4x100", "variant": "compile", "figures": {"max_abs_diff_vs_eager": 2e-7}},
-          {"workload": "W5x100", "variant": "compile",
-           "figures": {"loss_rel_diff_vs_eager": 0.0, "grad_rel_diff_vs_eager": 0.4}},
-          {"workload": "ConvPCD", "variant": "default", "skipped": "failed: RuntimeError: capture"}]
+    g3 = [
+        {"workload": "W4x100", "variant": "compile", "figures": {"max_abs_diff_vs_eager": 2e-7}},
+        {"workload": "W5x100", "variant": "compile", "figures": {"loss_rel_diff_vs_eager": 0.0, "grad_rel_diff_vs_eager": 0.4}},
+        {"workload": "ConvPCD", "variant": "default", "skipped": "failed: RuntimeError: capture"},
+    ]
     gc.check_g3(report, {"g3": g3})
     assert [c["status"] for c in report.checks] == ["failed"] * 3, report.checks
     assert "(c) vs (d) 3.0e-03 over gaussian" in report.checks[0]["reason"]

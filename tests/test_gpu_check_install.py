@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-COPIED = ("pyproject.toml", "README.md", "LICENSE", "ebmcore", "plugins", "benchmarks/gpu_check.sh",
-          "benchmarks/gpu_check.py")
+COPIED = ("pyproject.toml", "README.md", "LICENSE", "ebmcore", "plugins", "benchmarks/gpu_check.sh", "benchmarks/gpu_check.py")
 IMPORTS = "import torch, numpy, ebmcore, ebm_cuda, ebm_samplers, ebm_losses; print(ebmcore.__file__)"
 
 
@@ -34,8 +33,14 @@ ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_E
 
 def _install(tree: Path, python: str) -> subprocess.CompletedProcess:
     """``gpu_check.sh --install-only`` in ``tree``, with ``PYTHON=python``."""
-    return subprocess.run(["bash", str(tree / "benchmarks" / "gpu_check.sh"), "--install-only"], cwd=tree,
-                          env={**ENV, "PYTHON": python}, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        ["bash", str(tree / "benchmarks" / "gpu_check.sh"), "--install-only"],
+        cwd=tree,
+        env={**ENV, "PYTHON": python},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.skipif(sys.prefix == sys.base_prefix, reason="the tests' Python is not a virtual environment")
@@ -43,8 +48,14 @@ def test_over_a_virtual_environment_the_new_one_imports_its_torch_and_this_trees
     run = _install(tree, sys.executable)
     assert run.returncode == 0, run.stderr[-4000:]
     assert run.stdout == ".gpu-check/venv/bin/python\n", run.stdout + run.stderr[-4000:]  # and no PYTHONPATH
-    imports = subprocess.run([str(tree / ".gpu-check/venv/bin/python"), "-c", IMPORTS], cwd=tmp_path, env=ENV,
-                             capture_output=True, text=True, timeout=120)
+    imports = subprocess.run(
+        [str(tree / ".gpu-check/venv/bin/python"), "-c", IMPORTS],
+        cwd=tmp_path,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert imports.returncode == 0, imports.stderr[-3000:]
     assert Path(imports.stdout.strip()).is_relative_to(tree)
 
@@ -55,8 +66,9 @@ def test_an_environment_that_does_not_import_torch_is_removed_saying_why(tree, t
     parent = tmp_path / "parent"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(parent)], check=True, timeout=120)
     purelib = "import sysconfig; print(sysconfig.get_path('purelib'))"
-    parent_site = subprocess.run([str(parent / "bin" / "python"), "-c", purelib], capture_output=True, text=True,
-                                 check=True).stdout.strip()
+    parent_site = subprocess.run(
+        [str(parent / "bin" / "python"), "-c", purelib], capture_output=True, text=True, check=True
+    ).stdout.strip()
     Path(parent_site, "torch_elsewhere.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     run = _install(tree, str(parent / "bin" / "python"))
     assert run.returncode == 0, run.stderr[-4000:]

@@ -20,8 +20,15 @@ from ebmcore.errors import EBMError
 from ebmcore.recording import NonFiniteChainsWarning
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.bool, torch.complex64]
-ODD_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.sampled_from([0.0, -1.0, 1e-300, 1e300]),
-                       st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=3), st.lists(st.integers(-1, 2), max_size=3))
+ODD_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 3),
+    st.sampled_from([0.0, -1.0, 1e-300, 1e300]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=3),
+    st.lists(st.integers(-1, 2), max_size=3),
+)
 
 
 @st.composite
@@ -64,9 +71,14 @@ ENERGIES = {
 }
 
 
-@given(name=st.sampled_from(sorted(ENERGIES) + ["harmonic", "ackley"]),
-       params=st.dictionaries(st.sampled_from(["dim", "mean", "covariance", "stds", "means", "hidden", "seed", "barrier",
-                                               "dtype", "unknown"]), ODD_VALUES, max_size=3))
+@given(
+    name=st.sampled_from(sorted(ENERGIES) + ["harmonic", "ackley"]),
+    params=st.dictionaries(
+        st.sampled_from(["dim", "mean", "covariance", "stds", "means", "hidden", "seed", "barrier", "dtype", "unknown"]),
+        ODD_VALUES,
+        max_size=3,
+    ),
+)
 def test_energies_are_built_or_refused_with_an_ebm_error(name, params):
     energy = _ebm_or(lambda: ebmcore.energy(name, **params))
     assert isinstance(energy, (ebmcore.EnergyModel, EBMError))
@@ -84,12 +96,33 @@ def test_energies_give_a_finite_result_of_the_right_shape_or_an_ebm_error(name, 
 
 
 SAMPLER_NAMES = ["langevin", "mala", "hmc", "nuts", "parallel_tempering", "annealed_langevin"]
-SAMPLER_PARAMS = st.dictionaries(st.sampled_from(["step_size", "temperature", "n_leapfrog_steps", "max_tree_depth",
-                                                  "jitter", "n_replicas", "sigmas", "n_steps_each", "integrator",
-                                                  "inv_mass", "fused", "autocast", "base", "temperatures", "unknown"]),
-                                 st.one_of(ODD_VALUES, st.sampled_from([0.1, 0.5, 2, "leapfrog", "mala"]),
-                                           st.builds(lambda v, n: torch.full((n,), v), st.floats(-1, 1), st.integers(0, 3))),
-                                 max_size=2)
+SAMPLER_PARAMS = st.dictionaries(
+    st.sampled_from(
+        [
+            "step_size",
+            "temperature",
+            "n_leapfrog_steps",
+            "max_tree_depth",
+            "jitter",
+            "n_replicas",
+            "sigmas",
+            "n_steps_each",
+            "integrator",
+            "inv_mass",
+            "fused",
+            "autocast",
+            "base",
+            "temperatures",
+            "unknown",
+        ]
+    ),
+    st.one_of(
+        ODD_VALUES,
+        st.sampled_from([0.1, 0.5, 2, "leapfrog", "mala"]),
+        st.builds(lambda v, n: torch.full((n,), v), st.floats(-1, 1), st.integers(0, 3)),
+    ),
+    max_size=2,
+)
 
 
 @given(name=st.sampled_from(SAMPLER_NAMES), params=SAMPLER_PARAMS)
@@ -99,14 +132,22 @@ def test_samplers_are_built_or_refused_with_an_ebm_error(name, params):
 
 
 SAMPLERS = {
-    "langevin": dict(step_size=0.1), "langevin-per-step": dict(step_size=0.1, fused=False), "mala": dict(step_size=0.5),
-    "hmc": dict(step_size=0.3, n_leapfrog_steps=2), "nuts": dict(step_size=0.3, max_tree_depth=3),
-    "parallel_tempering": dict(n_replicas=2), "annealed_langevin": dict(sigmas=[1.0, 0.1], n_steps_each=2),
+    "langevin": dict(step_size=0.1),
+    "langevin-per-step": dict(step_size=0.1, fused=False),
+    "mala": dict(step_size=0.5),
+    "hmc": dict(step_size=0.3, n_leapfrog_steps=2),
+    "nuts": dict(step_size=0.3, max_tree_depth=3),
+    "parallel_tempering": dict(n_replicas=2),
+    "annealed_langevin": dict(sigmas=[1.0, 0.1], n_steps_each=2),
 }
 
 
-@given(name=st.sampled_from(sorted(SAMPLERS)), fault=st.sampled_from(["none", "x0", "x0", "n_steps", "thin", "tunable"]),
-       data=st.data(), record=st.booleans())
+@given(
+    name=st.sampled_from(sorted(SAMPLERS)),
+    fault=st.sampled_from(["none", "x0", "x0", "n_steps", "thin", "tunable"]),
+    data=st.data(),
+    record=st.booleans(),
+)
 def test_samplers_give_states_shaped_like_x0_or_an_ebm_error(name, fault, data, record):
     """One thing at a time is odd (``fault``), so that every check is reached, and sampling itself."""
     sampler = ebmcore.registry.get("sampler", name.removesuffix("-per-step"))(ebmcore.energy("gaussian", dim=2), **SAMPLERS[name])
@@ -118,12 +159,22 @@ def test_samplers_give_states_shaped_like_x0_or_an_ebm_error(name, fault, data, 
     elif fault == "thin":
         thin = data.draw(st.one_of(st.integers(-1, 4), ODD_VALUES))
     elif fault == "tunable":
-        tunables = data.draw(st.dictionaries(st.sampled_from(["step_size", "temperature", "unknown"]), ODD_VALUES,
-                                             min_size=1, max_size=1))
+        tunables = data.draw(
+            st.dictionaries(st.sampled_from(["step_size", "temperature", "unknown"]), ODD_VALUES, min_size=1, max_size=1)
+        )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        out = _ebm_or(lambda: sampler.sample(x0, n_steps, thin=thin, return_trajectory=record, return_diagnostics=record,
-                                             generator=torch.Generator().manual_seed(0), **tunables))
+        out = _ebm_or(
+            lambda: sampler.sample(
+                x0,
+                n_steps,
+                thin=thin,
+                return_trajectory=record,
+                return_diagnostics=record,
+                generator=torch.Generator().manual_seed(0),
+                **tunables,
+            )
+        )
     if isinstance(out, EBMError):
         return
     samples = out.samples if record else out
@@ -134,16 +185,47 @@ def test_samplers_give_states_shaped_like_x0_or_an_ebm_error(name, fault, data, 
         assert out.trajectory.shape == (n_steps // thin, *x0.shape)
 
 
-LOSS_OPTIONS = st.dictionaries(st.sampled_from(["n_steps", "regularization", "gradient_clip", "sampler", "buffer_size",
-                                                "reinit_fraction", "noise", "method", "n_probes", "probe", "n_projections",
-                                                "projection", "sigma", "sigmas", "noise_ratio", "noise_scale", "unknown"]),
-                               st.one_of(ODD_VALUES, st.sampled_from([1, 5, 0.1, "langevin", "gaussian", "rademacher"])),
-                               max_size=2)
+LOSS_OPTIONS = st.dictionaries(
+    st.sampled_from(
+        [
+            "n_steps",
+            "regularization",
+            "gradient_clip",
+            "sampler",
+            "buffer_size",
+            "reinit_fraction",
+            "noise",
+            "method",
+            "n_probes",
+            "probe",
+            "n_projections",
+            "projection",
+            "sigma",
+            "sigmas",
+            "noise_ratio",
+            "noise_scale",
+            "unknown",
+        ]
+    ),
+    st.one_of(ODD_VALUES, st.sampled_from([1, 5, 0.1, "langevin", "gaussian", "rademacher"])),
+    max_size=2,
+)
 
 
-@given(name=st.sampled_from(["contrastive_divergence", "persistent_contrastive_divergence", "score_matching",
-                             "sliced_score_matching", "denoising_score_matching", "nce"]),
-       fault=st.sampled_from(["none", "options", "data", "data"]), data=st.data())
+@given(
+    name=st.sampled_from(
+        [
+            "contrastive_divergence",
+            "persistent_contrastive_divergence",
+            "score_matching",
+            "sliced_score_matching",
+            "denoising_score_matching",
+            "nce",
+        ]
+    ),
+    fault=st.sampled_from(["none", "options", "data", "data"]),
+    data=st.data(),
+)
 def test_losses_give_a_finite_differentiable_scalar_or_an_ebm_error(name, fault, data):
     energy = ebmcore.MLPEnergy(dim=2, hidden=(8,), seed=0)
     options = data.draw(LOSS_OPTIONS, label="options") if fault == "options" else {}
@@ -172,12 +254,20 @@ def _toml(value):
     return "{" + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + "}"
 
 
-TOML_VALUES = st.one_of(st.booleans(), st.integers(-2, 3), st.sampled_from([0.0, 0.5, -1.0, math.nan, math.inf, 1e9]),
-                        st.sampled_from(["", "mala", "nuts", "gaussian", "mlp", "nce", "cpu", "meta", "cuda:3", "x",
-                                         "double_well", "torch", "eight_gaussians"]),
-                        st.lists(st.integers(0, 2), max_size=2),
-                        st.dictionaries(st.sampled_from(["dim", "step_size", "n_steps", "x", "hidden"]),
-                                        st.one_of(st.integers(-1, 3), st.sampled_from([0.5, "a"])), max_size=2))
+TOML_VALUES = st.one_of(
+    st.booleans(),
+    st.integers(-2, 3),
+    st.sampled_from([0.0, 0.5, -1.0, math.nan, math.inf, 1e9]),
+    st.sampled_from(
+        ["", "mala", "nuts", "gaussian", "mlp", "nce", "cpu", "meta", "cuda:3", "x", "double_well", "torch", "eight_gaussians"]
+    ),
+    st.lists(st.integers(0, 2), max_size=2),
+    st.dictionaries(
+        st.sampled_from(["dim", "step_size", "n_steps", "x", "hidden"]),
+        st.one_of(st.integers(-1, 3), st.sampled_from([0.5, "a"])),
+        max_size=2,
+    ),
+)
 
 
 @st.composite
@@ -197,8 +287,9 @@ def job_tables(draw, default, schema):
 
 def _write(tmp_path, tables):
     path = tmp_path / "job.toml"
-    path.write_text("".join(f"[{table}]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in body.items())
-                            for table, body in tables.items()))
+    path.write_text(
+        "".join(f"[{table}]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in body.items()) for table, body in tables.items())
+    )
     return path
 
 
@@ -240,30 +331,42 @@ def _loss(name, data=None, **options):
     return lambda: ebmcore.registry.get("loss", name)(**options)(ebmcore.MLPEnergy(dim=2, hidden=(8,), seed=0), data)
 
 
-@pytest.mark.parametrize("call, message", [
-    # what these properties found (each was a TypeError or RuntimeError from inside, or a NaN), pinned
-    (lambda: ebmcore.energy("gaussian_mixture", dim=2), r"energy 'gaussian_mixture' \(GaussianMixtureEnergy\): missing a required argument: 'means'; it takes means, stds"),
-    (lambda: ebmcore.energy("gaussian", dim=[]), r"GaussianEnergy: dim must be a positive integer, got \[\]"),
-    (lambda: ebmcore.energy("gaussian_mixture", means=None), r"means must be numbers"),
-    (lambda: ebmcore.energy("mlp", dtype=False), r"MLPEnergy: dtype must be a floating torch.dtype"),
-    (lambda: ebmcore.energy("mlp", seed=False), r"MLPEnergy: seed must be an integer"),
-    (lambda: ebmcore.energy("mlp", hidden=None), r"MLPEnergy: hidden must be positive integers"),
-    (lambda: ebmcore.energy("double_well", dim=2).energy(torch.zeros(2, 2, device="meta")), r"meta device, which holds shapes"),
-    (_sample("mala", x0=torch.zeros(2, 2, device="meta")), r"x0 is on the meta device"),
-    (_sample("nuts", x0=torch.zeros(0, 2)), r"x0 has no chains \(shape \(0, 2\)\)"),
-    (_sample("langevin", step_size=1e300), r"step_size must lie in \[1.18e-38, 3.4e\+38\] for torch.float32 states"),
-    (_sample("annealed_langevin", step_size=1e300), r"step_size must lie in"),
-    (_sample("langevin", fused=torch.tensor([])), r"fused must be None \(automatic\), True or False"),
-    (_sample("parallel_tempering", n_replicas=None), r"n_replicas must be an integer >= 2, got None"),
-    (_sample("parallel_tempering", temperatures=False), r"temperatures must be a list of numbers"),
-    (_sample("annealed_langevin", sigmas=False), r"sigmas must be a list of positive, non-increasing numbers"),
-    (_loss("score_matching", data=torch.zeros(0, 2)), r"ScoreMatching needs a batch of at least 1 row"),
-    (_loss("nce", data=torch.zeros(1, 2)), r"NoiseContrastiveEstimation needs a batch of at least 2 row"),
-    (_loss("sliced_score_matching", data=torch.tensor([[math.nan, 0.0], [0.0, 0.0]])), r"data is non-finite .* rows \[0\]"),
-    (_loss("persistent_contrastive_divergence", method=None), r"got an unexpected keyword argument 'method'; it takes sampler, n_steps"),
-    (_loss("denoising_score_matching", sigmas=False), r"give sigma, or a non-empty list sigmas"),
-    (_loss("nce", noise_scale=""), r"noise_scale must be a positive number"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        # what these properties found (each was a TypeError or RuntimeError from inside, or a NaN), pinned
+        (
+            lambda: ebmcore.energy("gaussian_mixture", dim=2),
+            r"energy 'gaussian_mixture' \(GaussianMixtureEnergy\): missing a required argument: 'means'; it takes means, stds",
+        ),
+        (lambda: ebmcore.energy("gaussian", dim=[]), r"GaussianEnergy: dim must be a positive integer, got \[\]"),
+        (lambda: ebmcore.energy("gaussian_mixture", means=None), r"means must be numbers"),
+        (lambda: ebmcore.energy("mlp", dtype=False), r"MLPEnergy: dtype must be a floating torch.dtype"),
+        (lambda: ebmcore.energy("mlp", seed=False), r"MLPEnergy: seed must be an integer"),
+        (lambda: ebmcore.energy("mlp", hidden=None), r"MLPEnergy: hidden must be positive integers"),
+        (
+            lambda: ebmcore.energy("double_well", dim=2).energy(torch.zeros(2, 2, device="meta")),
+            r"meta device, which holds shapes",
+        ),
+        (_sample("mala", x0=torch.zeros(2, 2, device="meta")), r"x0 is on the meta device"),
+        (_sample("nuts", x0=torch.zeros(0, 2)), r"x0 has no chains \(shape \(0, 2\)\)"),
+        (_sample("langevin", step_size=1e300), r"step_size must lie in \[1.18e-38, 3.4e\+38\] for torch.float32 states"),
+        (_sample("annealed_langevin", step_size=1e300), r"step_size must lie in"),
+        (_sample("langevin", fused=torch.tensor([])), r"fused must be None \(automatic\), True or False"),
+        (_sample("parallel_tempering", n_replicas=None), r"n_replicas must be an integer >= 2, got None"),
+        (_sample("parallel_tempering", temperatures=False), r"temperatures must be a list of numbers"),
+        (_sample("annealed_langevin", sigmas=False), r"sigmas must be a list of positive, non-increasing numbers"),
+        (_loss("score_matching", data=torch.zeros(0, 2)), r"ScoreMatching needs a batch of at least 1 row"),
+        (_loss("nce", data=torch.zeros(1, 2)), r"NoiseContrastiveEstimation needs a batch of at least 2 row"),
+        (_loss("sliced_score_matching", data=torch.tensor([[math.nan, 0.0], [0.0, 0.0]])), r"data is non-finite .* rows \[0\]"),
+        (
+            _loss("persistent_contrastive_divergence", method=None),
+            r"got an unexpected keyword argument 'method'; it takes sampler, n_steps",
+        ),
+        (_loss("denoising_score_matching", sigmas=False), r"give sigma, or a non-empty list sigmas"),
+        (_loss("nce", noise_scale=""), r"noise_scale must be a positive number"),
+    ],
+)
 def test_each_case_the_properties_found_is_an_ebm_error_naming_the_problem(call, message):
     with pytest.raises(EBMError, match=message):
         call()
@@ -271,8 +374,12 @@ def test_each_case_the_properties_found_is_an_ebm_error_naming_the_problem(call,
 
 def test_a_gradient_clip_beyond_the_dtype_clips_nothing():
     energy, data = ebmcore.MLPEnergy(dim=2, hidden=(8,), seed=0), torch.randn(8, 2)
-    values = [ebmcore.registry.get("loss", "contrastive_divergence")(gradient_clip=clip, sampler_options={"fused": False})(
-        energy, data, generator=torch.Generator().manual_seed(0)) for clip in (None, 1e300)]  # one noise stream for both
+    values = [
+        ebmcore.registry.get("loss", "contrastive_divergence")(gradient_clip=clip, sampler_options={"fused": False})(
+            energy, data, generator=torch.Generator().manual_seed(0)
+        )
+        for clip in (None, 1e300)
+    ]  # one noise stream for both
     assert torch.equal(values[0], values[1])
 
 
@@ -283,8 +390,13 @@ def test_a_denoising_sigma_beyond_the_datas_dtype_is_refused():
     assert bool(torch.isfinite(_loss("denoising_score_matching", sigma=1e-6)()))  # small, not absurd: a finite loss
 
 
-@given(dtype=st.sampled_from(DTYPES), shape=st.sampled_from([(0,), (7,), (3, 5), (2, 1, 4)]), seed=st.integers(0, 99),
-       scale=st.sampled_from([1.0, 1e30, 1e300]), odd=st.lists(st.sampled_from([math.nan, math.inf, -math.inf]), max_size=2))
+@given(
+    dtype=st.sampled_from(DTYPES),
+    shape=st.sampled_from([(0,), (7,), (3, 5), (2, 1, 4)]),
+    seed=st.integers(0, 99),
+    scale=st.sampled_from([1.0, 1e30, 1e300]),
+    odd=st.lists(st.sampled_from([math.nan, math.inf, -math.inf]), max_size=2),
+)
 def test_all_finite_agrees_with_the_elementwise_test(dtype, shape, seed, scale, odd):
     """The sum shortcut of ``ebmcore.validation.all_finite`` answers as ``isfinite(x).all()`` does, including where
     large finite values overflow the sum (then the element-wise test decides), for every dtype."""

@@ -37,8 +37,11 @@ def test_no_import_cycle_in_the_core():
     def visit(node: str, trail: list[str]) -> None:
         state[node] = 1
         for nxt in sorted(graph[node]):
-            assert state.get(nxt) != 1, "import circle: " + " -> ".join(trail[trail.index(nxt):] + [node, nxt]) \
-                if nxt in trail else f"import circle through {node} -> {nxt}"
+            assert state.get(nxt) != 1, (
+                "import circle: " + " -> ".join(trail[trail.index(nxt) :] + [node, nxt])
+                if nxt in trail
+                else f"import circle through {node} -> {nxt}"
+            )
             if nxt not in state:
                 visit(nxt, trail + [node])
         state[node] = 2
@@ -55,10 +58,17 @@ def test_the_core_knows_no_loss_and_no_plugins_component_list():
     (``ebm_losses.ops``; ``[tool.ebm.provides]`` of each plugin's pyproject.toml)."""
     import re
 
-    words = re.compile(r"contrastive|energy.?gradients|weight.grad|score.matching|\bnce\b|persistent|"
-                       r"\"(?:mala|hmc|nuts|leapfrog|heun|dopri5)\"", re.I)
-    found = [f"{path.relative_to(ROOT.parent)}:{i}: {line.strip()}" for path in sorted(ROOT.rglob("*.py"))
-             for i, line in enumerate(path.read_text().splitlines(), 1) if words.search(line)]
+    words = re.compile(
+        r"contrastive|energy.?gradients|weight.grad|score.matching|\bnce\b|persistent|"
+        r"\"(?:mala|hmc|nuts|leapfrog|heun|dopri5)\"",
+        re.I,
+    )
+    found = [
+        f"{path.relative_to(ROOT.parent)}:{i}: {line.strip()}"
+        for path in sorted(ROOT.rglob("*.py"))
+        for i, line in enumerate(path.read_text().splitlines(), 1)
+        if words.search(line)
+    ]
     assert found == [], "the core names what belongs to a plugin:\n" + "\n".join(found)
 
 
@@ -76,7 +86,10 @@ def test_the_core_defines_no_type_of_one_algorithm():
                 continue
             members = [node.name] + [n.name for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
             members += [n.target.id for n in node.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)]
-            found += [f"{path.relative_to(ROOT.parent)}: {node.name}" + ("" if m is node.name else f".{m}")
-                      for m in members if algorithm.search(m)]
+            found += [
+                f"{path.relative_to(ROOT.parent)}: {node.name}" + ("" if m is node.name else f".{m}")
+                for m in members
+                if algorithm.search(m)
+            ]
     assert found == [], "the core defines what belongs to one algorithm:\n" + "\n".join(found)
     assert len(list(ROOT.rglob("*.py"))) > 20  # the walk saw the core

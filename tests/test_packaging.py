@@ -105,8 +105,13 @@ def _imported_distributions(package_dir: Path) -> dict[str, str]:
     found: dict[str, str] = {}
     for path in package_dir.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module]
+                if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+                else []
+            )
             for top in {n.split(".")[0] for n in names} - set(sys.stdlib_module_names):
                 for dist in provided.get(top, []):
                     found[re.sub(r"[-_.]+", "-", dist).lower()] = top
@@ -118,8 +123,11 @@ def test_every_imported_distribution_is_required(name):
     # ebmcore imported tqdm (its progress bars) without requiring it: `pip install ebmcore` then progress=True failed
     directory, package = DISTRIBUTIONS[name]
     required = {Requirement(r).name.lower() for r in _installed(name).requires or []}  # extras included
-    missing = {dist: module for dist, module in _imported_distributions(directory / package).items()
-               if dist not in required and dist != name}
+    missing = {
+        dist: module
+        for dist, module in _imported_distributions(directory / package).items()
+        if dist not in required and dist != name
+    }
     assert not missing, f"{name} imports {missing} but its pyproject.toml requires none of them"
 
 

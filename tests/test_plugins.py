@@ -35,9 +35,13 @@ def ebm_register_energies(registry):
 
 @pytest.fixture
 def dists(tmp_path):
-    with installed_distribution(tmp_path / "good", "good-plugin", "2.0", {"good": "good_plugin"}, {"good_plugin.py": GOOD}), \
-         installed_distribution(tmp_path / "bad", "bad-plugin", "0.1", {"bad": "bad_plugin"}, {"bad_plugin.py": BROKEN_IMPORT}), \
-         installed_distribution(tmp_path / "half", "half-plugin", "0.2", {"half": "half_plugin"}, {"half_plugin.py": BROKEN_REGISTER}):
+    with (
+        installed_distribution(tmp_path / "good", "good-plugin", "2.0", {"good": "good_plugin"}, {"good_plugin.py": GOOD}),
+        installed_distribution(tmp_path / "bad", "bad-plugin", "0.1", {"bad": "bad_plugin"}, {"bad_plugin.py": BROKEN_IMPORT}),
+        installed_distribution(
+            tmp_path / "half", "half-plugin", "0.2", {"half": "half_plugin"}, {"half_plugin.py": BROKEN_REGISTER}
+        ),
+    ):
         plugins.reset()
         yield
 
@@ -163,8 +167,9 @@ def test_version_with_a_bad_config_is_a_clean_error(tmp_path, monkeypatch, capsy
 
 def test_without_the_core_entry_point_the_builtins_still_load(monkeypatch):
     real = importlib_metadata.entry_points
-    monkeypatch.setattr(importlib_metadata, "entry_points",
-                        lambda **kw: [ep for ep in real(**kw) if not (ep.dist and ep.dist.name == "ebmcore")])
+    monkeypatch.setattr(
+        importlib_metadata, "entry_points", lambda **kw: [ep for ep in real(**kw) if not (ep.dist and ep.dist.name == "ebmcore")]
+    )
     plugins.reset()
     assert registry.get("energy", "gaussian").plugin == "builtin" and plugins.session().records["builtin"].status == "loaded"
 
@@ -209,8 +214,9 @@ def test_a_plugin_that_exits_on_import_is_recorded_and_nothing_else_breaks(tmp_p
 
 def test_first_party_commands_and_components_win_clashes_whatever_the_install_order(tmp_path, capsys):
     # the clashing distribution comes first on sys.path, so its entry point is loaded before ebm-samplers'
-    with installed_distribution(tmp_path / "c", "ebm-bad_command", "0.1", {"bad_command": "bad_command"},
-                                {"bad_command.py": TAKES_SAMPLE}):
+    with installed_distribution(
+        tmp_path / "c", "ebm-bad_command", "0.1", {"bad_command": "bad_command"}, {"bad_command.py": TAKES_SAMPLE}
+    ):
         plugins.reset()
         from ebmcore import cli
 

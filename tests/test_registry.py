@@ -69,8 +69,9 @@ def test_the_install_hint_outside_a_checkout_names_the_index_first(monkeypatch):
     from ebmcore import components
 
     monkeypatch.setattr(components, "declared_plugins", lambda: {})  # an installed ebmcore, no plugins/ beside it
-    assert components.install_hint("ebm-losses") == ("install it with `pip install ebm-losses` (from a source checkout: "
-                                                     "`pip install -e plugins/ebm_losses`)")
+    assert components.install_hint("ebm-losses") == (
+        "install it with `pip install ebm-losses` (from a source checkout: `pip install -e plugins/ebm_losses`)"
+    )
 
 
 def test_the_install_hints_match_what_the_first_party_plugins_register():
@@ -157,8 +158,13 @@ def test_the_first_party_readmes_name_every_component_and_command():
     root = Path(__file__).resolve().parents[1] / "plugins"
     for dist, (_, provided) in declared_plugins().items():
         readme = (root / dist.replace("-", "_") / "README.md").read_text()
-        missing = [f"{kind} {name}" for kind, names in provided.items() if kind != "kernel" for name in names
-                   if f"`{name}`" not in readme and f"`ebm {name}`" not in readme]
+        missing = [
+            f"{kind} {name}"
+            for kind, names in provided.items()
+            if kind != "kernel"
+            for name in names
+            if f"`{name}`" not in readme and f"`ebm {name}`" not in readme
+        ]
         assert missing == [], f"plugins/{dist.replace('-', '_')}/README.md does not name {missing}"
 
 

@@ -116,8 +116,12 @@ def test_every_run_file_is_written_through_runfiles():
     runfiles.py (and in the test helpers, the CUDA plugin's kernel cache and the Triton compile report's temporary PTX
     and cubin, which are no run files); writing to an in-memory ``buffer`` is fine."""
     root = Path(__file__).resolve().parents[1]
-    allowed = {"ebmcore/runfiles.py", "ebmcore/testing/plugins.py", "plugins/ebm_cuda/ebm_cuda/build.py",
-               "plugins/ebm_cuda/ebm_cuda/kernel_report.py"}
+    allowed = {
+        "ebmcore/runfiles.py",
+        "ebmcore/testing/plugins.py",
+        "plugins/ebm_cuda/ebm_cuda/build.py",
+        "plugins/ebm_cuda/ebm_cuda/kernel_report.py",
+    }
     writers = {"save", "savez", "savez_compressed", "savefig", "write_text", "write_bytes"}
 
     def writes(call):
@@ -131,8 +135,13 @@ def test_every_run_file_is_written_through_runfiles():
         return name in writers and isinstance(call.func, ast.Attribute) and not to_buffer  # Path.write_text, fig.savefig
 
     sources = [*root.glob("ebmcore/**/*.py"), *root.glob("plugins/*/ebm_*/**/*.py")]
-    found = [f"{p.relative_to(root)}:{node.lineno}" for p in sources if p.relative_to(root).as_posix() not in allowed
-             for node in ast.walk(ast.parse(p.read_text())) if isinstance(node, ast.Call) and writes(node)]
+    found = [
+        f"{p.relative_to(root)}:{node.lineno}"
+        for p in sources
+        if p.relative_to(root).as_posix() not in allowed
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, ast.Call) and writes(node)
+    ]
     assert len(sources) > 40 and found == []
 
 
@@ -148,10 +157,13 @@ def test_a_job_reuses_a_finished_run_clears_it_under_overwrite_and_refuses_both_
     runfiles.start_run(out, config)
     runfiles.write_json(out / "metrics.json", {"done": True})
     with caplog.at_level("INFO", logger="ebmcore.runfiles"):
-        assert runfiles.reuse_or_clear(out, config, lambda m: [], resume=False, overwrite=False, what="training",
-                                       again="train again") == {"done": True}
-    assert "holds a finished training of this configuration, summarised below: nothing to do (pass --overwrite to train " \
-           "again, or choose another --out)." in caplog.text
+        assert runfiles.reuse_or_clear(
+            out, config, lambda m: [], resume=False, overwrite=False, what="training", again="train again"
+        ) == {"done": True}
+    assert (
+        "holds a finished training of this configuration, summarised below: nothing to do (pass --overwrite to train "
+        "again, or choose another --out)." in caplog.text
+    )
     assert runfiles.reuse_or_clear(out, {"a": 2}, lambda m: [], resume=False, overwrite=False, what="run", again="x") is None
     assert runfiles.reuse_or_clear(out, config, lambda m: [], resume=False, overwrite=True, what="run", again="x") is None
     assert not (out / "metrics.json").exists()  # cleared: a later run cannot be taken for this one

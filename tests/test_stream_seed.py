@@ -54,8 +54,9 @@ def test_threads_sharing_a_cuda_generator_get_different_keys():
 
     g = FakeCudaGenerator(9)
     keys: list[int] = []
-    threads = [threading.Thread(target=lambda: keys.extend(stream_seed(g, torch.device("cuda")) for _ in range(200)))
-               for _ in range(4)]
+    threads = [
+        threading.Thread(target=lambda: keys.extend(stream_seed(g, torch.device("cuda")) for _ in range(200))) for _ in range(4)
+    ]
     for t in threads:
         t.start()
     for t in threads:

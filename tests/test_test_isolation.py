@@ -11,8 +11,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-STARTED_WITH = {"EBM_CUDA_CACHE": "/carried/ebm_cuda", "EBM_BACKEND": "torch",
-                "EBM_CUDA_HOST_LIBRARY": "/elsewhere/libebm_host.so"}
+STARTED_WITH = {
+    "EBM_CUDA_CACHE": "/carried/ebm_cuda",
+    "EBM_BACKEND": "torch",
+    "EBM_CUDA_HOST_LIBRARY": "/elsewhere/libebm_host.so",
+}
 PROBE = """
 import json, os
 
@@ -28,8 +31,12 @@ def seen(tmp_path_factory) -> dict[str, str]:
     (loaded as a plugin: the probe lies outside the tree)."""
     tmp = tmp_path_factory.mktemp("isolation")
     (tmp / "test_probe.py").write_text(PROBE)
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("EBM_")}, **STARTED_WITH,
-           "ISOLATION_PROBE_OUT": str(tmp / "seen.json"), "PYTHONPATH": str(ROOT)}
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("EBM_")},
+        **STARTED_WITH,
+        "ISOLATION_PROBE_OUT": str(tmp / "seen.json"),
+        "PYTHONPATH": str(ROOT),
+    }
     command = [sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider", "test_probe.py"]
     run = subprocess.run(command, cwd=tmp, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
@@ -64,10 +71,24 @@ def test_a_third_party_plugin_of_the_environment_is_hidden_and_one_a_test_instal
         def ebm_register_samplers(registry):
             registry.register_sampler("{name}", LangevinSampler)
         """
-    with installed_distribution(site, "users-plugin", "1.0", {"users": "users_plugin"},
-                                {"users_plugin.py": plugin.format(name="users_sampler")}, commands={}), \
-            installed_distribution(elsewhere, "tests-plugin", "2.0", {"tests": "tests_plugin"},
-                                   {"tests_plugin.py": plugin.format(name="tests_sampler")}, commands={}):
+    with (
+        installed_distribution(
+            site,
+            "users-plugin",
+            "1.0",
+            {"users": "users_plugin"},
+            {"users_plugin.py": plugin.format(name="users_sampler")},
+            commands={},
+        ),
+        installed_distribution(
+            elsewhere,
+            "tests-plugin",
+            "2.0",
+            {"tests": "tests_plugin"},
+            {"tests_plugin.py": plugin.format(name="tests_sampler")},
+            commands={},
+        ),
+    ):
         assert testing_plugins.environment_plugins() == {"users-plugin"}
         plugins.reset()  # the autouse fixture's filter asks where each distribution lies at every look-up
         assert "tests_sampler" in ebmcore.registry.names("sampler")

@@ -20,8 +20,18 @@ FIXTURE = Path(__file__).parent / "fixtures" / "ebm_example_plugin"
 def installed_example(tmp_path_factory):
     target = tmp_path_factory.mktemp("site")
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-         "--target", str(target), str(FIXTURE)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(FIXTURE),
+        ],
         check=True,
     )
     sys.path.insert(0, str(target))
@@ -71,8 +81,15 @@ def _quartic_x2() -> float:
 
 def test_the_third_party_sampler_runs_the_whole_loop_in_python(example):
     sampler = registry.get("sampler", "example_ula")(registry.get("energy", "quartic")(dim=2), step_size=0.05)
-    result = sampler.sample(torch.randn(400, 2), 200, burn_in=100, thin=4, return_trajectory=True, return_diagnostics=True,
-                            generator=torch.Generator().manual_seed(0))
+    result = sampler.sample(
+        torch.randn(400, 2),
+        200,
+        burn_in=100,
+        thin=4,
+        return_trajectory=True,
+        return_diagnostics=True,
+        generator=torch.Generator().manual_seed(0),
+    )
     assert result.trajectory.shape == (50, 400, 2) and result.diagnostics.mean.shape == (50, 2)
     assert result.diagnostics.acceptance is None  # its info carries no acceptance: reported as absent, not made up
     se = 1.0 / math.sqrt(800)  # sd of x² is below 1 here; 800 values

@@ -8,8 +8,9 @@ import torch
 from ebmcore import threads
 
 
-@pytest.mark.parametrize("cores, load, free", [(2, 0.0, 2), (2, 0.4, 2), (2, 0.6, 1), (2, 1.0, 1), (2, 3.7, 1),
-                                               (16, 3.2, 13), (16, 0.0, 16)])
+@pytest.mark.parametrize(
+    "cores, load, free", [(2, 0.0, 2), (2, 0.4, 2), (2, 0.6, 1), (2, 1.0, 1), (2, 3.7, 1), (16, 3.2, 13), (16, 0.0, 16)]
+)
 def test_free_cores_are_the_cores_less_the_load(monkeypatch, cores, load, free):
     monkeypatch.setattr(os, "cpu_count", lambda: cores)
     monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))

@@ -25,9 +25,30 @@ def _module():
 def test_a_small_grid_compiles_counts_and_ranks(tmp_path):
     pytest.importorskip("triton", reason="the compiles need triton (the README's test set-up installs it)")
     out = tmp_path / "rows.json"
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "triton_static.py"), "--networks", "2-32",
-                           "--configs", "16x8", "128x4", "--capabilities", "90", "--kernels", "chain", "--precisions",
-                           "tf32", "--workers", "1", "--json", str(out)], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "triton_static.py"),
+            "--networks",
+            "2-32",
+            "--configs",
+            "16x8",
+            "128x4",
+            "--capabilities",
+            "90",
+            "--kernels",
+            "chain",
+            "--precisions",
+            "tf32",
+            "--workers",
+            "1",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     rows = {(r["block_n"], r["warps"]): r for r in json.loads(out.read_text())["rows"]}
     assert set(rows) == {(16, 8), (128, 4)}
@@ -47,8 +68,12 @@ def test_the_recorded_run_agrees_with_launch_config_and_the_pages_show_it():
             # instructions than the least that spills 64 or fewer
             assert (c["kernel"], c["precision"], c["network"], c["capability"]) == ("chain", "tf32", "2-64-64-64", 90), c
             assert c["spill_stores"] <= 72 and 2.5 * c["cost"] < min(
-                r["per_chain_step"] for r in rows if r.get("per_chain_step") and r["spill_stores"] <= static.SPILL_ALLOWANCE
-                and (r["kernel"], r["precision"], r["network"], r["capability"]) == ("chain", "tf32", "2-64-64-64", 90))
+                r["per_chain_step"]
+                for r in rows
+                if r.get("per_chain_step")
+                and r["spill_stores"] <= static.SPILL_ALLOWANCE
+                and (r["kernel"], r["precision"], r["network"], r["capability"]) == ("chain", "tf32", "2-64-64-64", 90)
+            )
     # beyond 1.16 only for the ragged network (3-40-17-5-1, padded to 16-64-32-16); 2-32-1 at the least on both GPUs
     assert all(c["network"] == "3-40-17-5" for c in chosen if c["ratio"] > 1.16), [c for c in chosen if c["ratio"] > 1.16]
     assert all(c["ratio"] == 1.0 for c in chosen if c["network"] == "2-32")
@@ -57,6 +82,11 @@ def test_the_recorded_run_agrees_with_launch_config_and_the_pages_show_it():
     assert static.launch_table(rows) in (ROOT / "docs" / "cuda.md").read_text()
     assert static.summary(rows) in RESULTS.with_suffix(".md").read_text()
     # the command benchmarks/README.md shows prints those tables
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "triton_static.py"), "--summary",
-                           str(RESULTS.with_suffix(".json"))], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "triton_static.py"), "--summary", str(RESULTS.with_suffix(".json"))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert done.returncode == 0 and done.stdout.strip() == static.summary(rows).strip(), done.stderr[-2000:]

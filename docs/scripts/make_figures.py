@@ -42,7 +42,7 @@ from ebm_samplers import (  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCHMARK_JSONS = [  # later runs replace earlier ones workload by workload
-    ROOT / "benchmarks" / "results" / "2026-11-21-cpu-1thread-final.json",        # every workload, per-step loop
+    ROOT / "benchmarks" / "results" / "2026-11-21-cpu-1thread-final.json",  # every workload, per-step loop
     ROOT / "benchmarks" / "results" / "2026-11-21-cpu-1thread-fused-avx512.json",  # W1-W3, S1, S4 with the fused chains
     ROOT / "benchmarks" / "results" / "2026-11-25-cpu-1thread-contrastive.json",  # W4-W8, W8K, S8: the feed-forward kernels
     ROOT / "benchmarks" / "results" / "2026-11-26-cpu-1thread-ops.json",  # W1, W3, W4, W5, S1, S4 after the ops and chain changes
@@ -85,9 +85,17 @@ def landscapes(out: Path, quick: bool) -> Path:
     """Three builtin 2-d energies, with samples from adapted MALA on top."""
     n_chains, n_warm, n_steps = (200, 50, 50) if quick else (2000, 300, 1000)
     cases = [  # (title, energy, plot limits, colour range: energies above min + cap share one colour)
-        ("gaussian_mixture", ebmcore.energy("gaussian_mixture", means=torch.tensor([[-2.0, -1.0], [2.0, -1.0], [0.0, 2.0]]),
-                                            stds=torch.tensor([0.5, 0.7, 0.6]), weights=torch.tensor([0.3, 0.4, 0.3])),
-         (-4, 4, -3.5, 4), 10.0),
+        (
+            "gaussian_mixture",
+            ebmcore.energy(
+                "gaussian_mixture",
+                means=torch.tensor([[-2.0, -1.0], [2.0, -1.0], [0.0, 2.0]]),
+                stds=torch.tensor([0.5, 0.7, 0.6]),
+                weights=torch.tensor([0.3, 0.4, 0.3]),
+            ),
+            (-4, 4, -3.5, 4),
+            10.0,
+        ),
         ("double_well (barrier 2)", ebmcore.energy("double_well", dim=2, barrier=2.0), (-2, 2, -2, 2), 6.0),
         ("rosenbrock (a=1, b=5)", ebmcore.energy("rosenbrock", dim=2, a=1.0, b=5.0), (-2.5, 3, -1.5, 6), 12.0),
     ]
@@ -98,8 +106,13 @@ def landscapes(out: Path, quick: bool) -> Path:
         x = sampler.sample(tuned.x, n_steps, step_size=tuned.step_size, generator=gen(2))
         contour(ax, energy, lim, cap)
         ax.scatter(x[:, 0], x[:, 1], s=2, c="white", edgecolors="none", alpha=0.6)
-        ax.set(xlim=lim[:2], ylim=lim[2:], title=f"{title}\nMALA, step {float(tuned.step_size):.2f}, acc {tuned.acceptance:.2f}",
-               xlabel="$x_1$", ylabel="$x_2$")
+        ax.set(
+            xlim=lim[:2],
+            ylim=lim[2:],
+            title=f"{title}\nMALA, step {float(tuned.step_size):.2f}, acc {tuned.acceptance:.2f}",
+            xlabel="$x_1$",
+            ylabel="$x_2$",
+        )
         ax.set_aspect("equal", adjustable="box")
     fig.suptitle(f"Energy landscapes E(x) (darker = lower energy) with {n_chains} MALA samples after {n_steps} steps", y=1.02)
     return save(fig, out, "landscapes.png")
@@ -113,8 +126,11 @@ def traces(out: Path, quick: bool) -> Path:
     runs = []
     ula = LangevinSampler(energy, step_size=0.02)
     runs.append(("ULA", ula, "1 gradient / step"))
-    for name, sampler in [("MALA", MALASampler(energy)), ("HMC", HMCSampler(energy, n_leapfrog_steps=8)),
-                          ("NUTS", NUTSSampler(energy, step_size=0.3))]:
+    for name, sampler in [
+        ("MALA", MALASampler(energy)),
+        ("HMC", HMCSampler(energy, n_leapfrog_steps=8)),
+        ("NUTS", NUTSSampler(energy, step_size=0.3)),
+    ]:
         tuned = warmup(sampler, x0, 50 if quick else 300, target_accept=0.8 if name != "MALA" else 0.6, generator=gen(4))
         cost = {"MALA": "1 gradient / step", "HMC": "8 gradients / step", "NUTS": "adaptive trajectory"}[name]
         sampler.params = tuned.params  # the tuned step size and, for HMC/NUTS, inverse mass
@@ -124,7 +140,7 @@ def traces(out: Path, quick: bool) -> Path:
         lengths = []
         callback = (lambda i, s, info: lengths.append(float(info.mean_trajectory_length))) if name == "NUTS" else None
         result = sampler.sample(x0, n_steps, return_trajectory=True, generator=gen(5), callback=callback)
-        draws = result.trajectory                                    # (n_steps, n_chains, 2)
+        draws = result.trajectory  # (n_steps, n_chains, 2)
         ess = float(diagnostics.ess_bulk(draws[:, :, :1]).squeeze())
         if name == "NUTS":
             cost = f"{sum(lengths) / len(lengths):.1f} gradients / step (mean)"
@@ -133,8 +149,14 @@ def traces(out: Path, quick: bool) -> Path:
         h = sampler.params.step_size
         ax.set_ylabel("$x_1$")
         ax.set_ylim(-2, 2)
-        ax.text(1.01, 0.5, f"{name}\nstep {float(h):.2f}\n{cost}\nbulk ESS of $x_1$: {ess:.0f}\n({draws.shape[1]} chains)",
-                transform=ax.transAxes, va="center", fontsize=8.5)
+        ax.text(
+            1.01,
+            0.5,
+            f"{name}\nstep {float(h):.2f}\n{cost}\nbulk ESS of $x_1$: {ess:.0f}\n({draws.shape[1]} chains)",
+            transform=ax.transAxes,
+            va="center",
+            fontsize=8.5,
+        )
     axes[-1].set_xlabel("iteration (kept states after each step)")
     fig.suptitle("Trace plots on the double well E = 2 Σ (xᵢ² − 1)²: three of 64 chains per sampler", y=0.995)
     fig.tight_layout()
@@ -157,8 +179,12 @@ def step_sizes(out: Path, quick: bool) -> Path:
         ax1.semilogx(hs, acc, "o-", color=COLORS[name], label=name)
     ax1.axhspan(0.5, 0.65, color=COLORS["MALA"], alpha=0.12, label="MALA target ≈ 0.57")
     ax1.axhspan(0.65, 0.9, color=COLORS["HMC"], alpha=0.10, label="HMC/NUTS target 0.65–0.9")
-    ax1.set(xlabel="step size h", ylabel="mean acceptance rate", ylim=(0, 1.02),
-            title=f"Acceptance vs step size\n{dim}-d Gaussian, variances 0.5…2")
+    ax1.set(
+        xlabel="step size h",
+        ylabel="mean acceptance rate",
+        ylim=(0, 1.02),
+        title=f"Acceptance vs step size\n{dim}-d Gaussian, variances 0.5…2",
+    )
     ax1.legend(fontsize=8, loc="lower left")
     # ULA on E = x²/2 (1-d, variance 1) has the stationary variance 1/(1 − h/2): an O(h) bias.
     target = ebmcore.energy("harmonic", dim=1)
@@ -184,12 +210,14 @@ def step_sizes(out: Path, quick: bool) -> Path:
 def tempering(out: Path, quick: bool) -> Path:
     """Two separated modes: MALA keeps each chain's starting mode, parallel tempering restores the weights."""
     n_chains, n_steps = (100, 40) if quick else (1000, 400)
-    energy = ebmcore.energy("gaussian_mixture", means=torch.tensor([[-3.0, 0.0], [3.0, 0.0]]), stds=0.5,
-                            weights=torch.tensor([0.2, 0.8]))
+    energy = ebmcore.energy(
+        "gaussian_mixture", means=torch.tensor([[-3.0, 0.0], [3.0, 0.0]]), stds=0.5, weights=torch.tensor([0.2, 0.8])
+    )
     x0 = torch.randn(n_chains, 2, generator=gen(10))
     mala = MALASampler(energy, step_size=0.2).sample(x0, n_steps, generator=gen(11))
-    pt = ParallelTemperingSampler(energy, base="mala", temperatures=[1.0, 3.0, 9.0, 27.0],
-                                  base_options={"step_size": 0.2}).sample(x0, n_steps, generator=gen(11))
+    pt = ParallelTemperingSampler(
+        energy, base="mala", temperatures=[1.0, 3.0, 9.0, 27.0], base_options={"step_size": 0.2}
+    ).sample(x0, n_steps, generator=gen(11))
     fig, axes = plt.subplots(1, 3, figsize=(12.5, 3.6), gridspec_kw={"width_ratios": [1.4, 1.4, 1]})
     for ax, x, title in [(axes[0], mala, "MALA"), (axes[1], pt, "parallel tempering (MALA, T = 1, 3, 9, 27)")]:
         contour(ax, energy, (-5.5, 5.5, -2.5, 2.5), 12.0)
@@ -212,18 +240,29 @@ def autocorrelation(out: Path, quick: bool) -> Path:
     energy = ebmcore.energy("gaussian", covariance=torch.diag(torch.linspace(0.5, 2.0, dim)))
     x0 = torch.randn(n_chains, dim, generator=gen(12))
     fig, ax = plt.subplots(figsize=(7, 3.8))
-    for name, sampler in [("MALA", MALASampler(energy)), ("HMC", HMCSampler(energy, n_leapfrog_steps=5)),
-                          ("NUTS", NUTSSampler(energy, step_size=0.5))]:
+    for name, sampler in [
+        ("MALA", MALASampler(energy)),
+        ("HMC", HMCSampler(energy, n_leapfrog_steps=5)),
+        ("NUTS", NUTSSampler(energy, step_size=0.5)),
+    ]:
         tuned = warmup(sampler, x0, 40 if quick else 300, target_accept=0.8 if name != "MALA" else 0.6, generator=gen(13))
         sampler.params = tuned.params
         draws = sampler.sample(tuned.x, n_steps, return_trajectory=True, generator=gen(14)).trajectory  # (n_steps, n_chains, dim)
-        rho = diagnostics.autocorrelation(draws[:, :, -1:], max_lag=min(40, n_steps - 1))   # the widest coordinate
+        rho = diagnostics.autocorrelation(draws[:, :, -1:], max_lag=min(40, n_steps - 1))  # the widest coordinate
         ess = float(diagnostics.ess_bulk(draws[:, :, -1:]).squeeze())
-        ax.plot(rho.mean(1).squeeze().numpy(), "o-", ms=3, color=COLORS[name],
-                label=f"{name} (step {float(tuned.step_size):.2f}): bulk ESS {ess:.0f} of {n_steps * n_chains}")
+        ax.plot(
+            rho.mean(1).squeeze().numpy(),
+            "o-",
+            ms=3,
+            color=COLORS[name],
+            label=f"{name} (step {float(tuned.step_size):.2f}): bulk ESS {ess:.0f} of {n_steps * n_chains}",
+        )
     ax.axhline(0, color="grey", lw=0.8)
-    ax.set(xlabel="lag (iterations)", ylabel="autocorrelation (mean over chains)",
-           title=f"Autocorrelation of x₁₀ (variance 2) on a {dim}-d Gaussian, after warm-up")
+    ax.set(
+        xlabel="lag (iterations)",
+        ylabel="autocorrelation (mean over chains)",
+        title=f"Autocorrelation of x₁₀ (variance 2) on a {dim}-d Gaussian, after warm-up",
+    )
     ax.legend(fontsize=8)
     fig.tight_layout()
     return save(fig, out, "autocorrelation.png")
@@ -232,10 +271,11 @@ def autocorrelation(out: Path, quick: bool) -> Path:
 def training(out: Path, quick: bool) -> Path:
     """Sliced score matching on eight Gaussians: loss curve, data, learned density, model samples."""
     steps = 60 if quick else 1500
-    data = datasets.make("eight_gaussians", 4000, generator=gen(15))                   # (4000, 2)
+    data = datasets.make("eight_gaussians", 4000, generator=gen(15))  # (4000, 2)
     energy = ebmcore.MLPEnergy(dim=2, hidden=(64, 64), seed=0)
-    trainer = Trainer(energy, SlicedScoreMatching(n_projections=1, variance_reduction=True), data,
-                      batch_size=256, lr=2e-3, seed=0)
+    trainer = Trainer(
+        energy, SlicedScoreMatching(n_projections=1, variance_reduction=True), data, batch_size=256, lr=2e-3, seed=0
+    )
     history = trainer.fit(steps)
     sampler = MALASampler(energy, step_size=0.02)
     x = sampler.sample(torch.empty(1000, 2).uniform_(-4, 4, generator=gen(16)), 50 if quick else 500, generator=gen(17))
@@ -244,13 +284,13 @@ def training(out: Path, quick: bool) -> Path:
     window = max(1, len(losses) // 50)
     smooth = losses.unfold(0, window, 1).mean(1) if window > 1 else losses
     axes[0].plot(history.steps, losses.numpy(), color="lightgrey", lw=0.7, label="per step")
-    axes[0].plot(history.steps[window - 1:], smooth.numpy(), color=COLORS["MALA"], label=f"moving mean ({window} steps)")
+    axes[0].plot(history.steps[window - 1 :], smooth.numpy(), color=COLORS["MALA"], label=f"moving mean ({window} steps)")
     axes[0].set(xlabel="training step", ylabel="loss", title="sliced score matching loss (MLP 2-64-64-1)")
     axes[0].legend(fontsize=8)
     axes[1].scatter(data[:, 0], data[:, 1], s=1, alpha=0.4, color="k")
     axes[1].set(title="data: eight Gaussians", xlim=(-4, 4), ylim=(-4, 4))
     X, Y, E = grid(energy, (-4, 4, -4, 4), 150)
-    log_density = (-(E - E.min())).clip(min=-10.0)                  # log exp(−E), up to a constant
+    log_density = (-(E - E.min())).clip(min=-10.0)  # log exp(−E), up to a constant
     axes[2].imshow(log_density, extent=(-4, 4, -4, 4), origin="lower", cmap="magma")
     axes[2].scatter(x[:, 0], x[:, 1], s=1, c="cyan", alpha=0.5)
     axes[2].set(title=f"learned log-density −E after {steps} steps\n(10 nats of range), 1000 MALA samples")
@@ -282,11 +322,14 @@ def benchmarks(out: Path, quick: bool) -> Path:
     meta = runs[0]["meta"]
     days = sorted({run["meta"]["date"][:10] for run in runs})
     dates = days[0] if len(days) == 1 else f"{days[0]} to {days[-1]}"
-    commits = ", ".join(f"{'/'.join(w for w, (_, m) in workloads.items() if m is run['meta'])} at {run['meta']['git']['commit']}"
-                        for run in runs[::-1])
-    ax.set(xlabel="ratio of median times (> 1: ebm faster; log scale)",
-           title=f"ebm against torchebm 0.8.9 and BlackJAX 1.7.1, CPU, {meta['threads']} thread, {dates}\n"
-                 f"({commits})")
+    commits = ", ".join(
+        f"{'/'.join(w for w, (_, m) in workloads.items() if m is run['meta'])} at {run['meta']['git']['commit']}"
+        for run in runs[::-1]
+    )
+    ax.set(
+        xlabel="ratio of median times (> 1: ebm faster; log scale)",
+        title=f"ebm against torchebm 0.8.9 and BlackJAX 1.7.1, CPU, {meta['threads']} thread, {dates}\n({commits})",
+    )
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     return save(fig, out, "benchmarks.png")
@@ -303,8 +346,8 @@ def true_nll(name: str, test: torch.Tensor) -> float:
     t = (torch.arange(4000, dtype=torch.float64) + 0.5) * (math.pi / 4000)
     upper = 2 * torch.stack([t.cos() - 0.5, t.sin() - 0.25], 1)
     lower = 2 * torch.stack([0.5 - t.cos(), 0.25 - t.sin()], 1)
-    centres = torch.cat([upper, lower])                                   # (8000, 2), each of weight 1/8000
-    var = TWO_MOONS_NOISE ** 2
+    centres = torch.cat([upper, lower])  # (8000, 2), each of weight 1/8000
+    var = TWO_MOONS_NOISE**2
     d2 = torch.cdist(test.double(), centres).square()
     log_p = torch.logsumexp(-d2 / (2 * var), 1) - math.log(len(centres)) - math.log(2 * math.pi * var)
     return float(-log_p.mean())
@@ -321,25 +364,55 @@ def toys(out: Path, quick: bool) -> Path:
 
     def dsm(train):
         energy = NoiseConditionalEnergy([2], hidden=[128, 128], sigma_min=0.1, sigma_max=2.0, seed=0)
-        return Trainer(energy, DenoisingScoreMatching(sigma_range=[0.1, 2.0]), train, batch_size=256, lr=2e-3, seed=0,
-                       ema_decay=0.99), scale(8000), lambda m: m
+        return (
+            Trainer(
+                energy, DenoisingScoreMatching(sigma_range=[0.1, 2.0]), train, batch_size=256, lr=2e-3, seed=0, ema_decay=0.99
+            ),
+            scale(8000),
+            lambda m: m,
+        )
 
     def flow_cd(train):
         loss = EnergyMatching(scale(1000), temperature=1.0, flow_weight=0.0, n_steps=30, step_size=0.005)
-        return Trainer(ebmcore.MLPEnergy(dim=2, hidden=(64, 64), seed=0), loss, train, batch_size=256, lr=2e-3, seed=0,
-                       ema_decay=0.99), scale(4000), lambda m: BoltzmannEnergy(m, 1.0)
+        return (
+            Trainer(
+                ebmcore.MLPEnergy(dim=2, hidden=(64, 64), seed=0), loss, train, batch_size=256, lr=2e-3, seed=0, ema_decay=0.99
+            ),
+            scale(4000),
+            lambda m: BoltzmannEnergy(m, 1.0),
+        )
 
     def energy_matching(train):
         loss = EnergyMatching(scale(1000), temperature=0.1, n_steps=20, step_size=0.01)
-        return Trainer(ebmcore.MLPEnergy(dim=2, hidden=(64, 64), seed=0), loss, train, batch_size=256, lr=2e-3, seed=0,
-                       ema_decay=0.99), scale(2000), lambda m: BoltzmannEnergy(m, 0.1)
+        return (
+            Trainer(
+                ebmcore.MLPEnergy(dim=2, hidden=(64, 64), seed=0), loss, train, batch_size=256, lr=2e-3, seed=0, ema_decay=0.99
+            ),
+            scale(2000),
+            lambda m: BoltzmannEnergy(m, 0.1),
+        )
 
     def eqm(train):
-        return Trainer(ebmcore.MLPEnergy(dim=2, hidden=(128, 128), seed=0), EquilibriumMatching(), train, batch_size=256,
-                       lr=2e-3, seed=0, ema_decay=0.99), scale(3000), None  # T chosen on the training split below
+        return (
+            Trainer(
+                ebmcore.MLPEnergy(dim=2, hidden=(128, 128), seed=0),
+                EquilibriumMatching(),
+                train,
+                batch_size=256,
+                lr=2e-3,
+                seed=0,
+                ema_decay=0.99,
+            ),
+            scale(3000),
+            None,
+        )  # T chosen on the training split below
 
-    methods = {"multi-level DSM (σ_min 0.1)": dsm, "flow warm-up, then CD": flow_cd, "energy matching (ε = 0.1)": energy_matching,
-               "EqM-E (T chosen on train)": eqm}
+    methods = {
+        "multi-level DSM (σ_min 0.1)": dsm,
+        "flow warm-up, then CD": flow_cd,
+        "energy matching (ε = 0.1)": energy_matching,
+        "EqM-E (T chosen on train)": eqm,
+    }
     n_grid = 60 if quick else 300
     results: dict = {"quick": quick, "grid": f"{n_grid}² over [−4, 4]²", "datasets": {}}
     fig, axes = plt.subplots(2, 1 + len(methods), figsize=(3.1 * (1 + len(methods)), 6.4))
@@ -360,19 +433,28 @@ def toys(out: Path, quick: bool) -> Path:
                 diverged = str(exc).split(":")[0]
             model = trainer.ema.module
             if density is None:  # EqM-E: exp(−E/T), T picked by the training split's NLL
-                temperature = min((0.05, 0.1, 0.2, 0.5, 1.0), key=lambda t: grid_nll(BoltzmannEnergy(model, t), train, 4.0, n=n_grid))
+                temperature = min(
+                    (0.05, 0.1, 0.2, 0.5, 1.0), key=lambda t: grid_nll(BoltzmannEnergy(model, t), train, 4.0, n=n_grid)
+                )
                 density = BoltzmannEnergy(model, temperature)
                 label_t = f"{label.split(' (')[0]} (T = {temperature:g})"
             else:
                 density, label_t = density(model), label
             nll = grid_nll(density, test, 4.0, n=n_grid)
-            record["methods"][label_t] = {"held_out_nll": nll, "gap": nll - exact, "steps": steps, "diverged": diverged,
-                                          "rollbacks": trainer.watchdog_report()["rollbacks"],
-                                          "seconds": round(time.perf_counter() - start, 1)}
+            record["methods"][label_t] = {
+                "held_out_nll": nll,
+                "gap": nll - exact,
+                "steps": steps,
+                "diverged": diverged,
+                "rollbacks": trainer.watchdog_report()["rollbacks"],
+                "seconds": round(time.perf_counter() - start, 1),
+            }
             X, Y, E = grid(density, (-4, 4, -4, 4), 150)
             axes[row, col].imshow((-(E - E.min())).clip(min=-10.0), extent=(-4, 4, -4, 4), origin="lower", cmap="magma")
-            axes[row, col].set(title=f"{label_t}\nNLL {nll:.3f} (gap {nll - exact:+.3f})"
-                                     + (f"\n{diverged}: its last good state" if diverged else ""))
+            axes[row, col].set(
+                title=f"{label_t}\nNLL {nll:.3f} (gap {nll - exact:+.3f})"
+                + (f"\n{diverged}: its last good state" if diverged else "")
+            )
         results["datasets"][name] = record
     for ax in axes.flat:
         ax.set(xlim=(-4, 4), ylim=(-4, 4), xticks=[], yticks=[])
@@ -391,9 +473,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "assets" / "figures", help="output directory")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test, the figures mean little")
     parser.add_argument("--only", default="", help="comma-separated figure functions to run (default: all)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch.set_num_threads (default 1: small batches run faster on one thread, and a busy "
-                             "machine does not slow them down by oversubscription)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch.set_num_threads (default 1: small batches run faster on one thread, and a busy "
+        "machine does not slow them down by oversubscription)",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)

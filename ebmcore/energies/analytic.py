@@ -60,8 +60,10 @@ class AnalyticEnergy(EnergyModel):
         if sorted(values) != sorted(names):
             missing = [n for n in names if n not in values]
             extra = [n for n in values if n not in names]
-            raise TypeError(f"{type(self).__name__}.set_parameters takes exactly the declared parameters {names}; "
-                            f"missing {missing}, undeclared {extra}.")
+            raise TypeError(
+                f"{type(self).__name__}.set_parameters takes exactly the declared parameters {names}; "
+                f"missing {missing}, undeclared {extra}."
+            )
         sizes = {"d": self.dim}
         for p in self.params:
             value = p.check(values[p.name], type(self).__name__, sizes)

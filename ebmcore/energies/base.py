@@ -26,8 +26,10 @@ def autocast_enabled(device_type: str) -> bool:
 def uses_autograd(energy: "EnergyModel") -> bool:
     """True when ``energy`` overrides neither ``compute_gradient`` nor ``compute_energy_and_gradient``."""
     cls = type(energy)
-    return cls.compute_gradient is EnergyModel.compute_gradient and \
-        cls.compute_energy_and_gradient is EnergyModel.compute_energy_and_gradient
+    return (
+        cls.compute_gradient is EnergyModel.compute_gradient
+        and cls.compute_energy_and_gradient is EnergyModel.compute_energy_and_gradient
+    )
 
 
 def closed_form_program(energy: "EnergyModel", like: Tensor) -> tuple[Optional[FeedForward], str]:
@@ -39,10 +41,12 @@ def closed_form_program(energy: "EnergyModel", like: Tensor) -> tuple[Optional[F
 
 
 def _no_graph(owner: str, what: str) -> str:
-    return (f"{owner}.compute_energy(x) {what}, so its gradient cannot be taken: it computes the energy from "
-            "x.detach(), under torch.no_grad(), through NumPy or .item(), or not from x at all. Compute it from x "
-            "with torch operations, or override compute_gradient(x, create_graph=False) to return ∇ₓE yourself "
-            "(torch.zeros_like(x) for an energy that does not depend on x).")
+    return (
+        f"{owner}.compute_energy(x) {what}, so its gradient cannot be taken: it computes the energy from "
+        "x.detach(), under torch.no_grad(), through NumPy or .item(), or not from x at all. Compute it from x "
+        "with torch operations, or override compute_gradient(x, create_graph=False) to return ∇ₓE yourself "
+        "(torch.zeros_like(x) for an energy that does not depend on x)."
+    )
 
 
 def mismatched_parameter(module: nn.Module) -> Optional[str]:
@@ -57,9 +61,11 @@ def mismatched_parameter(module: nn.Module) -> Optional[str]:
         elif t.dtype != first[1].dtype or t.device != first[1].device:
             layer = name.rpartition(".")[0]
             owner = f"layer {layer!r} ({type(module.get_submodule(layer)).__name__})" if layer else "the model"
-            return (f"{type(module).__name__}: {owner} holds parameter {name!r} in {t.dtype} on {t.device}, but "
-                    f"{first[0]!r} is {first[1].dtype} on {first[1].device}; give every layer one dtype and device: "
-                    f"model.to({first[1].dtype}) (or model.to(device)) after building it. (ebmcore never casts silently.)")
+            return (
+                f"{type(module).__name__}: {owner} holds parameter {name!r} in {t.dtype} on {t.device}, but "
+                f"{first[0]!r} is {first[1].dtype} on {first[1].device}; give every layer one dtype and device: "
+                f"model.to({first[1].dtype}) (or model.to(device)) after building it. (ebmcore never casts silently.)"
+            )
     return None
 
 
@@ -132,8 +138,10 @@ class EnergyModel(nn.Module):
         says what they compute declare it (:class:`~ebmcore.energies.SequentialEnergy`, ``MLPEnergy``, analytic
         energies, ``ConvEnergy``); an override must compute exactly what ``compute_energy`` does
         (``ebmcore.testing.check_program`` checks it)."""
-        return Opaque(f"{type(self).__name__}.compute_energy is Python code that ebm does not read; wrap an "
-                      "nn.Sequential in ebmcore.SequentialEnergy (or use MLPEnergy) for the closed form and kernels")
+        return Opaque(
+            f"{type(self).__name__}.compute_energy is Python code that ebm does not read; wrap an "
+            "nn.Sequential in ebmcore.SequentialEnergy (or use MLPEnergy) for the closed form and kernels"
+        )
 
     def bind(self, like: Tensor) -> EnergyFunctions:
         """Unchecked ``(energy, gradient, energy_and_gradient)`` callables for inputs like ``like``, with the energy's
@@ -148,20 +156,25 @@ class EnergyModel(nn.Module):
         if not uses_autograd(self):
             if not isinstance(program, Analytic):  # its own gradient: no kernel may run the network in its place
                 program = Opaque(f"{type(self).__name__} computes its own gradient")
-            return EnergyFunctions(self.compute_energy, self.compute_gradient, self.compute_energy_and_gradient,
-                                   program=program)
+            return EnergyFunctions(self.compute_energy, self.compute_gradient, self.compute_energy_and_gradient, program=program)
         network, why = feedforward.closed_form(program, like)
         if network is None:
-            return EnergyFunctions(self.compute_energy, self.compute_gradient, self.compute_energy_and_gradient,
-                                   f"autograd ({why})", Opaque(why) if isinstance(program, FeedForward) else program)
+            return EnergyFunctions(
+                self.compute_energy,
+                self.compute_gradient,
+                self.compute_energy_and_gradient,
+                f"autograd ({why})",
+                Opaque(why) if isinstance(program, FeedForward) else program,
+            )
         fast, slow = feedforward.bind(network, like), self.compute_energy_and_gradient
         device_type = like.device.type
 
         def energy_and_gradient(x: Tensor) -> tuple[Tensor, Tensor]:
             return slow(x) if autocast_enabled(device_type) else fast(x)
 
-        return EnergyFunctions(self.compute_energy, lambda x: energy_and_gradient(x)[1], energy_and_gradient,
-                               feedforward.describe(network), network)
+        return EnergyFunctions(
+            self.compute_energy, lambda x: energy_and_gradient(x)[1], energy_and_gradient, feedforward.describe(network), network
+        )
 
     # -- checked public API ------------------------------------------------------------------
 
@@ -225,5 +238,9 @@ class EnergyModel(nn.Module):
             check_energy_output(values, x, owner=owner)
         else:
             check_gradient_output(values, x, owner=owner)
-        return check_finite(values, what=f"{type(self).__name__} {what}", x=x,
-                            fix="Check the inputs lie in the energy's domain and its parameters are finite.")
+        return check_finite(
+            values,
+            what=f"{type(self).__name__} {what}",
+            x=x,
+            fix="Check the inputs lie in the energy's domain and its parameters are finite.",
+        )

@@ -12,13 +12,15 @@ from ebmcore.energies.base import EnergyFunctions, EnergyModel, uses_autograd
 __all__ = ["bind_energy"]
 
 
-def bind_energy(energy: EnergyModel, like: Tensor, *, autocast: torch.dtype | None = None,
-                traceable: bool = False) -> EnergyFunctions:
+def bind_energy(
+    energy: EnergyModel, like: Tensor, *, autocast: torch.dtype | None = None, traceable: bool = False
+) -> EnergyFunctions:
     """The energy's hot-loop callables for states like ``like`` (kernels resolved now): under ``torch.autocast``
     (results in the state's dtype) with ``autocast``; with ``traceable``, an autograd gradient becomes
     ``torch.func.grad_and_value``, which ``torch.compile`` traces (``torch.autograd.grad`` is a graph break)."""
     fns = energy.bind(like)
     if traceable and uses_autograd(energy):
+
         def total(x: Tensor) -> tuple[Tensor, Tensor]:
             e = energy.compute_energy(x)
             return e.sum(), e
@@ -39,7 +41,12 @@ def bind_energy(energy: EnergyModel, like: Tensor, *, autocast: torch.dtype | No
             with torch.autocast(device_type, dtype=autocast):
                 out = f(x)
             return tuple(t.to(x.dtype) for t in out) if isinstance(out, tuple) else out.to(x.dtype)
+
         return run
 
-    return EnergyFunctions(cast(inner.energy), cast(inner.gradient), cast(inner.energy_and_gradient),
-                           f"{'autograd' if uses_autograd(energy) else inner.path or 'gradient'} under autocast({autocast})")
+    return EnergyFunctions(
+        cast(inner.energy),
+        cast(inner.gradient),
+        cast(inner.energy_and_gradient),
+        f"{'autograd' if uses_autograd(energy) else inner.path or 'gradient'} under autocast({autocast})",
+    )

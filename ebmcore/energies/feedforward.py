@@ -22,7 +22,19 @@ from torch.nn import functional as F
 from ebmcore.energies.program import Activation, ActivationKind, FeedForward, Opaque, Program
 from ebmcore.errors import InputError
 
-__all__ = ["ActivationMath", "math_of", "forward", "energy", "score_terms", "bind", "describe", "check_layers", "refusal", "closed_form", "why_not"]
+__all__ = [
+    "ActivationMath",
+    "math_of",
+    "forward",
+    "energy",
+    "score_terms",
+    "bind",
+    "describe",
+    "check_layers",
+    "refusal",
+    "closed_form",
+    "why_not",
+]
 
 aten = torch.ops.aten
 
@@ -52,26 +64,43 @@ def _silu() -> ActivationMath:
         s = torch.sigmoid(z)
         return (s - s * s) * (2 + z - 2 * fz)
 
-    return ActivationMath(lambda z, out: aten.silu.out(z, out=out),
-                      lambda g, z, fz, out: aten.silu_backward.grad_input(g, z, grad_input=out), F.silu, d1, d2)
+    return ActivationMath(
+        lambda z, out: aten.silu.out(z, out=out),
+        lambda g, z, fz, out: aten.silu_backward.grad_input(g, z, grad_input=out),
+        F.silu,
+        d1,
+        d2,
+    )
 
 
 def _tanh() -> ActivationMath:
-    return ActivationMath(lambda z, out: torch.tanh(z, out=out),
-                      lambda g, z, fz, out: aten.tanh_backward.grad_input(g, fz, grad_input=out), torch.tanh,
-                      lambda z, t: 1 - t * t, lambda z, t: -2 * t * (1 - t * t))
+    return ActivationMath(
+        lambda z, out: torch.tanh(z, out=out),
+        lambda g, z, fz, out: aten.tanh_backward.grad_input(g, fz, grad_input=out),
+        torch.tanh,
+        lambda z, t: 1 - t * t,
+        lambda z, t: -2 * t * (1 - t * t),
+    )
 
 
 def _sigmoid() -> ActivationMath:
-    return ActivationMath(lambda z, out: torch.sigmoid(z, out=out),
-                      lambda g, z, fz, out: aten.sigmoid_backward.grad_input(g, fz, grad_input=out), torch.sigmoid,
-                      lambda z, s: s * (1 - s), lambda z, s: s * (1 - s) * (1 - 2 * s))
+    return ActivationMath(
+        lambda z, out: torch.sigmoid(z, out=out),
+        lambda g, z, fz, out: aten.sigmoid_backward.grad_input(g, fz, grad_input=out),
+        torch.sigmoid,
+        lambda z, s: s * (1 - s),
+        lambda z, s: s * (1 - s) * (1 - 2 * s),
+    )
 
 
 def _relu() -> ActivationMath:
-    return ActivationMath(lambda z, out: torch.clamp_min(z, 0, out=out),
-                      lambda g, z, fz, out: out.copy_(aten.threshold_backward(g, z, 0)), torch.relu,
-                      lambda z, fz: (z > 0).to(z.dtype), lambda z, fz: torch.zeros_like(z))
+    return ActivationMath(
+        lambda z, out: torch.clamp_min(z, 0, out=out),
+        lambda g, z, fz, out: out.copy_(aten.threshold_backward(g, z, 0)),
+        torch.relu,
+        lambda z, fz: (z > 0).to(z.dtype),
+        lambda z, fz: torch.zeros_like(z),
+    )
 
 
 def _softplus(beta: float, threshold: float) -> ActivationMath:
@@ -82,16 +111,20 @@ def _softplus(beta: float, threshold: float) -> ActivationMath:
         s = torch.sigmoid(z * beta)
         return torch.where(z * beta > threshold, torch.zeros_like(z), beta * s * (1 - s))
 
-    return ActivationMath(lambda z, out: aten.softplus.out(z, beta, threshold, out=out),
-                      lambda g, z, fz, out: aten.softplus_backward.grad_input(g, z, beta, threshold, grad_input=out),
-                      lambda z: F.softplus(z, beta, threshold), d1, d2)
+    return ActivationMath(
+        lambda z, out: aten.softplus.out(z, beta, threshold, out=out),
+        lambda g, z, fz, out: aten.softplus_backward.grad_input(g, z, beta, threshold, grad_input=out),
+        lambda z: F.softplus(z, beta, threshold),
+        d1,
+        d2,
+    )
 
 
 def _gelu(approximate: str) -> ActivationMath:
     def d1(z: Tensor, fz: Tensor) -> Tensor:
         if approximate == "tanh":
             k = math.sqrt(2 / math.pi)
-            u = k * (z + 0.044715 * z ** 3)
+            u = k * (z + 0.044715 * z**3)
             t = torch.tanh(u)
             return 0.5 * (1 + t) + 0.5 * z * (1 - t * t) * k * (1 + 3 * 0.044715 * z * z)
         return 0.5 * (1 + torch.erf(z / math.sqrt(2))) + z * torch.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
@@ -99,39 +132,51 @@ def _gelu(approximate: str) -> ActivationMath:
     def d2(z: Tensor, fz: Tensor) -> Tensor:
         if approximate == "tanh":
             k, c = math.sqrt(2 / math.pi), 0.044715
-            t = torch.tanh(k * (z + c * z ** 3))
+            t = torch.tanh(k * (z + c * z**3))
             du = k * (1 + 3 * c * z * z)
             sech2 = 1 - t * t
             return sech2 * du + 0.5 * z * (-2 * t * sech2 * du * du + sech2 * k * 6 * c * z)
         return torch.exp(-0.5 * z * z) / math.sqrt(2 * math.pi) * (2 - z * z)
 
-    return ActivationMath(lambda z, out: aten.gelu.out(z, approximate=approximate, out=out),
-                      lambda g, z, fz, out: aten.gelu_backward.grad_input(g, z, approximate=approximate,
-                                                                          grad_input=out),
-                      lambda z: F.gelu(z, approximate=approximate), d1, d2)
+    return ActivationMath(
+        lambda z, out: aten.gelu.out(z, approximate=approximate, out=out),
+        lambda g, z, fz, out: aten.gelu_backward.grad_input(g, z, approximate=approximate, grad_input=out),
+        lambda z: F.gelu(z, approximate=approximate),
+        d1,
+        d2,
+    )
 
 
 def _elu(alpha: float) -> ActivationMath:
-    return ActivationMath(lambda z, out: aten.elu.out(z, alpha, 1.0, 1.0, out=out),
-                      lambda g, z, fz, out: aten.elu_backward.grad_input(g, alpha, 1.0, 1.0, False, z,
-                                                                         grad_input=out),
-                      lambda z: F.elu(z, alpha),
-                      lambda z, fz: torch.where(z > 0, torch.ones_like(z), fz + alpha),
-                      lambda z, fz: torch.where(z > 0, torch.zeros_like(z), fz + alpha))
+    return ActivationMath(
+        lambda z, out: aten.elu.out(z, alpha, 1.0, 1.0, out=out),
+        lambda g, z, fz, out: aten.elu_backward.grad_input(g, alpha, 1.0, 1.0, False, z, grad_input=out),
+        lambda z: F.elu(z, alpha),
+        lambda z, fz: torch.where(z > 0, torch.ones_like(z), fz + alpha),
+        lambda z, fz: torch.where(z > 0, torch.zeros_like(z), fz + alpha),
+    )
 
 
 def _leaky_relu(slope: float) -> ActivationMath:
-    return ActivationMath(lambda z, out: aten.leaky_relu.out(z, slope, out=out),
-                      lambda g, z, fz, out: aten.leaky_relu_backward.grad_input(g, z, slope, False, grad_input=out),
-                      lambda z: F.leaky_relu(z, slope),
-                      lambda z, fz: torch.where(z > 0, torch.ones_like(z), torch.full_like(z, slope)),
-                      lambda z, fz: torch.zeros_like(z))
+    return ActivationMath(
+        lambda z, out: aten.leaky_relu.out(z, slope, out=out),
+        lambda g, z, fz, out: aten.leaky_relu_backward.grad_input(g, z, slope, False, grad_input=out),
+        lambda z: F.leaky_relu(z, slope),
+        lambda z, fz: torch.where(z > 0, torch.ones_like(z), torch.full_like(z, slope)),
+        lambda z, fz: torch.zeros_like(z),
+    )
 
 
 _MATH: dict[ActivationKind, Callable[..., ActivationMath]] = {
-    ActivationKind.SILU: _silu, ActivationKind.TANH: _tanh, ActivationKind.SIGMOID: _sigmoid, ActivationKind.RELU: _relu,
-    ActivationKind.SOFTPLUS: _softplus, ActivationKind.GELU: lambda: _gelu("none"),
-    ActivationKind.GELU_TANH: lambda: _gelu("tanh"), ActivationKind.ELU: _elu, ActivationKind.LEAKY_RELU: _leaky_relu,
+    ActivationKind.SILU: _silu,
+    ActivationKind.TANH: _tanh,
+    ActivationKind.SIGMOID: _sigmoid,
+    ActivationKind.RELU: _relu,
+    ActivationKind.SOFTPLUS: _softplus,
+    ActivationKind.GELU: lambda: _gelu("none"),
+    ActivationKind.GELU_TANH: lambda: _gelu("tanh"),
+    ActivationKind.ELU: _elu,
+    ActivationKind.LEAKY_RELU: _leaky_relu,
 }
 
 
@@ -215,8 +260,7 @@ def bind(program: FeedForward, like: Tensor) -> Callable[[Tensor], tuple[Tensor,
             ws = []
             for linear, _ in hidden:  # per hidden layer: pre-activation z, activation f(z)
                 shape = (x.shape[0], linear.out_features)
-                ws += [torch.empty(shape, dtype=x.dtype, device=x.device),
-                       torch.empty(shape, dtype=x.dtype, device=x.device)]
+                ws += [torch.empty(shape, dtype=x.dtype, device=x.device), torch.empty(shape, dtype=x.dtype, device=x.device)]
             widest = max((linear.out_features for linear, _ in hidden), default=1)
             ws += [torch.empty(x.shape[0] * widest, dtype=x.dtype, device=x.device) for _ in range(2)]
             buffers[key] = ws
@@ -261,9 +305,11 @@ def check_layers(program: FeedForward) -> None:
     for i, layer in enumerate(program.layers):
         for t in (layer.linear.weight, layer.linear.bias):
             if t is not None and (t.dtype != first.dtype or t.device != first.device):
-                raise InputError(f"Linear layer {i} of the network ({layer.linear}) holds {t.dtype} weights on {t.device} but "
-                                 f"the first layer holds {first.dtype} on {first.device}; give every layer one dtype and "
-                                 f"device: model.to({first.dtype}) (or model.to(device)).")
+                raise InputError(
+                    f"Linear layer {i} of the network ({layer.linear}) holds {t.dtype} weights on {t.device} but "
+                    f"the first layer holds {first.dtype} on {first.device}; give every layer one dtype and "
+                    f"device: model.to({first.dtype}) (or model.to(device))."
+                )
 
 
 def refusal(program: FeedForward, like: Tensor) -> Optional[str]:
@@ -277,8 +323,10 @@ def refusal(program: FeedForward, like: Tensor) -> Optional[str]:
         return f"the first layer takes {first.in_features} features, the inputs have {like.shape[1]}"
     check_layers(program)
     if first.weight.dtype != like.dtype or first.weight.device != like.device:
-        return (f"the first layer is {str(first.weight.dtype).removeprefix('torch.')} on {first.weight.device}, the "
-                f"inputs {str(like.dtype).removeprefix('torch.')} on {like.device}")
+        return (
+            f"the first layer is {str(first.weight.dtype).removeprefix('torch.')} on {first.weight.device}, the "
+            f"inputs {str(like.dtype).removeprefix('torch.')} on {like.device}"
+        )
     return None
 
 

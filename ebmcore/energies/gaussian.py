@@ -110,10 +110,18 @@ class GaussianMixtureEnergy(AnalyticEnergy):
     op = "gaussian_mixture"
     params = (
         tensor("means", ("K", "d"), lambda d, g: 2 * torch.randn(_SAMPLE_COMPONENTS, d, generator=g, dtype=torch.float64)),
-        tensor("stds", ("K", "d"), lambda d, g: 0.5 + torch.rand(_SAMPLE_COMPONENTS, d, generator=g, dtype=torch.float64),
-               positive=True),
-        tensor("log_weights", ("K",), lambda d, g: torch.log_softmax(
-            torch.randn(_SAMPLE_COMPONENTS, generator=g, dtype=torch.float64), 0), doc="normalised log mixture weights"),
+        tensor(
+            "stds",
+            ("K", "d"),
+            lambda d, g: 0.5 + torch.rand(_SAMPLE_COMPONENTS, d, generator=g, dtype=torch.float64),
+            positive=True,
+        ),
+        tensor(
+            "log_weights",
+            ("K",),
+            lambda d, g: torch.log_softmax(torch.randn(_SAMPLE_COMPONENTS, generator=g, dtype=torch.float64), 0),
+            doc="normalised log mixture weights",
+        ),
     )
     sample_scale = 2.0
 
@@ -142,7 +150,11 @@ class GaussianMixtureEnergy(AnalyticEnergy):
             )
         if not bool((stds_t > 0).all()):
             raise InputError("GaussianMixtureEnergy: stds must be positive.")
-        weights_t = torch.ones(k, dtype=means_t.dtype, device=device) if weights is None else parameter_tensor(weights, "weights", means_t.dtype, device)
+        weights_t = (
+            torch.ones(k, dtype=means_t.dtype, device=device)
+            if weights is None
+            else parameter_tensor(weights, "weights", means_t.dtype, device)
+        )
         if weights_t.shape != (k,) or not bool((weights_t > 0).all()):
             raise InputError(f"GaussianMixtureEnergy: weights must be {k} positive numbers, got {weights_t.tolist()}.")
         log_weights = torch.log(weights_t / weights_t.sum())

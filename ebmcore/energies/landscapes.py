@@ -119,7 +119,9 @@ class AckleyEnergy(AnalyticEnergy):
     params = (scalar("a", 20.0), scalar("b", 0.2, positive=True), scalar("c", 2 * math.pi))
     sample_scale = 1.5
 
-    def __init__(self, dim: int = 2, a: float = 20.0, b: float = 0.2, c: float = 2 * math.pi, *, backend: str | None = None) -> None:
+    def __init__(
+        self, dim: int = 2, a: float = 20.0, b: float = 0.2, c: float = 2 * math.pi, *, backend: str | None = None
+    ) -> None:
         super().__init__(dim, backend)
         self.set_parameters(a=a, b=b, c=c)
 

@@ -71,7 +71,7 @@ class MLPEnergy(SequentialEnergy):
             with torch.no_grad():
                 for layer in self.net:
                     if isinstance(layer, nn.Linear):
-                        bound = layer.in_features ** -0.5
+                        bound = layer.in_features**-0.5
                         for p in (layer.weight, layer.bias):
                             values = torch.rand(p.shape, generator=generator, dtype=torch.float64) * 2 - 1
                             p.copy_(values * bound)

@@ -137,11 +137,14 @@ def matrix(name: str, sample: Sample | None = None, *, doc: str = "") -> Param:
     return Param(name, ("d", "d"), sample or _spd, False, doc)
 
 
-def tensor(name: str, shape: tuple[str | int, ...], sample: Sample | None = None, *, positive: bool = False,
-           doc: str = "") -> Param:
+def tensor(
+    name: str, shape: tuple[str | int, ...], sample: Sample | None = None, *, positive: bool = False, doc: str = ""
+) -> Param:
     """A tensor parameter of any declared ``shape`` (e.g. ``("K", "d")``), held as a buffer; sampled from a
     standard normal unless ``sample`` is given (required when ``shape`` names a size other than ``d``)."""
     if sample is None and any(isinstance(s, str) and s != "d" for s in shape):
-        raise ValueError(f"parameter {name!r} of shape {tuple(shape)}: give sample=, a maker of values whose sizes other "
-                         "than d the energy fixes itself")
+        raise ValueError(
+            f"parameter {name!r} of shape {tuple(shape)}: give sample=, a maker of values whose sizes other "
+            "than d the energy fixes itself"
+        )
     return Param(name, tuple(shape), sample or _standard_normal(tuple(shape)), positive, doc)

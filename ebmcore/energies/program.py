@@ -23,8 +23,19 @@ from typing import Any, Optional, Union
 
 from torch import Tensor, nn
 
-__all__ = ["ActivationKind", "Activation", "Layer", "FeedForward", "ConvStack", "Analytic", "Opaque", "Program",
-           "activation_of", "feedforward_of", "sequential_refusal"]
+__all__ = [
+    "ActivationKind",
+    "Activation",
+    "Layer",
+    "FeedForward",
+    "ConvStack",
+    "Analytic",
+    "Opaque",
+    "Program",
+    "activation_of",
+    "feedforward_of",
+    "sequential_refusal",
+]
 
 
 class ActivationKind(enum.Enum):
@@ -46,8 +57,11 @@ class ActivationKind(enum.Enum):
         return _PARAM_NAMES.get(self, ())
 
 
-_PARAM_NAMES = {ActivationKind.SOFTPLUS: ("beta", "threshold"), ActivationKind.ELU: ("alpha",),
-                ActivationKind.LEAKY_RELU: ("negative_slope",)}
+_PARAM_NAMES = {
+    ActivationKind.SOFTPLUS: ("beta", "threshold"),
+    ActivationKind.ELU: ("alpha",),
+    ActivationKind.LEAKY_RELU: ("negative_slope",),
+}
 
 
 @dataclass(frozen=True)

@@ -85,8 +85,10 @@ class KernelBackend:
         definition = fused_op(kernel.op)
         why = definition.conformance(kernel.fn) if definition is not None else None
         if why:
-            raise ValueError(f"backend '{self.name}': its kernel for op '{kernel.op}' does not take the op's parameters "
-                             f"{definition.signature}: it {why}.")
+            raise ValueError(
+                f"backend '{self.name}': its kernel for op '{kernel.op}' does not take the op's parameters "
+                f"{definition.signature}: it {why}."
+            )
         self._kernels[kernel.op] = kernel if kernel.backend == self.name else dataclasses.replace(kernel, backend=self.name)
 
     @property

@@ -12,8 +12,16 @@ from typing import Any, Callable, Optional
 import torch
 from torch import Tensor
 
-__all__ = ["FusedOp", "FUSED_OPS", "fused_op", "Normals", "Uniforms", "langevin_chain_reference", "hmc_chain_reference",
-           "langevin_step_reference"]
+__all__ = [
+    "FusedOp",
+    "FUSED_OPS",
+    "fused_op",
+    "Normals",
+    "Uniforms",
+    "langevin_chain_reference",
+    "hmc_chain_reference",
+    "langevin_step_reference",
+]
 
 
 @dataclass(frozen=True)
@@ -38,7 +46,7 @@ class FusedOp:
     def matches(self, op: str) -> bool:
         """Whether ``op`` is this op (for ``<energy>_...``: any analytic energy's)."""
         if self.name.startswith("<energy>"):
-            suffix = self.name[len("<energy>"):]
+            suffix = self.name[len("<energy>") :]
             return op.endswith(suffix) and len(op) > len(suffix)
         return op == self.name
 
@@ -68,7 +76,7 @@ class FusedOp:
         want_rest = any(p.startswith("*") for p in self.positional)
         keywords = [_name(k) for k in self.keywords]
         problems = []
-        head, tail = [p.name for p in positional[:len(want)]], positional[len(want):]
+        head, tail = [p.name for p in positional[: len(want)]], positional[len(want) :]
         if head != want:
             problems.append(f"positional parameters ({', '.join(p.name for p in positional)}), the op's are ({', '.join(want)})")
         if want_rest:  # the energy's arguments: *args, or parameters of their own; no keyword may sit among them
@@ -77,13 +85,21 @@ class FusedOp:
             clash = [p.name for p in tail if p.name in keywords]
             if clash:
                 problems.append(f"takes {', '.join(clash)} positionally, where the energy's arguments go: make them keyword-only")
-        by_keyword = {p.name: p for p in params if p.kind is kind.KEYWORD_ONLY
-                      or (not want_rest and p.kind is kind.POSITIONAL_OR_KEYWORD and p in tail)}
+        by_keyword = {
+            p.name: p
+            for p in params
+            if p.kind is kind.KEYWORD_ONLY or (not want_rest and p.kind is kind.POSITIONAL_OR_KEYWORD and p in tail)
+        }
         missing = [] if any_keyword else [k for k in keywords if k not in by_keyword]
         if missing:
             problems.append(f"lacks the keyword parameters {', '.join(missing)}")
-        unpassed = [p.name for p in params if p.default is kind.empty and p.name not in keywords and (
-            p.kind is kind.KEYWORD_ONLY or (not want_rest and p in tail))]
+        unpassed = [
+            p.name
+            for p in params
+            if p.default is kind.empty
+            and p.name not in keywords
+            and (p.kind is kind.KEYWORD_ONLY or (not want_rest and p in tail))
+        ]
         if unpassed:
             problems.append(f"requires parameters the op does not pass: {', '.join(unpassed)}")
         return "; ".join(problems) or None
@@ -106,14 +122,24 @@ def _normal_like(normal: Normals, x: Tensor, seed: int, step: int) -> Tensor:
     return normal(x.shape[0], x[0].numel(), seed, step).reshape(x.shape).to(x)
 
 
-def langevin_step_reference(x: Tensor, grad: Tensor, step_size: Any, noise_scale: Any, seed: int, offset: int, *,
-                            normal: Normals) -> Tensor:
+def langevin_step_reference(
+    x: Tensor, grad: Tensor, step_size: Any, noise_scale: Any, seed: int, offset: int, *, normal: Normals
+) -> Tensor:
     """``langevin_step_philox``: ``x − h·grad + s·ξ`` with ``ξ = normal(n, d, seed, offset)``, in ``x``'s dtype."""
     return (x - _rows(step_size, x) * grad) + _rows(noise_scale, x) * _normal_like(normal, x, seed, offset)
 
 
-def langevin_chain_reference(gradient: Callable[[Tensor], Tensor], x: Tensor, *, n_steps: int, step_size: Any,
-                             noise_scale: Any, seed: int, offset: int, normal: Normals) -> Tensor:
+def langevin_chain_reference(
+    gradient: Callable[[Tensor], Tensor],
+    x: Tensor,
+    *,
+    n_steps: int,
+    step_size: Any,
+    noise_scale: Any,
+    seed: int,
+    offset: int,
+    normal: Normals,
+) -> Tensor:
     """Every ``*_langevin_chain`` op: ``n_steps`` ULA moves ``x − h∇E(x) + s·ξ_t``, ``ξ_t = normal(n, d, seed,
     offset + t)``, in ``x``'s dtype (``x: (n, *event_shape)``; ``h``, ``s``: floats or ``(n,)``). Kernels that compute
     16-bit chains in float32 and round once per launch are compared with it on ``x.float()``, rounded at the end."""
@@ -122,9 +148,19 @@ def langevin_chain_reference(gradient: Callable[[Tensor], Tensor], x: Tensor, *,
     return x
 
 
-def hmc_chain_reference(energy_and_gradient: Callable[[Tensor], tuple[Tensor, Tensor]], x: Tensor, *, n_steps: int,
-                        step_size: Any, n_leapfrog_steps: int, inverse_temperature: float, seed: int, offset: int,
-                        normal: Normals, uniform: Uniforms) -> tuple[Tensor, Tensor, Tensor]:
+def hmc_chain_reference(
+    energy_and_gradient: Callable[[Tensor], tuple[Tensor, Tensor]],
+    x: Tensor,
+    *,
+    n_steps: int,
+    step_size: Any,
+    n_leapfrog_steps: int,
+    inverse_temperature: float,
+    seed: int,
+    offset: int,
+    normal: Normals,
+    uniform: Uniforms,
+) -> tuple[Tensor, Tensor, Tensor]:
     """Every ``*_hmc_chain`` op: ``n_steps`` HMC transitions at inverse temperature ``β`` (identity mass, leapfrog with
     merged kicks), momenta ``normal(n, d, seed, offset + t)``, accepted where ``uniform(n, seed, offset + t)`` is below
     ``exp(−ΔH)``; a non-finite ``ΔH`` or one above 1000 is divergent (and rejected). In ``x``'s dtype. Returns ``x'``
@@ -159,21 +195,60 @@ def _name(parameter: str) -> str:
 
 
 _CHAIN = ("n_steps: int", "step_size: float | (n,)", "noise_scale: float | (n,)", "seed: int", "offset: int")
-FUSED_OPS: dict[str, FusedOp] = {op.name: op for op in (
-    FusedOp("<energy>_langevin_chain", ("x: (n, d)", "*energy_args"), _CHAIN, "x': (n, d)", langevin_chain_reference),
-    FusedOp("<energy>_hmc_chain", ("x: (n, d)", "*energy_args"),
-            ("n_steps: int", "step_size: float | (n,)", "n_leapfrog_steps: int", "inverse_temperature: float", "seed: int",
-             "offset: int"), "(x': (n, d), accepted: (n,), divergent: (n,))", hmc_chain_reference),
-    FusedOp("<energy>_nuts_chain", ("x: (n, d)", "*energy_args"),
-            ("n_steps: int", "step_size: float | (n,)", "max_tree_depth: int", "inverse_temperature: float", "seed: int",
-             "offset: int"), "(x': (n, d), acceptance: (n,), divergent: (n,), n_leapfrog: (n,), tree_depth: (n,))"),
-    FusedOp("langevin_step_philox", ("x: (n, d)", "grad: (n, d)", "step_size: float | (n,)", "noise_scale: float | (n,)",
-                                     "seed: int", "offset: int"), (), "x': (n, d)", langevin_step_reference),
-    FusedOp("feedforward_langevin_chain", ("x: (n, d)", "network: ebmcore.energies.program.FeedForward"), _CHAIN, "x': (n, d)",
-            langevin_chain_reference),
-    FusedOp("conv_langevin_chain", ("x: (n, C, H, W)", "stack: ebmcore.energies.program.ConvStack"), _CHAIN,
-            "x': (n, C, H, W)", langevin_chain_reference),
-)}
+FUSED_OPS: dict[str, FusedOp] = {
+    op.name: op
+    for op in (
+        FusedOp("<energy>_langevin_chain", ("x: (n, d)", "*energy_args"), _CHAIN, "x': (n, d)", langevin_chain_reference),
+        FusedOp(
+            "<energy>_hmc_chain",
+            ("x: (n, d)", "*energy_args"),
+            (
+                "n_steps: int",
+                "step_size: float | (n,)",
+                "n_leapfrog_steps: int",
+                "inverse_temperature: float",
+                "seed: int",
+                "offset: int",
+            ),
+            "(x': (n, d), accepted: (n,), divergent: (n,))",
+            hmc_chain_reference,
+        ),
+        FusedOp(
+            "<energy>_nuts_chain",
+            ("x: (n, d)", "*energy_args"),
+            (
+                "n_steps: int",
+                "step_size: float | (n,)",
+                "max_tree_depth: int",
+                "inverse_temperature: float",
+                "seed: int",
+                "offset: int",
+            ),
+            "(x': (n, d), acceptance: (n,), divergent: (n,), n_leapfrog: (n,), tree_depth: (n,))",
+        ),
+        FusedOp(
+            "langevin_step_philox",
+            ("x: (n, d)", "grad: (n, d)", "step_size: float | (n,)", "noise_scale: float | (n,)", "seed: int", "offset: int"),
+            (),
+            "x': (n, d)",
+            langevin_step_reference,
+        ),
+        FusedOp(
+            "feedforward_langevin_chain",
+            ("x: (n, d)", "network: ebmcore.energies.program.FeedForward"),
+            _CHAIN,
+            "x': (n, d)",
+            langevin_chain_reference,
+        ),
+        FusedOp(
+            "conv_langevin_chain",
+            ("x: (n, C, H, W)", "stack: ebmcore.energies.program.ConvStack"),
+            _CHAIN,
+            "x': (n, C, H, W)",
+            langevin_chain_reference,
+        ),
+    )
+}
 """The fused chains, defined here once (:class:`FusedOp`), with their ``torch`` references given the backend's noise
 (NUTS has none: its kernels are held to the per-step sampler's law): they run many steps per launch, the noise drawn
 inside the kernel from a counter-based stream keyed by ``seed`` at steps ``offset, offset + 1, ...`` (``ebm-cuda``

@@ -83,11 +83,14 @@ def op_spec(op: str) -> OpSpec:
         specs = energy_ops(energy)
         if op in specs:
             return specs[op]
-    raise KeyError(f"op {op!r} has no spec: it is neither a builtin op ({', '.join(sorted(OPS))}) nor an op of a registered "
-                   "analytic energy")
+    raise KeyError(
+        f"op {op!r} has no spec: it is neither a builtin op ({', '.join(sorted(OPS))}) nor an op of a registered analytic energy"
+    )
 
 
-def sample_inputs(op: str, n: int = 64, d: int = 4, *, dtype: torch.dtype = torch.float64, device: Any = "cpu", seed: int = 0) -> tuple[Any, ...]:
+def sample_inputs(
+    op: str, n: int = 64, d: int = 4, *, dtype: torch.dtype = torch.float64, device: Any = "cpu", seed: int = 0
+) -> tuple[Any, ...]:
     """Deterministic sample arguments for ``op``, tensors cast to ``dtype`` on ``device``."""
     g = torch.Generator().manual_seed(seed)
     args = op_spec(op).make_inputs(n, d, g)

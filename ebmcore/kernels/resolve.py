@@ -67,7 +67,9 @@ class Explanation:
         cap = "" if self.capability is None else f", compute capability {self.capability[0]}.{self.capability[1]}"
         dtype = str(self.dtype).removeprefix("torch.")
         head = f"op {self.op} on {self.device} ({dtype}{cap}); selection: {self.selection_source}"
-        rows = [f"  {'CHOSEN' if c.chosen else 'no':6}  {c.backend:<14} priority {c.priority:>4}  {c.reason}" for c in self.candidates]
+        rows = [
+            f"  {'CHOSEN' if c.chosen else 'no':6}  {c.backend:<14} priority {c.priority:>4}  {c.reason}" for c in self.candidates
+        ]
         return "\n".join([head, *rows])
 
 
@@ -119,7 +121,12 @@ def _backends_for(op: str) -> tuple[list[KernelBackend], list[Candidate]]:
     table = plugins.session().table
     found = [e.component for e in table.entries("kernel") if op in e.component.kernels]
     clashes = [
-        Candidate(name, 0, False, "left out: registered by several plugins (" + ", ".join(e.plugin for e in entries) + "); see `ebm plugins`")
+        Candidate(
+            name,
+            0,
+            False,
+            "left out: registered by several plugins (" + ", ".join(e.plugin for e in entries) + "); see `ebm plugins`",
+        )
         for kind, name, entries in table.conflicts()
         if kind == "kernel" and any(op in e.component.kernels for e in entries)
     ]

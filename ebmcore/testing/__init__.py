@@ -7,4 +7,12 @@ Fixtures for pytest: add ``pytest_plugins = ["ebmcore.testing.fixtures"]`` to a 
 from ebmcore.testing.contracts import check_energy, check_kernel, check_loss, check_program, check_sampler
 from ebmcore.testing.plugins import installed_distribution, isolated_plugins
 
-__all__ = ["isolated_plugins", "installed_distribution", "check_energy", "check_program", "check_sampler", "check_loss", "check_kernel"]
+__all__ = [
+    "isolated_plugins",
+    "installed_distribution",
+    "check_energy",
+    "check_program",
+    "check_sampler",
+    "check_loss",
+    "check_kernel",
+]

@@ -82,22 +82,30 @@ def check_program(energy: EnergyModel, x: Tensor) -> None:
     try:
         model = copy.deepcopy(energy).double()
     except RuntimeError as exc:  # torch's deepcopy of a non-leaf weight: the old weight_norm, pruning
-        raise InputError(f"check_program copies {type(energy).__name__} to check it in float64, and torch cannot copy "
-                         f"it ({str(exc).splitlines()[0]}): a weight computed from others, as the old "
-                         "torch.nn.utils.weight_norm or torch.nn.utils.prune make. Use "
-                         "torch.nn.utils.parametrizations.weight_norm instead, or make pruning permanent with "
-                         "torch.nn.utils.prune.remove(module, 'weight'), before checking.") from None
+        raise InputError(
+            f"check_program copies {type(energy).__name__} to check it in float64, and torch cannot copy "
+            f"it ({str(exc).splitlines()[0]}): a weight computed from others, as the old "
+            "torch.nn.utils.weight_norm or torch.nn.utils.prune make. Use "
+            "torch.nn.utils.parametrizations.weight_norm instead, or make pruning permanent with "
+            "torch.nn.utils.prune.remove(module, 'weight'), before checking."
+        ) from None
     x64 = x.detach().double()
     program = model.program()
     owner = type(energy).__name__
-    lie = (f"{owner}.program() does not compute what {owner}.compute_energy does at these points: make program() "
-           "describe exactly the modules compute_energy runs, or return Opaque(reason) (autograd then runs the code). ")
+    lie = (
+        f"{owner}.program() does not compute what {owner}.compute_energy does at these points: make program() "
+        "describe exactly the modules compute_energy runs, or return Opaque(reason) (autograd then runs the code). "
+    )
     if isinstance(program, (Opaque, Analytic)):  # analytic: the energy's own kernels are its program
         return
     with torch.no_grad():
         expected = model.compute_energy(x64)
-        _close(program_energy(program, x64), expected, 1e-10, f"{lie}The energy of {program.describe()}, its program, differs from "
-               "compute_energy's")
+        _close(
+            program_energy(program, x64),
+            expected,
+            1e-10,
+            f"{lie}The energy of {program.describe()}, its program, differs from compute_energy's",
+        )
     if isinstance(program, FeedForward):
         fns = model.bind(x64)
         assert fns.program == program, f"bind() did not take the closed form: {fns.path}"
@@ -108,8 +116,9 @@ def check_program(energy: EnergyModel, x: Tensor) -> None:
         _close(g, auto, 1e-9, "closed-form gradient vs autograd (float64)")
 
 
-def check_sampler(factory: Callable[[EnergyModel], Any], *, dim: int = 2, n_chains: int = 2000, n_steps: int = 300,
-                  check_moments: bool = True) -> None:
+def check_sampler(
+    factory: Callable[[EnergyModel], Any], *, dim: int = 2, n_chains: int = 2000, n_steps: int = 300, check_moments: bool = True
+) -> None:
     """A sampler built by ``factory(energy)`` on a standard Gaussian: shape, dtype and device kept,
     reproducible for a seeded generator, the energy untouched, and (``check_moments``) mean within
     5 standard errors of 0 and variance within 20 % of 1 after ``n_steps``."""
@@ -161,8 +170,15 @@ def check_loss(factory: Callable[[], Any], *, dim: int = 2, batch: int = 128) ->
     assert all(p.dtype == torch.float32 for p in energy.parameters()), "the loss re-typed the energy model"
 
 
-def check_kernel(backend: KernelBackend, ops: Iterable[str] | None = None, *, device: Any = "cpu",
-                 dtypes: Iterable[torch.dtype] = (torch.float32, torch.float64), n: int = 64, d: int = 4) -> list[str]:
+def check_kernel(
+    backend: KernelBackend,
+    ops: Iterable[str] | None = None,
+    *,
+    device: Any = "cpu",
+    dtypes: Iterable[torch.dtype] = (torch.float32, torch.float64),
+    n: int = 64,
+    d: int = 4,
+) -> list[str]:
     """Every kernel of ``backend`` (or ``ops``) that can run on ``device`` agrees with the ``torch``
     reference on the op's sample inputs (the builtin ops, and the ops of analytic energies registered in
     the plugin session). Returns the ``op[dtype]`` pairs checked (asserting at least one)."""
@@ -173,8 +189,10 @@ def check_kernel(backend: KernelBackend, ops: Iterable[str] | None = None, *, de
         if op not in reference:  # an op of an analytic energy a plugin registers, if any
             reference = TorchBackend(registered=registered_analytic_energies).kernels
         if op not in reference:
-            raise AssertionError(f"op {op!r} has no torch reference (neither in ebmcore.kernels.ops nor declared by a registered "
-                                 "analytic energy); compare it yourself")
+            raise AssertionError(
+                f"op {op!r} has no torch reference (neither in ebmcore.kernels.ops nor declared by a registered "
+                "analytic energy); compare it yourself"
+            )
         kernel = backend.kernels[op]
         for dtype in dtypes:
             capability = tuple(torch.cuda.get_device_capability(dev)) if dev.type == "cuda" else None
@@ -183,7 +201,9 @@ def check_kernel(backend: KernelBackend, ops: Iterable[str] | None = None, *, de
             args = sample_inputs(op, n, d, dtype=dtype, device=dev)
             expected = reference[op].fn(*sample_inputs(op, n, d, dtype=torch.float64))
             actual = kernel.fn(*args)
-            assert actual.shape == expected.shape and actual.dtype == dtype, f"{op}[{dtype}] returned {actual.shape} {actual.dtype}"
+            assert actual.shape == expected.shape and actual.dtype == dtype, (
+                f"{op}[{dtype}] returned {actual.shape} {actual.dtype}"
+            )
             name = f"{op}[{str(dtype).removeprefix('torch.')}]"
             _close(actual.cpu(), expected, _TOL[dtype] * 10, f"{backend.name}.{name} vs torch reference")
             checked.append(name)

@@ -97,16 +97,23 @@ def _site_packages() -> frozenset[Path]:
 
 def _from_environment(dist: Any) -> bool:
     """Whether ``dist`` is a third-party distribution installed in this Python's site-packages."""
-    return dist is not None and dist.name not in FIRST_PARTY_DISTRIBUTIONS and \
-        Path(dist.locate_file("")).resolve() in _site_packages()
+    return (
+        dist is not None
+        and dist.name not in FIRST_PARTY_DISTRIBUTIONS
+        and Path(dist.locate_file("")).resolve() in _site_packages()
+    )
 
 
 def environment_plugins() -> frozenset[str]:
     """The distributions installed in this Python's site-packages that plug into ebmcore (entry points of the groups
     ``ebmcore`` or ``ebmcore.commands``) and are not ebm's own: what a user installed beside ebm, such as the plugin
     guide's example."""
-    return frozenset(ep.dist.name for group in (plugins.ENTRY_POINT_GROUP, COMMANDS_GROUP)
-                     for ep in _ENTRY_POINTS(group=group) if _from_environment(ep.dist))
+    return frozenset(
+        ep.dist.name
+        for group in (plugins.ENTRY_POINT_GROUP, COMMANDS_GROUP)
+        for ep in _ENTRY_POINTS(group=group)
+        if _from_environment(ep.dist)
+    )
 
 
 def hide_environment_plugins(monkeypatch: Any) -> None:

@@ -58,8 +58,9 @@ def _sigmoid(z, PTX_MATH: tl.constexpr):
 def _exp_minus(x, PTX_MATH: tl.constexpr):
     """``exp(−x)``, float32 (the sign in the factor: Triton's ``-x`` is ``0 − x``, one instruction more)."""
     if PTX_MATH:
-        y = tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [x * _MINUS_LOG2_E], dtype=tl.float32,
-                                      is_pure=True, pack=1)
+        y = tl.inline_asm_elementwise(
+            "ex2.approx.ftz.f32 $0, $1;", "=f,f", [x * _MINUS_LOG2_E], dtype=tl.float32, is_pure=True, pack=1
+        )
     else:
         y = tl.exp(-x)
     return y
@@ -125,8 +126,28 @@ def _normals(seed_lo, seed_hi, rows, t, D: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def _langevin_move(x, grad, hs, ss, k, offset, noise_ptr, n, d, rows, rows64, cols, mask, col_ok, seed_lo, seed_hi,
-                   D0: tl.constexpr, DN: tl.constexpr, BLOCK_N: tl.constexpr, NOISE_FROM_TENSOR: tl.constexpr):
+def _langevin_move(
+    x,
+    grad,
+    hs,
+    ss,
+    k,
+    offset,
+    noise_ptr,
+    n,
+    d,
+    rows,
+    rows64,
+    cols,
+    mask,
+    col_ok,
+    seed_lo,
+    seed_hi,
+    D0: tl.constexpr,
+    DN: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    NOISE_FROM_TENSOR: tl.constexpr,
+):
     """The ``k``-th move ``x − h·grad + s·ξ`` of a call, ``ξ`` from the stream at step ``offset + k`` (or read from the
     noise tensor). The stream's normals are drawn for the first ``DN`` columns only (``DN ≥ d``, a power of 2, at least
     4: one Philox block), then widened with zeros to the ``D0`` columns of the state."""
@@ -159,9 +180,34 @@ def _stored(x, DTYPE: tl.constexpr):
 
 
 @triton.jit
-def _contribute(part_ptr, e_ptr, a_ptr, b_ptr, bo_ptr, side, pid, n, rows, row_ok, x, a1, e1, a2, e2, a3, e3, wo,
-                D0: tl.constexpr, H1: tl.constexpr, H2: tl.constexpr, H3: tl.constexpr, N_HIDDEN: tl.constexpr,
-                HAS_B: tl.constexpr, P: tl.constexpr, PRECISION: tl.constexpr):
+def _contribute(
+    part_ptr,
+    e_ptr,
+    a_ptr,
+    b_ptr,
+    bo_ptr,
+    side,
+    pid,
+    n,
+    rows,
+    row_ok,
+    x,
+    a1,
+    e1,
+    a2,
+    e2,
+    a3,
+    e3,
+    wo,
+    D0: tl.constexpr,
+    H1: tl.constexpr,
+    H2: tl.constexpr,
+    H3: tl.constexpr,
+    N_HIDDEN: tl.constexpr,
+    HAS_B: tl.constexpr,
+    P: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     """The energies ``E = wo·a_top + bo`` (``bo`` at ``bo_ptr``: the output bias times the sign) of the block's chains
     at one end (``side`` 0: the starts, 1: the ends), stored at ``e_ptr + side·n``, and the block's part of
     ``Σᵣ cᵣ ∂Eᵣ/∂θ``, ``c = a + b·E`` (``b = 0``: ``c = a``), over its rows, stored in slot ``2·pid + side`` of the
@@ -204,16 +250,57 @@ def _store_layer_part(at, ce, inputs, H: tl.constexpr, K: tl.constexpr, PRECISIO
 # 64-bit seeds and steps travel as int32 halves (Triton types an int argument by its value: steps in [2³¹, 2³²), typed
 # uint32, gave wrong counters under the interpreter): seed = seed_hi·2³² + seed_lo (bit patterns), offset =
 # offset_hi·2³¹ + offset_lo (both non-negative).
-@triton.jit(do_not_specialize=["n", "d", "stride_x", "stride_out", "n_steps", "h", "s", "seed_lo", "seed_hi", "offset_lo",
-                               "offset_hi"])
-def langevin_kernel(x_ptr, out_ptr, noise_ptr, hv_ptr, sv_ptr, w1_ptr, b1_ptr, w2_ptr, b2_ptr, w3_ptr, b3_ptr, wo_ptr,
-                    a_ptr, b_ptr, bo_ptr, e_ptr, part_ptr,
-                    n, d, stride_x, stride_out, n_steps, h, s, seed_lo, seed_hi, offset_lo, offset_hi,
-                    D0: tl.constexpr, DN: tl.constexpr, H1: tl.constexpr, H2: tl.constexpr, H3: tl.constexpr,
-                    N_HIDDEN: tl.constexpr, ACT1: tl.constexpr, ACT2: tl.constexpr, ACT3: tl.constexpr, BLOCK_N: tl.constexpr,
-                    NOISE_FROM_TENSOR: tl.constexpr, PER_CHAIN_H: tl.constexpr, PER_CHAIN_S: tl.constexpr,
-                    PRECISION: tl.constexpr, CONTRASTIVE: tl.constexpr, HAS_B: tl.constexpr, P: tl.constexpr,
-                    PTX_MATH: tl.constexpr):
+@triton.jit(
+    do_not_specialize=["n", "d", "stride_x", "stride_out", "n_steps", "h", "s", "seed_lo", "seed_hi", "offset_lo", "offset_hi"]
+)
+def langevin_kernel(
+    x_ptr,
+    out_ptr,
+    noise_ptr,
+    hv_ptr,
+    sv_ptr,
+    w1_ptr,
+    b1_ptr,
+    w2_ptr,
+    b2_ptr,
+    w3_ptr,
+    b3_ptr,
+    wo_ptr,
+    a_ptr,
+    b_ptr,
+    bo_ptr,
+    e_ptr,
+    part_ptr,
+    n,
+    d,
+    stride_x,
+    stride_out,
+    n_steps,
+    h,
+    s,
+    seed_lo,
+    seed_hi,
+    offset_lo,
+    offset_hi,
+    D0: tl.constexpr,
+    DN: tl.constexpr,
+    H1: tl.constexpr,
+    H2: tl.constexpr,
+    H3: tl.constexpr,
+    N_HIDDEN: tl.constexpr,
+    ACT1: tl.constexpr,
+    ACT2: tl.constexpr,
+    ACT3: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    NOISE_FROM_TENSOR: tl.constexpr,
+    PER_CHAIN_H: tl.constexpr,
+    PER_CHAIN_S: tl.constexpr,
+    PRECISION: tl.constexpr,
+    CONTRASTIVE: tl.constexpr,
+    HAS_B: tl.constexpr,
+    P: tl.constexpr,
+    PTX_MATH: tl.constexpr,
+):
     """``n_steps`` Langevin steps of ``BLOCK_N`` chains per program; weights padded (``H1 × D0``, ...), the output
     weights already multiplied by the energy's sign; ``N_HIDDEN`` in 1..3 (the unused pointers are not read); the
     stream's normals drawn for the first ``DN`` columns (:func:`noise_columns`).
@@ -290,16 +377,82 @@ def langevin_kernel(x_ptr, out_ptr, noise_ptr, hv_ptr, sv_ptr, w1_ptr, b1_ptr, w
             elif N_HIDDEN == 2:
                 a3, e3 = a2, e2
             if (k == 0) | (k == n_steps):
-                _contribute(part_ptr, e_ptr, a_ptr, b_ptr, bo_ptr, tl.minimum(k, 1), pid, n, rows, row_ok, x, a1, e1, a2,
-                            e2, a3, e3, wo, D0, H1, H2, H3, N_HIDDEN, HAS_B, P, PRECISION)
+                _contribute(
+                    part_ptr,
+                    e_ptr,
+                    a_ptr,
+                    b_ptr,
+                    bo_ptr,
+                    tl.minimum(k, 1),
+                    pid,
+                    n,
+                    rows,
+                    row_ok,
+                    x,
+                    a1,
+                    e1,
+                    a2,
+                    e2,
+                    a3,
+                    e3,
+                    wo,
+                    D0,
+                    H1,
+                    H2,
+                    H3,
+                    N_HIDDEN,
+                    HAS_B,
+                    P,
+                    PRECISION,
+                )
             if k < n_steps:
                 grad = _dot(e1, w1, PRECISION)
-                x = _langevin_move(x, grad, hs, ss, k, offset, noise_ptr, n, d, rows, rows64, cols, mask, col_ok, seed_lo,
-                                   seed_hi, D0, DN, BLOCK_N, NOISE_FROM_TENSOR)
+                x = _langevin_move(
+                    x,
+                    grad,
+                    hs,
+                    ss,
+                    k,
+                    offset,
+                    noise_ptr,
+                    n,
+                    d,
+                    rows,
+                    rows64,
+                    cols,
+                    mask,
+                    col_ok,
+                    seed_lo,
+                    seed_hi,
+                    D0,
+                    DN,
+                    BLOCK_N,
+                    NOISE_FROM_TENSOR,
+                )
         else:
             grad = _dot(e1, w1, PRECISION)  # (BLOCK_N, D0); zero in the padded columns
-            x = _langevin_move(x, grad, hs, ss, k, offset, noise_ptr, n, d, rows, rows64, cols, mask, col_ok, seed_lo,
-                               seed_hi, D0, DN, BLOCK_N, NOISE_FROM_TENSOR)
+            x = _langevin_move(
+                x,
+                grad,
+                hs,
+                ss,
+                k,
+                offset,
+                noise_ptr,
+                n,
+                d,
+                rows,
+                rows64,
+                cols,
+                mask,
+                col_ok,
+                seed_lo,
+                seed_hi,
+                D0,
+                DN,
+                BLOCK_N,
+                NOISE_FROM_TENSOR,
+            )
 
     tl.store(out_ptr + rows64[:, None] * stride_out + cols[None, :], _stored(x, out_ptr.dtype.element_ty), mask=mask)
 
@@ -327,10 +480,25 @@ def _halves(seed: int, step: int) -> tuple[int, int, int, int]:
     return (lo - 2**32 if lo >= 2**31 else lo), (hi - 2**32 if hi >= 2**31 else hi), step & 0x7FFFFFFF, step >> 31
 
 
-def launch_langevin(x: Tensor, out: Tensor, tensors: Sequence[Tensor], padded: Sequence[int], acts: Sequence[int],
-                    n_steps: int, h: float, s: float, hv: Optional[Tensor], sv: Optional[Tensor], seed: int, offset: int,
-                    precision: str, block_n: int, num_warps: int, noise: Optional[Tensor],
-                    contrastive: Optional[tuple[Tensor, Optional[Tensor], Tensor, Tensor, Tensor]] = None) -> None:
+def launch_langevin(
+    x: Tensor,
+    out: Tensor,
+    tensors: Sequence[Tensor],
+    padded: Sequence[int],
+    acts: Sequence[int],
+    n_steps: int,
+    h: float,
+    s: float,
+    hv: Optional[Tensor],
+    sv: Optional[Tensor],
+    seed: int,
+    offset: int,
+    precision: str,
+    block_n: int,
+    num_warps: int,
+    noise: Optional[Tensor],
+    contrastive: Optional[tuple[Tensor, Optional[Tensor], Tensor, Tensor, Tensor]] = None,
+) -> None:
     """Launch :func:`langevin_kernel` over ``cdiv(n, block_n)`` programs (arguments from ``triton_chains``);
     ``contrastive``: ``(a (2, n), b (2, n) or None, energies (2, n), partial sums (2·programs, P), output bias·sign (1,))``
     for the ``CONTRASTIVE`` variant."""
@@ -340,18 +508,51 @@ def launch_langevin(x: Tensor, out: Tensor, tensors: Sequence[Tensor], padded: S
     widths = list(padded[1:]) + [16] * (3 - n_hidden)
     codes = list(acts) + [0] * (3 - n_hidden)
     placeholder = tensors[-1]
-    a, b, energies, partials, bo = contrastive if contrastive is not None else (placeholder, None, placeholder, placeholder,
-                                                                                   placeholder)
+    a, b, energies, partials, bo = (
+        contrastive if contrastive is not None else (placeholder, None, placeholder, placeholder, placeholder)
+    )
     grid = (triton.cdiv(n, block_n),)
     langevin_kernel[grid](
-        x, out, noise if noise is not None else placeholder, hv if hv is not None else placeholder,
-        sv if sv is not None else placeholder, *weights, tensors[-1], a, b if b is not None else placeholder, bo,
-        energies, partials, n, d, x.stride(0), out.stride(0), n_steps, h, s, *_halves(seed, offset), D0=padded[0],
+        x,
+        out,
+        noise if noise is not None else placeholder,
+        hv if hv is not None else placeholder,
+        sv if sv is not None else placeholder,
+        *weights,
+        tensors[-1],
+        a,
+        b if b is not None else placeholder,
+        bo,
+        energies,
+        partials,
+        n,
+        d,
+        x.stride(0),
+        out.stride(0),
+        n_steps,
+        h,
+        s,
+        *_halves(seed, offset),
+        D0=padded[0],
         DN=noise_columns(d, padded[0], block_n),
-        H1=widths[0], H2=widths[1], H3=widths[2], N_HIDDEN=n_hidden, ACT1=codes[0], ACT2=codes[1], ACT3=codes[2],
-        BLOCK_N=block_n, NOISE_FROM_TENSOR=noise is not None, PER_CHAIN_H=hv is not None, PER_CHAIN_S=sv is not None,
-        PRECISION=precision, CONTRASTIVE=contrastive is not None, HAS_B=b is not None,
-        P=partials.shape[1] if contrastive is not None else 1, PTX_MATH=COMPILED, num_warps=num_warps)
+        H1=widths[0],
+        H2=widths[1],
+        H3=widths[2],
+        N_HIDDEN=n_hidden,
+        ACT1=codes[0],
+        ACT2=codes[1],
+        ACT3=codes[2],
+        BLOCK_N=block_n,
+        NOISE_FROM_TENSOR=noise is not None,
+        PER_CHAIN_H=hv is not None,
+        PER_CHAIN_S=sv is not None,
+        PRECISION=precision,
+        CONTRASTIVE=contrastive is not None,
+        HAS_B=b is not None,
+        P=partials.shape[1] if contrastive is not None else 1,
+        PTX_MATH=COMPILED,
+        num_warps=num_warps,
+    )
 
 
 def noise_columns(d: int, padded: int, block_n: int) -> int:
@@ -368,5 +569,6 @@ def launch_normals(out: Tensor, seed: int, step: int) -> None:
     n, d = out.shape
     block_n = 16
     # D: a power of 2 (tl.arange takes no other), the chain's padding of d
-    normals_kernel[(triton.cdiv(n, block_n),)](out, n, d, *_halves(seed, step), D=max(16, triton.next_power_of_2(d)),
-                                               BLOCK_N=block_n)
+    normals_kernel[(triton.cdiv(n, block_n),)](
+        out, n, d, *_halves(seed, step), D=max(16, triton.next_power_of_2(d)), BLOCK_N=block_n
+    )

@@ -35,8 +35,9 @@ def read_activations(text: str) -> dict[ActivationKind, int]:
         i += 1
         for name, code in _ENTRY.findall(lines[i]):
             if name not in ActivationKind.__members__:
-                raise RuntimeError(f"{HEADER.name}:{i + 1}: {name} is not an ebmcore ActivationKind "
-                                   f"({', '.join(ActivationKind.__members__)})")
+                raise RuntimeError(
+                    f"{HEADER.name}:{i + 1}: {name} is not an ebmcore ActivationKind ({', '.join(ActivationKind.__members__)})"
+                )
             if int(code) != len(codes):
                 raise RuntimeError(f"{HEADER.name}:{i + 1}: activation codes must be 0, 1, ... in order; {name} has {code}")
             codes[ActivationKind[name]] = int(code)

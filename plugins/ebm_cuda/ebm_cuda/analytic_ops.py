@@ -23,8 +23,16 @@ from ebm_cuda.dispatch import _chain_run, _check, _check_stream, _cuda_build, _l
 from ebm_cuda.energies import KINDS, LAYOUTS
 from ebm_cuda.library import DTYPE_CODES, EnergySpec
 
-__all__ = ["KINDS", "MAX_CUDA_CHAIN_DIM", "energy", "langevin_chain", "hmc_chain", "nuts_chain", "langevin_step",
-           "langevin_step_philox"]
+__all__ = [
+    "KINDS",
+    "MAX_CUDA_CHAIN_DIM",
+    "energy",
+    "langevin_chain",
+    "hmc_chain",
+    "nuts_chain",
+    "langevin_step",
+    "langevin_step_philox",
+]
 
 _LAYOUT_OF_CODE = {layout.code: layout for layout in LAYOUTS.values()}
 MAX_CUDA_CHAIN_DIM = 64
@@ -49,8 +57,10 @@ def _spec(x: Tensor, kind: int, v0: Optional[Tensor], v1: Optional[Tensor], a: f
             if slot not in uses:
                 raise InputError(f"ebm_cuda: energy {layout.name} (kind {kind}) takes no {slot}; pass None.")
             if t.shape != shape:
-                raise InputError(f"ebm_cuda: {layout.name}'s {uses[slot].name} ({slot}) of shape {tuple(t.shape)} does not fit "
-                                 f"dim {d}: expected {uses[slot].shape_text} = {shape}.")
+                raise InputError(
+                    f"ebm_cuda: {layout.name}'s {uses[slot].name} ({slot}) of shape {tuple(t.shape)} does not fit "
+                    f"dim {d}: expected {uses[slot].shape_text} = {shape}."
+                )
             t = t.to(device=x.device, dtype=md).contiguous()
         keep.append(t)
     spec = EnergySpec(kind, d, _ptr(keep[0]), _ptr(keep[1]), float(a), float(b))
@@ -59,8 +69,10 @@ def _spec(x: Tensor, kind: int, v0: Optional[Tensor], v1: Optional[Tensor], a: f
 
 def _check_chain_dim(x: Tensor, what: str) -> None:
     if x.device.type == "cuda" and x.shape[1] > MAX_CUDA_CHAIN_DIM:
-        raise InputError(f"ebm_cuda.{what}: the CUDA chain kernels take at most {MAX_CUDA_CHAIN_DIM} elements per chain, "
-                         f"got {x.shape[1]}; use the samplers' per-step loop (fused=False) or the torch backend.")
+        raise InputError(
+            f"ebm_cuda.{what}: the CUDA chain kernels take at most {MAX_CUDA_CHAIN_DIM} elements per chain, "
+            f"got {x.shape[1]}; use the samplers' per-step loop (fused=False) or the torch backend."
+        )
 
 
 def _energy(x: Tensor, kind: int, v0: Optional[Tensor], v1: Optional[Tensor], a: float, b: float, gradient: bool) -> Tensor:
@@ -68,8 +80,16 @@ def _energy(x: Tensor, kind: int, v0: Optional[Tensor], v1: Optional[Tensor], a:
     x = _check(x, "energy")
     out = x.new_empty(x.shape if gradient else x.shape[:1])
     spec, _keep = _spec(x, kind, v0, v1, a, b)
-    _run(x.device, "energy", ctypes.byref(spec), DTYPE_CODES[x.dtype], x.data_ptr(), x.shape[0],
-         None if gradient else out.data_ptr(), out.data_ptr() if gradient else None)
+    _run(
+        x.device,
+        "energy",
+        ctypes.byref(spec),
+        DTYPE_CODES[x.dtype],
+        x.data_ptr(),
+        x.shape[0],
+        None if gradient else out.data_ptr(),
+        out.data_ptr() if gradient else None,
+    )
     return out
 
 
@@ -81,9 +101,21 @@ def _(x, kind, v0, v1, a, b, gradient):
     return x.new_empty(x.shape if gradient else x.shape[:1])
 
 
-def _langevin_chain(x: Tensor, kind: int, v0: Optional[Tensor], v1: Optional[Tensor], a: float, b: float, n_steps: int,
-                   step_size: float, noise_scale: float, step_sizes: Optional[Tensor], noise_scales: Optional[Tensor],
-                   seed: int, offset: int) -> Tensor:
+def _langevin_chain(
+    x: Tensor,
+    kind: int,
+    v0: Optional[Tensor],
+    v1: Optional[Tensor],
+    a: float,
+    b: float,
+    n_steps: int,
+    step_size: float,
+    noise_scale: float,
+    step_sizes: Optional[Tensor],
+    noise_scales: Optional[Tensor],
+    seed: int,
+    offset: int,
+) -> Tensor:
     """``n_steps`` Langevin steps ``x − h∇E(x) + s·ξ`` in one launch; ``step_sizes``/``noise_scales``
     ``(n,)`` (per chain) replace the scalars when given. Returns the new ``x: (n, d)``."""
     x = _check(x, "langevin_chain")
@@ -93,8 +125,22 @@ def _langevin_chain(x: Tensor, kind: int, v0: Optional[Tensor], v1: Optional[Ten
         return x.clone()
     out = torch.empty_like(x)
     spec, _keep = _spec(x, kind, v0, v1, a, b)
-    _run(x.device, "langevin_chain", ctypes.byref(spec), DTYPE_CODES[x.dtype], x.data_ptr(), out.data_ptr(), x.shape[0], n_steps,
-         step_size, noise_scale, _ptr(hv), _ptr(sv), seed, offset)
+    _run(
+        x.device,
+        "langevin_chain",
+        ctypes.byref(spec),
+        DTYPE_CODES[x.dtype],
+        x.data_ptr(),
+        out.data_ptr(),
+        x.shape[0],
+        n_steps,
+        step_size,
+        noise_scale,
+        _ptr(hv),
+        _ptr(sv),
+        seed,
+        offset,
+    )
     return out
 
 
@@ -106,16 +152,30 @@ def _(x, kind, v0, v1, a, b, n_steps, step_size, noise_scale, step_sizes, noise_
     return torch.empty_like(x)
 
 
-def _hmc_chain(x: Tensor, kind: int, v0: Optional[Tensor], v1: Optional[Tensor], a: float, b: float, n_steps: int,
-              step_size: float, step_sizes: Optional[Tensor], n_leapfrog_steps: int, inverse_temperature: float,
-              seed: int, offset: int) -> tuple[Tensor, Tensor, Tensor]:
+def _hmc_chain(
+    x: Tensor,
+    kind: int,
+    v0: Optional[Tensor],
+    v1: Optional[Tensor],
+    a: float,
+    b: float,
+    n_steps: int,
+    step_size: float,
+    step_sizes: Optional[Tensor],
+    n_leapfrog_steps: int,
+    inverse_temperature: float,
+    seed: int,
+    offset: int,
+) -> tuple[Tensor, Tensor, Tensor]:
     """``n_steps`` HMC transitions (identity mass, leapfrog) in one launch.
     Returns ``x': (n, d)``, accepted and divergent counts ``(n,)`` (int32)."""
     x = _check(x, "hmc_chain")
     _check_chain_dim(x, "hmc_chain")
     _check_stream(seed, offset)
     if n_leapfrog_steps < 1 or n_steps < 0:
-        raise InputError(f"ebm_cuda.hmc_chain: n_leapfrog_steps must be >= 1 and n_steps >= 0, got {n_leapfrog_steps} and {n_steps}.")
+        raise InputError(
+            f"ebm_cuda.hmc_chain: n_leapfrog_steps must be >= 1 and n_steps >= 0, got {n_leapfrog_steps} and {n_steps}."
+        )
     accepted = torch.zeros(x.shape[0], dtype=torch.int32, device=x.device)
     divergent = torch.zeros_like(accepted)
     if n_steps == 0:
@@ -123,8 +183,24 @@ def _hmc_chain(x: Tensor, kind: int, v0: Optional[Tensor], v1: Optional[Tensor],
     out = torch.empty_like(x)
     spec, _keep = _spec(x, kind, v0, v1, a, b)
     hv = _vector(step_sizes, x, "step_sizes")
-    _run(x.device, "hmc_chain", ctypes.byref(spec), DTYPE_CODES[x.dtype], x.data_ptr(), out.data_ptr(), x.shape[0], n_steps, step_size,
-         _ptr(hv), n_leapfrog_steps, inverse_temperature, seed, offset, accepted.data_ptr(), divergent.data_ptr())
+    _run(
+        x.device,
+        "hmc_chain",
+        ctypes.byref(spec),
+        DTYPE_CODES[x.dtype],
+        x.data_ptr(),
+        out.data_ptr(),
+        x.shape[0],
+        n_steps,
+        step_size,
+        _ptr(hv),
+        n_leapfrog_steps,
+        inverse_temperature,
+        seed,
+        offset,
+        accepted.data_ptr(),
+        divergent.data_ptr(),
+    )
     return out, accepted, divergent
 
 
@@ -137,9 +213,21 @@ def _(x, kind, v0, v1, a, b, n_steps, step_size, step_sizes, n_leapfrog_steps, i
     return torch.empty_like(x), counts, torch.empty_like(counts)
 
 
-def _nuts_chain(x: Tensor, kind: int, v0: Optional[Tensor], v1: Optional[Tensor], a: float, b: float, n_steps: int,
-               step_size: float, step_sizes: Optional[Tensor], max_tree_depth: int, inverse_temperature: float,
-               seed: int, offset: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+def _nuts_chain(
+    x: Tensor,
+    kind: int,
+    v0: Optional[Tensor],
+    v1: Optional[Tensor],
+    a: float,
+    b: float,
+    n_steps: int,
+    step_size: float,
+    step_sizes: Optional[Tensor],
+    max_tree_depth: int,
+    inverse_temperature: float,
+    seed: int,
+    offset: int,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """``n_steps`` NUTS iterations (multinomial, identity mass, trees of at most ``2^max_tree_depth − 1`` leapfrog
     steps) in one launch, each chain on its own. Returns ``x': (n, d)`` and per chain ``(n,)`` sums over the
     iterations: the acceptance statistic (math dtype), divergent iterations (int32), leapfrog steps and tree
@@ -148,7 +236,9 @@ def _nuts_chain(x: Tensor, kind: int, v0: Optional[Tensor], v1: Optional[Tensor]
     _check_chain_dim(x, "nuts_chain")
     _check_stream(seed, offset)
     if not 1 <= max_tree_depth <= 20 or n_steps < 0:
-        raise InputError(f"ebm_cuda.nuts_chain: max_tree_depth must be in [1, 20] and n_steps >= 0, got {max_tree_depth} and {n_steps}.")
+        raise InputError(
+            f"ebm_cuda.nuts_chain: max_tree_depth must be in [1, 20] and n_steps >= 0, got {max_tree_depth} and {n_steps}."
+        )
     n = x.shape[0]
     acceptance = torch.zeros(n, dtype=math_dtype(x.dtype), device=x.device)
     divergent = torch.zeros(n, dtype=torch.int32, device=x.device)
@@ -160,11 +250,32 @@ def _nuts_chain(x: Tensor, kind: int, v0: Optional[Tensor], v1: Optional[Tensor]
     spec, _keep = _spec(x, kind, v0, v1, a, b)
     hv = _vector(step_sizes, x, "step_sizes")
     # the CUDA build keeps each chain's tree checkpoints here (the host build uses per-thread scratch)
-    workspace = (torch.empty(n * 2 * max(max_tree_depth - 1, 1) * x.shape[1], dtype=torch.float32, device=x.device)
-                 if _cuda_build(x.device) else None)
-    _run(x.device, "nuts_chain", ctypes.byref(spec), DTYPE_CODES[x.dtype], x.data_ptr(), out.data_ptr(), n, n_steps, step_size,
-         _ptr(hv), max_tree_depth, inverse_temperature, seed, offset, acceptance.data_ptr(), divergent.data_ptr(),
-         n_leapfrog.data_ptr(), tree_depth.data_ptr(), _ptr(workspace))
+    workspace = (
+        torch.empty(n * 2 * max(max_tree_depth - 1, 1) * x.shape[1], dtype=torch.float32, device=x.device)
+        if _cuda_build(x.device)
+        else None
+    )
+    _run(
+        x.device,
+        "nuts_chain",
+        ctypes.byref(spec),
+        DTYPE_CODES[x.dtype],
+        x.data_ptr(),
+        out.data_ptr(),
+        n,
+        n_steps,
+        step_size,
+        _ptr(hv),
+        max_tree_depth,
+        inverse_temperature,
+        seed,
+        offset,
+        acceptance.data_ptr(),
+        divergent.data_ptr(),
+        n_leapfrog.data_ptr(),
+        tree_depth.data_ptr(),
+        _ptr(workspace),
+    )
     return out, acceptance, divergent, n_leapfrog, tree_depth
 
 
@@ -175,20 +286,47 @@ nuts_chain = _op("nuts_chain", _nuts_chain)
 def _(x, kind, v0, v1, a, b, n_steps, step_size, step_sizes, max_tree_depth, inverse_temperature, seed, offset):
     n = x.shape[0]
     steps = x.new_empty((n,), dtype=torch.int64)
-    return (torch.empty_like(x), x.new_empty((n,), dtype=math_dtype(x.dtype)), x.new_empty((n,), dtype=torch.int32), steps,
-            torch.empty_like(steps))
+    return (
+        torch.empty_like(x),
+        x.new_empty((n,), dtype=math_dtype(x.dtype)),
+        x.new_empty((n,), dtype=torch.int32),
+        steps,
+        torch.empty_like(steps),
+    )
 
 
-def _langevin_step_philox(x: Tensor, grad: Tensor, step_size: float, noise_scale: float, step_sizes: Optional[Tensor],
-                         noise_scales: Optional[Tensor], seed: int, offset: int) -> Tensor:
+def _langevin_step_philox(
+    x: Tensor,
+    grad: Tensor,
+    step_size: float,
+    noise_scale: float,
+    step_sizes: Optional[Tensor],
+    noise_scales: Optional[Tensor],
+    seed: int,
+    offset: int,
+) -> Tensor:
     """One Langevin step ``x − h·grad + s·ξ`` with ``ξ`` drawn in the kernel (step ``offset`` of the stream)."""
     x = _check(x, "langevin_step_philox")
     _check_stream(seed, offset)
     grad = _like(grad, x, "grad")
     out = torch.empty_like(x)
     hv, sv = _vector(step_sizes, x, "step_sizes"), _vector(noise_scales, x, "noise_scales")
-    _run(x.device, "langevin_update", DTYPE_CODES[x.dtype], x.data_ptr(), grad.data_ptr(), out.data_ptr(), x.shape[0], x.shape[1],
-         step_size, noise_scale, _ptr(hv), _ptr(sv), seed, offset)
+    _run(
+        x.device,
+        "langevin_update",
+        DTYPE_CODES[x.dtype],
+        x.data_ptr(),
+        grad.data_ptr(),
+        out.data_ptr(),
+        x.shape[0],
+        x.shape[1],
+        step_size,
+        noise_scale,
+        _ptr(hv),
+        _ptr(sv),
+        seed,
+        offset,
+    )
     return out
 
 
@@ -200,15 +338,35 @@ def _(x, grad, step_size, noise_scale, step_sizes, noise_scales, seed, offset):
     return torch.empty_like(x)
 
 
-def _langevin_step(x: Tensor, grad: Tensor, noise: Tensor, step_size: float, noise_scale: float,
-                  step_sizes: Optional[Tensor], noise_scales: Optional[Tensor]) -> Tensor:
+def _langevin_step(
+    x: Tensor,
+    grad: Tensor,
+    noise: Tensor,
+    step_size: float,
+    noise_scale: float,
+    step_sizes: Optional[Tensor],
+    noise_scales: Optional[Tensor],
+) -> Tensor:
     """``x − h·grad + s·noise`` in one pass (the core's ``langevin_step`` op)."""
     x = _check(x, "langevin_step")
     grad, noise = _like(grad, x, "grad"), _like(noise, x, "noise")
     out = torch.empty_like(x)
     hv, sv = _vector(step_sizes, x, "step_sizes"), _vector(noise_scales, x, "noise_scales")
-    _run(x.device, "langevin_step", DTYPE_CODES[x.dtype], out.data_ptr(), x.data_ptr(), grad.data_ptr(), noise.data_ptr(),
-         x.shape[0], x.shape[1], step_size, noise_scale, _ptr(hv), _ptr(sv))
+    _run(
+        x.device,
+        "langevin_step",
+        DTYPE_CODES[x.dtype],
+        out.data_ptr(),
+        x.data_ptr(),
+        grad.data_ptr(),
+        noise.data_ptr(),
+        x.shape[0],
+        x.shape[1],
+        step_size,
+        noise_scale,
+        _ptr(hv),
+        _ptr(sv),
+    )
     return out
 
 

@@ -89,11 +89,20 @@ def _langevin_chain_kernel(name: str) -> Callable[..., Tensor]:
 def _hmc_chain_kernel(name: str) -> Callable[..., tuple[Tensor, Tensor, Tensor]]:
     kind, unpack = LAYOUTS[name].code, LAYOUTS[name].unpack
 
-    def run(x: Tensor, *params: Any, n_steps: int, step_size: Any, n_leapfrog_steps: int, inverse_temperature: float,
-            seed: int, offset: int) -> tuple[Tensor, Tensor, Tensor]:
+    def run(
+        x: Tensor,
+        *params: Any,
+        n_steps: int,
+        step_size: Any,
+        n_leapfrog_steps: int,
+        inverse_temperature: float,
+        seed: int,
+        offset: int,
+    ) -> tuple[Tensor, Tensor, Tensor]:
         h, hv = _scalar_or_vector(step_size)
-        return call("hmc_chain", x, kind, *unpack(*params), n_steps, h, hv, n_leapfrog_steps,
-                                            float(inverse_temperature), seed, offset)
+        return call(
+            "hmc_chain", x, kind, *unpack(*params), n_steps, h, hv, n_leapfrog_steps, float(inverse_temperature), seed, offset
+        )
 
     run.__name__ = run.__qualname__ = f"{name}_hmc_chain"
     return run
@@ -102,10 +111,20 @@ def _hmc_chain_kernel(name: str) -> Callable[..., tuple[Tensor, Tensor, Tensor]]
 def _nuts_chain_kernel(name: str) -> Callable[..., tuple[Tensor, ...]]:
     kind, unpack = LAYOUTS[name].code, LAYOUTS[name].unpack
 
-    def run(x: Tensor, *params: Any, n_steps: int, step_size: Any, max_tree_depth: int, inverse_temperature: float,
-            seed: int, offset: int) -> tuple[Tensor, ...]:
+    def run(
+        x: Tensor,
+        *params: Any,
+        n_steps: int,
+        step_size: Any,
+        max_tree_depth: int,
+        inverse_temperature: float,
+        seed: int,
+        offset: int,
+    ) -> tuple[Tensor, ...]:
         h, hv = _scalar_or_vector(step_size)
-        return call("nuts_chain", x, kind, *unpack(*params), n_steps, h, hv, max_tree_depth, float(inverse_temperature), seed, offset)
+        return call(
+            "nuts_chain", x, kind, *unpack(*params), n_steps, h, hv, max_tree_depth, float(inverse_temperature), seed, offset
+        )
 
     run.__name__ = run.__qualname__ = f"{name}_nuts_chain"
     return run
@@ -143,12 +162,17 @@ def _network_refusal(network: FeedForward) -> str | None:
 def _layers(network: FeedForward) -> tuple[list[Tensor], list[Tensor | None], list[int], float]:
     """A feed-forward program as the ``ebm_cuda.network_ops`` network arguments: weights, biases, activation codes, sign."""
     layers = network.layers
-    return ([layer.linear.weight for layer in layers], [layer.linear.bias for layer in layers],
-            [activation_code(layer.activation) for layer in network.hidden], float(network.sign))
+    return (
+        [layer.linear.weight for layer in layers],
+        [layer.linear.bias for layer in layers],
+        [activation_code(layer.activation) for layer in network.hidden],
+        float(network.sign),
+    )
 
 
-def feedforward_langevin_chain(x: Tensor, network: FeedForward, *, n_steps: int, step_size: Any, noise_scale: Any, seed: int,
-                               offset: int) -> Tensor:
+def feedforward_langevin_chain(
+    x: Tensor, network: FeedForward, *, n_steps: int, step_size: Any, noise_scale: Any, seed: int, offset: int
+) -> Tensor:
     """``n_steps`` Langevin steps of the feed-forward energy ``network``; ``x: (n, d)`` float32."""
     h, hv = _scalar_or_vector(step_size)
     s, sv = _scalar_or_vector(noise_scale)
@@ -165,37 +189,66 @@ def _conv_refusal(stack: ConvStack) -> str | None:
     return None
 
 
-def conv_langevin_chain(x: Tensor, stack: ConvStack, *, n_steps: int, step_size: Any, noise_scale: Any, seed: int,
-                        offset: int) -> Tensor:
+def conv_langevin_chain(
+    x: Tensor, stack: ConvStack, *, n_steps: int, step_size: Any, noise_scale: Any, seed: int, offset: int
+) -> Tensor:
     """``n_steps`` Langevin steps of the convolutional energy ``stack``; ``x: (n, C, H, W)`` float32."""
     h, hv = _scalar_or_vector(step_size)
     s, sv = _scalar_or_vector(noise_scale)
-    return call("conv_langevin_chain", x, [*stack.weights, stack.head.weight], [*stack.biases, stack.head.bias],
-                list(stack.strides), activation_code(stack.activation), 1.0, n_steps, h, s, hv, sv, seed, offset)
+    return call(
+        "conv_langevin_chain",
+        x,
+        [*stack.weights, stack.head.weight],
+        [*stack.biases, stack.head.bias],
+        list(stack.strides),
+        activation_code(stack.activation),
+        1.0,
+        n_steps,
+        h,
+        s,
+        hv,
+        sv,
+        seed,
+        offset,
+    )
 
 
-def feedforward_denoising_score_matching(x: Tensor, target: Tensor, scale: Tensor | None,
-                                         network: FeedForward) -> tuple[Tensor, list[Tensor], list[Tensor | None]]:
+def feedforward_denoising_score_matching(
+    x: Tensor, target: Tensor, scale: Tensor | None, network: FeedForward
+) -> tuple[Tensor, list[Tensor], list[Tensor | None]]:
     """``(1/2n) Σᵣ |aᵣ∇E(xᵣ) − bᵣ|²`` of the feed-forward energy ``network`` with its weight and bias gradients
     (``ebm_cuda.network_ops.feedforward_denoising_score_matching``); ``x``, ``target``: ``(n, d)`` float32, ``scale``: ``(n,)`` or None."""
     return network_ops.feedforward_denoising_score_matching(x, target, scale, *_layers(network))
 
 
-def feedforward_sliced_score_matching(x: Tensor, v: Tensor, network: FeedForward) -> tuple[Tensor, list[Tensor], list[Tensor | None]]:
+def feedforward_sliced_score_matching(
+    x: Tensor, v: Tensor, network: FeedForward
+) -> tuple[Tensor, list[Tensor], list[Tensor | None]]:
     """``(1/n) Σᵣ ½(vᵣᵀ∇E(xᵣ))² − vᵣᵀ∇²E(xᵣ)vᵣ`` of the feed-forward energy ``network`` with its weight and bias
     gradients (``ebm_cuda.network_ops.feedforward_sliced_score_matching``); ``x``, ``v``: ``(n, d)`` float32."""
     return network_ops.feedforward_sliced_score_matching(x, v, *_layers(network))
 
 
-def feedforward_energy_gradients(x: Tensor, a: Tensor, b: Tensor | None,
-                                 network: FeedForward) -> tuple[Tensor, list[Tensor], list[Tensor | None]]:
+def feedforward_energy_gradients(
+    x: Tensor, a: Tensor, b: Tensor | None, network: FeedForward
+) -> tuple[Tensor, list[Tensor], list[Tensor | None]]:
     """``E(x)`` and ``Σᵣ (aᵣ + bᵣE(xᵣ)) ∂E(xᵣ)/∂θ`` for the weights and biases of the feed-forward energy ``network``
     (``ebm_cuda.network_ops.feedforward_energy_gradients``); ``x: (n, d)``, ``a``, ``b``: ``(n,)`` float32."""
     return network_ops.feedforward_energy_gradients(x, a, b, *_layers(network))
 
 
-def feedforward_contrastive_chain(x: Tensor, network: FeedForward, *, n_steps: int, step_size: Any, noise_scale: Any, seed: int,
-                                  offset: int, start: tuple[Any, Any], end: tuple[Any, Any]) -> tuple[Any, ...]:
+def feedforward_contrastive_chain(
+    x: Tensor,
+    network: FeedForward,
+    *,
+    n_steps: int,
+    step_size: Any,
+    noise_scale: Any,
+    seed: int,
+    offset: int,
+    start: tuple[Any, Any],
+    end: tuple[Any, Any],
+) -> tuple[Any, ...]:
     """``feedforward_langevin_chain``'s moves with ``feedforward_energy_gradients`` at the starts and the ends, in one
     launch (``ebm_cuda.network_ops.feedforward_contrastive_chain``); ``start``, ``end``: ``(a, b)``, floats or ``(n,)``
     (``b`` None: zero). Returns ``(x', E(x), E(x'), loss Σ aE + ½bE², weight grads, bias grads)``."""
@@ -206,8 +259,18 @@ def feedforward_contrastive_chain(x: Tensor, network: FeedForward, *, n_steps: i
         return c if c is None or (isinstance(c, Tensor) and c.dim() > 0) else x.new_full(x.shape[:1], float(c))
 
     return network_ops.feedforward_contrastive_chain(
-        x, (vector(start[0]), vector(start[1])), (vector(end[0]), vector(end[1])), *_layers(network), n_steps, h, s, hv, sv,
-        seed, offset)
+        x,
+        (vector(start[0]), vector(start[1])),
+        (vector(end[0]), vector(end[1])),
+        *_layers(network),
+        n_steps,
+        h,
+        s,
+        hv,
+        sv,
+        seed,
+        offset,
+    )
 
 
 HOST_CHAINS_PAY_UP_TO = {"gaussian_langevin_chain": 128, "gaussian_hmc_chain": 64, "gaussian_nuts_chain": 32}
@@ -218,20 +281,27 @@ chains: 2.1× faster fused at d = 50, 2× slower at d = 100, 10× at d = 400); t
 and the fused chains win at every measured size (NUTS on the double well: 8× at d = 128)."""
 
 
-CUDA_PER_OP_SLOWER = {"double_well": "102.8 ms against eager torch's 57.8 ms (float32), 129.0 against 52.4 (bfloat16), "
-                                      "87.0 against 49.7 (float16)"}
+CUDA_PER_OP_SLOWER = {
+    "double_well": "102.8 ms against eager torch's 57.8 ms (float32), 129.0 against 52.4 (bfloat16), 87.0 against 49.7 (float16)"
+}
 """Energies whose per-op ``cuda`` energy and gradient kernels were measured slower than the ``torch`` reference's ops
 (G1's per-step loop, 1,000,000 chains × 1,000 steps, an H200, 2026-11-26, ``benchmarks/results/2026-11-26-gpu-h200.md``):
 they rank below it (priority -10), selected only by name. The Gaussian (184 against 186 ms) and Rosenbrock (181
 against 413 ms) kernels keep their rank. The fused chains are not affected (8× eager on the double well)."""
 
 
-def _kernels(device: str, dtypes: tuple[torch.dtype, ...], plain: int, fused: int, max_chain: int | None,
-             capability: tuple[int, int] | None, pays_up_to: dict[str, int] | None = None,
-             slower: dict[str, str] | None = None) -> list[Kernel]:
+def _kernels(
+    device: str,
+    dtypes: tuple[torch.dtype, ...],
+    plain: int,
+    fused: int,
+    max_chain: int | None,
+    capability: tuple[int, int] | None,
+    pays_up_to: dict[str, int] | None = None,
+    slower: dict[str, str] | None = None,
+) -> list[Kernel]:
     def kernel(op: str, fn: Callable[..., Any], priority: int, max_event_size: int | None = None) -> Kernel:
-        return Kernel(op, fn, (device,), dtypes, capability, priority, max_event_size,
-                      pays_up_to=(pays_up_to or {}).get(op))
+        return Kernel(op, fn, (device,), dtypes, capability, priority, max_event_size, pays_up_to=(pays_up_to or {}).get(op))
 
     kernels = [kernel("langevin_step", langevin_step, plain), kernel("langevin_step_philox", langevin_step_philox, plain)]
     for name in LAYOUTS:
@@ -249,9 +319,11 @@ class CudaBackend(KernelBackend):
     """The CUDA build: float32, bfloat16 and float16 states (math in float32) on CUDA devices."""
 
     def __init__(self) -> None:
-        super().__init__("cuda", _kernels("cuda", CUDA_DTYPES, 10, 10, MAX_CUDA_CHAIN_DIM, MIN_COMPUTE_CAPABILITY,
-                                          slower=CUDA_PER_OP_SLOWER),
-                         description="ebm-cuda: CUDA kernels (fused Langevin/HMC/NUTS chains with in-kernel Philox RNG)")
+        super().__init__(
+            "cuda",
+            _kernels("cuda", CUDA_DTYPES, 10, 10, MAX_CUDA_CHAIN_DIM, MIN_COMPUTE_CAPABILITY, slower=CUDA_PER_OP_SLOWER),
+            description="ebm-cuda: CUDA kernels (fused Langevin/HMC/NUTS chains with in-kernel Philox RNG)",
+        )
 
     def unavailable_reason(self) -> str | None:
         return library.cuda_unavailable_reason()
@@ -261,17 +333,24 @@ class HostBackend(KernelBackend):
     """The host build of the same kernels: float16, bfloat16, float32 and float64 states on the CPU."""
 
     def __init__(self) -> None:
-        network_kernels = [Kernel(op, fn, ("cpu",), (torch.float32,), None, 10, refuses=_network_refusal) for op, fn in
-                           (("feedforward_langevin_chain", feedforward_langevin_chain),
-                            ("feedforward_denoising_score_matching", feedforward_denoising_score_matching),
-                            ("feedforward_sliced_score_matching", feedforward_sliced_score_matching),
-                            ("feedforward_energy_gradients", feedforward_energy_gradients),
-                            ("feedforward_contrastive_chain", feedforward_contrastive_chain))]
-        network_kernels.append(Kernel("conv_langevin_chain", conv_langevin_chain, ("cpu",), (torch.float32,), None, 10,
-                                      refuses=_conv_refusal))
-        super().__init__("cpu_fused", [*_kernels("cpu", HOST_DTYPES, -10, 10, None, None, HOST_CHAINS_PAY_UP_TO),
-                                       *network_kernels],
-                         description="ebm-cuda: the kernels built for the CPU (fused chains, vectorised over chains)")
+        network_kernels = [
+            Kernel(op, fn, ("cpu",), (torch.float32,), None, 10, refuses=_network_refusal)
+            for op, fn in (
+                ("feedforward_langevin_chain", feedforward_langevin_chain),
+                ("feedforward_denoising_score_matching", feedforward_denoising_score_matching),
+                ("feedforward_sliced_score_matching", feedforward_sliced_score_matching),
+                ("feedforward_energy_gradients", feedforward_energy_gradients),
+                ("feedforward_contrastive_chain", feedforward_contrastive_chain),
+            )
+        ]
+        network_kernels.append(
+            Kernel("conv_langevin_chain", conv_langevin_chain, ("cpu",), (torch.float32,), None, 10, refuses=_conv_refusal)
+        )
+        super().__init__(
+            "cpu_fused",
+            [*_kernels("cpu", HOST_DTYPES, -10, 10, None, None, HOST_CHAINS_PAY_UP_TO), *network_kernels],
+            description="ebm-cuda: the kernels built for the CPU (fused chains, vectorised over chains)",
+        )
 
     def unavailable_reason(self) -> str | None:
         return library.host_unavailable_reason()
@@ -293,13 +372,27 @@ class TritonBackend(KernelBackend):
     its sampler runs that chain."""
 
     def __init__(self) -> None:
-        super().__init__("triton", [Kernel(op, fn, ("cuda",), triton_chains.DTYPES, triton_chains.MIN_COMPUTE_CAPABILITY,
-                                           TRITON_CHAIN_PRIORITY, triton_chains.MAX_WIDTH, refuses=triton_chains.refusal)
-                                    for op, fn in (("feedforward_langevin_chain", triton_chains.feedforward_langevin_chain),
-                                                   ("feedforward_contrastive_chain",
-                                                    triton_chains.feedforward_contrastive_chain))],
-                         description="ebm-cuda: Triton kernels (fused Langevin chains of feed-forward networks, and "
-                                     "contrastive divergence's, on CUDA)")
+        super().__init__(
+            "triton",
+            [
+                Kernel(
+                    op,
+                    fn,
+                    ("cuda",),
+                    triton_chains.DTYPES,
+                    triton_chains.MIN_COMPUTE_CAPABILITY,
+                    TRITON_CHAIN_PRIORITY,
+                    triton_chains.MAX_WIDTH,
+                    refuses=triton_chains.refusal,
+                )
+                for op, fn in (
+                    ("feedforward_langevin_chain", triton_chains.feedforward_langevin_chain),
+                    ("feedforward_contrastive_chain", triton_chains.feedforward_contrastive_chain),
+                )
+            ],
+            description="ebm-cuda: Triton kernels (fused Langevin chains of feed-forward networks, and "
+            "contrastive divergence's, on CUDA)",
+        )
 
     def unavailable_reason(self) -> str | None:
         return triton_chains.unavailable_reason()

@@ -18,10 +18,27 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-__all__ = ["BuildError", "CSRC", "cache_dir", "find_cxx", "find_nvcc", "host_command", "nvcc_command", "build_host", "build_cuda",
-           "SANITIZER_FLAGS", "THREAD_SANITIZER_FLAGS", "SANITIZER_RUNTIMES", "SANITIZER_OPTIONS", "sanitizer_runtimes",
-           "sanitizer_environment", "sanitized_host_command", "build_host_sanitized", "emulated_cuda_command",
-           "build_cuda_emulated"]
+__all__ = [
+    "BuildError",
+    "CSRC",
+    "cache_dir",
+    "find_cxx",
+    "find_nvcc",
+    "host_command",
+    "nvcc_command",
+    "build_host",
+    "build_cuda",
+    "SANITIZER_FLAGS",
+    "THREAD_SANITIZER_FLAGS",
+    "SANITIZER_RUNTIMES",
+    "SANITIZER_OPTIONS",
+    "sanitizer_runtimes",
+    "sanitizer_environment",
+    "sanitized_host_command",
+    "build_host_sanitized",
+    "emulated_cuda_command",
+    "build_cuda_emulated",
+]
 
 CSRC = Path(__file__).resolve().parent / "csrc"
 HOST_FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fopenmp", "-fPIC", "-shared", "-std=c++17")
@@ -125,8 +142,10 @@ def _build(name: str, unit: str, make_command, extra: str) -> Path:
             except (OSError, subprocess.SubprocessError) as exc:
                 raise BuildError(f"building {name} failed to run: {exc}\ncommand: {' '.join(command)}") from exc
             if run.returncode != 0:
-                raise BuildError(f"building {name} failed (exit {run.returncode}).\ncommand: {' '.join(command)}\n"
-                                 f"{(run.stderr or run.stdout)[-4000:]}")
+                raise BuildError(
+                    f"building {name} failed (exit {run.returncode}).\ncommand: {' '.join(command)}\n"
+                    f"{(run.stderr or run.stdout)[-4000:]}"
+                )
             os.replace(out, target)
     return target
 
@@ -217,8 +236,9 @@ def build_cuda_emulated(sanitizer: str = "address") -> Path:
     cached (about 25 s for ``address``, 6 s for ``thread``). Load it as ``Library(path, "cuda")`` in a process with
     :func:`sanitizer_environment`, and run the ops on CPU tensors with it inside :func:`ebm_cuda.testing.cuda_emulation`
     (``benchmarks/gpu_check_kernels.py --emulated PATH``)."""
-    return _build(f"libebm_cuda-emulated-{sanitizer}", "kernels.cu", lambda out: emulated_cuda_command(out, sanitizer),
-                  _cpu_identity())
+    return _build(
+        f"libebm_cuda-emulated-{sanitizer}", "kernels.cu", lambda out: emulated_cuda_command(out, sanitizer), _cpu_identity()
+    )
 
 
 def build_cuda(archs: list[str]) -> Path:

@@ -24,9 +24,14 @@ def add_command(subparsers) -> None:
 def _info(args: argparse.Namespace) -> int:
     print(f"cache: {build.cache_dir()}")
     print(f"c++: {build.find_cxx() or 'not found'}    nvcc: {build.find_nvcc() or 'not found'}")
-    print(f"torch {torch.__version__}, CUDA {torch.version.cuda or 'none'}, devices: {torch.cuda.device_count() if torch.version.cuda else 0}")
-    for name, reason in (("cpu_fused", library.host_unavailable_reason()), ("cuda", library.cuda_unavailable_reason()),
-                         ("triton", triton_chains.unavailable_reason())):
+    print(
+        f"torch {torch.__version__}, CUDA {torch.version.cuda or 'none'}, devices: {torch.cuda.device_count() if torch.version.cuda else 0}"
+    )
+    for name, reason in (
+        ("cpu_fused", library.host_unavailable_reason()),
+        ("cuda", library.cuda_unavailable_reason()),
+        ("triton", triton_chains.unavailable_reason()),
+    ):
         print(f"{name:10} {'available' if reason is None else 'unavailable: ' + reason}")
     return 0
 

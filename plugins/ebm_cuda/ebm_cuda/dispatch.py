@@ -65,8 +65,10 @@ def _check(x: Tensor, what: str) -> Tensor:
     if x.dim() != 2:
         raise InputError(f"ebm_cuda.{what}: x must be (n_chains, dim), got shape {tuple(x.shape)}.")
     if x.dtype not in DTYPE_CODES or (x.device.type == "cuda" and x.dtype not in _CUDA_DTYPES):
-        raise InputError(f"ebm_cuda.{what}: dtype {x.dtype} is not supported on {x.device.type}; "
-                         "use float32, bfloat16 or float16 (float64 on CPU), or the torch backend.")
+        raise InputError(
+            f"ebm_cuda.{what}: dtype {x.dtype} is not supported on {x.device.type}; "
+            "use float32, bfloat16 or float16 (float64 on CPU), or the torch backend."
+        )
     if x.device.type not in ("cpu", "cuda"):
         raise InputError(f"ebm_cuda.{what}: tensors on {x.device} are not supported (cpu or cuda).")
     if x.shape[0] >= 2**32:
@@ -96,8 +98,10 @@ def _run(device: torch.device, name: str, *args) -> None:
         _run_host(name, (device,), name, *args, torch.get_num_threads())
 
 
-_HOST_ONLY_FIX = ("Move the tensors (a network's weights and biases too) to the CPU, or on a GPU select another backend: "
-                 "triton runs the feed-forward chains, torch every op.")
+_HOST_ONLY_FIX = (
+    "Move the tensors (a network's weights and biases too) to the CPU, or on a GPU select another backend: "
+    "triton runs the feed-forward chains, torch every op."
+)
 """What to do where a tensor off the CPU reaches an op that only the host build runs."""
 
 
@@ -109,8 +113,10 @@ def _run_host(what: str, on: Iterable[Tensor | torch.device | None], name: str, 
     devices = [t if isinstance(t, torch.device) else t.device for t in on if t is not None]
     elsewhere = sorted({str(device) for device in devices if device.type != "cpu"})
     if elsewhere:
-        raise InputError(f"ebm_cuda.{what}: the host build runs it, on CPU tensors only; got tensors on "
-                         f"{', '.join(elsewhere)}. {_HOST_ONLY_FIX}")
+        raise InputError(
+            f"ebm_cuda.{what}: the host build runs it, on CPU tensors only; got tensors on "
+            f"{', '.join(elsewhere)}. {_HOST_ONLY_FIX}"
+        )
     library.host().call(name, *args)
 
 
@@ -138,8 +144,16 @@ def _check_stream(seed: int, offset: int) -> None:
         raise InputError(f"ebm_cuda: seed and offset must be in [0, 2**63), got {seed} and {offset}.")
 
 
-def _chain_run(what: str, x: Tensor, n_steps: int, min_steps: int, step_sizes: Optional[Tensor], noise_scales: Optional[Tensor],
-               seed: int, offset: int) -> tuple[Optional[Tensor], Optional[Tensor]]:
+def _chain_run(
+    what: str,
+    x: Tensor,
+    n_steps: int,
+    min_steps: int,
+    step_sizes: Optional[Tensor],
+    noise_scales: Optional[Tensor],
+    seed: int,
+    offset: int,
+) -> tuple[Optional[Tensor], Optional[Tensor]]:
     """The checks every chain op makes of its run (``n_steps >= min_steps``, the stream position), and its per-chain
     step sizes and noise scales for states ``x`` (None: the scalars)."""
     _check_stream(seed, offset)

@@ -39,8 +39,9 @@ def read_kinds(text: str) -> dict[str, int]:
         i += 1
         match = _LINE.match(lines[i])
         if match is None:
-            raise RuntimeError(f"{HEADER.name}:{i + 1}: expected 'X(KIND, code, name, __VA_ARGS__)' in EBM_ENERGIES, "
-                               f"got {lines[i].strip()!r}")
+            raise RuntimeError(
+                f"{HEADER.name}:{i + 1}: expected 'X(KIND, code, name, __VA_ARGS__)' in EBM_ENERGIES, got {lines[i].strip()!r}"
+            )
         _, code, name = match.groups()
         if name in kinds or int(code) in kinds.values():
             raise RuntimeError(f"{HEADER.name}:{i + 1}: energy {name!r} or code {code} listed twice in EBM_ENERGIES")
@@ -71,9 +72,11 @@ class Layout:
         slots = []
         for p in energy.params:
             if not free.get(p.kind):
-                raise TypeError(f"{energy.__qualname__}'s parameters {[q.signature() for q in energy.params]} do not fit the "
-                                "kernels' (v0: (d,), v1: (d, d), a: float, b: float): at most one vector, one matrix and "
-                                f"two floats; {p.signature()} is one too many. Extend Params in csrc/ebm/energies.h first.")
+                raise TypeError(
+                    f"{energy.__qualname__}'s parameters {[q.signature() for q in energy.params]} do not fit the "
+                    "kernels' (v0: (d,), v1: (d, d), a: float, b: float): at most one vector, one matrix and "
+                    f"two floats; {p.signature()} is one too many. Extend Params in csrc/ebm/energies.h first."
+                )
             slots.append(free[p.kind].pop(0))
         return cls(name, code, energy, tuple(slots))
 
@@ -93,8 +96,10 @@ def _layouts() -> dict[str, Layout]:
     energies = builtin_analytic_energies()
     missing = [name for name in KINDS if name not in energies]
     if missing:
-        raise RuntimeError(f"{HEADER.name} lists {missing} in EBM_ENERGIES, but ebmcore has no analytic energy with that op; "
-                           f"known ops: {', '.join(energies)}")
+        raise RuntimeError(
+            f"{HEADER.name} lists {missing} in EBM_ENERGIES, but ebmcore has no analytic energy with that op; "
+            f"known ops: {', '.join(energies)}"
+        )
     return {name: Layout.of(name, code, energies[name]) for name, code in KINDS.items()}
 
 

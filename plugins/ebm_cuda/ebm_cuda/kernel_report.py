@@ -62,8 +62,14 @@ def step_loop_instructions(sass: str) -> Optional[int]:
     return back - head + 1 - len(cold)
 
 
-def ptxas_report(fn: Any, signature: dict[str, str], constexprs: dict[str, Any], capability: int, warps: int,
-                 chains_per_program: Optional[int] = None) -> dict[str, Any]:
+def ptxas_report(
+    fn: Any,
+    signature: dict[str, str],
+    constexprs: dict[str, Any],
+    capability: int,
+    warps: int,
+    chains_per_program: Optional[int] = None,
+) -> dict[str, Any]:
     """Compile the ``@triton.jit`` function ``fn`` for ``sm_<capability>`` with ``warps`` warps, its pointers declared
     16-byte aligned as Triton's launcher declares torch's allocations (without the hint the compiled kernel is another
     one), and report ``{"registers", "spill_stores", "spill_loads", "stack", "shared", "seconds", "loop_instructions",
@@ -79,8 +85,12 @@ def ptxas_report(fn: Any, signature: dict[str, str], constexprs: dict[str, Any],
     signature = {name: signature[name] for name in fn.arg_names}
     start = time.perf_counter()
     aligned = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(fn.arg_names) if signature[name].startswith("*")}
-    source = ASTSource(fn=fn, signature=signature,
-                       constexprs={(fn.arg_names.index(name),): value for name, value in constexprs.items()}, attrs=aligned)
+    source = ASTSource(
+        fn=fn,
+        signature=signature,
+        constexprs={(fn.arg_names.index(name),): value for name, value in constexprs.items()},
+        attrs=aligned,
+    )
     compiled = triton.compile(source, target=GPUTarget("cuda", capability, 32), options={"num_warps": warps})
     seconds = time.perf_counter() - start
     ptxas = nvidia.get_ptxas(capability).path
@@ -88,8 +98,20 @@ def ptxas_report(fn: Any, signature: dict[str, str], constexprs: dict[str, Any],
         ptx = f"{tmp}/kernel.ptx"
         with open(ptx, "w") as f:
             f.write(compiled.asm["ptx"])
-        log = subprocess.run([ptxas, "-v", "--regAllocOptLevel=2", f"--gpu-name={nvidia.sm_arch_from_capability(capability)}",
-                              ptx, "-o", f"{tmp}/kernel.cubin"], capture_output=True, text=True, check=True).stderr
+        log = subprocess.run(
+            [
+                ptxas,
+                "-v",
+                "--regAllocOptLevel=2",
+                f"--gpu-name={nvidia.sm_arch_from_capability(capability)}",
+                ptx,
+                "-o",
+                f"{tmp}/kernel.cubin",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stderr
         cubin = f"{tmp}/launched.cubin"
         with open(cubin, "wb") as f:
             f.write(compiled.asm["cubin"])  # the code the launcher loads
@@ -100,10 +122,16 @@ def ptxas_report(fn: Any, signature: dict[str, str], constexprs: dict[str, Any],
         return int(match.group(1)) if match else 0
 
     per_chain_step = None if loop is None else loop * warps / chains_per_program
-    return {"registers": number(r"Used (\d+) registers"), "spill_stores": number(r"(\d+) bytes spill stores"),
-            "spill_loads": number(r"(\d+) bytes spill loads"), "stack": number(r"(\d+) bytes stack frame"),
-            "shared": int(compiled.metadata.shared), "seconds": seconds, "loop_instructions": loop,
-            "per_chain_step": per_chain_step}
+    return {
+        "registers": number(r"Used (\d+) registers"),
+        "spill_stores": number(r"(\d+) bytes spill stores"),
+        "spill_loads": number(r"(\d+) bytes spill loads"),
+        "stack": number(r"(\d+) bytes stack frame"),
+        "shared": int(compiled.metadata.shared),
+        "seconds": seconds,
+        "loop_instructions": loop,
+        "per_chain_step": per_chain_step,
+    }
 
 
 def _disassembled_loop(cubin: str) -> Optional[int]:

@@ -16,7 +16,16 @@ import torch
 
 from ebm_cuda import build
 
-__all__ = ["EnergySpec", "KernelError", "Library", "host", "cuda", "host_unavailable_reason", "cuda_unavailable_reason", "DTYPE_CODES"]
+__all__ = [
+    "EnergySpec",
+    "KernelError",
+    "Library",
+    "host",
+    "cuda",
+    "host_unavailable_reason",
+    "cuda_unavailable_reason",
+    "DTYPE_CODES",
+]
 
 DTYPE_CODES = {torch.float32: 0, torch.float64: 1, torch.bfloat16: 2, torch.float16: 3}
 
@@ -34,10 +43,69 @@ class EnergySpec(ctypes.Structure):
 _EXEC = {"host": c_int, "cuda": c_void_p}  # the last argument: thread count, or CUDA stream
 _SIGNATURES = {
     "energy": [POINTER(EnergySpec), c_int, c_void_p, c_int64, c_void_p, c_void_p],
-    "langevin_chain": [POINTER(EnergySpec), c_int, c_void_p, c_void_p, c_int64, c_int64, c_double, c_double, c_void_p, c_void_p, c_uint64, c_uint64],
-    "hmc_chain": [POINTER(EnergySpec), c_int, c_void_p, c_void_p, c_int64, c_int64, c_double, c_void_p, c_int, c_double, c_uint64, c_uint64, c_void_p, c_void_p],
-    "nuts_chain": [POINTER(EnergySpec), c_int, c_void_p, c_void_p, c_int64, c_int64, c_double, c_void_p, c_int, c_double, c_uint64, c_uint64, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p],
-    "langevin_update": [c_int, c_void_p, c_void_p, c_void_p, c_int64, c_int, c_double, c_double, c_void_p, c_void_p, c_uint64, c_uint64],
+    "langevin_chain": [
+        POINTER(EnergySpec),
+        c_int,
+        c_void_p,
+        c_void_p,
+        c_int64,
+        c_int64,
+        c_double,
+        c_double,
+        c_void_p,
+        c_void_p,
+        c_uint64,
+        c_uint64,
+    ],
+    "hmc_chain": [
+        POINTER(EnergySpec),
+        c_int,
+        c_void_p,
+        c_void_p,
+        c_int64,
+        c_int64,
+        c_double,
+        c_void_p,
+        c_int,
+        c_double,
+        c_uint64,
+        c_uint64,
+        c_void_p,
+        c_void_p,
+    ],
+    "nuts_chain": [
+        POINTER(EnergySpec),
+        c_int,
+        c_void_p,
+        c_void_p,
+        c_int64,
+        c_int64,
+        c_double,
+        c_void_p,
+        c_int,
+        c_double,
+        c_uint64,
+        c_uint64,
+        c_void_p,
+        c_void_p,
+        c_void_p,
+        c_void_p,
+        c_void_p,
+    ],
+    "langevin_update": [
+        c_int,
+        c_void_p,
+        c_void_p,
+        c_void_p,
+        c_int64,
+        c_int,
+        c_double,
+        c_double,
+        c_void_p,
+        c_void_p,
+        c_uint64,
+        c_uint64,
+    ],
     "langevin_step": [c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_int64, c_int, c_double, c_double, c_void_p, c_void_p],
     "normal": [c_void_p, c_int64, c_int, c_uint64, c_uint64],
 }
@@ -61,34 +129,139 @@ class Library:
             uniform.argtypes, uniform.restype = [c_void_p, c_int64, c_uint64, c_uint64], c_int
             self._functions["uniform"] = uniform
             chain = self._lib.ebm_host_feedforward_langevin_chain
-            chain.argtypes = [c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_double, c_void_p, c_void_p, c_int64, c_int64,
-                              c_double, c_double, c_void_p, c_void_p, c_uint64, c_uint64, c_int]
+            chain.argtypes = [
+                c_int,
+                c_void_p,
+                c_void_p,
+                c_void_p,
+                c_void_p,
+                c_double,
+                c_void_p,
+                c_void_p,
+                c_int64,
+                c_int64,
+                c_double,
+                c_double,
+                c_void_p,
+                c_void_p,
+                c_uint64,
+                c_uint64,
+                c_int,
+            ]
             chain.restype = c_int
             self._functions["feedforward_langevin_chain"] = chain
             conv = self._lib.ebm_host_conv_langevin_chain
-            conv.argtypes = [c_int, c_void_p, c_int, c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_double, c_void_p, c_void_p,
-                             c_int64, c_int64, c_double, c_double, c_void_p, c_void_p, c_uint64, c_uint64, c_int]
+            conv.argtypes = [
+                c_int,
+                c_void_p,
+                c_int,
+                c_int,
+                c_void_p,
+                c_void_p,
+                c_void_p,
+                c_void_p,
+                c_double,
+                c_void_p,
+                c_void_p,
+                c_int64,
+                c_int64,
+                c_double,
+                c_double,
+                c_void_p,
+                c_void_p,
+                c_uint64,
+                c_uint64,
+                c_int,
+            ]
             conv.restype = c_int
             self._functions["conv_langevin_chain"] = conv
             dsm = self._lib.ebm_host_feedforward_dsm
-            dsm.argtypes = [c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_double, c_void_p, c_void_p, c_void_p, c_int64,
-                            c_void_p, c_void_p, c_void_p, c_int]
+            dsm.argtypes = [
+                c_int,
+                c_void_p,
+                c_void_p,
+                c_void_p,
+                c_void_p,
+                c_double,
+                c_void_p,
+                c_void_p,
+                c_void_p,
+                c_int64,
+                c_void_p,
+                c_void_p,
+                c_void_p,
+                c_int,
+            ]
             dsm.restype = c_int
             self._functions["feedforward_dsm"] = dsm
             ssm = self._lib.ebm_host_feedforward_ssm
-            ssm.argtypes = [c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_double, c_void_p, c_void_p, c_int64, c_void_p,
-                            c_void_p, c_void_p, c_int]
+            ssm.argtypes = [
+                c_int,
+                c_void_p,
+                c_void_p,
+                c_void_p,
+                c_void_p,
+                c_double,
+                c_void_p,
+                c_void_p,
+                c_int64,
+                c_void_p,
+                c_void_p,
+                c_void_p,
+                c_int,
+            ]
             ssm.restype = c_int
             self._functions["feedforward_ssm"] = ssm
             energy_gradient = self._lib.ebm_host_feedforward_energy_gradient
-            energy_gradient.argtypes = [c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_double, c_void_p, c_void_p, c_void_p,
-                                        c_int64, c_void_p, c_void_p, c_void_p, c_void_p, c_int]
+            energy_gradient.argtypes = [
+                c_int,
+                c_void_p,
+                c_void_p,
+                c_void_p,
+                c_void_p,
+                c_double,
+                c_void_p,
+                c_void_p,
+                c_void_p,
+                c_int64,
+                c_void_p,
+                c_void_p,
+                c_void_p,
+                c_void_p,
+                c_int,
+            ]
             energy_gradient.restype = c_int
             self._functions["feedforward_energy_gradient"] = energy_gradient
             contrastive = self._lib.ebm_host_feedforward_contrastive_chain
-            contrastive.argtypes = [c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_double, c_void_p, c_void_p, c_int64, c_int64,
-                                    c_double, c_double, c_void_p, c_void_p, c_uint64, c_uint64, c_void_p, c_void_p, c_void_p,
-                                    c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_int]
+            contrastive.argtypes = [
+                c_int,
+                c_void_p,
+                c_void_p,
+                c_void_p,
+                c_void_p,
+                c_double,
+                c_void_p,
+                c_void_p,
+                c_int64,
+                c_int64,
+                c_double,
+                c_double,
+                c_void_p,
+                c_void_p,
+                c_uint64,
+                c_uint64,
+                c_void_p,
+                c_void_p,
+                c_void_p,
+                c_void_p,
+                c_void_p,
+                c_void_p,
+                c_void_p,
+                c_void_p,
+                c_void_p,
+                c_void_p,
+                c_int,
+            ]
             contrastive.restype = c_int
             self._functions["feedforward_contrastive_chain"] = contrastive
         philox = getattr(self._lib, f"ebm_{prefix}_philox")

@@ -15,17 +15,48 @@ way to run ``kernels.cu`` on the host, is re-exported here.
 
 from __future__ import annotations
 
-from ebm_cuda.analytic_ops import (KINDS, MAX_CUDA_CHAIN_DIM, energy, hmc_chain, langevin_chain, langevin_step,
-                                   langevin_step_philox, nuts_chain)
+from ebm_cuda.analytic_ops import (
+    KINDS,
+    MAX_CUDA_CHAIN_DIM,
+    energy,
+    hmc_chain,
+    langevin_chain,
+    langevin_step,
+    langevin_step_philox,
+    nuts_chain,
+)
 from ebm_cuda.dispatch import call, math_dtype
-from ebm_cuda.network_ops import (conv_langevin_chain, feedforward_contrastive_chain, feedforward_denoising_score_matching,
-                                  feedforward_energy_gradients, feedforward_langevin_chain, feedforward_sliced_score_matching)
+from ebm_cuda.network_ops import (
+    conv_langevin_chain,
+    feedforward_contrastive_chain,
+    feedforward_denoising_score_matching,
+    feedforward_energy_gradients,
+    feedforward_langevin_chain,
+    feedforward_sliced_score_matching,
+)
 from ebm_cuda.philox import normal, philox4x32, uniform
 from ebm_cuda.testing import cuda_emulation
 
-__all__ = ["KINDS", "MAX_CUDA_CHAIN_DIM", "call", "cuda_emulation", "feedforward_denoising_score_matching",
-           "feedforward_sliced_score_matching", "feedforward_energy_gradients", "feedforward_contrastive_chain", "math_dtype",
-           "normal", "philox4x32", "uniform",
-           # the op handles (torch.ops.ebm_cuda.*) of the chains and energies
-           "energy", "hmc_chain", "langevin_chain", "langevin_step", "langevin_step_philox", "nuts_chain",
-           "conv_langevin_chain", "feedforward_langevin_chain"]
+__all__ = [
+    "KINDS",
+    "MAX_CUDA_CHAIN_DIM",
+    "call",
+    "cuda_emulation",
+    "feedforward_denoising_score_matching",
+    "feedforward_sliced_score_matching",
+    "feedforward_energy_gradients",
+    "feedforward_contrastive_chain",
+    "math_dtype",
+    "normal",
+    "philox4x32",
+    "uniform",
+    # the op handles (torch.ops.ebm_cuda.*) of the chains and energies
+    "energy",
+    "hmc_chain",
+    "langevin_chain",
+    "langevin_step",
+    "langevin_step_philox",
+    "nuts_chain",
+    "conv_langevin_chain",
+    "feedforward_langevin_chain",
+]

@@ -21,7 +21,7 @@ _M0, _M1, _W0, _W1 = 0xD2511F53, 0xCD9E8D57, 0x9E3779B9, 0xBB67AE85
 def _mulhilo(a: Tensor, m: int) -> tuple[Tensor, Tensor]:
     """High and low 32 bits of ``a * m`` for ``a`` (int64 holding uint32) and a 32-bit constant."""
     p_lo = a * (m & 0xFFFF)  # < 2**48
-    p_hi = a * (m >> 16)     # < 2**48
+    p_hi = a * (m >> 16)  # < 2**48
     t = p_lo + ((p_hi & 0xFFFF) << 16)
     return (p_hi >> 16) + (t >> 32), t & _MASK
 
@@ -50,7 +50,7 @@ def _words(n: int, blocks: list[int], seed: int, step: int) -> Tensor:
 def normal(n: int, d: int, seed: int, step: int) -> Tensor:
     """The stream's normals ``(n, d)`` at ``step`` (float32, computed in float64 and rounded)."""
     w = _words(n, list(range((d + 3) // 4)), seed, step).to(torch.float64)
-    u1 = (torch.floor(w[..., 0::2] / 256) + 1) * 2.0**-24     # (n, blocks, 2): pairs (w0, w1), (w2, w3)
+    u1 = (torch.floor(w[..., 0::2] / 256) + 1) * 2.0**-24  # (n, blocks, 2): pairs (w0, w1), (w2, w3)
     u2 = torch.floor(w[..., 1::2] / 256) * 2.0**-24
     r = torch.sqrt(-2.0 * torch.log(u1))
     z = torch.stack([r * torch.cos(2 * math.pi * u2), r * torch.sin(2 * math.pi * u2)], dim=-1)  # (n, blocks, 2, 2)

@@ -22,8 +22,15 @@ import torch
 if TYPE_CHECKING:
     from ebm_cuda.library import Library
 
-__all__ = ["gpu_absent_reason", "cuda_test_reason", "require_cuda_kernels", "assert_chains_close", "run_triton_child",
-           "bf16_products_pass", "cuda_emulation"]
+__all__ = [
+    "gpu_absent_reason",
+    "cuda_test_reason",
+    "require_cuda_kernels",
+    "assert_chains_close",
+    "run_triton_child",
+    "bf16_products_pass",
+    "cuda_emulation",
+]
 
 
 def gpu_absent_reason() -> str | None:
@@ -46,8 +53,11 @@ def cuda_test_reason() -> tuple[str, str] | None:
         return ("skip", absent)
     reason = library.cuda_unavailable_reason()
     if reason is not None:
-        return ("fail", f"a GPU is present ({torch.cuda.get_device_name()}) but the CUDA kernels cannot run on it: {reason} "
-                        "(deselect the GPU tests with -m 'not gpu' to run without them)")
+        return (
+            "fail",
+            f"a GPU is present ({torch.cuda.get_device_name()}) but the CUDA kernels cannot run on it: {reason} "
+            "(deselect the GPU tests with -m 'not gpu' to run without them)",
+        )
     return None
 
 
@@ -69,8 +79,9 @@ def _rows_nonfinite(t: torch.Tensor) -> torch.Tensor:
     return bad.reshape(bad.shape[0], -1).any(1) if bad.dim() > 1 else bad
 
 
-def assert_chains_close(actual: torch.Tensor, expected: torch.Tensor, *, rtol: float, atol: float, what: str = "chains",
-                        max_nonfinite: float = 0.01) -> int:
+def assert_chains_close(
+    actual: torch.Tensor, expected: torch.Tensor, *, rtol: float, atol: float, what: str = "chains", max_nonfinite: float = 0.01
+) -> int:
     """``torch.testing.assert_close`` for the final states of chains (one chain per row): a chain that is
     non-finite in both runs counts as equal (a chain that diverges does so on every build, where its last
     finite values depend on rounding), and both runs must have the same non-finite chains, at most
@@ -83,15 +94,17 @@ def assert_chains_close(actual: torch.Tensor, expected: torch.Tensor, *, rtol: f
     assert n_a == n_e, f"{what}: {n_a} non-finite chains against {n_e} expected"
     differ = (bad_a != bad_e).nonzero().flatten()
     assert differ.numel() == 0, f"{what}: chains {differ[:10].tolist()} are non-finite in one run only"
-    assert n_a <= max_nonfinite * max(1, actual.shape[0]), \
+    assert n_a <= max_nonfinite * max(1, actual.shape[0]), (
         f"{what}: {n_a} of {actual.shape[0]} chains are non-finite (more than {max_nonfinite:.0%})"
+    )
     keep = ~bad_a
     torch.testing.assert_close(actual[keep], expected[keep], rtol=rtol, atol=atol, msg=lambda m: f"{what}: {m}")
     return n_a
 
 
-def assert_most_chains_close(actual: torch.Tensor, expected: torch.Tensor, *, rtol: float, atol: float,
-                             what: str = "chains", max_apart: int = 1) -> int:
+def assert_most_chains_close(
+    actual: torch.Tensor, expected: torch.Tensor, *, rtol: float, atol: float, what: str = "chains", max_apart: int = 1
+) -> int:
     """:func:`assert_chains_close` for samplers that take a discrete choice from a continuous comparison (NUTS picks
     a state of its tree by a uniform against weights): where a weight lies within rounding of the uniform, two builds
     pick different states and the chain continues elsewhere. At most ``max_apart`` chains may be apart (an indexing
@@ -103,8 +116,10 @@ def assert_most_chains_close(actual: torch.Tensor, expected: torch.Tensor, *, rt
     close = torch.isclose(actual, expected, rtol=rtol, atol=atol).reshape(actual.shape[0], -1).all(1) | both_bad
     apart = int((~close).sum())
     allowed = max_apart
-    assert apart <= allowed, (f"{what}: {apart} of {actual.shape[0]} chains apart (at most {allowed} allowed), first at rows "
-                              f"{(~close).nonzero().flatten()[:10].tolist()}")
+    assert apart <= allowed, (
+        f"{what}: {apart} of {actual.shape[0]} chains apart (at most {allowed} allowed), first at rows "
+        f"{(~close).nonzero().flatten()[:10].tolist()}"
+    )
     assert_chains_close(actual[close], expected[close], rtol=rtol, atol=atol, what=what)
     return apart
 
@@ -130,6 +145,7 @@ def bf16_products_pass(net: torch.nn.Sequential, sign: float, x: torch.Tensor) -
     bfloat16 to nearest even, the rest in float64. Returns ``(∇ₓE: (n, d), [a_0 = x, a_1, …]: the inputs of the hidden
     layers' products, [e_1, …]: ∂E/∂z_l of the hidden layers)``: the kernels' weight gradient of layer ``l`` is the
     product of the rounded ``(c·e_l)ᵀ`` and ``a_{l−1}``."""
+
     def r(t: torch.Tensor) -> torch.Tensor:
         return t.detach().float().bfloat16().double()
 

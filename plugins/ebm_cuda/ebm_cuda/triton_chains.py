@@ -55,12 +55,31 @@ from ebmcore.errors import InputError
 from ebm_cuda.dispatch import _op
 from ebm_cuda.kernel_report import ptxas_report
 
-__all__ = ["ACTIVATIONS", "MAX_HIDDEN", "MAX_WIDTH", "DTYPES", "MIN_COMPUTE_CAPABILITY", "TRITON_VERSION", "PRECISIONS",
-           "launch_config", "refusal", "unavailable_reason", "feedforward_langevin_chain", "feedforward_contrastive_chain",
-           "stream_normals", "kernel_arguments", "compile_report", "normals_compile_report"]
+__all__ = [
+    "ACTIVATIONS",
+    "MAX_HIDDEN",
+    "MAX_WIDTH",
+    "DTYPES",
+    "MIN_COMPUTE_CAPABILITY",
+    "TRITON_VERSION",
+    "PRECISIONS",
+    "launch_config",
+    "refusal",
+    "unavailable_reason",
+    "feedforward_langevin_chain",
+    "feedforward_contrastive_chain",
+    "stream_normals",
+    "kernel_arguments",
+    "compile_report",
+    "normals_compile_report",
+]
 
-ACTIVATIONS: dict[ActivationKind, int] = {ActivationKind.SILU: 0, ActivationKind.TANH: 1, ActivationKind.SIGMOID: 2,
-                                          ActivationKind.RELU: 3}
+ACTIVATIONS: dict[ActivationKind, int] = {
+    ActivationKind.SILU: 0,
+    ActivationKind.TANH: 1,
+    ActivationKind.SIGMOID: 2,
+    ActivationKind.RELU: 3,
+}
 """The activations the Triton chain runs, and their codes in the kernel (a ``tl.constexpr`` per layer)."""
 
 MAX_HIDDEN = 3
@@ -84,6 +103,7 @@ PRECISIONS = ("ieee", "tf32", "bf16")
 """The products offered, accumulated in float32: IEEE float32 and TF32 (Triton's ``input_precision``), and bfloat16
 operands (``"bf16"``: about 3 significant digits, the tensor cores' fastest float kind). ``"tf32x3"`` is not offered:
 it spills 228 bytes or more on sm_80 and sm_90."""
+
 
 def launch_config(padded: tuple[int, ...], precision: str, contrastive: bool = False) -> tuple[int, int]:
     """``(block_n, num_warps)``: chains and warps per program for a network of padded widths ``(d, h_1, …)``, the
@@ -139,8 +159,9 @@ def refusal(network: FeedForward) -> Optional[str]:
         return "needs a hidden layer (this energy is linear)"
     if len(hidden) > MAX_HIDDEN:
         return f"takes at most {MAX_HIDDEN} hidden layers, the network has {len(hidden)}"
-    missing = sorted({str(layer.activation) for layer in hidden
-                      if layer.activation.kind not in ACTIVATIONS or layer.activation.params})
+    missing = sorted(
+        {str(layer.activation) for layer in hidden if layer.activation.kind not in ACTIVATIONS or layer.activation.params}
+    )
     if missing:
         return f"has no {', '.join(missing)} (it takes {', '.join(k.value for k in ACTIVATIONS)})"
     widest = max(network.widths[:-1])
@@ -197,8 +218,9 @@ def _per_chain(value: Any, n: int, device: torch.device, what: str) -> tuple[flo
             return float(value), None
         flat = value.reshape(-1)
         if flat.shape[0] != n:
-            raise InputError(f"ebm_cuda.triton_chains: {what} has {flat.shape[0]} values for {n} chains; give a number "
-                             f"or one value per chain.")
+            raise InputError(
+                f"ebm_cuda.triton_chains: {what} has {flat.shape[0]} values for {n} chains; give a number or one value per chain."
+            )
         return 0.0, flat.to(device=device, dtype=torch.float32).contiguous()
     return float(value), None
 
@@ -228,27 +250,31 @@ def _check(x: Tensor, network: FeedForward, n_steps: int, what: str = "feedforwa
     if x.dim() != 2:
         raise InputError(f"ebm_cuda.triton_chains.{what}: x must be (n_chains, d), got shape {tuple(x.shape)}.")
     if x.dtype not in DTYPES:
-        raise InputError(f"ebm_cuda.triton_chains.{what}: x is {x.dtype}; it takes "
-                         f"{', '.join(str(d).removeprefix('torch.') for d in DTYPES)} (x.float()).")
+        raise InputError(
+            f"ebm_cuda.triton_chains.{what}: x is {x.dtype}; it takes "
+            f"{', '.join(str(d).removeprefix('torch.') for d in DTYPES)} (x.float())."
+        )
     if network.widths[0] != x.shape[1]:
-        raise InputError(f"ebm_cuda.triton_chains.{what}: the network takes {network.widths[0]} features, "
-                         f"x has {x.shape[1]}.")
+        raise InputError(f"ebm_cuda.triton_chains.{what}: the network takes {network.widths[0]} features, x has {x.shape[1]}.")
     reason = refusal(network)
     if reason is not None:
         raise InputError(f"ebm_cuda.triton_chains.{what}: the kernel {reason}.")
     feedforward.check_layers(network)  # one dtype and device for every layer
     first = network.layers[0].linear.weight
     if first.device != x.device:
-        raise InputError(f"ebm_cuda.triton_chains.{what}: the network is on {first.device}, x on "
-                         f"{x.device}; move one to the other (model.to(x.device)).")
+        raise InputError(
+            f"ebm_cuda.triton_chains.{what}: the network is on {first.device}, x on "
+            f"{x.device}; move one to the other (model.to(x.device))."
+        )
     if n_steps < min_steps:
         raise InputError(f"ebm_cuda.triton_chains.{what}: n_steps must be >= {min_steps}, got {n_steps}.")
 
 
 def _check_block(block_n: Optional[int], what: str) -> None:
     if block_n is not None and (not isinstance(block_n, int) or block_n < 16 or block_n & (block_n - 1)):
-        raise InputError(f"ebm_cuda.triton_chains.{what}: block_n must be a power of 2 >= 16 or None (the default), got "
-                         f"{block_n}.")
+        raise InputError(
+            f"ebm_cuda.triton_chains.{what}: block_n must be a power of 2 >= 16 or None (the default), got {block_n}."
+        )
 
 
 def _check_warps(num_warps: Optional[int], what: str) -> None:
@@ -256,10 +282,21 @@ def _check_warps(num_warps: Optional[int], what: str) -> None:
         raise InputError(f"ebm_cuda.triton_chains.{what}: num_warps must be 4, 8, 16 or None (the default), got {num_warps}.")
 
 
-def feedforward_langevin_chain(x: Tensor, network: FeedForward, *, n_steps: int, step_size: Any, noise_scale: Any,
-                               seed: int, offset: int, precision: Optional[str] = None, block_n: Optional[int] = None,
-                               noise: Optional[Tensor] = None, out: Optional[Tensor] = None,
-                               num_warps: Optional[int] = None) -> Tensor:
+def feedforward_langevin_chain(
+    x: Tensor,
+    network: FeedForward,
+    *,
+    n_steps: int,
+    step_size: Any,
+    noise_scale: Any,
+    seed: int,
+    offset: int,
+    precision: Optional[str] = None,
+    block_n: Optional[int] = None,
+    noise: Optional[Tensor] = None,
+    out: Optional[Tensor] = None,
+    num_warps: Optional[int] = None,
+) -> Tensor:
     """``n_steps`` Langevin steps ``x ← x − h∇ₓE(x) + s·ξ`` of the feed-forward energy ``network`` in one launch;
     ``x: (n, d)`` float32, bfloat16 or float16 (math in float32, rounded once at the end). ``step_size``,
     ``noise_scale``: numbers or one value per chain ``(n,)``. ``ξ`` is drawn in the kernel from the stream of the
@@ -275,8 +312,10 @@ def feedforward_langevin_chain(x: Tensor, network: FeedForward, *, n_steps: int,
     n, d = x.shape
     result = out if out is not None else torch.empty_like(x, memory_format=torch.contiguous_format)
     if out is not None and (out.shape != x.shape or out.dtype != x.dtype or out.device != x.device or out.stride(1) != 1):
-        raise InputError(f"ebm_cuda.triton_chains.feedforward_langevin_chain: out must be {tuple(x.shape)} {x.dtype} on "
-                         f"{x.device} with unit column stride.")
+        raise InputError(
+            f"ebm_cuda.triton_chains.feedforward_langevin_chain: out must be {tuple(x.shape)} {x.dtype} on "
+            f"{x.device} with unit column stride."
+        )
     _check_block(block_n, "feedforward_langevin_chain")
     _check_warps(num_warps, "feedforward_langevin_chain")
     seed64, offset = _stream_arguments(seed, offset)
@@ -285,8 +324,10 @@ def feedforward_langevin_chain(x: Tensor, network: FeedForward, *, n_steps: int,
     if n_steps == 0:
         return result.copy_(x)
     if noise is not None and noise.shape != (n_steps, n, d):
-        raise InputError(f"ebm_cuda.triton_chains.feedforward_langevin_chain: noise must be (n_steps, n, d) = "
-                         f"{(n_steps, n, d)}, got {tuple(noise.shape)}.")
+        raise InputError(
+            f"ebm_cuda.triton_chains.feedforward_langevin_chain: noise must be (n_steps, n, d) = "
+            f"{(n_steps, n, d)}, got {tuple(noise.shape)}."
+        )
     tensors, padded, acts = kernel_arguments(network, x.device)
     h, hv = _per_chain(step_size, n, x.device, "step_size")
     s, sv = _per_chain(noise_scale, n, x.device, "noise_scale")
@@ -297,13 +338,30 @@ def feedforward_langevin_chain(x: Tensor, network: FeedForward, *, n_steps: int,
     products = _matmul_precision(precision)
     block_n, num_warps = _launch(padded, products, False, block_n, num_warps)
     with torch.no_grad():
-        _LANGEVIN_OP(xs, result, tensors, list(padded), list(acts), n_steps, h, s, hv, sv, seed64, offset, products, block_n,
-                     num_warps, noise_t)
+        _LANGEVIN_OP(
+            xs,
+            result,
+            tensors,
+            list(padded),
+            list(acts),
+            n_steps,
+            h,
+            s,
+            hv,
+            sv,
+            seed64,
+            offset,
+            products,
+            block_n,
+            num_warps,
+            noise_t,
+        )
     return result
 
 
-def _launch(padded: tuple[int, ...], precision: str, contrastive: bool, block_n: Optional[int],
-            num_warps: Optional[int]) -> tuple[int, int]:
+def _launch(
+    padded: tuple[int, ...], precision: str, contrastive: bool, block_n: Optional[int], num_warps: Optional[int]
+) -> tuple[int, int]:
     """``(block_n, num_warps)`` as given, each None replaced by :func:`launch_config`'s (chosen for its own
     ``block_n``: a ``block_n`` given without ``num_warps`` runs on the default's warps)."""
     default_block, default_warps = launch_config(padded, precision, contrastive)
@@ -314,8 +372,9 @@ def _stream_arguments(seed: int, offset: int) -> tuple[int, int]:
     """``(seed, offset)`` as the ops take them (int64: a seed in [2⁶³, 2⁶⁴) as its bit pattern), checked."""
     seed, offset = int(seed), int(offset)
     if not 0 <= seed < 2**64 or not 0 <= offset < 2**62:
-        raise InputError(f"ebm_cuda.triton_chains: seed must be in [0, 2^64) and offset in [0, 2^62); got seed {seed}, "
-                         f"offset {offset}.")
+        raise InputError(
+            f"ebm_cuda.triton_chains: seed must be in [0, 2^64) and offset in [0, 2^62); got seed {seed}, offset {offset}."
+        )
     return (seed - 2**64 if seed >= 2**63 else seed), offset
 
 
@@ -327,12 +386,16 @@ def _interpreted() -> bool:
 def _runs_here(x: Tensor, name: str) -> None:
     """The ops' check that a kernel can run on ``x``'s device: CUDA, or the CPU under Triton's interpreter."""
     if x.device.type != "cuda" and not (x.device.type == "cpu" and _triton_reason() is None and _interpreted()):
-        raise InputError(f"ebm_cuda::{name}: the Triton kernels run on CUDA tensors, got {x.device} (on the CPU only "
-                         f"under Triton's interpreter: TRITON_INTERPRET=1 set before triton is imported).")
+        raise InputError(
+            f"ebm_cuda::{name}: the Triton kernels run on CUDA tensors, got {x.device} (on the CPU only "
+            f"under Triton's interpreter: TRITON_INTERPRET=1 set before triton is imported)."
+        )
     if x.device.type == "cuda" and torch.version.cuda is None:
-        raise InputError(f"ebm_cuda::{name}: the Triton kernels are written for NVIDIA GPUs (their activations are PTX "
-                         f"instructions), and this torch build has no CUDA (torch {torch.__version__}): use the "
-                         f"per-step loop (fused=False).")
+        raise InputError(
+            f"ebm_cuda::{name}: the Triton kernels are written for NVIDIA GPUs (their activations are PTX "
+            f"instructions), and this torch build has no CUDA (torch {torch.__version__}): use the "
+            f"per-step loop (fused=False)."
+        )
 
 
 def _kernel_precision(precision: str, x: Tensor) -> str:
@@ -343,21 +406,67 @@ def _kernel_precision(precision: str, x: Tensor) -> str:
     return "bf16-emulated" if precision == "bf16" and _interpreted() else precision
 
 
-def _triton_langevin_chain(x: Tensor, out: Tensor, tensors: list[Tensor], padded: list[int], acts: list[int], n_steps: int,
-                           h: float, s: float, hv: Optional[Tensor], sv: Optional[Tensor], seed: int, offset: int,
-                           precision: str, block_n: int, num_warps: int, noise: Optional[Tensor]) -> None:
+def _triton_langevin_chain(
+    x: Tensor,
+    out: Tensor,
+    tensors: list[Tensor],
+    padded: list[int],
+    acts: list[int],
+    n_steps: int,
+    h: float,
+    s: float,
+    hv: Optional[Tensor],
+    sv: Optional[Tensor],
+    seed: int,
+    offset: int,
+    precision: str,
+    block_n: int,
+    num_warps: int,
+    noise: Optional[Tensor],
+) -> None:
     """``torch.ops.ebm_cuda.triton_langevin_chain``: :func:`feedforward_langevin_chain`'s launch, into ``out``
     (arguments as ``kernel_arguments`` and ``_per_chain`` give them; ``seed`` int64, its bit pattern)."""
     _runs_here(x, "triton_langevin_chain")
     with _on(x.device):  # Triton launches on the current device
-        _kernels().launch_langevin(x, out, tensors, padded, acts, n_steps, h, s, hv, sv, seed % 2**64, offset,
-                                   _kernel_precision(precision, x), block_n, num_warps, noise)
+        _kernels().launch_langevin(
+            x,
+            out,
+            tensors,
+            padded,
+            acts,
+            n_steps,
+            h,
+            s,
+            hv,
+            sv,
+            seed % 2**64,
+            offset,
+            _kernel_precision(precision, x),
+            block_n,
+            num_warps,
+            noise,
+        )
 
 
-def _triton_contrastive_chain(x: Tensor, tensors: list[Tensor], padded: list[int], acts: list[int], n_steps: int, h: float,
-                              s: float, hv: Optional[Tensor], sv: Optional[Tensor], seed: int, offset: int, precision: str,
-                              block_n: int, num_warps: int, a: Tensor, b: Optional[Tensor],
-                              bo: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def _triton_contrastive_chain(
+    x: Tensor,
+    tensors: list[Tensor],
+    padded: list[int],
+    acts: list[int],
+    n_steps: int,
+    h: float,
+    s: float,
+    hv: Optional[Tensor],
+    sv: Optional[Tensor],
+    seed: int,
+    offset: int,
+    precision: str,
+    block_n: int,
+    num_warps: int,
+    a: Tensor,
+    b: Optional[Tensor],
+    bo: Tensor,
+) -> tuple[Tensor, Tensor, Tensor]:
     """``torch.ops.ebm_cuda.triton_contrastive_chain``: :func:`feedforward_contrastive_chain`'s launch (``n >= 1``
     chains): ``(x', energies (2, n), Σ over the programs' partial sums (P,))``, all float32 but ``x'``."""
     _runs_here(x, "triton_contrastive_chain")
@@ -366,9 +475,25 @@ def _triton_contrastive_chain(x: Tensor, tensors: list[Tensor], padded: list[int
     energies = torch.empty(2, n, dtype=torch.float32, device=x.device)
     partials = torch.empty(2 * (-(-n // block_n)), _partial_size(tuple(padded)), dtype=torch.float32, device=x.device)
     with _on(x.device):
-        _kernels().launch_langevin(x, result, tensors, padded, acts, n_steps, h, s, hv, sv, seed % 2**64, offset,
-                                   _kernel_precision(precision, x), block_n, num_warps, None,
-                                   contrastive=(a, b, energies, partials, bo))
+        _kernels().launch_langevin(
+            x,
+            result,
+            tensors,
+            padded,
+            acts,
+            n_steps,
+            h,
+            s,
+            hv,
+            sv,
+            seed % 2**64,
+            offset,
+            _kernel_precision(precision, x),
+            block_n,
+            num_warps,
+            None,
+            contrastive=(a, b, energies, partials, bo),
+        )
     return result, energies, partials.sum(0)
 
 
@@ -383,12 +508,18 @@ def _(x, out, tensors, padded, acts, n_steps, h, s, hv, sv, seed, offset, precis
 
 @torch.library.register_fake("ebm_cuda::triton_contrastive_chain")
 def _(x, tensors, padded, acts, n_steps, h, s, hv, sv, seed, offset, precision, block_n, num_warps, a, b, bo):
-    return (torch.empty_like(x, memory_format=torch.contiguous_format), x.new_empty(2, x.shape[0], dtype=torch.float32),
-            x.new_empty(_partial_size(tuple(padded)), dtype=torch.float32))
+    return (
+        torch.empty_like(x, memory_format=torch.contiguous_format),
+        x.new_empty(2, x.shape[0], dtype=torch.float32),
+        x.new_empty(_partial_size(tuple(padded)), dtype=torch.float32),
+    )
 
 
-def _coefficients(pairs: tuple[tuple[Any, Any], tuple[Any, Any]], n: int, device: torch.device,
-                  ) -> tuple[Tensor, Optional[Tensor]]:
+def _coefficients(
+    pairs: tuple[tuple[Any, Any], tuple[Any, Any]],
+    n: int,
+    device: torch.device,
+) -> tuple[Tensor, Optional[Tensor]]:
     """``start``, ``end`` as the kernel reads them: ``a: (2, n)`` float32 and ``b: (2, n)`` (zero for a None ``b``; None
     when both are None)."""
     for name, pair in zip(("start", "end"), pairs):
@@ -400,18 +531,31 @@ def _coefficients(pairs: tuple[tuple[Any, Any], tuple[Any, Any]], n: int, device
         for row, value, what in ((a, pair[0], f"{name}[0]"), (b, pair[1], f"{name}[1]")):
             if value is None:
                 if row is a:
-                    raise InputError(f"ebm_cuda.triton_chains.feedforward_contrastive_chain: {what} (a) must be a number or "
-                                     f"one value per chain, got None.")
+                    raise InputError(
+                        f"ebm_cuda.triton_chains.feedforward_contrastive_chain: {what} (a) must be a number or "
+                        f"one value per chain, got None."
+                    )
                 continue
             number, vector = _per_chain(value, n, device, what)
             row[side] = vector if vector is not None else number
     return a, b
 
 
-def feedforward_contrastive_chain(x: Tensor, network: FeedForward, *, n_steps: int, step_size: Any, noise_scale: Any,
-                                  seed: int, offset: int, start: tuple[Any, Any], end: tuple[Any, Any],
-                                  precision: Optional[str] = None, block_n: Optional[int] = None,
-                                  num_warps: Optional[int] = None) -> tuple[Any, ...]:
+def feedforward_contrastive_chain(
+    x: Tensor,
+    network: FeedForward,
+    *,
+    n_steps: int,
+    step_size: Any,
+    noise_scale: Any,
+    seed: int,
+    offset: int,
+    start: tuple[Any, Any],
+    end: tuple[Any, Any],
+    precision: Optional[str] = None,
+    block_n: Optional[int] = None,
+    num_warps: Optional[int] = None,
+) -> tuple[Any, ...]:
     """Contrastive divergence's chains with their loss and weight gradient, in one launch: the ``n_steps >= 1`` moves
     of :func:`feedforward_langevin_chain` from ``x: (n, d)`` (its kernel with ``CONTRASTIVE`` set: the same code for
     the passes and moves, so the same states for the same seed, offset, precision and block size; to the bit under
@@ -457,8 +601,25 @@ def feedforward_contrastive_chain(x: Tensor, network: FeedForward, *, n_steps: i
         products = _matmul_precision(precision)
         block_n, num_warps = _launch(padded, products, True, block_n, num_warps)
         with torch.no_grad():
-            result, energies, sums = _CONTRASTIVE_OP(xs, tensors, list(padded), list(acts), n_steps, h, s, hv, sv, seed64,
-                                                     offset, products, block_n, num_warps, a, b, bo)
+            result, energies, sums = _CONTRASTIVE_OP(
+                xs,
+                tensors,
+                list(padded),
+                list(acts),
+                n_steps,
+                h,
+                s,
+                hv,
+                sv,
+                seed64,
+                offset,
+                products,
+                block_n,
+                num_warps,
+                a,
+                b,
+                bo,
+            )
     else:
         result = torch.empty_like(x, memory_format=torch.contiguous_format)
         energies = torch.empty(2, n, dtype=torch.float32, device=device)
@@ -473,14 +634,15 @@ def feedforward_contrastive_chain(x: Tensor, network: FeedForward, *, n_steps: i
     for l, layer in enumerate(network.hidden):
         weight = layer.linear.weight
         rows, cols = padded[l + 1], padded[l]
-        weight_grads.append(sums[at: at + rows * cols].view(rows, cols)[: weight.shape[0], : weight.shape[1]]
-                            .to(weight.dtype).contiguous())
+        weight_grads.append(
+            sums[at : at + rows * cols].view(rows, cols)[: weight.shape[0], : weight.shape[1]].to(weight.dtype).contiguous()
+        )
         at += rows * cols
         bias = layer.linear.bias
-        bias_grads.append(None if bias is None else sums[at: at + weight.shape[0]].to(bias.dtype))
+        bias_grads.append(None if bias is None else sums[at : at + weight.shape[0]].to(bias.dtype))
         at += rows
     top = output.weight
-    weight_grads.append((sums[at: at + top.shape[1]] * network.sign).view(1, -1).to(top.dtype))
+    weight_grads.append((sums[at : at + top.shape[1]] * network.sign).view(1, -1).to(top.dtype))
     bias_grads.append(None if output.bias is None else (c_sum * network.sign).reshape(1).to(output.bias.dtype))
     return result, energies[0], energies[1], loss, weight_grads, bias_grads
 
@@ -508,10 +670,20 @@ def _on(device: torch.device) -> Any:
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
-def compile_report(capability: int, *, widths: tuple[int, ...] = (2, 64, 64), activations: tuple[int, ...] | None = None,
-                   block_n: Optional[int] = None, precision: str = "ieee", dtype: torch.dtype = torch.float32,
-                   noise_from_tensor: bool = False, per_chain: bool = False, num_warps: Optional[int] = None,
-                   contrastive: bool = False, has_b: bool = True) -> dict[str, Any]:
+def compile_report(
+    capability: int,
+    *,
+    widths: tuple[int, ...] = (2, 64, 64),
+    activations: tuple[int, ...] | None = None,
+    block_n: Optional[int] = None,
+    precision: str = "ieee",
+    dtype: torch.dtype = torch.float32,
+    noise_from_tensor: bool = False,
+    per_chain: bool = False,
+    num_warps: Optional[int] = None,
+    contrastive: bool = False,
+    has_b: bool = True,
+) -> dict[str, Any]:
     """Compile the chain kernel for ``sm_<capability>`` without a GPU (``triton.compile`` for ``GPUTarget("cuda",
     capability, 32)``) and report what :func:`ebm_cuda.kernel_report.ptxas_report` reads from its ``ptxas -v`` and
     machine code: ``{"registers", "spill_stores", "spill_loads", "stack", "shared", "seconds", "loop_instructions",
@@ -527,18 +699,61 @@ def compile_report(capability: int, *, widths: tuple[int, ...] = (2, 64, 64), ac
     acts = list(activations if activations is not None else (0,) * n_hidden)
     block_n, warps = _launch(tuple(padded), precision, contrastive, block_n, num_warps)
     element = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
-    signature: dict[str, str] = {name: "*fp32" for name in ("noise_ptr", "hv_ptr", "sv_ptr", "w1_ptr", "b1_ptr", "w2_ptr",
-                                                           "b2_ptr", "w3_ptr", "b3_ptr", "wo_ptr", "a_ptr", "b_ptr",
-                                                           "bo_ptr", "e_ptr", "part_ptr")}
-    signature.update(x_ptr=f"*{element}", out_ptr=f"*{element}", n="i32", d="i32", stride_x="i32", stride_out="i32",
-                     n_steps="i32", h="fp32", s="fp32", seed_lo="i32", seed_hi="i32", offset_lo="i32",
-                     offset_hi="i32")
-    constexprs = dict(D0=padded[0], DN=_kernels().noise_columns(widths[0], padded[0], block_n), H1=padded[1],
-                      H2=(padded + [16, 16])[2], H3=(padded + [16, 16, 16])[3],
-                      N_HIDDEN=n_hidden, ACT1=acts[0], ACT2=(acts + [0, 0])[1], ACT3=(acts + [0, 0, 0])[2], BLOCK_N=block_n,
-                      NOISE_FROM_TENSOR=noise_from_tensor, PER_CHAIN_H=per_chain, PER_CHAIN_S=per_chain,
-                      PRECISION=precision, CONTRASTIVE=contrastive, HAS_B=contrastive and has_b,
-                      P=_partial_size(tuple(padded)) if contrastive else 1, PTX_MATH=True)
+    signature: dict[str, str] = {
+        name: "*fp32"
+        for name in (
+            "noise_ptr",
+            "hv_ptr",
+            "sv_ptr",
+            "w1_ptr",
+            "b1_ptr",
+            "w2_ptr",
+            "b2_ptr",
+            "w3_ptr",
+            "b3_ptr",
+            "wo_ptr",
+            "a_ptr",
+            "b_ptr",
+            "bo_ptr",
+            "e_ptr",
+            "part_ptr",
+        )
+    }
+    signature.update(
+        x_ptr=f"*{element}",
+        out_ptr=f"*{element}",
+        n="i32",
+        d="i32",
+        stride_x="i32",
+        stride_out="i32",
+        n_steps="i32",
+        h="fp32",
+        s="fp32",
+        seed_lo="i32",
+        seed_hi="i32",
+        offset_lo="i32",
+        offset_hi="i32",
+    )
+    constexprs = dict(
+        D0=padded[0],
+        DN=_kernels().noise_columns(widths[0], padded[0], block_n),
+        H1=padded[1],
+        H2=(padded + [16, 16])[2],
+        H3=(padded + [16, 16, 16])[3],
+        N_HIDDEN=n_hidden,
+        ACT1=acts[0],
+        ACT2=(acts + [0, 0])[1],
+        ACT3=(acts + [0, 0, 0])[2],
+        BLOCK_N=block_n,
+        NOISE_FROM_TENSOR=noise_from_tensor,
+        PER_CHAIN_H=per_chain,
+        PER_CHAIN_S=per_chain,
+        PRECISION=precision,
+        CONTRASTIVE=contrastive,
+        HAS_B=contrastive and has_b,
+        P=_partial_size(tuple(padded)) if contrastive else 1,
+        PTX_MATH=True,
+    )
     report = ptxas_report(fn, signature, constexprs, capability, warps, chains_per_program=block_n)
     return dict(report, block_n=block_n, num_warps=warps)
 

@@ -20,8 +20,9 @@ ACTIVATIONS = ("relu", "sigmoid", "silu", "tanh")
 def _autograd_chain(energy, x, n_steps, h, s, seed, offset=0):
     """The op's reference (``x − h∇E(x) + s·ξ_t``) with autograd's gradient and the stream's normals (per image,
     C-order)."""
-    return FUSED_OPS["conv_langevin_chain"].reference(energy.gradient, x, n_steps=n_steps, step_size=h, noise_scale=s,
-                                                      seed=seed, offset=offset, normal=reference.normal)
+    return FUSED_OPS["conv_langevin_chain"].reference(
+        energy.gradient, x, n_steps=n_steps, step_size=h, noise_scale=s, seed=seed, offset=offset, normal=reference.normal
+    )
 
 
 def _noise_only(x, n_steps, s, seed, offset=0):
@@ -31,9 +32,11 @@ def _noise_only(x, n_steps, s, seed, offset=0):
 
 
 @pytest.mark.parametrize("activation", ACTIVATIONS)
-@pytest.mark.parametrize("shape, widths, n, h", [((1, 8, 8), (32, 64), 37, 10.0), ((3, 6, 6), (8, 12, 16), 5, 10.0),
-                                                 ((2, 5, 7), (5,), 16, 1.0)],
-                         ids=["digits-net", "rgb-three-convs", "one-conv-odd-image"])
+@pytest.mark.parametrize(
+    "shape, widths, n, h",
+    [((1, 8, 8), (32, 64), 37, 10.0), ((3, 6, 6), (8, 12, 16), 5, 10.0), ((2, 5, 7), (5,), 16, 1.0)],
+    ids=["digits-net", "rgb-three-convs", "one-conv-odd-image"],
+)
 def test_the_chain_follows_autograd_and_the_stream(activation, shape, widths, n, h):
     energy = ConvEnergy(shape, widths, activation, seed=0)
     x0 = torch.randn(n, *shape, generator=torch.Generator().manual_seed(1))
@@ -119,7 +122,9 @@ def test_the_op_checks_its_arguments():
         network_ops._conv_langevin_chain(x, w, b, [], 0, 1.0, 1, 0.1, 0.1, None, None, 0, 0)
     with pytest.raises(InputError, match="float32 states on the CPU only"):
         network_ops._conv_langevin_chain(x.double(), w, b, [1], 0, 1.0, 1, 0.1, 0.1, None, None, 0, 0)
-    with pytest.raises(InputError, match=r"conv_langevin_chain: the host build runs it, on CPU tensors only; got tensors on meta"):
+    with pytest.raises(
+        InputError, match=r"conv_langevin_chain: the host build runs it, on CPU tensors only; got tensors on meta"
+    ):
         network_ops._conv_langevin_chain(x, [w[0].to("meta"), w[1]], b, [1], 0, 1.0, 1, 0.1, 0.1, None, None, 0, 0)
     with pytest.raises(library.KernelError, match="unknown activation code"):
         network_ops._conv_langevin_chain(x, w, b, [1], 9, 1.0, 1, 0.1, 0.1, None, None, 0, 0)
@@ -135,8 +140,14 @@ def test_the_persistent_cd_step_of_the_digits_configuration_runs_the_chain(monke
     kernel = dispatch._OPS["conv_langevin_chain"]  # the op every call goes through
     monkeypatch.setitem(dispatch._OPS, "conv_langevin_chain", lambda *args: calls.append(args[6]) or kernel(*args))
     energy = ConvEnergy(widths=(32, 64), seed=0)
-    loss = PersistentContrastiveDivergence("langevin", 20, sampler_options={"step_size": 10.0, "noise_scale": 0.005},
-                                           buffer_size=200, reinit_fraction=0.05, regularization=0.1)
+    loss = PersistentContrastiveDivergence(
+        "langevin",
+        20,
+        sampler_options={"step_size": 10.0, "noise_scale": 0.005},
+        buffer_size=200,
+        reinit_fraction=0.05,
+        regularization=0.1,
+    )
     data = torch.rand(64, 1, 8, 8, generator=torch.Generator().manual_seed(0)) * 2 - 1
     value = loss(energy, data, generator=torch.Generator().manual_seed(1))
     value.backward()

@@ -32,7 +32,9 @@ def test_philox_and_normals_equal_the_host_build():
     counters = torch.randint(0, 2**32, (4096, 4), generator=g)
     keys = torch.randint(0, 2**32, (4096, 2), generator=g)
     assert torch.equal(ops.philox4x32(counters.cuda(), keys.cuda()).cpu(), ops.philox4x32(counters, keys))
-    torch.testing.assert_close(ops.normal(5000, 7, 11, 2**33, device="cuda").cpu(), ops.normal(5000, 7, 11, 2**33), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(
+        ops.normal(5000, 7, 11, 2**33, device="cuda").cpu(), ops.normal(5000, 7, 11, 2**33), rtol=1e-6, atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("d", [2, 10, 40])
@@ -42,12 +44,19 @@ def test_energies_and_chains_equal_the_host_build(name, d):
     x = 0.3 * x if name == "rosenbrock" else x
     cuda_params = [p.cuda() if isinstance(p, torch.Tensor) else p for p in params]
     for op in (f"{name}_energy", f"{name}_gradient"):
-        torch.testing.assert_close(CUDA.kernels[op].fn(x.cuda(), *cuda_params).cpu(), HOST.kernels[op].fn(x, *params), rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(
+            CUDA.kernels[op].fn(x.cuda(), *cuda_params).cpu(), HOST.kernels[op].fn(x, *params), rtol=1e-4, atol=1e-4
+        )
     h = 1e-3 if name == "rosenbrock" else 0.01
     kw = dict(n_steps=50, step_size=h, noise_scale=(2 * h) ** 0.5, seed=123, offset=9)
     # a chain that diverges (about one d = 40 double-well or Rosenbrock chain in 3,000) does so on both builds
-    assert_chains_close(CUDA.kernels[f"{name}_langevin_chain"].fn(x.cuda(), *cuda_params, **kw),
-                        HOST.kernels[f"{name}_langevin_chain"].fn(x, *params, **kw), rtol=1e-4, atol=1e-4, what="langevin chain")
+    assert_chains_close(
+        CUDA.kernels[f"{name}_langevin_chain"].fn(x.cuda(), *cuda_params, **kw),
+        HOST.kernels[f"{name}_langevin_chain"].fn(x, *params, **kw),
+        rtol=1e-4,
+        atol=1e-4,
+        what="langevin chain",
+    )
     kw = dict(n_steps=5, step_size=h, n_leapfrog_steps=4, inverse_temperature=1.0, seed=7, offset=0)
     gx, ga, gd = CUDA.kernels[f"{name}_hmc_chain"].fn(x.cuda(), *cuda_params, **kw)
     hx, ha, hd = HOST.kernels[f"{name}_hmc_chain"].fn(x, *params, **kw)
@@ -78,12 +87,14 @@ def test_resolution_picks_cuda_and_torch_can_be_forced():
 def test_fused_sampling_on_the_gpu_has_the_right_moments():
     k, h, n, d = 2.0, 0.2, 100_000, 4
     energy = ebmcore.energy("harmonic", dim=d, stiffness=k).cuda()
-    out = LangevinSampler(energy, step_size=h, fused=True).sample(torch.zeros(n, d, device="cuda"), 200,
-                                                                  generator=torch.Generator("cuda").manual_seed(1))
+    out = LangevinSampler(energy, step_size=h, fused=True).sample(
+        torch.zeros(n, d, device="cuda"), 200, generator=torch.Generator("cuda").manual_seed(1)
+    )
     var = 1.0 / (k * (1 - h * k / 2))
     assert abs(out.var(0).mean().item() - var) < 5 * var * (2.0 / (n * d)) ** 0.5
     res = HMCSampler(energy, step_size=0.3, n_leapfrog_steps=5, fused=True).sample(
-        torch.zeros(n, d, device="cuda"), 20, burn_in=20, return_diagnostics=True)
+        torch.zeros(n, d, device="cuda"), 20, burn_in=20, return_diagnostics=True
+    )
     assert abs(res.samples.var(0).mean().item() - 1 / k) < 5 * (1 / k) * (2.0 / (n * d)) ** 0.5
     assert res.diagnostics.acceptance_rate.mean() > 0.8
 

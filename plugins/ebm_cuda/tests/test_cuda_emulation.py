@@ -26,10 +26,12 @@ from ebm_cuda import build
 
 ROOT = Path(__file__).resolve().parents[3]
 
-needs_asan = pytest.mark.skipif(build.sanitizer_runtimes("address") is None,
-                                reason="the C++ compiler has no AddressSanitizer/UBSan runtime")
-needs_tsan = pytest.mark.skipif(build.sanitizer_runtimes("thread") is None,
-                                reason="the C++ compiler has no ThreadSanitizer runtime")
+needs_asan = pytest.mark.skipif(
+    build.sanitizer_runtimes("address") is None, reason="the C++ compiler has no AddressSanitizer/UBSan runtime"
+)
+needs_tsan = pytest.mark.skipif(
+    build.sanitizer_runtimes("thread") is None, reason="the C++ compiler has no ThreadSanitizer runtime"
+)
 
 
 @pytest.fixture(scope="module")
@@ -43,13 +45,23 @@ def emulated() -> dict[str, Path]:
 def _check_kernels(sanitizer: str, library: Path, sizes: str, plant: str | None = None) -> tuple[int, str]:
     """``gpu_check_kernels.py --emulated library --sizes sizes`` in a child process under ``sanitizer``, against the
     plain host build; its exit status and output."""
-    env = {**os.environ, **build.sanitizer_environment(sanitizer), "EBM_CUDA_HOST_LIBRARY": str(build.build_host()),
-           "OMP_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        **build.sanitizer_environment(sanitizer),
+        "EBM_CUDA_HOST_LIBRARY": str(build.build_host()),
+        "OMP_NUM_THREADS": "1",
+    }
     env.pop("EBM_CUDA_EMULATION_PLANT", None)
     if plant:
         env["EBM_CUDA_EMULATION_PLANT"] = plant
-    run = subprocess.run([sys.executable, "benchmarks/gpu_check_kernels.py", "--emulated", str(library), "--sizes", sizes],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [sys.executable, "benchmarks/gpu_check_kernels.py", "--emulated", str(library), "--sizes", sizes],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     return run.returncode, run.stdout + run.stderr
 
 
@@ -95,9 +107,11 @@ def test_tsan_reports_the_race_of_a_barrier_that_waits_for_no_one(emulated):
     status, report = _check_kernels("thread", emulated["thread"], "racecheck", plant="no-barrier")
     # the first race seen varies: stage_params' or load_tile's writes against another thread's reads, in kernels.cu or
     # in the energy of ebm/energies.h reading the staged parameters; never in the emulation itself
-    race = re.search(r"SUMMARY: ThreadSanitizer: data race \S*csrc/(kernels\.cu|ebm/(?!cuda_emulation)\w+\.h):\d+"
-                     r"|SUMMARY: ThreadSanitizer: data race \S*csrc/ebm/cuda_emulation\.h:\d+ in ebm_emulation::read_shared_group",
-                     report)
+    race = re.search(
+        r"SUMMARY: ThreadSanitizer: data race \S*csrc/(kernels\.cu|ebm/(?!cuda_emulation)\w+\.h):\d+"
+        r"|SUMMARY: ThreadSanitizer: data race \S*csrc/ebm/cuda_emulation\.h:\d+ in ebm_emulation::read_shared_group",
+        report,
+    )
     assert status != 0 and race, report[-6000:]
 
 
@@ -135,12 +149,26 @@ def test_the_emulation_reads_a_staged_parameters_whole_16_byte_group(tmp_path):
     and the parameter padded to its whole group, as kernels.cu stages it, is read cleanly."""
     (tmp_path / "groups.cpp").write_text(GROUP_READS)
     program = tmp_path / "groups"
-    subprocess.run([build.find_cxx(), *build.SANITIZER_FLAGS, "-std=c++17", "-pthread", "-DEBM_CUDA_EMULATION",
-                    f"-I{build.CSRC}", str(tmp_path / "groups.cpp"), "-o", str(program)], check=True, capture_output=True,
-                   timeout=300)
+    subprocess.run(
+        [
+            build.find_cxx(),
+            *build.SANITIZER_FLAGS,
+            "-std=c++17",
+            "-pthread",
+            "-DEBM_CUDA_EMULATION",
+            f"-I{build.CSRC}",
+            str(tmp_path / "groups.cpp"),
+            "-o",
+            str(program),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     env = {**os.environ, **build.SANITIZER_OPTIONS["address"]}
-    unpadded, padded = (subprocess.run([str(program), staged], capture_output=True, text=True, timeout=60, env=env)
-                        for staged in ("3", "4"))
+    unpadded, padded = (
+        subprocess.run([str(program), staged], capture_output=True, text=True, timeout=60, env=env) for staged in ("3", "4")
+    )
     assert unpadded.returncode != 0 and "AddressSanitizer: heap-buffer-overflow" in unpadded.stderr, unpadded.stderr[-3000:]
     assert "ebm_emulation::read_shared_group" in unpadded.stderr, unpadded.stderr[-3000:]
     assert padded.returncode == 0 and padded.stdout == "6 6\n", padded.stderr[-3000:]
@@ -189,8 +217,21 @@ def test_a_thread_that_returns_leaves_the_barrier_and_bad_launches_fail(tmp_path
     and 48 KB + 4 of shared memory fail as CUDA fails them, and cudaGetLastError() clears the error."""
     (tmp_path / "launches.cpp").write_text(LAUNCHES)
     program = tmp_path / "launches"
-    subprocess.run([build.find_cxx(), *build.SANITIZER_FLAGS, "-std=c++17", "-pthread", f"-I{build.CSRC}",
-                    str(tmp_path / "launches.cpp"), "-o", str(program)], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            build.find_cxx(),
+            *build.SANITIZER_FLAGS,
+            "-std=c++17",
+            "-pthread",
+            f"-I{build.CSRC}",
+            str(tmp_path / "launches.cpp"),
+            "-o",
+            str(program),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     run = subprocess.run([str(program)], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stdout + run.stderr[-3000:]
     assert run.stdout.splitlines() == ["no error", "invalid configuration argument", "invalid argument", "no error"]

@@ -62,20 +62,27 @@ def _assert_layer_gradients(linears, grad_w, grad_b, *, output_bias: bool):
 
 def _linears_and_codes(net, activation, widths):
     linears = [m for m in net if isinstance(m, nn.Linear)]
-    return (linears, [m.weight.float() for m in linears], [None if m.bias is None else m.bias.float() for m in linears],
-            [ACTIVATION_CODES[ActivationKind(activation)]] * len(widths))
+    return (
+        linears,
+        [m.weight.float() for m in linears],
+        [None if m.bias is None else m.bias.float() for m in linears],
+        [ACTIVATION_CODES[ActivationKind(activation)]] * len(widths),
+    )
 
 
 def _autograd_chain(energy, x, n_steps, h, s, seed, offset=0):
     """The op's reference (``x − h∇E(x) + s·ξ_t``) with autograd's gradient and the stream's normals."""
-    return FUSED_OPS["feedforward_langevin_chain"].reference(energy.gradient, x, n_steps=n_steps, step_size=h, noise_scale=s,
-                                                             seed=seed, offset=offset, normal=reference.normal)
+    return FUSED_OPS["feedforward_langevin_chain"].reference(
+        energy.gradient, x, n_steps=n_steps, step_size=h, noise_scale=s, seed=seed, offset=offset, normal=reference.normal
+    )
 
 
 @pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
-@pytest.mark.parametrize("d, widths, n, bias, sign", [(2, [64, 64], 100, True, 1.0), (3, [20, 33], 37, True, -1.0),
-                                                      (17, [5], 16, False, 1.0), (1, [40, 7, 24], 1, True, 1.0)],
-                         ids=["w4-shape", "odd-widths-negated", "wide-input-no-bias", "three-hidden-one-chain"])
+@pytest.mark.parametrize(
+    "d, widths, n, bias, sign",
+    [(2, [64, 64], 100, True, 1.0), (3, [20, 33], 37, True, -1.0), (17, [5], 16, False, 1.0), (1, [40, 7, 24], 1, True, 1.0)],
+    ids=["w4-shape", "odd-widths-negated", "wide-input-no-bias", "three-hidden-one-chain"],
+)
 def test_the_chain_follows_autograd_and_the_stream(activation, d, widths, n, bias, sign):
     energy = Net(_network(d, widths, activation, bias=bias), sign)
     x0 = torch.randn(n, d, generator=torch.Generator().manual_seed(1))
@@ -120,7 +127,7 @@ def test_langevin_sampler_takes_the_network_chain_by_default():
     assert path.startswith("fused chain") and "feed-forward network 2-64-64-1" in path
     out = sampler.sample(x0, 4, burn_in=2, generator=torch.Generator().manual_seed(2))
     seed = int(torch.randint(0, 2**62, (), generator=torch.Generator().manual_seed(2)))  # the key a fused run draws
-    torch.testing.assert_close(out, _autograd_chain(energy, x0, 6, 0.01, 0.02 ** 0.5, seed), rtol=1e-5, atol=2e-6)
+    torch.testing.assert_close(out, _autograd_chain(energy, x0, 6, 0.01, 0.02**0.5, seed), rtol=1e-5, atol=2e-6)
 
 
 def test_the_network_chain_samples_a_known_law():
@@ -175,26 +182,43 @@ def test_a_network_off_the_cpu_is_refused_by_the_host_only_ops_with_the_fix():
     w, b = [torch.randn(4, 3), torch.randn(1, 4)], [torch.randn(4), torch.randn(1)]
     runs = {
         "feedforward_langevin_chain": lambda w, b: network_ops._feedforward_langevin_chain(
-            x, w, b, [0], 1.0, 2, 0.01, 0.1, None, None, 0, 0),
-        "feedforward_energy_gradients": lambda w, b: network_ops._feedforward_energy_gradients_host(x, ones, None, w, b, [0], 1.0),
+            x, w, b, [0], 1.0, 2, 0.01, 0.1, None, None, 0, 0
+        ),
+        "feedforward_energy_gradients": lambda w, b: network_ops._feedforward_energy_gradients_host(
+            x, ones, None, w, b, [0], 1.0
+        ),
         "feedforward_contrastive_chain": lambda w, b: network_ops._feedforward_contrastive_chain_host(
-            x, (ones, None), (ones, None), w, b, [0], 1.0, 2, 0.01, 0.1, None, None, 0, 0),
+            x, (ones, None), (ones, None), w, b, [0], 1.0, 2, 0.01, 0.1, None, None, 0, 0
+        ),
         "feedforward_denoising_score_matching": lambda w, b: network_ops._feedforward_denoising_score_matching_host(
-            x, x, None, w, b, [0], 1.0),
-        "feedforward_sliced_score_matching": lambda w, b: network_ops._feedforward_sliced_score_matching_host(x, x, w, b, [0], 1.0),
+            x, x, None, w, b, [0], 1.0
+        ),
+        "feedforward_sliced_score_matching": lambda w, b: network_ops._feedforward_sliced_score_matching_host(
+            x, x, w, b, [0], 1.0
+        ),
     }
     for name, run in runs.items():
         run(w, b)  # all on the CPU: it runs
         for weights, biases in (([w[0].to("meta"), w[1]], b), (w, [b[0], b[1].to("meta")])):
-            with pytest.raises(InputError, match=rf"^ebm_cuda\.{name}: the host build runs it, on CPU tensors only; got "
-                                                 r"tensors on meta\. Move the tensors .* to the CPU, or on a GPU select"):
+            with pytest.raises(
+                InputError,
+                match=rf"^ebm_cuda\.{name}: the host build runs it, on CPU tensors only; got "
+                r"tensors on meta\. Move the tensors .* to the CPU, or on a GPU select",
+            ):
                 run(weights, biases)
 
 
 @pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
-@pytest.mark.parametrize("d, widths, n, bias, sign, scaled", [(2, [64, 64], 300, True, 1.0, False), (3, [20, 33], 37, True, -1.0, True),
-                                                              (17, [5], 16, False, 1.0, False), (1, [40, 7, 24], 5, True, 1.0, True)],
-                         ids=["w7-shape", "odd-widths-negated-scaled", "wide-input-no-bias", "three-hidden-scaled"])
+@pytest.mark.parametrize(
+    "d, widths, n, bias, sign, scaled",
+    [
+        (2, [64, 64], 300, True, 1.0, False),
+        (3, [20, 33], 37, True, -1.0, True),
+        (17, [5], 16, False, 1.0, False),
+        (1, [40, 7, 24], 5, True, 1.0, True),
+    ],
+    ids=["w7-shape", "odd-widths-negated-scaled", "wide-input-no-bias", "three-hidden-scaled"],
+)
 def test_the_denoising_loss_and_its_gradients_equal_autograds(activation, d, widths, n, bias, sign, scaled):
     """``(1/2n) Σ |a∇E(x) − b|²`` and its weight and bias gradients against nested autograd in float64."""
     net = _network(d, widths, activation, bias=bias).double()
@@ -207,8 +231,9 @@ def test_the_denoising_loss_and_its_gradients_equal_autograds(activation, d, wid
     expected = 0.5 * (residual * residual).sum(1).mean()
     expected.backward()
     linears, weights, biases, codes = _linears_and_codes(net, activation, widths)
-    value, grad_w, grad_b = network_ops.feedforward_denoising_score_matching(x.float(), b.float(), None if a is None else a.float(),
-                                                                     weights, biases, codes, sign)
+    value, grad_w, grad_b = network_ops.feedforward_denoising_score_matching(
+        x.float(), b.float(), None if a is None else a.float(), weights, biases, codes, sign
+    )
     torch.testing.assert_close(value.double(), expected.detach(), rtol=2e-6, atol=1e-7)
     _assert_layer_gradients(linears, grad_w, grad_b, output_bias=False)
 
@@ -225,9 +250,11 @@ def test_the_denoising_kernel_checks_its_arguments():
 
 
 @pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
-@pytest.mark.parametrize("d, widths, n, bias, sign", [(2, [64, 64], 300, True, 1.0), (3, [20, 33], 37, True, -1.0),
-                                                      (17, [5], 16, False, 1.0), (1, [40, 7, 24], 5, True, 1.0)],
-                         ids=["w6-shape", "odd-widths-negated", "wide-input-no-bias", "three-hidden"])
+@pytest.mark.parametrize(
+    "d, widths, n, bias, sign",
+    [(2, [64, 64], 300, True, 1.0), (3, [20, 33], 37, True, -1.0), (17, [5], 16, False, 1.0), (1, [40, 7, 24], 5, True, 1.0)],
+    ids=["w6-shape", "odd-widths-negated", "wide-input-no-bias", "three-hidden"],
+)
 def test_the_sliced_loss_and_its_gradients_equal_autograds(activation, d, widths, n, bias, sign):
     """``(1/n) Σ ½(vᵀ∇E)² − vᵀ∇²E v`` and its weight and bias gradients against three levels of autograd in float64
     (the third derivatives of every activation enter)."""
@@ -253,9 +280,16 @@ def test_variance_reduced_sliced_score_matching_keeps_the_torch_path():
 
 
 @pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
-@pytest.mark.parametrize("d, widths, n, bias, sign, quadratic", [(2, [64, 64], 300, True, 1.0, False), (3, [20, 33], 37, True, -1.0, True),
-                                                                 (17, [5], 16, False, 1.0, True), (1, [40, 7, 24], 5, True, 1.0, False)],
-                         ids=["w5-shape", "odd-widths-negated-quadratic", "wide-input-no-bias-quadratic", "three-hidden"])
+@pytest.mark.parametrize(
+    "d, widths, n, bias, sign, quadratic",
+    [
+        (2, [64, 64], 300, True, 1.0, False),
+        (3, [20, 33], 37, True, -1.0, True),
+        (17, [5], 16, False, 1.0, True),
+        (1, [40, 7, 24], 5, True, 1.0, False),
+    ],
+    ids=["w5-shape", "odd-widths-negated-quadratic", "wide-input-no-bias-quadratic", "three-hidden"],
+)
 def test_the_energies_and_their_weighted_gradient_equal_autograds(activation, d, widths, n, bias, sign, quadratic):
     """``E(x)`` and ``Σ (aᵣ + bᵣEᵣ) ∂Eᵣ/∂θ`` (the gradient of ``Σ aᵣEᵣ + ½bᵣEᵣ²``) against autograd in float64, every
     weight and bias (the output bias included)."""
@@ -264,22 +298,29 @@ def test_the_energies_and_their_weighted_gradient_equal_autograds(activation, d,
     x, a = torch.randn(n, d, generator=g, dtype=torch.float64), torch.randn(n, generator=g, dtype=torch.float64)
     b = torch.rand(n, generator=g, dtype=torch.float64) if quadratic else None
     energies = sign * net(x).squeeze(-1)
-    (a * energies + (0.5 * b * energies ** 2 if quadratic else 0)).sum().backward()
+    (a * energies + (0.5 * b * energies**2 if quadratic else 0)).sum().backward()
     linears, weights, biases, codes = _linears_and_codes(net, activation, widths)
-    got, grad_w, grad_b = network_ops.feedforward_energy_gradients(x.float(), a.float(), None if b is None else b.float(), weights, biases,
-                                                           codes, sign)
+    got, grad_w, grad_b = network_ops.feedforward_energy_gradients(
+        x.float(), a.float(), None if b is None else b.float(), weights, biases, codes, sign
+    )
     torch.testing.assert_close(got.double(), energies.detach(), rtol=1e-5, atol=1e-6)
     _assert_layer_gradients(linears, grad_w, grad_b, output_bias=True)
 
 
 @pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
-@pytest.mark.parametrize("d, widths, n, bias, sign, quadratic, per_chain",
-                         [(2, [64, 64], 300, True, 1.0, False, False), (3, [20, 33], 37, True, -1.0, True, True),
-                          (17, [5], 16, False, 1.0, True, False), (1, [40, 7, 24], 5, True, 1.0, False, True)],
-                         ids=["w5-shape", "odd-widths-negated-quadratic-per-chain", "wide-input-no-bias-quadratic-one-step",
-                              "three-hidden-per-chain"])
-def test_the_contrastive_chain_moves_as_the_chain_and_its_gradient_equals_autograds(activation, d, widths, n, bias, sign,
-                                                                                      quadratic, per_chain):
+@pytest.mark.parametrize(
+    "d, widths, n, bias, sign, quadratic, per_chain",
+    [
+        (2, [64, 64], 300, True, 1.0, False, False),
+        (3, [20, 33], 37, True, -1.0, True, True),
+        (17, [5], 16, False, 1.0, True, False),
+        (1, [40, 7, 24], 5, True, 1.0, False, True),
+    ],
+    ids=["w5-shape", "odd-widths-negated-quadratic-per-chain", "wide-input-no-bias-quadratic-one-step", "three-hidden-per-chain"],
+)
+def test_the_contrastive_chain_moves_as_the_chain_and_its_gradient_equals_autograds(
+    activation, d, widths, n, bias, sign, quadratic, per_chain
+):
     """``feedforward_contrastive_chain``: the states of ``feedforward_langevin_chain`` to the bit (its first move reuses
     the starts' pass), the energies at both ends, the loss ``Σ aE + ½bE²`` and its gradient ``Σ c ∂E/∂θ`` over both
     ends (``c = a + bE`` at each) against autograd in float64, every weight and bias."""
@@ -293,9 +334,12 @@ def test_the_contrastive_chain_moves_as_the_chain_and_its_gradient_equals_autogr
     h0, s0 = (0.0, 0.0) if per_chain else (h, s)
     linears, weights, biases, codes = _linears_and_codes(net, activation, widths)
     steps = 1 if len(widths) == 1 else 4  # one step: the only move is the one that reuses the starts' pass
-    out, e0, e1, loss, grad_w, grad_b = network_ops.feedforward_contrastive_chain(x, (a0, b0), (a1, b1), weights, biases, codes, sign,
-                                                                          steps, h0, s0, hv, sv, 11, 3)
-    assert torch.equal(out, network_ops._feedforward_langevin_chain(x, weights, biases, codes, sign, steps, h0, s0, hv, sv, 11, 3))
+    out, e0, e1, loss, grad_w, grad_b = network_ops.feedforward_contrastive_chain(
+        x, (a0, b0), (a1, b1), weights, biases, codes, sign, steps, h0, s0, hv, sv, 11, 3
+    )
+    assert torch.equal(
+        out, network_ops._feedforward_langevin_chain(x, weights, biases, codes, sign, steps, h0, s0, hv, sv, 11, 3)
+    )
     net64 = _network(d, widths, activation, bias=bias).double()
     net64.load_state_dict(net.state_dict())
     linears64 = [m for m in net64 if isinstance(m, nn.Linear)]
@@ -303,7 +347,7 @@ def test_the_contrastive_chain_moves_as_the_chain_and_its_gradient_equals_autogr
     for ends, (a, b), got in ((x, (a0, b0), e0), (out, (a1, b1), e1)):
         energies = sign * net64(ends.double()).squeeze(-1)
         torch.testing.assert_close(got.double(), energies.detach(), rtol=1e-5, atol=1e-6)
-        total = total + (a.double() * energies + (0.5 * b.double() * energies ** 2 if quadratic else 0)).sum()
+        total = total + (a.double() * energies + (0.5 * b.double() * energies**2 if quadratic else 0)).sum()
     assert loss.dtype == torch.float32 and loss.shape == ()
     torch.testing.assert_close(loss.double(), total.detach(), rtol=1e-5, atol=1e-5)
     total.backward()
@@ -317,9 +361,13 @@ def test_the_contrastive_chain_checks_its_arguments():
     with pytest.raises(InputError, match="n_steps must be >= 1"):
         network_ops.feedforward_contrastive_chain(x, (ones, None), (ones, None), w, b, [0], 1.0, 0, 0.01, 0.1, None, None, 0, 0)
     with pytest.raises(InputError, match=r"end\[1\] must have shape \(n_chains,\) = \(8,\)"):
-        network_ops.feedforward_contrastive_chain(x, (ones, None), (ones, torch.ones(7)), w, b, [0], 1.0, 2, 0.01, 0.1, None, None, 0, 0)
+        network_ops.feedforward_contrastive_chain(
+            x, (ones, None), (ones, torch.ones(7)), w, b, [0], 1.0, 2, 0.01, 0.1, None, None, 0, 0
+        )
     with pytest.raises(InputError, match="float32 states on the CPU only"):
-        network_ops.feedforward_contrastive_chain(x.double(), (ones, None), (ones, None), w, b, [0], 1.0, 2, 0.01, 0.1, None, None, 0, 0)
+        network_ops.feedforward_contrastive_chain(
+            x.double(), (ones, None), (ones, None), w, b, [0], 1.0, 2, 0.01, 0.1, None, None, 0, 0
+        )
     with pytest.raises(InputError, match="seed and offset"):
         network_ops.feedforward_contrastive_chain(x, (ones, None), (ones, None), w, b, [0], 1.0, 2, 0.01, 0.1, None, None, -1, 0)
 
@@ -341,8 +389,9 @@ def test_a_nan_row_gives_a_nan_energy_and_loss_as_in_torch(activation):
     loss, _, _ = network_ops.feedforward_sliced_score_matching(x, torch.ones(40, 2), weights, biases, codes, 1.0)
     assert bool(torch.isnan(loss)) == (activation != "relu")
     c = (torch.full((40,), 0.025), None)
-    out, e0, e1, loss, grad_w, _ = network_ops.feedforward_contrastive_chain(x, c, c, weights, biases, codes, 1.0, 2, 0.01, 0.1, None,
-                                                                     None, 0, 0)
+    out, e0, e1, loss, grad_w, _ = network_ops.feedforward_contrastive_chain(
+        x, c, c, weights, biases, codes, 1.0, 2, 0.01, 0.1, None, None, 0, 0
+    )
     assert torch.isnan(e0[9]) and torch.isnan(loss) and torch.isnan(grad_w[-1]).any()  # NaN, never a finite loss
     assert torch.isfinite(out[torch.arange(40) != 9]).all() and torch.isfinite(e1[torch.arange(40) != 9]).all()
 
@@ -353,9 +402,11 @@ LOSSES = {  # name: a fresh loss (CD's negatives by the per-step loop, fused=Fal
     "ssm-gaussian": lambda: SlicedScoreMatching(projection="gaussian"),
     "ssm-three-rademacher": lambda: SlicedScoreMatching(3, projection="rademacher"),
     "cd-regularised": lambda: ebmcore.registry.get("loss", "contrastive_divergence")(
-        n_steps=5, sampler_options={"step_size": 0.01, "fused": False}, regularization=0.1),
+        n_steps=5, sampler_options={"step_size": 0.01, "fused": False}, regularization=0.1
+    ),
     "pcd": lambda: ebmcore.registry.get("loss", "persistent_contrastive_divergence")(
-        n_steps=5, sampler_options={"step_size": 0.01, "fused": False}, buffer_size=64),
+        n_steps=5, sampler_options={"step_size": 0.01, "fused": False}, buffer_size=64
+    ),
 }
 
 
@@ -375,7 +426,9 @@ def test_each_loss_takes_its_kernel_and_matches_the_torch_path(name):
             results[backends[0]] = (value.detach(), [p.grad for p in energy.parameters()])
     assert results["cpu_fused"][0].dtype == torch.float32
     torch.testing.assert_close(results["cpu_fused"][0], results["torch"][0], rtol=1e-5, atol=1e-6)
-    assert [g is None for g in results["cpu_fused"][1]] == [g is None for g in results["torch"][1]]  # score matching: no output-bias gradient
+    assert [g is None for g in results["cpu_fused"][1]] == [
+        g is None for g in results["torch"][1]
+    ]  # score matching: no output-bias gradient
     for fused, reference_grad in zip(results["cpu_fused"][1], results["torch"][1]):
         if reference_grad is not None:
             torch.testing.assert_close(fused, reference_grad, rtol=1e-4, atol=1e-5 * reference_grad.abs().max().item())
@@ -391,8 +444,9 @@ def test_contrastive_divergence_takes_its_gradient_from_the_chain_that_draws_its
     monkeypatch.setattr(network_ops, "feedforward_contrastive_chain", lambda *args: calls.append(1) or real(*args))
     energy = Net(_network(2, [64, 64], "silu"))
     data = torch.randn(200, 2, generator=torch.Generator().manual_seed(5))
-    loss = ebmcore.registry.get("loss", "contrastive_divergence")(n_steps=5, sampler_options={"step_size": 0.01},
-                                                                   regularization=regularization)
+    loss = ebmcore.registry.get("loss", "contrastive_divergence")(
+        n_steps=5, sampler_options={"step_size": 0.01}, regularization=regularization
+    )
     value = loss(energy, data, generator=torch.Generator().manual_seed(1))
     assert calls == [1] and _graph_has(value.grad_fn, "_GivenGradients")
     assert torch.equal(loss.last_negatives, loss.sampler_for(energy).advance(data, 5, generator=torch.Generator().manual_seed(1)))
@@ -419,14 +473,19 @@ def test_contrastive_divergence_takes_the_contrastive_op_only_from_the_backend_w
     host = HostBackend().kernels
 
     def other_chain(x, network, *, n_steps, step_size, noise_scale, seed, offset):
-        return host["feedforward_langevin_chain"].fn(x, network, n_steps=n_steps, step_size=step_size,
-                                                     noise_scale=0.5 * noise_scale, seed=seed, offset=offset)
+        return host["feedforward_langevin_chain"].fn(
+            x, network, n_steps=n_steps, step_size=step_size, noise_scale=0.5 * noise_scale, seed=seed, offset=offset
+        )
 
     class Chain:
         @hookimpl
         def ebm_register_kernels(self, registry):
-            registry.register_kernel_backend(KernelBackend("chain_only", [
-                ebmcore.Kernel("feedforward_langevin_chain", other_chain, ("cpu",), (torch.float32,), None, 20)]))
+            registry.register_kernel_backend(
+                KernelBackend(
+                    "chain_only",
+                    [ebmcore.Kernel("feedforward_langevin_chain", other_chain, ("cpu",), (torch.float32,), None, 20)],
+                )
+            )
 
     calls = []
     real = network_ops.feedforward_contrastive_chain
@@ -450,7 +509,9 @@ def test_a_gradient_penalty_through_the_chains_loss_equals_autograds():
     so ``L + Σ|∂L/∂θ|²`` differentiates as the formula does in float64."""
     energy = Net(_network(2, [16, 16], "silu"))
     data = torch.randn(64, 2, generator=torch.Generator().manual_seed(6))
-    loss = ebmcore.registry.get("loss", "contrastive_divergence")(n_steps=3, sampler_options={"step_size": 0.01}, regularization=0.1)
+    loss = ebmcore.registry.get("loss", "contrastive_divergence")(
+        n_steps=3, sampler_options={"step_size": 0.01}, regularization=0.1
+    )
     value = loss(energy, data, generator=torch.Generator().manual_seed(1))
     assert _graph_has(value.grad_fn, "_GivenGradients")
     params = list(energy.parameters())
@@ -479,11 +540,14 @@ class _OwnAdvance(LangevinSampler):
 
 CD_FALLBACKS = {  # a CD whose negatives or gradient must not come from the contrastive chain, and why
     "persistent": lambda: ebmcore.registry.get("loss", "persistent_contrastive_divergence")(
-        n_steps=3, sampler_options={"step_size": 0.01}, buffer_size=64),  # chains start in the buffer, not at the data
+        n_steps=3, sampler_options={"step_size": 0.01}, buffer_size=64
+    ),  # chains start in the buffer, not at the data
     "gradient-clip": lambda: ebmcore.registry.get("loss", "contrastive_divergence")(
-        n_steps=3, sampler_options={"step_size": 0.01}, gradient_clip=0.5),  # the sampler sees a clipped view
+        n_steps=3, sampler_options={"step_size": 0.01}, gradient_clip=0.5
+    ),  # the sampler sees a clipped view
     "per-step": lambda: ebmcore.registry.get("loss", "contrastive_divergence")(
-        n_steps=3, sampler_options={"step_size": 0.01, "fused": False}),
+        n_steps=3, sampler_options={"step_size": 0.01, "fused": False}
+    ),
     "own-negatives": lambda: _OwnNegatives(n_steps=3),
     "own-advance": lambda: ebmcore.registry.get("loss", "contrastive_divergence")(lambda e: _OwnAdvance(e, step_size=0.01), 3),
 }
@@ -577,7 +641,10 @@ def test_the_loss_kernels_give_the_same_bits_for_the_same_thread_count():
     try:
         torch.set_num_threads(4)
         runs = [network_ops.feedforward_sliced_score_matching(x, v, W, B, [0, 0], 1.0) for _ in range(6)]
-        chains = [network_ops.feedforward_contrastive_chain(x, c, c, W, B, [0, 0], 1.0, 3, 0.01, 0.1, None, None, 5, 0) for _ in range(4)]
+        chains = [
+            network_ops.feedforward_contrastive_chain(x, c, c, W, B, [0, 0], 1.0, 3, 0.01, 0.1, None, None, 5, 0)
+            for _ in range(4)
+        ]
     finally:
         torch.set_num_threads(threads)
     for value, grad_w, _ in runs[1:]:
@@ -589,14 +656,26 @@ def test_the_loss_kernels_give_the_same_bits_for_the_same_thread_count():
 
 def _loss_op_arguments(op, x, generator):
     n, d = x.shape
+
     def draw(*shape):
         return torch.randn(*shape, generator=generator)
+
     return {
         "feedforward_denoising_score_matching": lambda: ((x, draw(n, d), draw(n).abs() + 0.5), {}),
         "feedforward_sliced_score_matching": lambda: ((x, draw(n, d)), {}),
         "feedforward_energy_gradients": lambda: ((x, draw(n), draw(n)), {}),
-        "feedforward_contrastive_chain": lambda: ((x,), {"n_steps": 3, "step_size": 0.01, "noise_scale": 0.1, "seed": 5,
-                                                         "offset": 2, "start": (0.5, 0.1), "end": (-0.5, None)}),
+        "feedforward_contrastive_chain": lambda: (
+            (x,),
+            {
+                "n_steps": 3,
+                "step_size": 0.01,
+                "noise_scale": 0.1,
+                "seed": 5,
+                "offset": 2,
+                "start": (0.5, 0.1),
+                "end": (-0.5, None),
+            },
+        ),
     }[op]()
 
 
@@ -613,8 +692,7 @@ def test_every_loss_op_of_the_host_build_equals_its_definition(op):
     args, kwargs = _loss_op_arguments(op, x, torch.Generator().manual_seed(2))
     program = energy.program()
     kernel = ebmcore.resolve_kernel(op, x.device, x.dtype)
-    got = kernel.fn(args[0], program, *args[1:], **kwargs) if op == "feedforward_contrastive_chain" else \
-        kernel.fn(*args, program)
+    got = kernel.fn(args[0], program, *args[1:], **kwargs) if op == "feedforward_contrastive_chain" else kernel.fn(*args, program)
     twin = copy.deepcopy(energy).double()
     ref_args = [a.double() if isinstance(a, torch.Tensor) else a for a in args]
     if op == "feedforward_contrastive_chain":

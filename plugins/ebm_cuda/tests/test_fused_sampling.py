@@ -28,8 +28,16 @@ def test_langevin_uses_the_fused_chain_by_default():
     x0 = torch.randn(50, 4, dtype=torch.float64)
     out = LangevinSampler(energy, step_size=0.05).sample(x0, 12, burn_in=3, generator=torch.Generator().manual_seed(7))
     mean, precision = energy.kernel_args()
-    expected = FUSED_OPS["<energy>_langevin_chain"].reference(lambda z: ref.gaussian_gradient(z, mean, precision), x0, n_steps=15, step_size=0.05,
-                                                        noise_scale=0.1**0.5, seed=_seed_of(7), offset=0, normal=reference.normal)
+    expected = FUSED_OPS["<energy>_langevin_chain"].reference(
+        lambda z: ref.gaussian_gradient(z, mean, precision),
+        x0,
+        n_steps=15,
+        step_size=0.05,
+        noise_scale=0.1**0.5,
+        seed=_seed_of(7),
+        offset=0,
+        normal=reference.normal,
+    )
     torch.testing.assert_close(out, expected, rtol=1e-6, atol=1e-6)
 
 
@@ -38,12 +46,21 @@ def test_recording_chunks_the_chain_without_changing_it():
     x0 = torch.randn(30, 4, dtype=torch.float64)
     sampler = LangevinSampler(energy, step_size=0.05)
     plain = sampler.sample(x0, 20, burn_in=5, generator=torch.Generator().manual_seed(1))
-    rec = sampler.sample(x0, 20, burn_in=5, thin=3, return_trajectory=True, return_diagnostics=True,
-                         generator=torch.Generator().manual_seed(1))
+    rec = sampler.sample(
+        x0, 20, burn_in=5, thin=3, return_trajectory=True, return_diagnostics=True, generator=torch.Generator().manual_seed(1)
+    )
     assert torch.equal(rec.samples, plain) and rec.trajectory.shape == (6, 30, 4)
     mean, precision = energy.kernel_args()
-    after_11 = FUSED_OPS["<energy>_langevin_chain"].reference(lambda z: ref.gaussian_gradient(z, mean, precision), x0, n_steps=11, step_size=0.05,
-                                                        noise_scale=0.1**0.5, seed=_seed_of(1), offset=0, normal=reference.normal)
+    after_11 = FUSED_OPS["<energy>_langevin_chain"].reference(
+        lambda z: ref.gaussian_gradient(z, mean, precision),
+        x0,
+        n_steps=11,
+        step_size=0.05,
+        noise_scale=0.1**0.5,
+        seed=_seed_of(1),
+        offset=0,
+        normal=reference.normal,
+    )
     torch.testing.assert_close(rec.trajectory[1], after_11, rtol=1e-6, atol=1e-6)  # kept state 2 = after 5 + 2*3 steps
     torch.testing.assert_close(rec.diagnostics.mean[1], after_11.mean(0), rtol=1e-6, atol=1e-6)
 
@@ -89,8 +106,13 @@ def test_fused_hmc_samples_a_correlated_gaussian_and_reports_acceptance():
     energy, cov = _gaussian(3)
     n = 3000
     sampler = HMCSampler(energy, step_size=0.25, n_leapfrog_steps=6, fused=True)
-    res = sampler.sample(torch.zeros(n, 3, dtype=torch.float64), 30, burn_in=30, return_diagnostics=True,
-                         generator=torch.Generator().manual_seed(2))
+    res = sampler.sample(
+        torch.zeros(n, 3, dtype=torch.float64),
+        30,
+        burn_in=30,
+        return_diagnostics=True,
+        generator=torch.Generator().manual_seed(2),
+    )
     est = torch.cov(res.samples.T)
     se = (cov.diag()[:, None] * cov.diag()[None, :] + cov**2).sqrt() / n**0.5  # SE of covariance entries
     assert ((est - cov).abs() < 5 * se).all()
@@ -109,7 +131,9 @@ def test_a_fused_kernel_of_negative_priority_runs_only_when_asked():
         @hookimpl
         def ebm_register_kernels(self, registry):
             chain = HostBackend().kernels["harmonic_langevin_chain"].fn
-            registry.register_kernel_backend(KernelBackend("slow", [Kernel("harmonic_langevin_chain", chain, ("cpu",), priority=-5)]))
+            registry.register_kernel_backend(
+                KernelBackend("slow", [Kernel("harmonic_langevin_chain", chain, ("cpu",), priority=-5)])
+            )
 
     energy = ebmcore.energy("harmonic", dim=3)
     x0 = torch.randn(10, 3)
@@ -121,8 +145,16 @@ def test_a_fused_kernel_of_negative_priority_runs_only_when_asked():
         assert torch.equal(auto, sampler.sample(x0, 5, generator=torch.Generator().manual_seed(1)))
         sampler.fused = True
         forced = sampler.sample(x0, 5, generator=torch.Generator().manual_seed(1))
-    expected = FUSED_OPS["<energy>_langevin_chain"].reference(lambda z: ref.harmonic_gradient(z, torch.zeros(3), 1.0), x0, n_steps=5, step_size=0.1,
-                                                        noise_scale=0.2**0.5, seed=_seed_of(1), offset=0, normal=reference.normal)
+    expected = FUSED_OPS["<energy>_langevin_chain"].reference(
+        lambda z: ref.harmonic_gradient(z, torch.zeros(3), 1.0),
+        x0,
+        n_steps=5,
+        step_size=0.1,
+        noise_scale=0.2**0.5,
+        seed=_seed_of(1),
+        offset=0,
+        normal=reference.normal,
+    )
     torch.testing.assert_close(forced, expected, rtol=1e-6, atol=1e-6)
 
 
@@ -132,8 +164,17 @@ def test_hmc_uses_the_fused_chain_by_default():
     out = HMCSampler(energy, step_size=0.2, n_leapfrog_steps=3).sample(x0, 5, generator=torch.Generator().manual_seed(1))
     mean, precision = energy.kernel_args()
     expected, _, _ = FUSED_OPS["<energy>_hmc_chain"].reference(
-        lambda z: (ref.gaussian_energy(z, mean, precision), ref.gaussian_gradient(z, mean, precision)), x0, n_steps=5, step_size=0.2,
-        n_leapfrog_steps=3, inverse_temperature=1.0, seed=_seed_of(1), offset=0, normal=reference.normal, uniform=reference.uniform)
+        lambda z: (ref.gaussian_energy(z, mean, precision), ref.gaussian_gradient(z, mean, precision)),
+        x0,
+        n_steps=5,
+        step_size=0.2,
+        n_leapfrog_steps=3,
+        inverse_temperature=1.0,
+        seed=_seed_of(1),
+        offset=0,
+        normal=reference.normal,
+        uniform=reference.uniform,
+    )
     torch.testing.assert_close(out, expected, rtol=1e-6, atol=1e-6)
 
 
@@ -170,21 +211,40 @@ def test_per_step_sampling_of_image_shaped_states_with_the_step_kernels():
     with ebmcore.use_backend("cpu_fused", "torch"):  # what the cuda backend is on a GPU: the step kernel first
         got = LangevinSampler(Quadratic(), step_size=0.1, fused=False).sample(x0, 4, generator=torch.Generator().manual_seed(0))
     with ebmcore.use_backend("torch"):
-        expected = LangevinSampler(Quadratic(), step_size=0.1, fused=False).sample(x0, 4, generator=torch.Generator().manual_seed(0))
+        expected = LangevinSampler(Quadratic(), step_size=0.1, fused=False).sample(
+            x0, 4, generator=torch.Generator().manual_seed(0)
+        )
     torch.testing.assert_close(got, expected)
 
 
-@pytest.mark.parametrize("make", [lambda e: LangevinSampler(e, step_size=0.01), lambda e: HMCSampler(e, step_size=0.2, n_leapfrog_steps=5),
-                                  lambda e: NUTSSampler(e, step_size=0.3)], ids=["langevin", "hmc", "nuts"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda e: LangevinSampler(e, step_size=0.01),
+        lambda e: HMCSampler(e, step_size=0.2, n_leapfrog_steps=5),
+        lambda e: NUTSSampler(e, step_size=0.3),
+    ],
+    ids=["langevin", "hmc", "nuts"],
+)
 def test_checkpointed_segments_of_a_fused_run_equal_one_run(tmp_path, make):
     from ebmcore.chunks import load_checkpoint, sample_in_segments
 
     energy = ebmcore.energy("double_well", dim=2)
     x0 = torch.randn(200, 2, generator=torch.Generator().manual_seed(0))
-    one = make(energy).sample(x0, 300, burn_in=50, thin=2, return_trajectory=True, return_stats=True,
-                              generator=torch.Generator().manual_seed(7))
-    cut = sample_in_segments(make(energy), x0, 300, 40, tmp_path / "a", burn_in=50, thin=2,
-                             generator=torch.Generator().manual_seed(7), on_segment=lambda i: None)
+    one = make(energy).sample(
+        x0, 300, burn_in=50, thin=2, return_trajectory=True, return_stats=True, generator=torch.Generator().manual_seed(7)
+    )
+    cut = sample_in_segments(
+        make(energy),
+        x0,
+        300,
+        40,
+        tmp_path / "a",
+        burn_in=50,
+        thin=2,
+        generator=torch.Generator().manual_seed(7),
+        on_segment=lambda i: None,
+    )
     assert torch.equal(cut.samples, one.samples) and torch.equal(cut.trajectory, one.trajectory)
     assert cut.stats.keys() == one.stats.keys() and all(torch.equal(cut.stats[k], v) for k, v in one.stats.items())
     if isinstance(make(energy), HMCSampler):  # a fused call per kept draw reports its 2 transitions: 0, 1/2 or 1 accepted
@@ -196,18 +256,41 @@ def test_checkpointed_segments_of_a_fused_run_equal_one_run(tmp_path, make):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        sample_in_segments(make(energy), x0, 300, 40, tmp_path / "b", burn_in=50, thin=2,
-                           generator=torch.Generator().manual_seed(7), on_segment=stop_after_two)
-    resumed = sample_in_segments(make(energy), x0, 300, 40, tmp_path / "b", burn_in=50, thin=2, generator=torch.Generator(),
-                                 saved=load_checkpoint(tmp_path / "b", torch.device("cpu")))
+        sample_in_segments(
+            make(energy),
+            x0,
+            300,
+            40,
+            tmp_path / "b",
+            burn_in=50,
+            thin=2,
+            generator=torch.Generator().manual_seed(7),
+            on_segment=stop_after_two,
+        )
+    resumed = sample_in_segments(
+        make(energy),
+        x0,
+        300,
+        40,
+        tmp_path / "b",
+        burn_in=50,
+        thin=2,
+        generator=torch.Generator(),
+        saved=load_checkpoint(tmp_path / "b", torch.device("cpu")),
+    )
     assert torch.equal(resumed.samples, one.samples) and torch.equal(resumed.trajectory, one.trajectory)
     assert all(torch.equal(resumed.stats[k], v) for k, v in one.stats.items())
 
 
-@pytest.mark.parametrize("make, op", [(lambda e: LangevinSampler(e, step_size=0.01), "gaussian_langevin_chain"),
-                                      (lambda e: HMCSampler(e, step_size=0.1, n_leapfrog_steps=3), "gaussian_hmc_chain"),
-                                      (lambda e: NUTSSampler(e, step_size=0.3), "gaussian_nuts_chain")],
-                         ids=["langevin", "hmc", "nuts"])
+@pytest.mark.parametrize(
+    "make, op",
+    [
+        (lambda e: LangevinSampler(e, step_size=0.01), "gaussian_langevin_chain"),
+        (lambda e: HMCSampler(e, step_size=0.1, n_leapfrog_steps=3), "gaussian_hmc_chain"),
+        (lambda e: NUTSSampler(e, step_size=0.3), "gaussian_nuts_chain"),
+    ],
+    ids=["langevin", "hmc", "nuts"],
+)
 def test_a_fused_chain_steps_aside_where_it_was_measured_to_stop_paying(make, op):
     """Issue 29: NUTS on a 1,000-d Gaussian took the fused chain by default and was 12× slower. The host chains of
     the Gaussian (a d² gradient per chain) declare where they stop beating the per-step loop; the automatic choice
@@ -224,8 +307,10 @@ def test_a_fused_chain_steps_aside_where_it_was_measured_to_stop_paying(make, op
         return sampler.prepare(torch.randn(4, d), None, {}).path
 
     assert path(limit) == "fused chain"
-    assert path(limit + 1).startswith(f"per-step loop (the {op} kernel is slower than the per-step loop beyond {limit} "
-                                      f"elements per chain (measured), got {limit + 1}; fused=True forces it")
+    assert path(limit + 1).startswith(
+        f"per-step loop (the {op} kernel is slower than the per-step loop beyond {limit} "
+        f"elements per chain (measured), got {limit + 1}; fused=True forces it"
+    )
     assert path(limit + 1, fused=True) == "fused chain"
     assert path(4 * limit, ebmcore.energy("double_well", dim=4 * limit)) == "fused chain"
 

@@ -97,18 +97,36 @@ def test_ebm_cuda_build_fails_on_a_gpu_machine_whose_build_failed(monkeypatch, c
 
 def test_test_cuda_device_fails_on_a_gpu_machine_whose_build_failed(tmp_path):
     """End to end: test_cuda_device.py under a fake GPU whose build fails reports errors, not skips."""
-    (tmp_path / "fake_gpu_build_fails.py").write_text(textwrap.dedent("""
+    (tmp_path / "fake_gpu_build_fails.py").write_text(
+        textwrap.dedent("""
         import torch
         from ebm_cuda import library
         torch.version.cuda = "13.0"
         torch.cuda.is_available = lambda: True
         torch.cuda.get_device_name = lambda *a: "Fake GPU"
         library.cuda_unavailable_reason = lambda *a: "the cuda-sm90 kernels could not be built: injected failure"
-    """))
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "fake_gpu_build_fails",
-                          str(TESTS / "test_cuda_device.py"), "-k", "philox or resolution"],
-                         capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                         env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)})
+    """)
+    )
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "fake_gpu_build_fails",
+            str(TESTS / "test_cuda_device.py"),
+            "-k",
+            "philox or resolution",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)},
+    )
     assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
     assert "2 errors" in run.stdout and "skipped" not in run.stdout, run.stdout[-3000:]
     assert "could not be built: injected failure" in run.stdout

@@ -43,7 +43,9 @@ def test_half_precision_states_compute_in_float32(name, dtype):
         got = BACKEND.kernels[f"{name}_{kind}"].fn(x16, *params)
         assert got.dtype == dtype
         expected = getattr(ref, f"{name}_{kind}")(x16.double(), *params)  # exact input, math in float64
-        torch.testing.assert_close(got.double(), expected.to(dtype).double(), rtol=2 ** -7 if dtype == torch.bfloat16 else 2 ** -10, atol=1e-2)
+        torch.testing.assert_close(
+            got.double(), expected.to(dtype).double(), rtol=2**-7 if dtype == torch.bfloat16 else 2**-10, atol=1e-2
+        )
 
 
 def _chain_args(name, d):
@@ -56,10 +58,13 @@ def _chain_args(name, d):
 def test_langevin_chain_matches_reference_steps_with_the_same_noise(name, dtype):
     x, params = _chain_args(name, 6)
     h = 1e-3 if name == "rosenbrock" else 0.02
-    got = BACKEND.kernels[f"{name}_langevin_chain"].fn(x.to(dtype), *params, n_steps=8, step_size=h, noise_scale=0.3, seed=12345, offset=77)
+    got = BACKEND.kernels[f"{name}_langevin_chain"].fn(
+        x.to(dtype), *params, n_steps=8, step_size=h, noise_scale=0.3, seed=12345, offset=77
+    )
     grad = getattr(ref, f"{name}_gradient")
-    expected = fused_op(f"{name}_langevin_chain").reference(lambda z: grad(z, *params), x, n_steps=8, step_size=h, noise_scale=0.3,
-                                                              seed=12345, offset=77, normal=reference.normal)
+    expected = fused_op(f"{name}_langevin_chain").reference(
+        lambda z: grad(z, *params), x, n_steps=8, step_size=h, noise_scale=0.3, seed=12345, offset=77, normal=reference.normal
+    )
     tol = 1e-5 if dtype == torch.float32 else 1e-6  # float64 states take float32 noise: a few float32 ulps of it
     torch.testing.assert_close(got.double(), expected, rtol=tol, atol=tol)
 
@@ -81,11 +86,21 @@ def test_hmc_chain_matches_reference(name):
     x, params = _chain_args(name, 4)
     h = 0.01 if name == "rosenbrock" else 0.15
     got, accepted, divergent = BACKEND.kernels[f"{name}_hmc_chain"].fn(
-        x, *params, n_steps=6, step_size=h, n_leapfrog_steps=5, inverse_temperature=0.8, seed=9, offset=3)
+        x, *params, n_steps=6, step_size=h, n_leapfrog_steps=5, inverse_temperature=0.8, seed=9, offset=3
+    )
     e, g = getattr(ref, f"{name}_energy"), getattr(ref, f"{name}_gradient")
     exp_x, exp_acc, exp_div = fused_op(f"{name}_hmc_chain").reference(
-        lambda z: (e(z, *params), g(z, *params)), x, n_steps=6, step_size=h, n_leapfrog_steps=5, inverse_temperature=0.8, seed=9,
-        offset=3, normal=reference.normal, uniform=reference.uniform)
+        lambda z: (e(z, *params), g(z, *params)),
+        x,
+        n_steps=6,
+        step_size=h,
+        n_leapfrog_steps=5,
+        inverse_temperature=0.8,
+        seed=9,
+        offset=3,
+        normal=reference.normal,
+        uniform=reference.uniform,
+    )
     torch.testing.assert_close(got, exp_x, rtol=1e-5, atol=1e-5)  # float32 noise, amplified along trajectories
     assert torch.equal(accepted, exp_acc) and torch.equal(divergent, exp_div)
     assert 0 < accepted.sum() < 6 * x.shape[0] or name != "double_well"  # some moves accepted
@@ -94,7 +109,8 @@ def test_hmc_chain_matches_reference(name):
 def test_hmc_chain_counts_divergences_and_rejects_them():
     x, params = _chain_args("double_well", 3)
     got, accepted, divergent = BACKEND.kernels["double_well_hmc_chain"].fn(
-        x, *params, n_steps=4, step_size=50.0, n_leapfrog_steps=10, inverse_temperature=1.0, seed=1, offset=0)
+        x, *params, n_steps=4, step_size=50.0, n_leapfrog_steps=10, inverse_temperature=1.0, seed=1, offset=0
+    )
     assert torch.equal(got, x) and accepted.sum() == 0 and divergent.sum() == 4 * x.shape[0]
     assert torch.isfinite(got).all()
 
@@ -159,8 +175,11 @@ def test_every_custom_op_passes_torch_library_opcheck():
     two ops (``triton_*``) run on CPU tensors only under Triton's interpreter: ``test_triton_chains.py`` and
     ``test_triton_contrastive.py`` opcheck them there."""
     cases = _opcheck_cases()
-    defined = {name for name in dir(torch.ops.ebm_cuda) if isinstance(getattr(torch.ops.ebm_cuda, name), torch._ops.OpOverloadPacket)
-               and not name.startswith("triton_")}
+    defined = {
+        name
+        for name in dir(torch.ops.ebm_cuda)
+        if isinstance(getattr(torch.ops.ebm_cuda, name), torch._ops.OpOverloadPacket) and not name.startswith("triton_")
+    }
     assert defined == set(cases), f"ops without an opcheck case: {defined - set(cases)}"
     for name, args in cases.items():
         torch.library.opcheck(getattr(torch.ops.ebm_cuda, name).default, args)
@@ -180,9 +199,17 @@ def test_ops_gathers_each_public_name_from_the_one_module_that_defines_it():
     for name in ops.__all__:
         homes = [m for m in (analytic_ops, dispatch, network_ops, philox, testing) if name in m.__all__]
         assert len(homes) == 1 and getattr(ops, name) is getattr(homes[0], name), name
-    loaded = subprocess.run([sys.executable, "-c", "import sys, ebm_cuda.backends, ebm_cuda.plugin; "
-                             "print(sorted(m for m in sys.modules if m in ('ebm_cuda.ops', 'ebm_cuda.testing')))"],
-                            capture_output=True, text=True, check=True).stdout
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, ebm_cuda.backends, ebm_cuda.plugin; "
+            "print(sorted(m for m in sys.modules if m in ('ebm_cuda.ops', 'ebm_cuda.testing')))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert loaded.strip() == "[]"
 
 
@@ -209,9 +236,12 @@ def test_bad_inputs_are_refused_with_the_fix():
 def test_zero_steps_return_the_input_and_the_input_is_never_written():
     x, params = _chain_args("gaussian", 3)
     before = x.clone()
-    assert torch.equal(BACKEND.kernels["gaussian_langevin_chain"].fn(x, *params, n_steps=0, step_size=0.1, noise_scale=0.1, seed=0, offset=0), x)
-    out, acc, div = BACKEND.kernels["gaussian_hmc_chain"].fn(x, *params, n_steps=0, step_size=0.1, n_leapfrog_steps=2,
-                                                            inverse_temperature=1.0, seed=0, offset=0)
+    assert torch.equal(
+        BACKEND.kernels["gaussian_langevin_chain"].fn(x, *params, n_steps=0, step_size=0.1, noise_scale=0.1, seed=0, offset=0), x
+    )
+    out, acc, div = BACKEND.kernels["gaussian_hmc_chain"].fn(
+        x, *params, n_steps=0, step_size=0.1, n_leapfrog_steps=2, inverse_temperature=1.0, seed=0, offset=0
+    )
     assert torch.equal(out, x) and acc.sum() == 0 and div.sum() == 0
     BACKEND.kernels["gaussian_langevin_chain"].fn(x, *params, n_steps=3, step_size=0.1, noise_scale=0.1, seed=0, offset=0)
     BACKEND.kernels["langevin_step_philox"].fn(x, x, 0.1, 0.1, seed=0, offset=0)
@@ -226,9 +256,12 @@ def test_results_do_not_depend_on_the_thread_count():
         outs = []
         for threads in (1, 2):
             torch.set_num_threads(threads)
-            lang = BACKEND.kernels["gaussian_langevin_chain"].fn(x, *params, n_steps=5, step_size=0.01, noise_scale=0.1, seed=3, offset=0)
-            hmc = BACKEND.kernels["gaussian_hmc_chain"].fn(x, *params, n_steps=3, step_size=0.1, n_leapfrog_steps=3,
-                                                         inverse_temperature=1.0, seed=3, offset=0)
+            lang = BACKEND.kernels["gaussian_langevin_chain"].fn(
+                x, *params, n_steps=5, step_size=0.01, noise_scale=0.1, seed=3, offset=0
+            )
+            hmc = BACKEND.kernels["gaussian_hmc_chain"].fn(
+                x, *params, n_steps=3, step_size=0.1, n_leapfrog_steps=3, inverse_temperature=1.0, seed=3, offset=0
+            )
             outs.append((lang, *hmc))
     finally:
         torch.set_num_threads(before)

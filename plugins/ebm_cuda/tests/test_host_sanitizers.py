@@ -20,8 +20,9 @@ from ebm_cuda import build
 
 ROOT = Path(__file__).resolve().parents[3]
 
-needs_sanitizers = pytest.mark.skipif(build.sanitizer_runtimes("address") is None,
-                                      reason="the C++ compiler has no AddressSanitizer/UBSan runtime")
+needs_sanitizers = pytest.mark.skipif(
+    build.sanitizer_runtimes("address") is None, reason="the C++ compiler has no AddressSanitizer/UBSan runtime"
+)
 
 NETWORK_CHECKS = """
 import torch
@@ -61,13 +62,19 @@ def _sanitized_run(library: Path, code: list[str]) -> subprocess.CompletedProces
 @needs_sanitizers
 def test_every_host_entry_point_runs_clean_under_asan_and_ubsan(tmp_path):
     library = build.build_host_sanitized()
-    assert "-fsanitize=address,undefined" in build.sanitized_host_command("OUT") and "-O3" not in build.sanitized_host_command("OUT")
-    kernels = _sanitized_run(library, ["benchmarks/gpu_check_kernels.py", "--dry", "--sizes", "memcheck",
-                                       "--json", str(tmp_path / "k.json")])
+    assert "-fsanitize=address,undefined" in build.sanitized_host_command("OUT") and "-O3" not in build.sanitized_host_command(
+        "OUT"
+    )
+    kernels = _sanitized_run(
+        library, ["benchmarks/gpu_check_kernels.py", "--dry", "--sizes", "memcheck", "--json", str(tmp_path / "k.json")]
+    )
     report = kernels.stdout + kernels.stderr
     assert kernels.returncode == 0 and "Sanitizer" not in report and "runtime error" not in report, report[-6000:]
     assert report.count("PASSED") >= 14, report[-3000:]
-    assert "libebm_host-sanitized" in _sanitized_run(library, ["-c", "from ebm_cuda import library; print(library.host().path)"]).stdout
+    assert (
+        "libebm_host-sanitized"
+        in _sanitized_run(library, ["-c", "from ebm_cuda import library; print(library.host().path)"]).stdout
+    )
     networks = _sanitized_run(library, ["-c", NETWORK_CHECKS])
     report = networks.stdout + networks.stderr
     assert networks.returncode == 0 and "network checks done" in report and "Sanitizer" not in report, report[-6000:]
@@ -80,7 +87,9 @@ def test_the_harness_reports_a_planted_out_of_bounds_read(tmp_path):
     library = tmp_path / "liboob.so"
     command = [build.find_cxx(), *build.SANITIZER_FLAGS, "-fPIC", "-shared", str(source), "-o", str(library)]
     subprocess.run(command, check=True, capture_output=True)
-    code = ("import ctypes, torch\nlib = ctypes.CDLL(%r)\na = torch.arange(5, dtype=torch.int32)\n"
-            "print(lib.read_past(ctypes.c_void_p(a.data_ptr()), 5))\n" % str(library))
+    code = (
+        "import ctypes, torch\nlib = ctypes.CDLL(%r)\na = torch.arange(5, dtype=torch.int32)\n"
+        "print(lib.read_past(ctypes.c_void_p(a.data_ptr()), 5))\n" % str(library)
+    )
     run = _sanitized_run(library, ["-c", code])
     assert run.returncode != 0 and "AddressSanitizer" in run.stderr and "heap-buffer-overflow" in run.stderr, run.stderr[-3000:]

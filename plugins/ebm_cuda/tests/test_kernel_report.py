@@ -28,8 +28,14 @@ def test_the_loop_body_is_counted_from_its_head_to_its_back_edge():
 
 
 def test_a_skipped_slow_path_with_a_loop_of_its_own_is_left_out_and_a_plain_branch_kept():
-    slow_path = ["MOV R6, RZ", ".L_x_3:", "LDG.E.CONSTANT R7, desc[UR4][R8.64]", "IADD3 R6, R6, 0x1, RZ",
-                 "@P1 BRA `(.L_x_3)", "MOV R9, R6"]
+    slow_path = [
+        "MOV R6, RZ",
+        ".L_x_3:",
+        "LDG.E.CONSTANT R7, desc[UR4][R8.64]",
+        "IADD3 R6, R6, 0x1, RZ",
+        "@P1 BRA `(.L_x_3)",
+        "MOV R9, R6",
+    ]
     plain = ["@P2 BRA `(.L_x_5)", "FMUL R1, R1, R1", ".L_x_5:"]
     body = ["FFMA R1, R2, R3, R1", "@!P3 BRA `(.L_x_4)"] + slow_path + [".L_x_4:", "MUFU.SIN R2, R1"] + plain
     sass = _sass(PROLOGUE + [".L_x_0:"] + body + ["@P0 BRA `(.L_x_0)"] + EPILOGUE)

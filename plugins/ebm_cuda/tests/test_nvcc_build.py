@@ -13,7 +13,9 @@ from ebm_cuda.testing import gpu_absent_reason
 NVCC = build.find_nvcc()
 
 
-_PROPERTIES = re.compile(r"Function properties for (\S+)\n\s*(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_PROPERTIES = re.compile(
+    r"Function properties for (\S+)\n\s*(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads"
+)
 _SPILLS = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
 
 
@@ -22,20 +24,27 @@ def spilling_kernels(ptxas_log: str) -> tuple[int, list[str]]:
     Counts every "spill stores" line, named or not (the per-architecture ptxas runs may interleave their lines)."""
     lines = _SPILLS.findall(ptxas_log)
     named = {m.start(3): m.group(1) for m in _PROPERTIES.finditer(ptxas_log)}
-    spills = [f"{named.get(m.start(), '?')}: {m.group(1)} B stores, {m.group(2)} B loads"
-              for m in _SPILLS.finditer(ptxas_log) if m.group(1) != "0" or m.group(2) != "0"]
+    spills = [
+        f"{named.get(m.start(), '?')}: {m.group(1)} B stores, {m.group(2)} B loads"
+        for m in _SPILLS.finditer(ptxas_log)
+        if m.group(1) != "0" or m.group(2) != "0"
+    ]
     return len(lines), spills
 
 
 def test_the_spill_report_is_read():
-    log = ("ptxas info    : Compiling entry function '_Z6kernelPf' for 'sm_90'\n"
-           "ptxas info    : Function properties for _Z6kernelPf\n    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
-           "ptxas info    : Used 37 registers, used 1 barriers\n"
-           "ptxas info    : Function properties for _Z4nutsPf\n    64 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads\n")
+    log = (
+        "ptxas info    : Compiling entry function '_Z6kernelPf' for 'sm_90'\n"
+        "ptxas info    : Function properties for _Z6kernelPf\n    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+        "ptxas info    : Used 37 registers, used 1 barriers\n"
+        "ptxas info    : Function properties for _Z4nutsPf\n    64 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads\n"
+    )
     assert spilling_kernels(log) == (2, ["_Z4nutsPf: 8 B stores, 12 B loads"])
 
 
-@pytest.mark.skipif(NVCC is None, reason="nvcc not found (no CUDA toolkit on this machine; set NVCC or CUDA_HOME to run this check)")
+@pytest.mark.skipif(
+    NVCC is None, reason="nvcc not found (no CUDA toolkit on this machine; set NVCC or CUDA_HOME to run this check)"
+)
 def test_kernels_compile_for_sm80_and_sm90_without_spills_and_load(tmp_path):
     out = tmp_path / "libebm_cuda.so"
     command = build.nvcc_command(["80", "90"], out)

@@ -10,7 +10,11 @@ from ebm_cuda import ops, reference
 KAT = [
     ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
     ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
-    ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0), (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)),
+    (
+        (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344),
+        (0xA4093822, 0x299F31D0),
+        (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1),
+    ),
 ]
 
 
@@ -38,11 +42,11 @@ def test_normal_stream_matches_reference(d):
 def test_normal_stream_moments_and_independence():
     z = ops.normal(50_000, 4, seed=3, step=0).flatten().double()
     n = z.numel()
-    assert abs(z.mean()) < 5 / n**0.5                    # mean 0 within 5 SE
-    assert abs(z.var() - 1) < 5 * (2 / n) ** 0.5         # variance 1 within 5 SE
+    assert abs(z.mean()) < 5 / n**0.5  # mean 0 within 5 SE
+    assert abs(z.var() - 1) < 5 * (2 / n) ** 0.5  # variance 1 within 5 SE
     assert abs((z**4).mean() - 3) < 5 * (96 / n) ** 0.5  # normal kurtosis (var of z^4 is 96)
     other = ops.normal(50_000, 4, seed=3, step=1).flatten().double()
-    assert abs((z * other).mean()) < 5 / n**0.5          # successive steps uncorrelated
+    assert abs((z * other).mean()) < 5 / n**0.5  # successive steps uncorrelated
 
 
 def test_uniform_matches_reference():
@@ -55,7 +59,9 @@ def test_the_host_build_never_reads_tensors_off_the_cpu():
     """Where no CUDA build runs them, the stream's tensors go to the host build, which reads them from the CPU: tensors
     on another device (``meta`` here: no memory) are refused by name instead."""
     counters = torch.zeros(3, 4, dtype=torch.int64, device="meta")
-    with pytest.raises(InputError, match=r"ebm_cuda\.philox4x32: the host build runs it, on CPU tensors only; got tensors on meta"):
+    with pytest.raises(
+        InputError, match=r"ebm_cuda\.philox4x32: the host build runs it, on CPU tensors only; got tensors on meta"
+    ):
         ops.philox4x32(counters, counters[:, :2])
     with pytest.raises(InputError, match=r"ebm_cuda\.normal: the host build runs it, on CPU tensors only; got tensors on meta"):
         ops.normal(3, 4, seed=0, step=0, device="meta")

@@ -28,11 +28,13 @@ import ebmcore
 from ebmcore.energies.program import feedforward_of
 from ebm_cuda.testing import bf16_products_pass, run_triton_child
 
-needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
-                                  reason="triton is not installed (pip install triton==3.7.1; make setup installs it)")
+needs_triton = pytest.mark.skipif(
+    importlib.util.find_spec("triton") is None,
+    reason="triton is not installed (pip install triton==3.7.1; make setup installs it)",
+)
 
 N = 37  # chains: not a multiple of any block size used
-D = 3   # state width, padded to 16 in the kernel
+D = 3  # state width, padded to 16 in the kernel
 WIDTHS = (D, 40, 17, 5)  # hidden widths that are not powers of 2 (padded to 64, 32, 16)
 ACTIVATIONS = ("SiLU", "Tanh", "Sigmoid", "ReLU")
 LAW_SAMPLES = 640 * 13 * 2  # normals drawn for the law check: (n, d) = (640, 13) at two steps
@@ -84,7 +86,8 @@ def _interpreted_checks() -> dict[str, Any]:
                 out = chain(x0, feedforward_of(net, sign), n_steps=1, step_size=1.0, noise_scale=0.0, seed=0, offset=0)
                 expected = _autograd_gradient(net, sign, x0)
                 gradient[f"{depth}-{activation}-{sign:+.0f}"] = ((x0 - out).double() - expected).abs().max().item() / (
-                    1.0 + expected.abs().max().item())
+                    1.0 + expected.abs().max().item()
+                )
     results["gradient"] = gradient
 
     # a trajectory with the noise read from a tensor against the torch reference x − h∇E + s·ξ (per-chain h, s)
@@ -95,12 +98,37 @@ def _interpreted_checks() -> dict[str, Any]:
     # the function's states equal the op's
     tensors, padded, acts = tc.kernel_arguments(program, x0.device)
     seed = 2**64 - 5
-    args = (x0[:5], torch.empty(5, D), tensors, list(padded), list(acts), 2, 0.02, 0.3, None, torch.full((5,), 0.2),
-            seed - 2**64, 1, "ieee", 16, 8, None)
+    args = (
+        x0[:5],
+        torch.empty(5, D),
+        tensors,
+        list(padded),
+        list(acts),
+        2,
+        0.02,
+        0.3,
+        None,
+        torch.full((5,), 0.2),
+        seed - 2**64,
+        1,
+        "ieee",
+        16,
+        8,
+        None,
+    )
     results["opcheck"] = _opcheck(torch.ops.ebm_cuda.triton_langevin_chain.default, args)
     torch.ops.ebm_cuda.triton_langevin_chain(*args)
-    results["op_vs_function"] = (args[1] - chain(x0[:5], program, n_steps=2, step_size=0.02, noise_scale=torch.full((5,), 0.2),
-                                                 seed=seed, offset=1, num_warps=8)).abs().max().item()
+    results["op_vs_function"] = (
+        (
+            args[1]
+            - chain(
+                x0[:5], program, n_steps=2, step_size=0.02, noise_scale=torch.full((5,), 0.2), seed=seed, offset=1, num_warps=8
+            )
+        )
+        .abs()
+        .max()
+        .item()
+    )
     steps = 10
     xi = torch.randn(steps, N, D, generator=torch.Generator().manual_seed(2))
     h = torch.linspace(0.01, 0.05, N)
@@ -115,20 +143,24 @@ def _interpreted_checks() -> dict[str, Any]:
     # rounding, and to the same normals read from a tensor to the bit
     seed, offset = 2**40 + 12345, 2**32 - 2  # the step counter crosses 2^32 within the chain
     normals = [tc.stream_normals(N, D, seed, offset + t, device="cpu") for t in range(4)]
-    results["stream_vs_reference"] = max((z - reference.normal(N, D, seed, offset + t)).abs().max().item()
-                                         for t, z in enumerate(normals))
+    results["stream_vs_reference"] = max(
+        (z - reference.normal(N, D, seed, offset + t)).abs().max().item() for t, z in enumerate(normals)
+    )
     # a width the chain pads to 64 (not a multiple of 16 either)
-    results["stream_vs_reference_d40"] = (tc.stream_normals(5, 40, seed, offset, device="cpu")
-                                          - reference.normal(5, 40, seed, offset)).abs().max().item()
+    results["stream_vs_reference_d40"] = (
+        (tc.stream_normals(5, 40, seed, offset, device="cpu") - reference.normal(5, 40, seed, offset)).abs().max().item()
+    )
     in_kernel = chain(x0, program, n_steps=4, step_size=0.02, noise_scale=0.5, seed=seed, offset=offset)
-    from_tensor = chain(x0, program, n_steps=4, step_size=0.02, noise_scale=0.5, seed=seed, offset=offset,
-                        noise=torch.stack(normals))
+    from_tensor = chain(
+        x0, program, n_steps=4, step_size=0.02, noise_scale=0.5, seed=seed, offset=offset, noise=torch.stack(normals)
+    )
     results["in_kernel_vs_tensor"] = (in_kernel - from_tensor).abs().max().item()
     # 64 chains per program draw the normals of the first 4 columns only (noise_columns), widened with zeros: the same
     # values, to the bit
     narrow = chain(x0, program, n_steps=4, step_size=0.02, noise_scale=0.5, seed=seed, offset=offset, block_n=64)
-    narrow_from_tensor = chain(x0, program, n_steps=4, step_size=0.02, noise_scale=0.5, seed=seed, offset=offset,
-                               noise=torch.stack(normals), block_n=64)
+    narrow_from_tensor = chain(
+        x0, program, n_steps=4, step_size=0.02, noise_scale=0.5, seed=seed, offset=offset, noise=torch.stack(normals), block_n=64
+    )
     results["narrow_in_kernel_vs_tensor"] = (narrow - narrow_from_tensor).abs().max().item()
     zero = feedforward_of(torch.nn.Sequential(torch.nn.Linear(D, 16), torch.nn.SiLU(), torch.nn.Linear(16, 1)), 1.0)
     for p in zero.layers[0].linear.parameters():
@@ -147,20 +179,26 @@ def _interpreted_checks() -> dict[str, Any]:
     results["restart"] = (ten - five).abs().max().item()
 
     # block sizes, and a chain count that is not a multiple of the block: the chains beyond n are not written
-    blocks = {b: chain(x0, program, n_steps=3, step_size=0.02, noise_scale=0.3, seed=5, offset=0, block_n=b)
-              for b in (16, 32, 64, 128)}
+    blocks = {
+        b: chain(x0, program, n_steps=3, step_size=0.02, noise_scale=0.3, seed=5, offset=0, block_n=b) for b in (16, 32, 64, 128)
+    }
     results["block_sizes"] = max((blocks[b] - blocks[16]).abs().max().item() for b in blocks)
     buffer = torch.full((64, D), float("nan"))
     chain(x0, program, n_steps=3, step_size=0.02, noise_scale=0.3, seed=5, offset=0, block_n=32, out=buffer[:N])
     results["ragged_untouched"] = bool(buffer[N:].isnan().all())
     results["ragged_written"] = (buffer[:N] - blocks[16]).abs().max().item()
     more = torch.cat([x0, torch.randn(11, D)])  # 48 chains: the first 37 move as before
-    results["more_chains"] = (chain(more, program, n_steps=3, step_size=0.02, noise_scale=0.3, seed=5, offset=0)[:N]
-                              - blocks[16]).abs().max().item()
+    results["more_chains"] = (
+        (chain(more, program, n_steps=3, step_size=0.02, noise_scale=0.3, seed=5, offset=0)[:N] - blocks[16]).abs().max().item()
+    )
     strided = torch.randn(N, 2 * D)
     strided[:, :D] = x0
-    results["strided_input"] = (chain(strided[:, :D], program, n_steps=3, step_size=0.02, noise_scale=0.3, seed=5,
-                                      offset=0) - blocks[16]).abs().max().item()
+    results["strided_input"] = (
+        (chain(strided[:, :D], program, n_steps=3, step_size=0.02, noise_scale=0.3, seed=5, offset=0) - blocks[16])
+        .abs()
+        .max()
+        .item()
+    )
 
     # a negated network (E = −net) equals the network with its last layer negated
     negated_net = _network(2, "Tanh")
@@ -178,7 +216,10 @@ def _interpreted_checks() -> dict[str, Any]:
         low = x0.to(dtype)
         out = chain(low, program, n_steps=4, step_size=0.02, noise_scale=0.3, seed=5, offset=0)
         full = chain(low.float(), program, n_steps=4, step_size=0.02, noise_scale=0.3, seed=5, offset=0).to(dtype)
-        results[f"{dtype}".removeprefix("torch.")] = {"dtype": str(out.dtype), "diff": (out.float() - full.float()).abs().max().item()}
+        results[f"{dtype}".removeprefix("torch.")] = {
+            "dtype": str(out.dtype),
+            "diff": (out.float() - full.float()).abs().max().item(),
+        }
 
     # the host build (cpu_fused) on the same seed draws the same stream: the chains agree to float32 rounding
     from ebm_cuda.backends import feedforward_langevin_chain as host_chain
@@ -200,20 +241,29 @@ def _interpreted_checks() -> dict[str, Any]:
     class Interpreted:
         @hookimpl
         def ebm_register_kernels(self, registry):
-            registry.register_kernel_backend(KernelBackend("triton_interpreted", [Kernel(
-                "feedforward_langevin_chain", chain, ("cpu",), tc.DTYPES, None, 20, tc.MAX_WIDTH, refuses=tc.refusal)]))
+            registry.register_kernel_backend(
+                KernelBackend(
+                    "triton_interpreted",
+                    [
+                        Kernel(
+                            "feedforward_langevin_chain", chain, ("cpu",), tc.DTYPES, None, 20, tc.MAX_WIDTH, refuses=tc.refusal
+                        )
+                    ],
+                )
+            )
 
     with isolated_plugins(("interpreted", Interpreted())):
         sampler = LangevinSampler(SequentialEnergy(net), step_size=0.01)
         results["sampler_path"] = sampler.prepare(x0, None, {}).path
         sampled = sampler.sample(x0, 4, burn_in=2, generator=torch.Generator().manual_seed(2))
     seed = int(torch.randint(0, 2**62, (), generator=torch.Generator().manual_seed(2)))  # the key a fused run draws
-    direct = chain(x0, program, n_steps=6, step_size=0.01, noise_scale=0.02 ** 0.5, seed=seed, offset=0)
+    direct = chain(x0, program, n_steps=6, step_size=0.01, noise_scale=0.02**0.5, seed=seed, offset=0)
     results["sampler_vs_direct"] = (sampled - direct).abs().max().item()
 
     # precision: tf32 is accepted (the interpreter computes every product in float32 whatever it is asked)
-    results["tf32_runs"] = chain(x0, program, n_steps=2, step_size=0.02, noise_scale=0.3, seed=5, offset=0,
-                                 precision="tf32").shape == (N, D)
+    results["tf32_runs"] = chain(
+        x0, program, n_steps=2, step_size=0.02, noise_scale=0.3, seed=5, offset=0, precision="tf32"
+    ).shape == (N, D)
 
     # bfloat16 products (emulated under the interpreter, whose bfloat16 tl.dot is broken: the same exact products of
     # the rounded operands): the gradient against the same rounding done by torch, and against the exact gradient
@@ -221,8 +271,7 @@ def _interpreted_checks() -> dict[str, Any]:
     for seed in range(3):
         net = _network(3, "SiLU")
         torch.nn.init.normal_(net[0].weight, generator=torch.Generator().manual_seed(seed))
-        out = chain(x0, feedforward_of(net, -1.0), n_steps=1, step_size=1.0, noise_scale=0.0, seed=0, offset=0,
-                    precision="bf16")
+        out = chain(x0, feedforward_of(net, -1.0), n_steps=1, step_size=1.0, noise_scale=0.0, seed=0, offset=0, precision="bf16")
         got, emulated, exact = (x0 - out).double(), bf16_products_pass(net, -1.0, x0)[0], _autograd_gradient(net, -1.0, x0)
         scale = 1.0 + exact.abs().max().item()
         bf16["close"] += int(((got - emulated).abs() <= 1e-6 * scale).sum())
@@ -238,20 +287,24 @@ def _compile_checks() -> dict[str, Any]:
     assert "TRITON_INTERPRET" not in os.environ
     from ebm_cuda.triton_chains import compile_report, normals_compile_report
 
-    configs = {"2-64-64-1 silu float32 ieee": dict(widths=(2, 64, 64)),
-               "64-64-64-64-1 silu float32 ieee": dict(widths=(64, 64, 64, 64)),
-               "2-64-64-1 silu bfloat16 tf32": dict(widths=(2, 64, 64), dtype=torch.bfloat16, precision="tf32"),
-               "2-64-64-1 silu float32 bf16": dict(widths=(2, 64, 64), precision="bf16")}
+    configs = {
+        "2-64-64-1 silu float32 ieee": dict(widths=(2, 64, 64)),
+        "64-64-64-64-1 silu float32 ieee": dict(widths=(64, 64, 64, 64)),
+        "2-64-64-1 silu bfloat16 tf32": dict(widths=(2, 64, 64), dtype=torch.bfloat16, precision="tf32"),
+        "2-64-64-1 silu float32 bf16": dict(widths=(2, 64, 64), precision="bf16"),
+    }
     reports = {f"sm_{cc} {name}": compile_report(cc, **kw) for cc in (80, 90) for name, kw in configs.items()}
     # the variants the tests use (noise from a tensor, per-chain step sizes), and the other activations and a ragged
     # depth: compiled once, for sm_90
     reports["sm_90 3-40-17-5-1 tanh/sigmoid/relu float32 ieee, tensor noise, per-chain h and s"] = compile_report(
-        90, widths=WIDTHS, activations=(1, 2, 3), noise_from_tensor=True, per_chain=True)
+        90, widths=WIDTHS, activations=(1, 2, 3), noise_from_tensor=True, per_chain=True
+    )
     reports["sm_90 2-32-1 relu float16 ieee"] = compile_report(90, widths=(2, 32), activations=(3,), dtype=torch.float16)
     # the configuration launch_config replaced (16 chains per program; 8 warps with TF32 products, 16 with IEEE ones)
     for precision, warps in (("tf32", 8), ("ieee", 16)):
         reports[f"sm_90 2-64-64-1 silu float32 {precision}, 16 chains on {warps} warps"] = compile_report(
-            90, widths=(2, 64, 64), precision=precision, block_n=16, num_warps=warps)
+            90, widths=(2, 64, 64), precision=precision, block_n=16, num_warps=warps
+        )
     reports["sm_90 2-64-64-1 silu float32 tf32"] = compile_report(90, widths=(2, 64, 64), precision="tf32")
     for cc in (80, 90):  # the kernel of stream_normals
         reports[f"sm_{cc} normals d=40"] = normals_compile_report(cc, d=40)
@@ -315,8 +368,9 @@ def test_the_op_refuses_cpu_tensors_outside_the_interpreter():
     tensors, padded, acts = tc.kernel_arguments(program, torch.device("cpu"))
     x = torch.randn(5, 2)
     with pytest.raises(InputError, match="run on CUDA tensors, got cpu .*TRITON_INTERPRET=1"):
-        torch.ops.ebm_cuda.triton_langevin_chain(x, torch.empty_like(x), tensors, list(padded), list(acts), 1, 0.1, 0.1,
-                                                 None, None, 0, 0, "ieee", 16, 8, None)
+        torch.ops.ebm_cuda.triton_langevin_chain(
+            x, torch.empty_like(x), tensors, list(padded), list(acts), 1, 0.1, 0.1, None, None, 0, 0, "ieee", 16, 8, None
+        )
     with pytest.raises(InputError, match="seed must be in \\[0, 2\\^64\\)"):
         tc.feedforward_langevin_chain(x, program, n_steps=1, step_size=0.1, noise_scale=0.1, seed=-1, offset=0)
 
@@ -380,10 +434,12 @@ def test_bfloat16_products_round_every_operand_to_bfloat16(interpreted):
 def test_the_kernel_compiles_for_sm80_and_sm90_within_its_spill_and_instruction_bounds(tmp_path):
     reports = _child("compile", interpret=False, cache=str(tmp_path))  # an empty cache: every build compiles
     for name, report in reports.items():  # in the test's output (pytest -s, or -rA): the registers of each build
-        print(f"{name}: {report['registers']} registers, {report['spill_stores']} bytes spill stores, "
-              f"{report['spill_loads']} bytes spill loads, {report['shared']} bytes shared, {report['seconds']:.1f} s, "
-              f"{report['block_n']} chains on {report['num_warps']} warps, {report['per_chain_step']} warp-instructions "
-              f"per chain-step")
+        print(
+            f"{name}: {report['registers']} registers, {report['spill_stores']} bytes spill stores, "
+            f"{report['spill_loads']} bytes spill loads, {report['shared']} bytes shared, {report['seconds']:.1f} s, "
+            f"{report['block_n']} chains on {report['num_warps']} warps, {report['per_chain_step']} warp-instructions "
+            f"per chain-step"
+        )
     assert len(reports) == 15
     assert all(0 < r["registers"] <= 255 for r in reports.values())
     # the step loop's cost (warp-instructions per chain-step, ebm_cuda.kernel_report): the default against the
@@ -399,10 +455,14 @@ def test_the_kernel_compiles_for_sm80_and_sm90_within_its_spill_and_instruction_
     # the counts when chosen, within 15 % either way: a change that costs, or a count that goes wrong, shows. Since
     # the activations' exponentials and reciprocals are one instruction each (_triton_kernels._exp_minus,
     # _reciprocal; before: TF32 111, IEEE 538, bfloat16 products 92)
-    for name, count in (("sm_90 2-64-64-1 silu float32 tf32", 77), ("sm_90 2-64-64-1 silu float32 ieee", 505),
-                        ("sm_90 2-64-64-1 silu float32 tf32, 16 chains on 8 warps", 765),
-                        ("sm_90 2-64-64-1 silu float32 ieee, 16 chains on 16 warps", 850),
-                        ("sm_90 2-64-64-1 silu float32 bf16", 60), ("sm_90 64-64-64-64-1 silu float32 ieee", 1137)):
+    for name, count in (
+        ("sm_90 2-64-64-1 silu float32 tf32", 77),
+        ("sm_90 2-64-64-1 silu float32 ieee", 505),
+        ("sm_90 2-64-64-1 silu float32 tf32, 16 chains on 8 warps", 765),
+        ("sm_90 2-64-64-1 silu float32 ieee, 16 chains on 16 warps", 850),
+        ("sm_90 2-64-64-1 silu float32 bf16", 60),
+        ("sm_90 64-64-64-64-1 silu float32 ieee", 1137),
+    ):
         assert 0.85 * count < cost[name] < 1.15 * count, (name, cost[name])
     # spills: none (sm_80's 2-64-64-1 kernel with IEEE products had 4 bytes before the activations' change); bounded at
     # launch_config's 64 bytes on sm_80 so that they cannot grow unseen
@@ -435,7 +495,10 @@ def test_refusals_and_resolution_name_their_reason():
     assert tc.refusal(program(lin(2, 1))) == "needs a hidden layer (this energy is linear)"
     deep = [m for _ in range(4) for m in (lin(2, 2), torch.nn.Tanh())]
     assert tc.refusal(program(*deep, lin(2, 1))) == "takes at most 3 hidden layers, the network has 4"
-    assert tc.refusal(program(lin(2, 65), torch.nn.ReLU(), lin(65, 1))) == "takes layers at most 64 wide, the network has one 65 wide"
+    assert (
+        tc.refusal(program(lin(2, 65), torch.nn.ReLU(), lin(65, 1)))
+        == "takes layers at most 64 wide, the network has one 65 wide"
+    )
     # the products: IEEE unless asked for TF32, by torch's switch for float32 products or by name
     from ebmcore.errors import InputError
 
@@ -453,31 +516,60 @@ def test_refusals_and_resolution_name_their_reason():
     # chain 64 on 4, the contrastive kernel 32 on 4), 16 chains on 4 warps with IEEE ones; fewer where registers run
     # out: a 64-wide state (the contrastive kernel: 16 on 16 with IEEE products, 16 on 4 with tensor-core ones), three
     # 64-wide layers on it (the tensor-core chain: 32 on 8)
-    assert [tc.launch_config(p, q, c) for c in (False, True) for p in ((16, 64, 64), (64, 64), (64, 64, 64, 64))
-            for q in ("ieee", "tf32", "bf16")] == [(16, 4), (64, 4), (64, 4), (16, 4), (64, 4), (64, 4),
-                                                   (16, 4), (32, 8), (32, 8),
-                                                   (16, 4), (32, 4), (32, 4), (16, 16), (16, 4), (16, 4),
-                                                   (16, 16), (16, 4), (16, 4)]
+    assert [
+        tc.launch_config(p, q, c)
+        for c in (False, True)
+        for p in ((16, 64, 64), (64, 64), (64, 64, 64, 64))
+        for q in ("ieee", "tf32", "bf16")
+    ] == [
+        (16, 4),
+        (64, 4),
+        (64, 4),
+        (16, 4),
+        (64, 4),
+        (64, 4),
+        (16, 4),
+        (32, 8),
+        (32, 8),
+        (16, 4),
+        (32, 4),
+        (32, 4),
+        (16, 16),
+        (16, 4),
+        (16, 4),
+        (16, 16),
+        (16, 4),
+        (16, 4),
+    ]
     # one hidden layer of at most 32 on a state of at most 16 columns: 128 on 4 (the contrastive kernel with IEEE
     # products 32 on 4); a wider state or a second layer is not that network (the rules above)
-    assert [tc.launch_config(p, q, c) for c in (False, True) for p in ((16, 32), (16, 16)) for q in ("ieee", "tf32")] == \
-        [(128, 4)] * 4 + [(32, 4), (128, 4)] * 2
+    assert [tc.launch_config(p, q, c) for c in (False, True) for p in ((16, 32), (16, 16)) for q in ("ieee", "tf32")] == [
+        (128, 4)
+    ] * 4 + [(32, 4), (128, 4)] * 2
     assert [tc.launch_config(p, "ieee", c) for c in (False, True) for p in ((32, 16), (16, 16, 16))] == [(16, 4)] * 4
-    assert [tc.launch_config(p, "bf16", c) for c in (False, True) for p in ((32, 16), (16, 16, 16))] == \
-        [(64, 4), (64, 4), (32, 4), (32, 4)]
+    assert [tc.launch_config(p, "bf16", c) for c in (False, True) for p in ((32, 16), (16, 16, 16))] == [
+        (64, 4),
+        (64, 4),
+        (32, 4),
+        (32, 4),
+    ]
     # input errors name the fix, before any kernel is compiled
     ok = program(lin(2, 8), torch.nn.SiLU(), lin(8, 1))
     x = torch.randn(5, 2)
     kw = dict(n_steps=2, step_size=0.1, noise_scale=0.1, seed=0, offset=0)
-    for bad, match in ((dict(x=x[None]), "x must be \\(n_chains, d\\)"), (dict(x=x.double()), "x.float\\(\\)"),
-                       (dict(x=torch.randn(5, 3)), "the network takes 2 features, x has 3"),
-                       (dict(n_steps=-1), "n_steps must be >= 0"), (dict(block_n=24), "block_n must be a power of 2"),
-                       (dict(block_n=16.0), "block_n must be a power of 2"),
-                       (dict(num_warps=6), "num_warps must be 4, 8, 16 or None"),
-                       (dict(noise=torch.randn(2, 5, 3)), "noise must be \\(n_steps, n, d\\)"),
-                       (dict(out=torch.empty(5, 3)), "out must be \\(5, 2\\)"),
-                       (dict(step_size=torch.ones(4)), "step_size has 4 values for 5 chains"),
-                       (dict(network=program(lin(2, 8), torch.nn.GELU(), lin(8, 1))), "the kernel has no gelu")):
+    for bad, match in (
+        (dict(x=x[None]), "x must be \\(n_chains, d\\)"),
+        (dict(x=x.double()), "x.float\\(\\)"),
+        (dict(x=torch.randn(5, 3)), "the network takes 2 features, x has 3"),
+        (dict(n_steps=-1), "n_steps must be >= 0"),
+        (dict(block_n=24), "block_n must be a power of 2"),
+        (dict(block_n=16.0), "block_n must be a power of 2"),
+        (dict(num_warps=6), "num_warps must be 4, 8, 16 or None"),
+        (dict(noise=torch.randn(2, 5, 3)), "noise must be \\(n_steps, n, d\\)"),
+        (dict(out=torch.empty(5, 3)), "out must be \\(5, 2\\)"),
+        (dict(step_size=torch.ones(4)), "step_size has 4 values for 5 chains"),
+        (dict(network=program(lin(2, 8), torch.nn.GELU(), lin(8, 1))), "the kernel has no gelu"),
+    ):
         args = {"x": x, "network": ok, **kw, **bad}
         with pytest.raises(InputError, match=match):
             tc.feedforward_langevin_chain(args.pop("x"), args.pop("network"), **args)
@@ -486,16 +578,20 @@ def test_refusals_and_resolution_name_their_reason():
     rows = {c.backend: c for c in ebmcore.explain("feedforward_langevin_chain", device="cuda", dtype=torch.bfloat16).candidates}
     assert "triton" in rows
     if torch.version.cuda is None:  # and deciding so imports no triton (in a fresh process: another test may have)
-        code = ("import sys, torch, ebm_cuda.plugin, ebmcore\n"
-                "ebmcore.explain('feedforward_langevin_chain', device='cuda', dtype=torch.float32)\n"
-                "from ebm_cuda import triton_chains as tc\n"
-                "print(tc.unavailable_reason())\n"
-                "print('triton' in sys.modules)")
+        code = (
+            "import sys, torch, ebm_cuda.plugin, ebmcore\n"
+            "ebmcore.explain('feedforward_langevin_chain', device='cuda', dtype=torch.float32)\n"
+            "from ebm_cuda import triton_chains as tc\n"
+            "print(tc.unavailable_reason())\n"
+            "print('triton' in sys.modules)"
+        )
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
         assert out[-2].startswith("this torch build has no CUDA") and out[-1] == "False"
     # where triton cannot be imported, the package still imports and the backend gives the reason
-    code = ("import sys\nsys.modules['triton'] = None\n"
-            "import ebm_cuda.backends\nfrom ebm_cuda import triton_chains as tc\nprint(tc._triton_reason())")
+    code = (
+        "import sys\nsys.modules['triton'] = None\n"
+        "import ebm_cuda.backends\nfrom ebm_cuda import triton_chains as tc\nprint(tc._triton_reason())"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
     assert out[-1].startswith("triton is not importable (ModuleNotFoundError") and out[-1].endswith("pip install triton==3.7.1")
 
@@ -517,14 +613,18 @@ def test_on_a_gpu_the_compiled_chain_equals_the_host_build_and_samplers_resolve_
         pytest.skip(absent)
     reason = tc.unavailable_reason()
     if reason is not None:
-        pytest.fail(f"a GPU is present ({torch.cuda.get_device_name()}) but the Triton kernels cannot run: {reason}",
-                    pytrace=False)
+        pytest.fail(
+            f"a GPU is present ({torch.cuda.get_device_name()}) but the Triton kernels cannot run: {reason}", pytrace=False
+        )
     x0 = torch.randn(3001, D, generator=torch.Generator().manual_seed(0))
     kw = dict(n_steps=20, step_size=0.02, noise_scale=0.2, seed=2**40 + 3, offset=5)
     # every activation at depth 2, every depth with SiLU; TF32 and bfloat16 state on two of them. Each case is a
     # kernel compiled on a bare machine (2-8 s): the full product (36 compiles) ran past the device check's time.
-    cases = [(2, a, ("ieee",)) for a in ACTIVATIONS] + [(1, "SiLU", ("ieee",)), (3, "SiLU", ("ieee", "tf32", "bf16")),
-                                                        (2, "Tanh", ("tf32", "bf16"))]
+    cases = [(2, a, ("ieee",)) for a in ACTIVATIONS] + [
+        (1, "SiLU", ("ieee",)),
+        (3, "SiLU", ("ieee", "tf32", "bf16")),
+        (2, "Tanh", ("tf32", "bf16")),
+    ]
     for depth, activation, precisions in cases:
         program = feedforward_of(_network(depth, activation), -1.0 if depth == 2 else 1.0)
         expected = host_chain(x0, program, **kw)
@@ -550,8 +650,16 @@ def test_on_a_gpu_the_compiled_chain_equals_the_host_build_and_samplers_resolve_
     # bfloat16 products (the tensor cores' bfloat16 products): the one-step gradient against torch's rounding of every
     # operand, as under the interpreter
     net3, x1 = _network(3, "SiLU"), x0[:256]
-    out = tc.feedforward_langevin_chain(x1.cuda(), feedforward_of(copy.deepcopy(net3).cuda(), -1.0), n_steps=1,
-                                        step_size=1.0, noise_scale=0.0, seed=0, offset=0, precision="bf16")
+    out = tc.feedforward_langevin_chain(
+        x1.cuda(),
+        feedforward_of(copy.deepcopy(net3).cuda(), -1.0),
+        n_steps=1,
+        step_size=1.0,
+        noise_scale=0.0,
+        seed=0,
+        offset=0,
+        precision="bf16",
+    )
     got, emulated = (x1 - out.cpu()).double(), bf16_products_pass(net3, -1.0, x1)[0]
     scale = 1.0 + emulated.abs().max().item()
     assert ((got - emulated).abs() <= 1e-6 * scale).double().mean() >= 0.99, (got - emulated).abs().max()

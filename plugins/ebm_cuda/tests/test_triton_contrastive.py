@@ -29,8 +29,10 @@ import ebmcore
 from ebmcore.energies.program import feedforward_of
 from ebm_cuda.testing import bf16_products_pass, run_triton_child
 
-needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
-                                  reason="triton is not installed (pip install triton==3.7.1; make setup installs it)")
+needs_triton = pytest.mark.skipif(
+    importlib.util.find_spec("triton") is None,
+    reason="triton is not installed (pip install triton==3.7.1; make setup installs it)",
+)
 
 N = 37  # chains: not a multiple of any block size used
 D = 3
@@ -77,22 +79,49 @@ def _interpreted_checks() -> dict[str, Any]:
     x0 = torch.randn(N, D, generator=gen)
     a_vec, b_vec = torch.randn(N, generator=gen), torch.rand(N, generator=gen)
     kw = dict(n_steps=4, step_size=0.02, noise_scale=0.3, seed=2**33 + 7, offset=3)
-    coefficients = {"vectors": ((a_vec, b_vec), (-a_vec, 0.5 * b_vec)), "scalars": ((1 / N, 0.2), (-1 / N, 0.2)),
-                    "b None": ((1 / N, None), (-1 / N, None)), "mixed": ((torch.tensor(0.5), None), (-a_vec, 0.1))}
+    coefficients = {
+        "vectors": ((a_vec, b_vec), (-a_vec, 0.5 * b_vec)),
+        "scalars": ((1 / N, 0.2), (-1 / N, 0.2)),
+        "b None": ((1 / N, None), (-1 / N, None)),
+        "mixed": ((torch.tensor(0.5), None), (-a_vec, 0.1)),
+    }
     # (name, depth, sign, bias, coefficients): every depth, both signs, layers without biases, every kind of (a, b)
     # the op under the function: torch.library's opcheck (schema, fake, dispatch)
     program = feedforward_of(_network(2), 1.0)
     tensors, padded, acts = tc.kernel_arguments(program, x0.device)
     a2, b2 = torch.randn(2, 5, generator=gen), torch.rand(2, 5, generator=gen)
     try:
-        torch.library.opcheck(torch.ops.ebm_cuda.triton_contrastive_chain.default,
-                              (x0[:5], tensors, list(padded), list(acts), 2, 0.02, 0.3, None, None, 3, 1, "ieee", 16, 8,
-                               a2, b2, torch.full((1,), 0.5)))
+        torch.library.opcheck(
+            torch.ops.ebm_cuda.triton_contrastive_chain.default,
+            (
+                x0[:5],
+                tensors,
+                list(padded),
+                list(acts),
+                2,
+                0.02,
+                0.3,
+                None,
+                None,
+                3,
+                1,
+                "ieee",
+                16,
+                8,
+                a2,
+                b2,
+                torch.full((1,), 0.5),
+            ),
+        )
         results["opcheck"] = "ok"
     except Exception as exc:  # noqa: BLE001 - reported to the test
         results["opcheck"] = f"{type(exc).__name__}: {exc}"[:2000]
-    cases = [("1-vectors", 1, 1.0, True, "vectors"), ("2-scalars", 2, -1.0, True, "scalars"),
-             ("3-b-none", 3, 1.0, True, "b None"), ("2-mixed-no-bias", 2, 1.0, False, "mixed")]
+    cases = [
+        ("1-vectors", 1, 1.0, True, "vectors"),
+        ("2-scalars", 2, -1.0, True, "scalars"),
+        ("3-b-none", 3, 1.0, True, "b None"),
+        ("2-mixed-no-bias", 2, 1.0, False, "mixed"),
+    ]
     states, definition, host = {}, {}, {}
     for name, depth, sign, bias, coef in cases:
         net = _network(depth, bias=bias)
@@ -104,8 +133,13 @@ def _interpreted_checks() -> dict[str, Any]:
         # the op's definition in float64 (autograd), its moves made by the Triton chain
         twin = copy.deepcopy(net).double()
         reference = LOSS_OPS["feedforward_contrastive_chain"].reference(
-            x0.double(), feedforward_of(twin, sign), chain=lambda y, _, **k: chain(y.float(), program, **k).double(),
-            start=start, end=end, **kw)
+            x0.double(),
+            feedforward_of(twin, sign),
+            chain=lambda y, _, **k: chain(y.float(), program, **k).double(),
+            start=start,
+            end=end,
+            **kw,
+        )
         definition[name] = _relative(_flat(got), _flat(reference))
         # the host build on the same seed: its noise equals this one to float32 rounding
         host[name] = _relative(_flat(got), _flat(host_contrastive(x0, program, start=start, end=end, **kw)))
@@ -124,8 +158,13 @@ def _interpreted_checks() -> dict[str, Any]:
     results["block_outputs"] = max(_relative(_flat(blocks[b]), _flat(blocks[16])) for b in blocks)
     more = torch.cat([x0, torch.randn(11, D, generator=gen)])
     pad = torch.zeros(11)
-    bigger = cd(more, program, start=(torch.cat([a_vec, pad]), torch.cat([b_vec, pad])),
-                end=(torch.cat([-a_vec, pad]), torch.cat([0.5 * b_vec, pad])), **kw)
+    bigger = cd(
+        more,
+        program,
+        start=(torch.cat([a_vec, pad]), torch.cat([b_vec, pad])),
+        end=(torch.cat([-a_vec, pad]), torch.cat([0.5 * b_vec, pad])),
+        **kw,
+    )
     results["more_chains"] = max((bigger[i][:N] - blocks[16][i]).abs().max().item() for i in range(3))
     results["more_chains_gradients"] = _relative(_flat(bigger)[3:], _flat(blocks[16])[3:])
 
@@ -138,8 +177,17 @@ def _interpreted_checks() -> dict[str, Any]:
         lin1.bias[:2] = 1.0
         lin2.weight[0, :2] = -1.0
     dead = feedforward_of(torch.nn.Sequential(lin1, torch.nn.ReLU(), lin2), 1.0)
-    padded = cd(torch.full((3, 2), -10.0), dead, n_steps=5, step_size=1e38, noise_scale=0.0, seed=1, offset=0,
-                start=(1 / 3, None), end=(-1 / 3, None))
+    padded = cd(
+        torch.full((3, 2), -10.0),
+        dead,
+        n_steps=5,
+        step_size=1e38,
+        noise_scale=0.0,
+        seed=1,
+        offset=0,
+        start=(1 / 3, None),
+        end=(-1 / 3, None),
+    )
     results["padded_rows_gradients"] = torch.cat([g.reshape(-1) for g in _flat(padded)[4:] if g is not None]).abs().max().item()
     results["padded_rows_loss"] = padded[3].item()
 
@@ -149,11 +197,17 @@ def _interpreted_checks() -> dict[str, Any]:
         got = cd(low, program, start=start, end=end, **kw)
         ref = chain(low, program, **kw)
         results[str(dtype).removeprefix("torch.")] = {
-            "dtype": str(got[0].dtype), "states": (got[0].float() - ref.float()).abs().max().item(),
-            "ends": (got[2] - cd(ref.float(), program, start=end, end=end, **dict(kw, n_steps=1))[1]).abs().max().item()}
+            "dtype": str(got[0].dtype),
+            "states": (got[0].float() - ref.float()).abs().max().item(),
+            "ends": (got[2] - cd(ref.float(), program, start=end, end=end, **dict(kw, n_steps=1))[1]).abs().max().item(),
+        }
     # TF32 is accepted (the interpreter computes every product in float32 whatever it is asked)
-    results["tf32_states"] = (cd(x0, program, start=start, end=end, precision="tf32", **kw)[0]
-                              - chain(x0, program, precision="tf32", **kw)).abs().max().item()
+    results["tf32_states"] = (
+        (cd(x0, program, start=start, end=end, precision="tf32", **kw)[0] - chain(x0, program, precision="tf32", **kw))
+        .abs()
+        .max()
+        .item()
+    )
     # bfloat16 products: the chain's states to the bit, and the op's float64 definition (its moves the chain's) to
     # bfloat16 rounding
     got = cd(x0, program, start=start, end=end, precision="bf16", **kw)
@@ -162,8 +216,13 @@ def _interpreted_checks() -> dict[str, Any]:
     program = feedforward_of(net, 1.0)
     got = cd(x0, program, start=start, end=end, precision="bf16", **kw)
     reference = LOSS_OPS["feedforward_contrastive_chain"].reference(
-        x0.double(), feedforward_of(copy.deepcopy(net).double(), 1.0),
-        chain=lambda y, _, **k: chain(y.float(), program, precision="bf16", **k).double(), start=start, end=end, **kw)
+        x0.double(),
+        feedforward_of(copy.deepcopy(net).double(), 1.0),
+        chain=lambda y, _, **k: chain(y.float(), program, precision="bf16", **k).double(),
+        start=start,
+        end=end,
+        **kw,
+    )
     ieee = cd(x0, program, start=start, end=end, **kw)
     # the weight-gradient products at both ends: with no move (h = s = 0) the ends are the starts, and each hidden
     # layer's gradient is the starts' and the ends' products of rounded (c·e_l)ᵀ and a_{l−1} (torch's rounding)
@@ -201,8 +260,15 @@ def _interpreted_checks() -> dict[str, Any]:
         calls.append(fused)
         return tc.feedforward_contrastive_chain(*args, **kwargs)
 
-    kernels = [dataclasses.replace(k, fn=recorded if k.op == "feedforward_contrastive_chain" else k.fn, device_types=("cpu",),
-                                   min_compute_capability=None) for k in TritonBackend().kernels.values()]
+    kernels = [
+        dataclasses.replace(
+            k,
+            fn=recorded if k.op == "feedforward_contrastive_chain" else k.fn,
+            device_types=("cpu",),
+            min_compute_capability=None,
+        )
+        for k in TritonBackend().kernels.values()
+    ]
     assert all(k.priority == TRITON_CHAIN_PRIORITY for k in kernels)
 
     class Interpreted:
@@ -215,8 +281,9 @@ def _interpreted_checks() -> dict[str, Any]:
         net = _network(2)
         energy = SequentialEnergy(net)
         data = torch.randn(N, D, generator=torch.Generator().manual_seed(5))
-        loss = ContrastiveDivergence(lambda e, fused=fused: LangevinSampler(e, step_size=0.01, fused=fused), 3,
-                                     regularization=0.1)
+        loss = ContrastiveDivergence(
+            lambda e, fused=fused: LangevinSampler(e, step_size=0.01, fused=fused), 3, regularization=0.1
+        )
         with isolated_plugins(("interpreted", Interpreted())):
             value = loss(energy, data, generator=torch.Generator().manual_seed(2))
             path = loss.sampler_for(energy).prepare(data, None, {}).path
@@ -229,9 +296,11 @@ def _interpreted_checks() -> dict[str, Any]:
         expected = e_pos.mean() - e_neg.mean() + 0.1 * (e_pos.square().mean() + e_neg.square().mean())
         expected.backward()
         loss_runs[str(fused)] = {
-            "path": path, "negatives_are_advance": bool(torch.equal(loss.last_negatives, advanced)),
+            "path": path,
+            "negatives_are_advance": bool(torch.equal(loss.last_negatives, advanced)),
             "loss": abs(value.item() - expected.item()) / abs(expected.item()),
-            "gradients": _relative([p.grad for p in net.parameters()], [p.grad for p in twin.parameters()])}
+            "gradients": _relative([p.grad for p in net.parameters()], [p.grad for p in twin.parameters()]),
+        }
     results["loss"] = loss_runs
     results["contrastive_calls"] = calls
     return results
@@ -242,17 +311,21 @@ def _compile_checks() -> dict[str, Any]:
     assert "TRITON_INTERPRET" not in os.environ
     from ebm_cuda.triton_chains import compile_report
 
-    configs = {"2-64-64-1 silu float32 ieee": dict(widths=(2, 64, 64)),  # 16 chains on 4 warps (launch_config)
-               "64-64-64-64-1 silu float32 ieee": dict(widths=(64, 64, 64, 64)),  # 16 on 16
-               "64-64-1 silu float32 ieee": dict(widths=(64, 64))}  # 16 on 16: on 4 it spilled 1.8 KB
+    configs = {
+        "2-64-64-1 silu float32 ieee": dict(widths=(2, 64, 64)),  # 16 chains on 4 warps (launch_config)
+        "64-64-64-64-1 silu float32 ieee": dict(widths=(64, 64, 64, 64)),  # 16 on 16
+        "64-64-1 silu float32 ieee": dict(widths=(64, 64)),
+    }  # 16 on 16: on 4 it spilled 1.8 KB
     reports = {f"sm_{cc} {name}": compile_report(cc, contrastive=True, **kw) for cc in (80, 90) for name, kw in configs.items()}
     reports["sm_90 3-40-17-5-1 tanh/sigmoid/relu bfloat16 ieee, b None, per-chain h and s"] = compile_report(
-        90, widths=WIDTHS, activations=(1, 2, 3), dtype=torch.bfloat16, per_chain=True, contrastive=True, has_b=False)
+        90, widths=WIDTHS, activations=(1, 2, 3), dtype=torch.bfloat16, per_chain=True, contrastive=True, has_b=False
+    )
     reports["sm_90 2-64-64-1 silu float32 tf32"] = compile_report(90, widths=(2, 64, 64), precision="tf32", contrastive=True)
     reports["sm_90 2-64-64-1 silu float32 bf16"] = compile_report(90, widths=(2, 64, 64), precision="bf16", contrastive=True)
     # the configuration launch_config replaced: 16 chains on 8 warps
     reports["sm_90 2-64-64-1 silu float32 tf32, 16 chains on 8 warps"] = compile_report(
-        90, widths=(2, 64, 64), precision="tf32", contrastive=True, block_n=16, num_warps=8)
+        90, widths=(2, 64, 64), precision="tf32", contrastive=True, block_n=16, num_warps=8
+    )
     return reports
 
 
@@ -345,10 +418,12 @@ def test_contrastive_divergence_runs_it_where_its_sampler_runs_the_triton_chain(
 def test_the_contrastive_kernel_compiles_for_sm80_and_sm90_within_its_spill_and_instruction_bounds(tmp_path):
     reports = _child("compile", interpret=False, cache=str(tmp_path))
     for name, report in reports.items():  # in the test's output (pytest -s, or -rA)
-        print(f"{name}: {report['registers']} registers, {report['spill_stores']} bytes spill stores, "
-              f"{report['spill_loads']} bytes spill loads, {report['shared']} bytes shared, {report['seconds']:.1f} s, "
-              f"{report['block_n']} chains on {report['num_warps']} warps, {report['per_chain_step']} warp-instructions "
-              f"per chain-step")
+        print(
+            f"{name}: {report['registers']} registers, {report['spill_stores']} bytes spill stores, "
+            f"{report['spill_loads']} bytes spill loads, {report['shared']} bytes shared, {report['seconds']:.1f} s, "
+            f"{report['block_n']} chains on {report['num_warps']} warps, {report['per_chain_step']} warp-instructions "
+            f"per chain-step"
+        )
     assert len(reports) == 10
     assert all(0 < r["registers"] <= 255 for r in reports.values())
     # no spills (the ragged 3-40-17-5-1 network with bfloat16 states, no b, IEEE, sm_90, spilled 8 bytes before the
@@ -361,9 +436,13 @@ def test_the_contrastive_kernel_compiles_for_sm80_and_sm90_within_its_spill_and_
     assert all(c is not None and c > 0 for c in cost.values()), cost
     tf32 = cost["sm_90 2-64-64-1 silu float32 tf32"]
     assert tf32 * 2 < cost["sm_90 2-64-64-1 silu float32 tf32, 16 chains on 8 warps"], cost
-    for name, count in (("sm_90 2-64-64-1 silu float32 tf32", 168), ("sm_90 2-64-64-1 silu float32 ieee", 785),
-                        ("sm_90 2-64-64-1 silu float32 tf32, 16 chains on 8 warps", 372),
-                        ("sm_90 2-64-64-1 silu float32 bf16", 146), ("sm_90 64-64-64-64-1 silu float32 ieee", 2287)):
+    for name, count in (
+        ("sm_90 2-64-64-1 silu float32 tf32", 168),
+        ("sm_90 2-64-64-1 silu float32 ieee", 785),
+        ("sm_90 2-64-64-1 silu float32 tf32, 16 chains on 8 warps", 372),
+        ("sm_90 2-64-64-1 silu float32 bf16", 146),
+        ("sm_90 64-64-64-64-1 silu float32 ieee", 2287),
+    ):
         assert 0.85 * count < cost[name] < 1.15 * count, (name, cost[name])  # the counts when chosen, within 15 %
 
 
@@ -382,11 +461,15 @@ def test_refusals_input_errors_and_resolution_name_their_reason():
     ok = feedforward_of(torch.nn.Sequential(lin(2, 8), torch.nn.SiLU(), lin(8, 1)))
     x = torch.randn(5, 2)
     kw = dict(n_steps=2, step_size=0.1, noise_scale=0.1, seed=0, offset=0, start=(1.0, None), end=(-1.0, None))
-    for bad, match in ((dict(network=gelu), "feedforward_contrastive_chain: the kernel has no gelu"),
-                       (dict(n_steps=0), "n_steps must be >= 1"), (dict(x=x.double()), "x.float\\(\\)"),
-                       (dict(block_n=8), "block_n must be a power of 2"), (dict(start=(1.0,)), "start must be a pair"),
-                       (dict(end=(None, 1.0)), "end\\[0\\] \\(a\\) must be a number"),
-                       (dict(start=(torch.ones(4), None)), "start\\[0\\] has 4 values for 5 chains")):
+    for bad, match in (
+        (dict(network=gelu), "feedforward_contrastive_chain: the kernel has no gelu"),
+        (dict(n_steps=0), "n_steps must be >= 1"),
+        (dict(x=x.double()), "x.float\\(\\)"),
+        (dict(block_n=8), "block_n must be a power of 2"),
+        (dict(start=(1.0,)), "start must be a pair"),
+        (dict(end=(None, 1.0)), "end\\[0\\] \\(a\\) must be a number"),
+        (dict(start=(torch.ones(4), None)), "start\\[0\\] has 4 values for 5 chains"),
+    ):
         args = {"x": x, "network": ok, **kw, **bad}
         with pytest.raises(InputError, match=match):
             tc.feedforward_contrastive_chain(args.pop("x"), args.pop("network"), **args)
@@ -420,8 +503,9 @@ def test_on_a_gpu_the_compiled_contrastive_chain_equals_the_chain_and_the_host_b
         pytest.skip(absent)
     reason = tc.unavailable_reason()
     if reason is not None:
-        pytest.fail(f"a GPU is present ({torch.cuda.get_device_name()}) but the Triton kernels cannot run: {reason}",
-                    pytrace=False)
+        pytest.fail(
+            f"a GPU is present ({torch.cuda.get_device_name()}) but the Triton kernels cannot run: {reason}", pytrace=False
+        )
     gen = torch.Generator().manual_seed(0)
     x0 = torch.randn(3001, D, generator=gen)
     a, b = torch.randn(3001, generator=gen), torch.rand(3001, generator=gen)
@@ -440,8 +524,9 @@ def test_on_a_gpu_the_compiled_contrastive_chain_equals_the_chain_and_the_host_b
     # an illegal memory access. Each launch synchronised, so that a fault names its configuration; the moves are the
     # bfloat16 chain's at the same configuration, and the loss and gradients finite.
     torch.manual_seed(1)
-    w5 = torch.nn.Sequential(torch.nn.Linear(2, 64), torch.nn.SiLU(), torch.nn.Linear(64, 64), torch.nn.SiLU(),
-                             torch.nn.Linear(64, 1)).cuda()
+    w5 = torch.nn.Sequential(
+        torch.nn.Linear(2, 64), torch.nn.SiLU(), torch.nn.Linear(64, 64), torch.nn.SiLU(), torch.nn.Linear(64, 1)
+    ).cuda()
     program, x2 = feedforward_of(w5, 1.0), torch.randn(3001, 2, generator=gen).cuda()
     for block_n, warps in ((64, 4), (32, 4), (16, 8), (128, 8)):
         config = dict(precision="bf16", block_n=block_n, num_warps=warps)

@@ -60,8 +60,12 @@ class ClippedGradientEnergy(EnergyModel):
             e, g = fns.energy_and_gradient(x)
             return e, g.clamp(-clip, clip)  # out of place: a gradient may alias the energy's own tensors
 
-        return EnergyFunctions(fns.energy, lambda x: fns.gradient(x).clamp(-clip, clip), energy_and_gradient,
-                               f"{fns.path or 'gradient'}, clamped to ±{clip}")
+        return EnergyFunctions(
+            fns.energy,
+            lambda x: fns.gradient(x).clamp(-clip, clip),
+            energy_and_gradient,
+            f"{fns.path or 'gradient'}, clamped to ±{clip}",
+        )
 
 
 @dataclass(frozen=True)
@@ -88,8 +92,15 @@ class ContrastiveDivergence(Loss):
     recent negatives ``(batch, *event_shape)``.
     """
 
-    def __init__(self, sampler: SamplerSpec = "langevin", n_steps: int = 10, *, sampler_options: dict[str, Any] | None = None,
-                 regularization: float = 0.0, gradient_clip: float | None = None) -> None:
+    def __init__(
+        self,
+        sampler: SamplerSpec = "langevin",
+        n_steps: int = 10,
+        *,
+        sampler_options: dict[str, Any] | None = None,
+        regularization: float = 0.0,
+        gradient_clip: float | None = None,
+    ) -> None:
         if not isinstance(n_steps, int) or isinstance(n_steps, bool) or n_steps < 1:
             raise InputError(f"n_steps must be a positive integer, got {n_steps!r}.")
         if not isinstance(sampler, (str, Sampler)) and not callable(sampler):
@@ -123,8 +134,9 @@ class ContrastiveDivergence(Loss):
         A subclass may override it; the loss then takes the negatives it returns."""
         return self._draw(energy, start, generator, None)[0]
 
-    def _draw(self, energy: EnergyModel, start: Tensor, generator: torch.Generator | None,
-              data: Tensor | None) -> tuple[Tensor, _ChainLoss | None]:
+    def _draw(
+        self, energy: EnergyModel, start: Tensor, generator: torch.Generator | None, data: Tensor | None
+    ) -> tuple[Tensor, _ChainLoss | None]:
         """:meth:`negatives`, planned once (``Sampler.plan``), and where the chains start at ``data`` and the planned
         run's chain is ULA on a feed-forward network (a ``ULAChain``), drawn by ``feedforward_contrastive_chain``,
         which computes this loss and its weight gradient in the same launch: then with what it computed."""
@@ -142,8 +154,12 @@ class ContrastiveDivergence(Loss):
         view, or no such op in the chain's backend)."""
         run, x, sampler = planned.run, planned.x, planned.sampler
         chain = run.chain if run is not None else None
-        if not (isinstance(chain, ULAChain) and isinstance(chain.program, FeedForward) and kernel_may_run(x)
-                and getattr(sampler, "energy", None) is energy):
+        if not (
+            isinstance(chain, ULAChain)
+            and isinstance(chain.program, FeedForward)
+            and kernel_may_run(x)
+            and getattr(sampler, "energy", None) is energy
+        ):
             return None
         # from the backend whose chain the sampler runs: another's stream or rounding would give other negatives
         kernel = network_kernel("feedforward_contrastive_chain", chain.program, x, chain.backend)
@@ -152,8 +168,16 @@ class ContrastiveDivergence(Loss):
         n = len(x)
         b = 2.0 * self.regularization / n if self.regularization else None
         negatives, _, _, loss, weight_grads, bias_grads = kernel.fn(
-            x, chain.program, n_steps=self.n_steps, step_size=chain.step_size, noise_scale=chain.noise_scale,
-            seed=planned.seed, offset=0, start=(1.0 / n, b), end=(-1.0 / n, b))
+            x,
+            chain.program,
+            n_steps=self.n_steps,
+            step_size=chain.step_size,
+            noise_scale=chain.noise_scale,
+            seed=planned.seed,
+            offset=0,
+            start=(1.0 / n, b),
+            end=(-1.0 / n, b),
+        )
         sampler.warn_nonfinite(negatives)
         return _ChainLoss(negatives, loss, chain.program, weight_grads, bias_grads)
 
@@ -195,8 +219,7 @@ class ContrastiveDivergence(Loss):
             loss = loss + self.regularization * (e_pos.square().mean() + e_neg.square().mean())
         return loss
 
-    def _kernel_loss(self, kernel: Any, plan: FeedForward, both: Tensor, n_pos: int,
-                     recompute: Callable[[], Tensor]) -> Tensor:
+    def _kernel_loss(self, kernel: Any, plan: FeedForward, both: Tensor, n_pos: int, recompute: Callable[[], Tensor]) -> Tensor:
         """The loss of :meth:`_value` by ``feedforward_energy_gradients``: ``∂loss/∂Eᵣ = aᵣ + bᵣEᵣ`` with ``a = ±1/n``
         and ``b = 2·regularization/n`` for the rows of each batch."""
         n_neg = both.shape[0] - n_pos
@@ -217,12 +240,21 @@ class PersistentContrastiveDivergence(ContrastiveDivergence):
     The buffer and the noise range are part of :meth:`state_dict`.
     """
 
-    def __init__(self, sampler: SamplerSpec = "langevin", n_steps: int = 10, *, buffer_size: int = 10_000,
-                 reinit_fraction: float = 0.05, noise: str | Callable[..., Tensor] = "uniform",
-                 sampler_options: dict[str, Any] | None = None, regularization: float = 0.0,
-                 gradient_clip: float | None = None) -> None:
-        super().__init__(sampler, n_steps, sampler_options=sampler_options, regularization=regularization,
-                         gradient_clip=gradient_clip)
+    def __init__(
+        self,
+        sampler: SamplerSpec = "langevin",
+        n_steps: int = 10,
+        *,
+        buffer_size: int = 10_000,
+        reinit_fraction: float = 0.05,
+        noise: str | Callable[..., Tensor] = "uniform",
+        sampler_options: dict[str, Any] | None = None,
+        regularization: float = 0.0,
+        gradient_clip: float | None = None,
+    ) -> None:
+        super().__init__(
+            sampler, n_steps, sampler_options=sampler_options, regularization=regularization, gradient_clip=gradient_clip
+        )
         if not isinstance(buffer_size, int) or isinstance(buffer_size, bool) or buffer_size < 1:
             raise InputError(f"buffer_size must be a positive integer, got {buffer_size!r}.")
         if not (isinstance(reinit_fraction, (int, float)) and 0 <= reinit_fraction <= 1):

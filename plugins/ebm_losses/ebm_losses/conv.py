@@ -34,9 +34,17 @@ class ConvEnergy(EnergyModel):
     (the global RNG is left untouched); without it PyTorch's default initialisation draws from the global RNG.
     """
 
-    def __init__(self, image_shape: Sequence[int] = (1, 8, 8), widths: Sequence[int] = (32, 64, 64), activation: str = "silu",
-                 *, spectral_norm: bool = False, seed: int | None = None, dtype: torch.dtype | None = None,
-                 device: Any = None) -> None:
+    def __init__(
+        self,
+        image_shape: Sequence[int] = (1, 8, 8),
+        widths: Sequence[int] = (32, 64, 64),
+        activation: str = "silu",
+        *,
+        spectral_norm: bool = False,
+        seed: int | None = None,
+        dtype: torch.dtype | None = None,
+        device: Any = None,
+    ) -> None:
         super().__init__()
         shape = _positive_ints(image_shape, "image_shape")
         if len(shape) != 3:
@@ -50,8 +58,10 @@ class ConvEnergy(EnergyModel):
         build_on = "meta" if seed is not None else device
         layers: list[nn.Module] = []
         for i, (c_in, c_out) in enumerate(zip([shape[0], *widths], widths)):
-            layers += [nn.Conv2d(c_in, c_out, 3, stride=1 if i == 0 else 2, padding=1, dtype=dtype, device=build_on),
-                       ACTIVATIONS[activation]()]
+            layers += [
+                nn.Conv2d(c_in, c_out, 3, stride=1 if i == 0 else 2, padding=1, dtype=dtype, device=build_on),
+                ACTIVATIONS[activation](),
+            ]
         self.features = nn.Sequential(*layers)
         self.head = nn.Linear(widths[-1], 1, dtype=dtype, device=build_on)
         if seed is not None:
@@ -91,9 +101,19 @@ class ConvEnergy(EnergyModel):
             return Opaque(refusal)
         convs = list(self.features)[0::2]
         acts = [activation_of(m) for m in list(self.features)[1::2]]
-        if (len(convs) != len(acts) or type(self.head) is not nn.Linear
-                or any(type(m) is not nn.Conv2d or m.kernel_size != (3, 3) or m.padding != (1, 1) or m.dilation != (1, 1)
-                       or m.groups != 1 or m.stride[0] != m.stride[1] for m in convs)):
+        if (
+            len(convs) != len(acts)
+            or type(self.head) is not nn.Linear
+            or any(
+                type(m) is not nn.Conv2d
+                or m.kernel_size != (3, 3)
+                or m.padding != (1, 1)
+                or m.dilation != (1, 1)
+                or m.groups != 1
+                or m.stride[0] != m.stride[1]
+                for m in convs
+            )
+        ):
             return Opaque("a layer was changed from 3×3 convolutions (padding 1, square stride) and a Linear head")
         if acts[0] is None or any(a != acts[0] for a in acts):
             return Opaque("the activations are not one activation with a closed-form derivative after every convolution")

@@ -35,8 +35,9 @@ def _check(n: int) -> None:
         raise InputError(f"n must be a positive integer, got {n!r}.")
 
 
-def make_eight_gaussians(n: int, *, generator: torch.Generator | None = None, dtype: torch.dtype = torch.float32,
-                         radius: float = 2.0, std: float = 0.2) -> Tensor:
+def make_eight_gaussians(
+    n: int, *, generator: torch.Generator | None = None, dtype: torch.dtype = torch.float32, radius: float = 2.0, std: float = 0.2
+) -> Tensor:
     """Eight Gaussians of std ``std`` with centres equally spaced on a circle of ``radius``."""
     _check(n)
     g = _generator(generator)
@@ -46,8 +47,9 @@ def make_eight_gaussians(n: int, *, generator: torch.Generator | None = None, dt
     return (centres + std * torch.randn(n, 2, generator=g, dtype=torch.float64)).to(dtype)
 
 
-def make_two_moons(n: int, *, generator: torch.Generator | None = None, dtype: torch.dtype = torch.float32,
-                   noise: float = 0.1) -> Tensor:
+def make_two_moons(
+    n: int, *, generator: torch.Generator | None = None, dtype: torch.dtype = torch.float32, noise: float = 0.1
+) -> Tensor:
     """Two interleaving half circles, centred and scaled by 2."""
     _check(n)
     g = _generator(generator)
@@ -59,8 +61,9 @@ def make_two_moons(n: int, *, generator: torch.Generator | None = None, dtype: t
     return (points + noise * torch.randn(n, 2, generator=g, dtype=torch.float64)).to(dtype)
 
 
-def make_swiss_roll(n: int, *, generator: torch.Generator | None = None, dtype: torch.dtype = torch.float32,
-                    noise: float = 0.1) -> Tensor:
+def make_swiss_roll(
+    n: int, *, generator: torch.Generator | None = None, dtype: torch.dtype = torch.float32, noise: float = 0.1
+) -> Tensor:
     """A 2-d Swiss roll (spiral ``t (cos t, sin t)`` for ``t ∈ [1.5π, 4.5π]``), scaled into ``[-3, 3]²``."""
     _check(n)
     g = _generator(generator)
@@ -69,8 +72,14 @@ def make_swiss_roll(n: int, *, generator: torch.Generator | None = None, dtype: 
     return (points + noise * torch.randn(n, 2, generator=g, dtype=torch.float64)).to(dtype)
 
 
-def make_circles(n: int, *, generator: torch.Generator | None = None, dtype: torch.dtype = torch.float32,
-                 radii: tuple[float, float] = (1.0, 2.5), noise: float = 0.08) -> Tensor:
+def make_circles(
+    n: int,
+    *,
+    generator: torch.Generator | None = None,
+    dtype: torch.dtype = torch.float32,
+    radii: tuple[float, float] = (1.0, 2.5),
+    noise: float = 0.08,
+) -> Tensor:
     """Two concentric circles of radii ``radii``, half of the points on each."""
     _check(n)
     g = _generator(generator)
@@ -91,8 +100,16 @@ def make_checkerboard(n: int, *, generator: torch.Generator | None = None, dtype
     return (2 * torch.stack([x1, x2], 1)).to(dtype)
 
 
-def make_pinwheel(n: int, *, generator: torch.Generator | None = None, dtype: torch.dtype = torch.float32,
-                  n_arms: int = 5, radial_std: float = 0.3, tangential_std: float = 0.1, rate: float = 0.25) -> Tensor:
+def make_pinwheel(
+    n: int,
+    *,
+    generator: torch.Generator | None = None,
+    dtype: torch.dtype = torch.float32,
+    n_arms: int = 5,
+    radial_std: float = 0.3,
+    tangential_std: float = 0.1,
+    rate: float = 0.25,
+) -> Tensor:
     """Pinwheel (Johnson et al. 2016): ``n_arms`` Gaussian blobs bent into spiral arms."""
     _check(n)
     g = _generator(generator)

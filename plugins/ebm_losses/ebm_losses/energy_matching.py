@@ -38,8 +38,9 @@ def ot_pairing(noise: Tensor, data: Tensor) -> Tensor:
     try:
         import ot
     except ImportError:
-        raise InputError("coupling='ot' needs POT (Python Optimal Transport): pip install 'ebm-losses[ot]', "
-                         "or use coupling='independent'.") from None
+        raise InputError(
+            "coupling='ot' needs POT (Python Optimal Transport): pip install 'ebm-losses[ot]', or use coupling='independent'."
+        ) from None
     a, b = noise.detach().flatten(1).double().cpu(), data.detach().flatten(1).double().cpu()
     cost = torch.cdist(a, b).square().numpy()
     n = a.shape[0]
@@ -60,9 +61,20 @@ class EnergyMatching(Loss):
     and ``sample_steps``. The call count is the loss's state (checkpoints resume it).
     ``last_negatives`` keeps the contrastive phase's negatives, for the training watchdog."""
 
-    def __init__(self, flow_steps: int = 1000, *, temperature: float = 0.1, coupling: str = "ot",
-                 flow_weight: float = 1.0, n_steps: int = 20, step_size: float = 0.01, source_scale: float = 1.0,
-                 regularization: float = 0.0, tau_star: float = 0.9, sample_steps: int = 200) -> None:
+    def __init__(
+        self,
+        flow_steps: int = 1000,
+        *,
+        temperature: float = 0.1,
+        coupling: str = "ot",
+        flow_weight: float = 1.0,
+        n_steps: int = 20,
+        step_size: float = 0.01,
+        source_scale: float = 1.0,
+        regularization: float = 0.0,
+        tau_star: float = 0.9,
+        sample_steps: int = 200,
+    ) -> None:
         if not isinstance(flow_steps, int) or isinstance(flow_steps, bool) or flow_steps < 0:
             raise InputError(f"flow_steps must be an integer >= 0, got {flow_steps!r}.")
         if coupling not in COUPLINGS:
@@ -89,8 +101,9 @@ class EnergyMatching(Loss):
         this loss's temperature, ``tau_star`` and ``sample_steps`` (what ``ebm train`` draws for an image report)."""
         check_generator(generator, like, name="like")
         x0 = self.source_scale * torch.randn((n, *like.shape[1:]), generator=generator, dtype=like.dtype, device=like.device)
-        return generate(energy, x0, n_steps=self.sample_steps, temperature=self.temperature, tau_star=self.tau_star,
-                        generator=generator)
+        return generate(
+            energy, x0, n_steps=self.sample_steps, temperature=self.temperature, tau_star=self.tau_star, generator=generator
+        )
 
     @property
     def phase(self) -> str:
@@ -118,8 +131,11 @@ class EnergyMatching(Loss):
             with torch.enable_grad():
                 xg = x.requires_grad_(True)
                 (grad,) = torch.autograd.grad(energy.compute_energy(xg).sum(), xg)
-            x = (x.detach() - self.step_size * grad
-                 + noise * torch.randn(x.shape, generator=generator, dtype=x.dtype, device=x.device))
+            x = (
+                x.detach()
+                - self.step_size * grad
+                + noise * torch.randn(x.shape, generator=generator, dtype=x.dtype, device=x.device)
+            )
         return x.detach()
 
     def __call__(self, energy: EnergyModel, data: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
@@ -132,7 +148,7 @@ class EnergyMatching(Loss):
         self.last_negatives = negatives
         both = torch.cat([data.detach(), negatives])
         v = check_energy_output(energy.compute_energy(both), both, owner=type(energy).__name__)
-        positive, negative = v[:data.shape[0]], v[data.shape[0]:]
+        positive, negative = v[: data.shape[0]], v[data.shape[0] :]
         loss = (positive.mean() - negative.mean()) / self.temperature
         if self.regularization:
             loss = loss + self.regularization * (positive.square().mean() + negative.square().mean())
@@ -145,8 +161,7 @@ class EnergyMatching(Loss):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if set(state) != {"calls"}:
-            raise InputError(f"EnergyMatching keeps {{'calls'}}, got keys {sorted(state)}; is this checkpoint from "
-                             "another loss?")
+            raise InputError(f"EnergyMatching keeps {{'calls'}}, got keys {sorted(state)}; is this checkpoint from another loss?")
         self.calls = int(state["calls"])
 
 
@@ -164,8 +179,15 @@ class BoltzmannEnergy(EnergyModel):
         return self.potential.compute_energy(x) / self.temperature
 
 
-def generate(energy: EnergyModel, x0: Tensor, *, n_steps: int = 200, temperature: float = 0.1, tau_star: float = 0.9,
-             generator: torch.Generator | None = None) -> Tensor:
+def generate(
+    energy: EnergyModel,
+    x0: Tensor,
+    *,
+    n_steps: int = 200,
+    temperature: float = 0.1,
+    tau_star: float = 0.9,
+    generator: torch.Generator | None = None,
+) -> Tensor:
     """Energy matching's sampler: ``x ← x − ∇V(x)·dt + √(2ε(t)dt)·ξ`` over ``t ∈ [0, 1]`` in ``n_steps`` steps from
     ``x0: (n, *event_shape)`` (noise like the training's source), with ``ε(t) = 0`` for ``t < τ*`` and rising
     linearly to ``temperature`` at ``t = 1``. Returns ``(n, *event_shape)``, detached."""

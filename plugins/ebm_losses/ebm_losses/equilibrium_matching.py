@@ -25,8 +25,16 @@ class EquilibriumMatching(Loss):
     sample_momentum=0.0)``: EqM-E's loss for any scalar energy (module docstring). ``a`` in ``[0, 1)`` is where the
     target's magnitude starts to decay to zero at the data; the ``sample_*`` settings are those of :meth:`generate`."""
 
-    def __init__(self, a: float = 0.8, multiplier: float = 4.0, *, source_scale: float = 1.0, sample_steps: int = 200,
-                 sample_step_size: float = 0.01, sample_momentum: float = 0.0) -> None:
+    def __init__(
+        self,
+        a: float = 0.8,
+        multiplier: float = 4.0,
+        *,
+        source_scale: float = 1.0,
+        sample_steps: int = 200,
+        sample_step_size: float = 0.01,
+        sample_momentum: float = 0.0,
+    ) -> None:
         if not (isinstance(a, (int, float)) and 0 <= a < 1):
             raise InputError(f"a must lie in [0, 1), got {a!r}.")
         self.a = float(a)
@@ -44,8 +52,7 @@ class EquilibriumMatching(Loss):
         ``sample_*`` settings (what ``ebm train`` draws for an image report)."""
         check_generator(generator, like, name="like")
         x0 = self.source_scale * torch.randn((n, *like.shape[1:]), generator=generator, dtype=like.dtype, device=like.device)
-        return descend(energy, x0, n_steps=self.sample_steps, step_size=self.sample_step_size,
-                       momentum=self.sample_momentum)
+        return descend(energy, x0, n_steps=self.sample_steps, step_size=self.sample_step_size, momentum=self.sample_momentum)
 
     def weight(self, gamma: Tensor) -> Tensor:
         """``λ·c(γ)``: ``λ`` up to ``a``, then falling linearly to 0 at ``γ = 1``. ``gamma: (n,) -> (n,)``."""

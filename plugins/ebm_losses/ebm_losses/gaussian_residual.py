@@ -31,13 +31,21 @@ class GaussianResidualEnergy(EnergyModel):
     until then ``μ = 0``, ``L = I``. ``exp(−E)`` integrates to ``exp(−g)``'s mean under the Gaussian, 1 at
     ``g = 0``."""
 
-    def __init__(self, event_shape: Sequence[int] = (1, 8, 8), hidden: Sequence[int] = (256, 256),
-                 activation: str = "silu", *, covariance: str = "full", seed: int | None = 0) -> None:
+    def __init__(
+        self,
+        event_shape: Sequence[int] = (1, 8, 8),
+        hidden: Sequence[int] = (256, 256),
+        activation: str = "silu",
+        *,
+        covariance: str = "full",
+        seed: int | None = 0,
+    ) -> None:
         super().__init__()
         shape = tuple(event_shape) if isinstance(event_shape, (list, tuple)) else ()
         if not shape or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in shape):
-            raise InputError(f"GaussianResidualEnergy: event_shape must be positive integers, e.g. [1, 8, 8], "
-                             f"got {event_shape!r}.")
+            raise InputError(
+                f"GaussianResidualEnergy: event_shape must be positive integers, e.g. [1, 8, 8], got {event_shape!r}."
+            )
         if covariance not in ("full", "diagonal"):
             raise InputError(f"GaussianResidualEnergy: covariance must be 'full' or 'diagonal', got {covariance!r}.")
         self.event_shape = shape
@@ -61,8 +69,10 @@ class GaussianResidualEnergy(EnergyModel):
         from ebm_losses.likelihood import quantum
 
         if tuple(train.shape[1:]) != self.event_shape or train.shape[0] < 2:
-            raise InputError(f"GaussianResidualEnergy.fit_base: train must have shape (n >= 2, "
-                             f"{', '.join(map(str, self.event_shape))}), got {tuple(train.shape)}.")
+            raise InputError(
+                f"GaussianResidualEnergy.fit_base: train must have shape (n >= 2, "
+                f"{', '.join(map(str, self.event_shape))}), got {tuple(train.shape)}."
+            )
         if ridge is None:
             step = quantum(train)
             ridge = step * step / 12 if step is not None else 1e-6
@@ -106,8 +116,10 @@ class GaussianResidualEnergy(EnergyModel):
 
     def compute_energy(self, x: Tensor) -> Tensor:
         if tuple(x.shape[1:]) != self.event_shape:
-            raise InputError(f"GaussianResidualEnergy: x has event shape {tuple(x.shape[1:])}, the energy "
-                             f"{self.event_shape}; give x of shape (n, {', '.join(map(str, self.event_shape))}).")
+            raise InputError(
+                f"GaussianResidualEnergy: x has event shape {tuple(x.shape[1:])}, the energy "
+                f"{self.event_shape}; give x of shape (n, {', '.join(map(str, self.event_shape))})."
+            )
         return self.whitened_energy(self.whiten(x)) + self.log_normalizer()
 
     def extra_repr(self) -> str:

@@ -18,8 +18,14 @@ class ImageMLPEnergy(EnergyModel):
     """``ImageMLPEnergy(image_shape=(1, 8, 8), hidden=(256, 256), activation="silu", seed=0)``: ``MLPEnergy`` over the
     ``prod(image_shape)`` flattened pixels; ``x: (n, *image_shape) -> (n,)``."""
 
-    def __init__(self, image_shape: Sequence[int] = (1, 8, 8), hidden: Sequence[int] = (256, 256),
-                 activation: str = "silu", *, seed: int | None = 0) -> None:
+    def __init__(
+        self,
+        image_shape: Sequence[int] = (1, 8, 8),
+        hidden: Sequence[int] = (256, 256),
+        activation: str = "silu",
+        *,
+        seed: int | None = 0,
+    ) -> None:
         super().__init__()
         shape = tuple(image_shape) if isinstance(image_shape, (list, tuple)) else ()
         if not shape or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in shape):
@@ -29,6 +35,8 @@ class ImageMLPEnergy(EnergyModel):
 
     def compute_energy(self, x: Tensor) -> Tensor:
         if tuple(x.shape[1:]) != self.event_shape:
-            raise InputError(f"ImageMLPEnergy: x has event shape {tuple(x.shape[1:])}, the energy {self.event_shape}; "
-                             f"give x of shape (n, {', '.join(map(str, self.event_shape))}).")
+            raise InputError(
+                f"ImageMLPEnergy: x has event shape {tuple(x.shape[1:])}, the energy {self.event_shape}; "
+                f"give x of shape (n, {', '.join(map(str, self.event_shape))})."
+            )
         return self.flat.compute_energy(x.flatten(1))

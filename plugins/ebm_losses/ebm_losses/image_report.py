@@ -14,8 +14,15 @@ from ebmcore import EnergyModel
 from ebmcore.errors import InputError
 from ebmcore.plotting import pyplot, save_figure
 
-__all__ = ["plot_image_grid", "plot_energy_histograms", "ais_log_likelihood", "sample_quality", "classifier_quality",
-           "image_report", "CONFIDENCE"]
+__all__ = [
+    "plot_image_grid",
+    "plot_energy_histograms",
+    "ais_log_likelihood",
+    "sample_quality",
+    "classifier_quality",
+    "image_report",
+    "CONFIDENCE",
+]
 
 
 def plot_image_grid(path: Path, images: Tensor, pixel_range: tuple[float, float], title: str, columns: int = 10) -> None:
@@ -27,7 +34,7 @@ def plot_image_grid(path: Path, images: Tensor, pixel_range: tuple[float, float]
     canvas = torch.full((c, rows * (h + 1) + 1, columns * (w + 1) + 1), float(pixel_range[1]))
     for i in range(n):
         r, q = divmod(i, columns)
-        canvas[:, 1 + r * (h + 1):1 + r * (h + 1) + h, 1 + q * (w + 1):1 + q * (w + 1) + w] = images[i]
+        canvas[:, 1 + r * (h + 1) : 1 + r * (h + 1) + h, 1 + q * (w + 1) : 1 + q * (w + 1) + w] = images[i]
     fig, ax = plt.subplots(figsize=(6, 6 * rows / columns + 0.4))
     low, high = pixel_range
     if c == 1:  # dark strokes on a light background, as digits are drawn
@@ -57,10 +64,20 @@ def plot_energy_histograms(path: Path, energies: Sequence[tuple[str, Tensor]], t
     save_figure(fig, path)
 
 
-def ais_log_likelihood(energy: EnergyModel, train: Tensor, test: Tensor, *, n_chains: int, n_temperatures: int,
-                       seed: int, bounds: tuple[float, float] | None = None,
-                       base: tuple[Tensor, Tensor] | None = None, min_scale: float = 0.1,
-                       min_ess_fraction: float = 0.1, check_temperatures: int | None = None) -> dict[str, Any]:
+def ais_log_likelihood(
+    energy: EnergyModel,
+    train: Tensor,
+    test: Tensor,
+    *,
+    n_chains: int,
+    n_temperatures: int,
+    seed: int,
+    bounds: tuple[float, float] | None = None,
+    base: tuple[Tensor, Tensor] | None = None,
+    min_scale: float = 0.1,
+    min_ess_fraction: float = 0.1,
+    check_temperatures: int | None = None,
+) -> dict[str, Any]:
     """Held-out mean ``log p(x) = −E(x) − log Z`` (nats per example, and per dimension) with ``log Z`` from AIS
     (:func:`ebm_samplers.ais.estimate_log_z`): from ``base = (loc: (d,), scale_tril: (d, d))``, a full-covariance
     Gaussian (an energy's own fitted base, ``ais_base()``; the density on all of ``R^d``), else on the box ``bounds``
@@ -88,43 +105,74 @@ def ais_log_likelihood(energy: EnergyModel, train: Tensor, test: Tensor, *, n_ch
     else:
         where = {"loc": train.mean(0), "scale": train.std(0).clamp_min(min_scale)}
         domain = f"R^{test[0].numel()}, annealed from a diagonal Gaussian of the training data"
-    run = lambda k: estimate_log_z(energy, n_chains, k, event_shape=tuple(train.shape[1:]),  # noqa: E731
-                                   generator=generator, **where)
+    run = lambda k: estimate_log_z(
+        energy,
+        n_chains,
+        k,
+        event_shape=tuple(train.shape[1:]),  # noqa: E731
+        generator=generator,
+        **where,
+    )
     result = run(n_temperatures)
     with torch.no_grad():
         e = torch.cat([energy.compute_energy(chunk) for chunk in test.split(1024)]).double()
     d = test[0].numel()
     mean = float(-e.mean()) - result.log_z
     threshold = min_ess_fraction * n_chains
-    checks: dict[str, Any] = {"ess": {"effective_sample_size": result.effective_sample_size, "threshold": threshold,
-                                      "passed": result.effective_sample_size >= threshold}}
+    checks: dict[str, Any] = {
+        "ess": {
+            "effective_sample_size": result.effective_sample_size,
+            "threshold": threshold,
+            "passed": result.effective_sample_size >= threshold,
+        }
+    }
     records = []
     if not checks["ess"]["passed"]:
         ess = result.effective_sample_size
-        records.append({
-            "quantity": "held-out log-likelihood by AIS", "effective_sample_size": ess, "threshold": threshold,
-            "message": (f"held-out log-likelihood by AIS: not reliable, the importance weights' effective sample size "
-                        f"is {ess:.1f} of {n_chains} chains (at least {threshold:g} needed): a few chains carry all "
-                        "the weight, so the estimate and its standard error are both unreliable (log Z is likely too "
-                        "low). Raise [output] ais_chains and ais_temperatures, or anneal from a base closer to the "
-                        "model (an energy with a fitted Gaussian base, as gaussian_residual in ebm train "
-                        "digits_density).")})
+        records.append(
+            {
+                "quantity": "held-out log-likelihood by AIS",
+                "effective_sample_size": ess,
+                "threshold": threshold,
+                "message": (
+                    f"held-out log-likelihood by AIS: not reliable, the importance weights' effective sample size "
+                    f"is {ess:.1f} of {n_chains} chains (at least {threshold:g} needed): a few chains carry all "
+                    "the weight, so the estimate and its standard error are both unreliable (log Z is likely too "
+                    "low). Raise [output] ais_chains and ais_temperatures, or anneal from a base closer to the "
+                    "model (an energy with a fitted Gaussian base, as gaussian_residual in ebm train "
+                    "digits_density)."
+                ),
+            }
+        )
     k = n_temperatures // 2 if check_temperatures is None else check_temperatures
     if k:
         second = run(k)
         other = float(-e.mean()) - second.log_z
-        record = compare("held-out log-likelihood by AIS", (f"{n_temperatures} temperatures", mean, result.standard_error),
-                         (f"{k} temperatures", other, second.standard_error),
-                         note="AIS has not converged: raise [output] ais_temperatures (and ais_chains).")
-        checks["temperatures"] = {"n_temperatures": k, "test_log_likelihood": other,
-                                  "standard_error": second.standard_error,
-                                  "effective_sample_size": second.effective_sample_size, "passed": record is None}
+        record = compare(
+            "held-out log-likelihood by AIS",
+            (f"{n_temperatures} temperatures", mean, result.standard_error),
+            (f"{k} temperatures", other, second.standard_error),
+            note="AIS has not converged: raise [output] ais_temperatures (and ais_chains).",
+        )
+        checks["temperatures"] = {
+            "n_temperatures": k,
+            "test_log_likelihood": other,
+            "standard_error": second.standard_error,
+            "effective_sample_size": second.effective_sample_size,
+            "passed": record is None,
+        }
         records += [record] if record else []
-    return {"test_log_likelihood": mean, "test_log_likelihood_per_dim": mean / d,
-            "standard_error": result.standard_error, "test_mean_se": float(e.std() / math.sqrt(len(e))),
-            "reliable": all(check["passed"] for check in checks.values()), "checks": checks, "warnings": records,
-            "domain": domain,
-            "log_z": result.summary()}
+    return {
+        "test_log_likelihood": mean,
+        "test_log_likelihood_per_dim": mean / d,
+        "standard_error": result.standard_error,
+        "test_mean_se": float(e.std() / math.sqrt(len(e))),
+        "reliable": all(check["passed"] for check in checks.values()),
+        "checks": checks,
+        "warnings": records,
+        "domain": domain,
+        "log_z": result.summary(),
+    }
 
 
 def _nearest(queries: Tensor, reference: Tensor) -> tuple[Tensor, Tensor]:
@@ -143,9 +191,12 @@ def sample_quality(samples: Tensor, train: Tensor, test: Tensor, labels: Tensor 
     d_samples, index = _nearest(samples, train)
     d_test, _ = _nearest(test, train)
     report: dict[str, Any] = {
-        "nearest_train_rms_samples": float(d_samples.mean()), "nearest_train_rms_test": float(d_test.mean()),
-        "pixel_mean_samples": float(samples.mean()), "pixel_mean_data": float(test.mean()),
-        "pixel_std_samples": float(samples.std()), "pixel_std_data": float(test.std()),
+        "nearest_train_rms_samples": float(d_samples.mean()),
+        "nearest_train_rms_test": float(d_test.mean()),
+        "pixel_mean_samples": float(samples.mean()),
+        "pixel_mean_data": float(test.mean()),
+        "pixel_std_samples": float(samples.std()),
+        "pixel_std_data": float(test.std()),
     }
     if labels is not None:
         counts = torch.bincount(labels.to(index.device)[index].long(), minlength=int(labels.max()) + 1)
@@ -158,8 +209,9 @@ CONFIDENCE = 0.9
 """A classifier's prediction counts as confident at this probability or above."""
 
 
-def classifier_quality(samples: Tensor, train: Tensor, train_labels: Tensor, test: Tensor, *,
-                       confidence: float = CONFIDENCE, seed: int = 0) -> dict[str, Any]:
+def classifier_quality(
+    samples: Tensor, train: Tensor, train_labels: Tensor, test: Tensor, *, confidence: float = CONFIDENCE, seed: int = 0
+) -> dict[str, Any]:
     """How recognisable and how varied labelled-image ``samples`` are, by a logistic-regression classifier (scikit-learn)
     trained on ``train: (n, *shape)`` with ``train_labels: (n,)``, all on the model range ``[−1, 1]``:
 
@@ -184,17 +236,37 @@ def classifier_quality(samples: Tensor, train: Tensor, train_labels: Tensor, tes
     classes = clf.classes_[p_samples.argmax(1)][confident]
     counts = [int((classes == c).sum()) for c in clf.classes_]
     pairwise = lambda z: float(torch.pdist(z).mean())  # noqa: E731
-    return {"classifier_ratio": fraction_samples / fraction_test if fraction_test else None,
-            "confident_fraction_samples": fraction_samples, "confident_fraction_test": fraction_test,
-            "confidence": confidence, "confident_classes": sum(c > 0 for c in counts),
-            "confident_class_counts": counts, "spread": pairwise(s) / pairwise(t),
-            "classifier": "logistic regression on the training split's pixels (scikit-learn)"}
+    return {
+        "classifier_ratio": fraction_samples / fraction_test if fraction_test else None,
+        "confident_fraction_samples": fraction_samples,
+        "confident_fraction_test": fraction_test,
+        "confidence": confidence,
+        "confident_classes": sum(c > 0 for c in counts),
+        "confident_class_counts": counts,
+        "spread": pairwise(s) / pairwise(t),
+        "classifier": "logistic regression on the training split's pixels (scikit-learn)",
+    }
 
 
-def image_report(energy: EnergyModel, loss: Any, train: Tensor, test: Tensor, pixel_range: tuple[float, float], out: Path,
-                 *, plots: bool, n_steps: int, ais_chains: int, ais_temperatures: int, seed: int,
-                 labels: Tensor | None = None, n_samples: int = 100, sampler: str | None = None,
-                 sampler_params: dict[str, Any] | None = None, denoise: bool = False) -> dict[str, Any]:
+def image_report(
+    energy: EnergyModel,
+    loss: Any,
+    train: Tensor,
+    test: Tensor,
+    pixel_range: tuple[float, float],
+    out: Path,
+    *,
+    plots: bool,
+    n_steps: int,
+    ais_chains: int,
+    ais_temperatures: int,
+    seed: int,
+    labels: Tensor | None = None,
+    n_samples: int = 100,
+    sampler: str | None = None,
+    sampler_params: dict[str, Any] | None = None,
+    denoise: bool = False,
+) -> dict[str, Any]:
     """Fresh samples of the trained ``energy`` (``n_steps`` of the loss's sampler from its noise, or from uniform noise
     on ``[−1, 1]``) written to ``samples.pt``/``.npz`` on ``pixel_range``; with ``plots``: ``samples.png``,
     ``buffer.png`` (a PCD replay buffer), ``data.png`` and ``energy_histogram.png``; returns the metrics: sample
@@ -234,18 +306,24 @@ def image_report(energy: EnergyModel, loss: Any, train: Tensor, test: Tensor, pi
     if denoise:
         sigmas = getattr(chains, "options", {}).get("sigmas")
         if not sigmas:
-            raise InputError(f"denoise needs a sampler with noise levels (annealed_langevin), not {spec!r}; "
-                             "set [output] denoise = false or sampler = \"annealed_langevin\".")
+            raise InputError(
+                f"denoise needs a sampler with noise levels (annealed_langevin), not {spec!r}; "
+                "set [output] denoise = false or sampler = \"annealed_langevin\"."
+            )
         samples = denoising_step(energy, samples, sigmas[-1])
     runfiles.save_samples(out, "samples", images.to_pixel_range(samples, pixel_range))
     buffer = getattr(loss, "buffer", None)
     with torch.no_grad():
         e_test, e_samples = energy.compute_energy(test).double(), energy.compute_energy(samples).double()
-        e_buffer = None if buffer is None else energy.compute_energy(buffer[:len(test)]).double()
+        e_buffer = None if buffer is None else energy.compute_energy(buffer[: len(test)]).double()
     if plots:
-        plot_image_grid(out / "samples.png", images.to_pixel_range(samples, pixel_range), pixel_range,
-                        f"{n_steps} steps of {spec if isinstance(spec, str) else 'the sampler'} from noise"
-                        + (", then a denoising step" if denoise else ""))
+        plot_image_grid(
+            out / "samples.png",
+            images.to_pixel_range(samples, pixel_range),
+            pixel_range,
+            f"{n_steps} steps of {spec if isinstance(spec, str) else 'the sampler'} from noise"
+            + (", then a denoising step" if denoise else ""),
+        )
         plot_image_grid(out / "data.png", images.to_pixel_range(test, pixel_range), pixel_range, "held-out data")
         curves = [("held-out data", e_test), ("fresh samples", e_samples)]
         if buffer is not None:
@@ -253,8 +331,11 @@ def image_report(energy: EnergyModel, loss: Any, train: Tensor, test: Tensor, pi
             curves.append(("replay buffer", e_buffer))
         plot_energy_histograms(out / "energy_histogram.png", curves, "energies of data and samples")
     metrics: dict[str, Any] = {
-        "image_shape": list(train.shape[1:]), "pixel_range": list(pixel_range), "model_range": [-1.0, 1.0],
-        "mean_energy_test": float(e_test.mean()), "mean_energy_samples": float(e_samples.mean()),
+        "image_shape": list(train.shape[1:]),
+        "pixel_range": list(pixel_range),
+        "model_range": [-1.0, 1.0],
+        "mean_energy_test": float(e_test.mean()),
+        "mean_energy_samples": float(e_samples.mean()),
         "mean_energy_buffer": None if e_buffer is None else float(e_buffer.mean()),
         "sample_quality": sample_quality(samples, train, test, labels),
     }
@@ -262,7 +343,14 @@ def image_report(energy: EnergyModel, loss: Any, train: Tensor, test: Tensor, pi
         metrics["sample_quality"].update(classifier_quality(samples, train, labels, test, seed=seed))
     if ais_chains:
         own_base = energy.ais_base() if callable(getattr(energy, "ais_base", None)) else None
-        metrics["ais"] = ais_log_likelihood(energy, train, test, n_chains=ais_chains, n_temperatures=ais_temperatures,
-                                            seed=seed, bounds=None if own_base is not None else (-1.0, 1.0),
-                                            base=own_base)
+        metrics["ais"] = ais_log_likelihood(
+            energy,
+            train,
+            test,
+            n_chains=ais_chains,
+            n_temperatures=ais_temperatures,
+            seed=seed,
+            bounds=None if own_base is not None else (-1.0, 1.0),
+            base=own_base,
+        )
     return metrics

@@ -19,9 +19,22 @@ from torch import Tensor
 from ebmcore import runfiles
 from ebmcore.errors import ConfigError, InputError, RunFileError
 
-__all__ = ["ImageSet", "DIGITS", "CIFAR_FOLDER", "CIFAR_URL", "CIFAR_RECORD_BYTES", "load", "load_array", "load_png_folder", "load_cifar_binary", "load_digits",
-           "is_image_source",
-           "to_model_range", "to_pixel_range", "split"]
+__all__ = [
+    "ImageSet",
+    "DIGITS",
+    "CIFAR_FOLDER",
+    "CIFAR_URL",
+    "CIFAR_RECORD_BYTES",
+    "load",
+    "load_array",
+    "load_png_folder",
+    "load_cifar_binary",
+    "load_digits",
+    "is_image_source",
+    "to_model_range",
+    "to_pixel_range",
+    "split",
+]
 
 DIGITS = "digits"
 """The name of scikit-learn's handwritten digits (1,797 grey 8×8 images, pixels 0–16; ``pip install ebm-losses[images]``)."""
@@ -48,8 +61,14 @@ class ImageSet:
 
 def is_image_source(name: str) -> bool:
     """Whether a ``[data] dataset`` value names image data rather than a 2-d toy set or a point file."""
-    return (name == DIGITS or Path(name).is_dir() or name.endswith(".bin") and Path(name).is_file()
-            or name.endswith((".npz", ".pt")) and _looks_like_images(Path(name)))
+    return (
+        name == DIGITS
+        or Path(name).is_dir()
+        or name.endswith(".bin")
+        and Path(name).is_file()
+        or name.endswith((".npz", ".pt"))
+        and _looks_like_images(Path(name))
+    )
 
 
 def _looks_like_images(path: Path) -> bool:
@@ -104,16 +123,21 @@ def _default_range(values: Tensor) -> tuple[float, float]:
 def _real(values: Tensor, where: str) -> Tensor:
     """``values``, or an :class:`InputError` when they are complex: training on their real part alone would be silent."""
     if values.is_complex():
-        raise InputError(f"{where} is complex ({values.dtype}); images must be real numbers. Save the part you mean to "
-                         "train on: numpy.abs(a) (the magnitude) or a.real, or the real and imaginary parts as two "
-                         "channels of (N, 2, H, W) images: numpy.stack([a.real, a.imag], axis=1).")
+        raise InputError(
+            f"{where} is complex ({values.dtype}); images must be real numbers. Save the part you mean to "
+            "train on: numpy.abs(a) (the magnitude) or a.real, or the real and imaginary parts as two "
+            "channels of (N, 2, H, W) images: numpy.stack([a.real, a.imag], axis=1)."
+        )
     return values
 
 
 def _read_array(path: Path, key: str | None = None) -> Tensor:
     if path.suffix == ".pt":
-        obj = runfiles.load_torch(path, what="a tensor of images", fix="save the images alone, as a tensor: "
-                                  "torch.save(images, path), images of shape (N, C, H, W)")
+        obj = runfiles.load_torch(
+            path,
+            what="a tensor of images",
+            fix="save the images alone, as a tensor: torch.save(images, path), images of shape (N, C, H, W)",
+        )
         name = ""
         if isinstance(obj, dict):
             found = key or next((k for k in _ARRAY_KEYS if k in obj), None)
@@ -123,16 +147,19 @@ def _read_array(path: Path, key: str | None = None) -> Tensor:
         if not isinstance(obj, Tensor):
             raise ConfigError(f"{path}: expected a tensor, got {type(obj).__name__}.")
         return _real(obj, f"{path}: the tensor{name}")
-    arrays = runfiles.load_arrays(path, what="an array of images", fix="write numeric images: "
-                                  "numpy.savez(path, images=images.astype('float32'))")
+    arrays = runfiles.load_arrays(
+        path, what="an array of images", fix="write numeric images: numpy.savez(path, images=images.astype('float32'))"
+    )
     found = key or next((k for k in _ARRAY_KEYS if k in arrays), None) or (next(iter(arrays)) if len(arrays) == 1 else None)
     if found is None or found not in arrays:
         raise ConfigError(f"{path}: no array under {key or ' / '.join(_ARRAY_KEYS)}; it holds {list(arrays)}.")
     try:
         return _real(torch.from_numpy(arrays[found].copy()), f"{path}: the array {found!r}")
     except TypeError as exc:  # strings, or another dtype torch has no tensor for
-        raise ConfigError(f"{path}: the array {found!r} has dtype {arrays[found].dtype}, not numbers ({exc}); write numeric "
-                          "images: numpy.savez(path, images=images.astype('float32')).") from None
+        raise ConfigError(
+            f"{path}: the array {found!r} has dtype {arrays[found].dtype}, not numbers ({exc}); write numeric "
+            "images: numpy.savez(path, images=images.astype('float32'))."
+        ) from None
 
 
 def load_array(path: str | Path, key: str | None = None) -> ImageSet:
@@ -157,9 +184,11 @@ def _png_pixels(image: Any, file: Path) -> Any:
     if image.mode in _GREY_16:
         return np.asarray(image).astype(np.uint16)
     if any(";16" in str(tile.args) for tile in image.tile):
-        raise InputError(f"{file} is a 16-bit colour PNG ({image.mode}), which Pillow reads as 8 bits: its precision "
-                         "would be lost. Save the images as an array instead, numpy.savez(path, images=a) with a uint16 "
-                         "array a of shape (N, H, W, C), or export them as 8-bit PNGs.")
+        raise InputError(
+            f"{file} is a 16-bit colour PNG ({image.mode}), which Pillow reads as 8 bits: its precision "
+            "would be lost. Save the images as an array instead, numpy.savez(path, images=a) with a uint16 "
+            "array a of shape (N, H, W, C), or export them as 8-bit PNGs."
+        )
     return np.asarray(image.convert("L") if image.mode in ("L", "P", "1") else image.convert("RGB"))
 
 
@@ -184,12 +213,16 @@ def load_png_folder(path: str | Path) -> ImageSet:
         except InputError:
             raise
         except Image.DecompressionBombError as exc:  # not an OSError: it would leave as a traceback
-            raise InputError(f"{f} is too large to read: {exc} Pillow refuses it (its guard against decompression "
-                             "bombs). Downscale the image to the size the model trains on (e.g. 32×32 or 64×64), or, "
-                             "for a file you trust, raise PIL.Image.MAX_IMAGE_PIXELS before loading.") from None
+            raise InputError(
+                f"{f} is too large to read: {exc} Pillow refuses it (its guard against decompression "
+                "bombs). Downscale the image to the size the model trains on (e.g. 32×32 or 64×64), or, "
+                "for a file you trust, raise PIL.Image.MAX_IMAGE_PIXELS before loading."
+            ) from None
         except (OSError, ValueError) as exc:  # PIL's UnidentifiedImageError is an OSError; a truncated file too
-            raise ConfigError(f"{f} cannot be read as a PNG image ({type(exc).__name__}: {exc}); every *.png in {path} "
-                              "is read: remove it from the folder, or export it again as a PNG.") from None
+            raise ConfigError(
+                f"{f} cannot be read as a PNG image ({type(exc).__name__}: {exc}); every *.png in {path} "
+                "is read: remove it from the folder, or export it again as a PNG."
+            ) from None
     shapes = {a.shape for a in arrays}
     if len(shapes) > 1:
         raise ConfigError(f"{path}: the PNG files differ in size or mode ({sorted(shapes)}); resize them to one shape.")
@@ -214,19 +247,25 @@ def load_cifar_binary(path: str | Path) -> ImageSet:
     path = Path(path)
     files = _cifar_batches(path)
     if not files:
-        raise ConfigError(f"{path}: no data_batch_*.bin files in this folder; it should be CIFAR-10's "
-                          "cifar-10-batches-bin folder (the binary version, not the Python pickles).")
+        raise ConfigError(
+            f"{path}: no data_batch_*.bin files in this folder; it should be CIFAR-10's "
+            "cifar-10-batches-bin folder (the binary version, not the Python pickles)."
+        )
     images, labels = [], []
     for f in files:
         raw = np.fromfile(f, dtype=np.uint8)
         if raw.size == 0 or raw.size % CIFAR_RECORD_BYTES:
-            raise ConfigError(f"{f}: {raw.size:,} bytes is not a whole number of CIFAR-10 records ({CIFAR_RECORD_BYTES:,} "
-                              "bytes each: a label byte, then 3,072 pixel bytes); the file is truncated or not a CIFAR-10 "
-                              "binary batch (CIFAR-100's records have two label bytes).")
+            raise ConfigError(
+                f"{f}: {raw.size:,} bytes is not a whole number of CIFAR-10 records ({CIFAR_RECORD_BYTES:,} "
+                "bytes each: a label byte, then 3,072 pixel bytes); the file is truncated or not a CIFAR-10 "
+                "binary batch (CIFAR-100's records have two label bytes)."
+            )
         records = raw.reshape(-1, CIFAR_RECORD_BYTES)
         if int(records[:, 0].max()) > 9:
-            raise ConfigError(f"{f}: label bytes up to {int(records[:, 0].max())}; CIFAR-10's are 0-9 (is this CIFAR-100, "
-                              "whose records have two label bytes?).")
+            raise ConfigError(
+                f"{f}: label bytes up to {int(records[:, 0].max())}; CIFAR-10's are 0-9 (is this CIFAR-100, "
+                "whose records have two label bytes?)."
+            )
         labels.append(torch.from_numpy(records[:, 0].astype(np.int64)))
         images.append(torch.from_numpy(records[:, 1:].copy()).view(-1, 3, 32, 32))
     return ImageSet(torch.cat(images).float(), (0.0, 255.0), torch.cat(labels))
@@ -272,8 +311,10 @@ def to_pixel_range(images: Tensor, pixel_range: tuple[float, float]) -> Tensor:
 def split(images: Tensor, n_test: int, seed: int) -> tuple[Tensor, Tensor]:
     """Shuffle ``images`` with ``seed`` (a local generator) and hold out ``n_test`` of them: ``(train, test)``."""
     if images.shape[0] < 2:
-        raise InputError(f"{images.shape[0]} image(s): training needs at least 2, one to train on and one held out for "
-                         "the test set; add images.")
+        raise InputError(
+            f"{images.shape[0]} image(s): training needs at least 2, one to train on and one held out for "
+            "the test set; add images."
+        )
     if not 0 < n_test < images.shape[0]:
         raise InputError(f"n_test must be between 1 and {images.shape[0] - 1} for {images.shape[0]} images, got {n_test}.")
     order = torch.randperm(images.shape[0], generator=torch.Generator().manual_seed(seed))

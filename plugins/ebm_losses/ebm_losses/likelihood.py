@@ -18,8 +18,16 @@ from torch import Tensor
 
 from ebmcore.errors import InputError
 
-__all__ = ["EstimatesDisagreeWarning", "uniform_log_likelihood", "gaussian_log_likelihood", "quantum", "baselines",
-           "compare", "DISAGREEMENT_Z", "DISAGREEMENT_ATOL"]
+__all__ = [
+    "EstimatesDisagreeWarning",
+    "uniform_log_likelihood",
+    "gaussian_log_likelihood",
+    "quantum",
+    "baselines",
+    "compare",
+    "DISAGREEMENT_Z",
+    "DISAGREEMENT_ATOL",
+]
 
 DISAGREEMENT_Z = 3.0
 """Two estimates disagree when they are more than this many combined standard errors apart ..."""
@@ -39,8 +47,10 @@ def _mean_and_se(values: Tensor) -> tuple[float, float]:
 
 def _flat(x: Tensor, name: str) -> Tensor:
     if not isinstance(x, Tensor) or x.dim() < 2 or x.shape[0] < 1:
-        raise InputError(f"{name} must be a tensor of shape (n, *event_shape) with n >= 1, got "
-                         f"{tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__}.")
+        raise InputError(
+            f"{name} must be a tensor of shape (n, *event_shape) with n >= 1, got "
+            f"{tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__}."
+        )
     return x.flatten(1).double()
 
 
@@ -53,8 +63,13 @@ def uniform_log_likelihood(test: Tensor, low: float, high: float) -> dict[str, A
         raise InputError(f"the box needs high > low, got [{low}, {high}].")
     outside = int(((x < low) | (x > high)).any(1).sum())
     value = -x.shape[1] * math.log(high - low)
-    return {"log_likelihood": None if outside else value, "standard_error": 0.0, "box": [float(low), float(high)],
-            "dim": x.shape[1], "n_outside": outside}
+    return {
+        "log_likelihood": None if outside else value,
+        "standard_error": 0.0,
+        "box": [float(low), float(high)],
+        "dim": x.shape[1],
+        "n_outside": outside,
+    }
 
 
 def gaussian_log_likelihood(train: Tensor, test: Tensor, *, diagonal: bool = False, ridge: float = 0.0) -> dict[str, Any]:
@@ -78,8 +93,7 @@ def gaussian_log_likelihood(train: Tensor, test: Tensor, *, diagonal: bool = Fal
         cov = centred.T @ centred / x.shape[0] + ridge * torch.eye(d, dtype=x.dtype, device=x.device)
         chol, info = torch.linalg.cholesky_ex(cov)
         if int(info) != 0:
-            raise InputError("the training data's covariance is singular (constant or collinear coordinates): "
-                             "give a ridge > 0.")
+            raise InputError("the training data's covariance is singular (constant or collinear coordinates): give a ridge > 0.")
         z = torch.linalg.solve_triangular(chol, held.T, upper=False)
         per_point = -0.5 * z.square().sum(0) - chol.diagonal().log().sum()
     per_point = per_point - 0.5 * d * math.log(2 * math.pi)
@@ -104,13 +118,22 @@ def baselines(train: Tensor, test: Tensor, box: tuple[float, float]) -> dict[str
     continuous data)."""
     step = quantum(train)
     ridge = step * step / 12 if step is not None else 1e-6
-    return {"uniform": uniform_log_likelihood(test, *box),
-            "diagonal_gaussian": gaussian_log_likelihood(train, test, diagonal=True, ridge=ridge),
-            "gaussian": gaussian_log_likelihood(train, test, ridge=ridge)}
+    return {
+        "uniform": uniform_log_likelihood(test, *box),
+        "diagonal_gaussian": gaussian_log_likelihood(train, test, diagonal=True, ridge=ridge),
+        "gaussian": gaussian_log_likelihood(train, test, ridge=ridge),
+    }
 
 
-def compare(quantity: str, first: tuple[str, float, float], second: tuple[str, float, float], *, note: str = "",
-            z: float = DISAGREEMENT_Z, atol: float = DISAGREEMENT_ATOL) -> dict[str, Any] | None:
+def compare(
+    quantity: str,
+    first: tuple[str, float, float],
+    second: tuple[str, float, float],
+    *,
+    note: str = "",
+    z: float = DISAGREEMENT_Z,
+    atol: float = DISAGREEMENT_ATOL,
+) -> dict[str, Any] | None:
     """Whether two estimates ``(name, value, standard_error)`` of ``quantity`` agree: None when
     ``|a − b| ≤ z·√(se_a² + se_b²) + atol``; else warn (:class:`EstimatesDisagreeWarning`) and return the record
     ``{"quantity", "estimates": {name: [value, se]}, "difference", "combined_error", "message"}``."""
@@ -120,8 +143,15 @@ def compare(quantity: str, first: tuple[str, float, float], second: tuple[str, f
     if math.isfinite(difference) and abs(difference) <= z * combined + atol:
         return None
     apart = f"{abs(difference) / combined:.0f} combined standard errors" if combined > 0 else "with no error to explain it"
-    message = (f"{quantity}: {name_a} gives {a:.3f} ± {se_a:.3f} and {name_b} {b:.3f} ± {se_b:.3f}, "
-               f"{abs(difference):.3g} nats apart ({apart}); neither is reliable." + (f" {note}" if note else ""))
+    message = (
+        f"{quantity}: {name_a} gives {a:.3f} ± {se_a:.3f} and {name_b} {b:.3f} ± {se_b:.3f}, "
+        f"{abs(difference):.3g} nats apart ({apart}); neither is reliable." + (f" {note}" if note else "")
+    )
     warnings.warn(message, EstimatesDisagreeWarning, stacklevel=2)
-    return {"quantity": quantity, "estimates": {name_a: [a, se_a], name_b: [b, se_b]}, "difference": difference,
-            "combined_error": combined, "message": message}
+    return {
+        "quantity": quantity,
+        "estimates": {name_a: [a, se_a], name_b: [b, se_b]},
+        "difference": difference,
+        "combined_error": combined,
+        "message": message,
+    }

@@ -49,8 +49,9 @@ class NoiseContrastiveEstimation(Loss):
     (``Trainer`` does; by hand, add ``loss.parameters()`` to the optimizer).
     """
 
-    def __init__(self, noise: Any = "gaussian", *, noise_ratio: int = 1, noise_scale: float = 1.5,
-                 log_normalizer: float = 0.0) -> None:
+    def __init__(
+        self, noise: Any = "gaussian", *, noise_ratio: int = 1, noise_scale: float = 1.5, log_normalizer: float = 0.0
+    ) -> None:
         if not isinstance(noise_ratio, int) or noise_ratio < 1:
             raise InputError(f"noise_ratio must be a positive integer, got {noise_ratio!r}.")
         if noise != "gaussian" and not (hasattr(noise, "sample") and hasattr(noise, "log_prob")):

@@ -53,9 +53,11 @@ def _check_conformance(op: str, kernel: Kernel) -> None:
     definition = LOSS_OPS.get(op)
     why = definition.conformance(kernel.fn) if definition is not None else None
     if why:
-        raise PluginError(f"the kernel resolved for the losses' op '{op}' ({getattr(kernel.fn, '__qualname__', kernel.fn)}) "
-                          f"does not take the op's parameters {definition.signature}: it {why}. Fix the backend that "
-                          "registers it, or select another (EBM_BACKEND).")
+        raise PluginError(
+            f"the kernel resolved for the losses' op '{op}' ({getattr(kernel.fn, '__qualname__', kernel.fn)}) "
+            f"does not take the op's parameters {definition.signature}: it {why}. Fix the backend that "
+            "registers it, or select another (EBM_BACKEND)."
+        )
     _CONFORMING.add((op, kernel.fn))
 
 
@@ -82,11 +84,16 @@ class _GivenGradients(torch.autograd.Function):
         return (None, None, None, *(g * grad_output for g in ctx.grads))
 
 
-def kernel_loss(plan: FeedForward, value: Tensor, grad_w: list[Tensor], grad_b: list[Optional[Tensor]], *,
-                recompute: Callable[[], Tensor]) -> Tensor:
+def kernel_loss(
+    plan: FeedForward, value: Tensor, grad_w: list[Tensor], grad_b: list[Optional[Tensor]], *, recompute: Callable[[], Tensor]
+) -> Tensor:
     """A loss kernel's ``value: ()``, differentiable in the network's weights and biases through the gradients it
     returned with it (``grad_w``, ``grad_b``: per layer, None for an absent bias or one without a gradient).
     ``recompute()``: the same loss by the torch path, for ``create_graph=True``."""
-    pairs = [(t, g) for layer, gw, gb in zip(plan.layers, grad_w, grad_b)
-             for t, g in ((layer.linear.weight, gw), (layer.linear.bias, gb)) if t is not None and g is not None]
+    pairs = [
+        (t, g)
+        for layer, gw, gb in zip(plan.layers, grad_w, grad_b)
+        for t, g in ((layer.linear.weight, gw), (layer.linear.bias, gb))
+        if t is not None and g is not None
+    ]
     return _GivenGradients.apply(value, [g for _, g in pairs], recompute, *(t for t, _ in pairs))

@@ -34,22 +34,32 @@ class NoiseConditionalEnergy(EnergyModel):
 
     noise_conditional = True
 
-    def __init__(self, event_shape: Sequence[int] = (2,), hidden: Sequence[int] = (256, 256), embedding_dim: int = 16,
-                 activation: str = "silu", *, sigma_min: float = 0.02, sigma_max: float = 1.0,
-                 seed: int | None = 0) -> None:
+    def __init__(
+        self,
+        event_shape: Sequence[int] = (2,),
+        hidden: Sequence[int] = (256, 256),
+        embedding_dim: int = 16,
+        activation: str = "silu",
+        *,
+        sigma_min: float = 0.02,
+        sigma_max: float = 1.0,
+        seed: int | None = 0,
+    ) -> None:
         super().__init__()
         shape = tuple(event_shape) if isinstance(event_shape, (list, tuple)) else (event_shape,)
         if not shape or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in shape):
-            raise InputError(f"NoiseConditionalEnergy: event_shape must be positive integers, e.g. [2] or [1, 8, 8], "
-                             f"got {event_shape!r}.")
+            raise InputError(
+                f"NoiseConditionalEnergy: event_shape must be positive integers, e.g. [2] or [1, 8, 8], got {event_shape!r}."
+            )
         widths = list(hidden) if isinstance(hidden, (list, tuple)) else [None]
         if not widths or not all(isinstance(w, int) and not isinstance(w, bool) and w >= 1 for w in widths):
             raise InputError(f"NoiseConditionalEnergy: hidden must be positive integers, got {hidden!r}.")
         if not isinstance(embedding_dim, int) or embedding_dim < 2 or embedding_dim % 2:
             raise InputError(f"NoiseConditionalEnergy: embedding_dim must be an even integer >= 2, got {embedding_dim!r}.")
         if activation not in ACTIVATIONS:
-            raise InputError(f"NoiseConditionalEnergy: unknown activation {activation!r}; "
-                             f"choose one of {', '.join(ACTIVATIONS)}.")
+            raise InputError(
+                f"NoiseConditionalEnergy: unknown activation {activation!r}; choose one of {', '.join(ACTIVATIONS)}."
+            )
         if not (0 < sigma_min < sigma_max < math.inf):
             raise InputError(f"NoiseConditionalEnergy: need 0 < sigma_min < sigma_max, got {sigma_min}, {sigma_max}.")
         self.event_shape = shape
@@ -63,7 +73,7 @@ class NoiseConditionalEnergy(EnergyModel):
             if generator is not None:  # PyTorch's default scale from a local generator: the global RNG stays untouched
                 with torch.no_grad():
                     for p in (linear.weight, linear.bias):
-                        p.copy_((torch.rand(p.shape, generator=generator) * 2 - 1) * fan_in ** -0.5)
+                        p.copy_((torch.rand(p.shape, generator=generator) * 2 - 1) * fan_in**-0.5)
             layers += [linear, ACTIVATIONS[activation]()]
         self.net = nn.Sequential(*layers[:-1])
 
@@ -76,8 +86,10 @@ class NoiseConditionalEnergy(EnergyModel):
     def compute_energy(self, x: Tensor, sigma: Tensor | float | None = None) -> Tensor:
         """``E(x, σ): (n,)`` for ``x: (n, *event_shape)`` and ``σ: (n,)``, a number, or None (``sigma_min``)."""
         if tuple(x.shape[1:]) != self.event_shape:
-            raise InputError(f"NoiseConditionalEnergy: x has event shape {tuple(x.shape[1:])}, the energy "
-                             f"{self.event_shape}; give x of shape (n, {', '.join(map(str, self.event_shape))}).")
+            raise InputError(
+                f"NoiseConditionalEnergy: x has event shape {tuple(x.shape[1:])}, the energy "
+                f"{self.event_shape}; give x of shape (n, {', '.join(map(str, self.event_shape))})."
+            )
         s = torch.as_tensor(self.sigma_min if sigma is None else sigma, dtype=x.dtype, device=x.device)
         s = s.expand(x.shape[0]) if s.dim() == 0 else s.reshape(x.shape[0])
         h = torch.cat([x.flatten(1), self.embed(s)], 1)

@@ -43,8 +43,9 @@ def _gradients(value: Tensor, network: FeedForward, output_bias: bool) -> Gradie
     return weight_grads, bias_grads
 
 
-def denoising_score_matching(x: Tensor, target: Tensor, scale: Optional[Tensor],
-                             network: FeedForward) -> tuple[Tensor, list[Tensor], list[Optional[Tensor]]]:
+def denoising_score_matching(
+    x: Tensor, target: Tensor, scale: Optional[Tensor], network: FeedForward
+) -> tuple[Tensor, list[Tensor], list[Optional[Tensor]]]:
     """``L = (1/2n) Σᵣ |aᵣ∇E(xᵣ) − bᵣ|²`` with ``a = scale: (n,)`` (None: ones) and ``b = target: (n, d)``, and
     its gradients in the weights and biases."""
     with torch.enable_grad():
@@ -62,8 +63,9 @@ def sliced_score_matching(x: Tensor, v: Tensor, network: FeedForward) -> tuple[T
         return (loss.detach(), *_gradients(loss, network, output_bias=False))
 
 
-def energy_gradients(x: Tensor, a: Tensor, b: Optional[Tensor],
-                     network: FeedForward) -> tuple[Tensor, list[Tensor], list[Optional[Tensor]]]:
+def energy_gradients(
+    x: Tensor, a: Tensor, b: Optional[Tensor], network: FeedForward
+) -> tuple[Tensor, list[Tensor], list[Optional[Tensor]]]:
     """The energies ``E(xᵣ): (n,)`` and ``Σᵣ (aᵣ + bᵣEᵣ) ∂Eᵣ/∂θ`` (``a``, ``b``: ``(n,)``; ``b`` None: zero), the
     weight gradient of ``Σᵣ aᵣEᵣ + ½bᵣEᵣ²``."""
     with torch.enable_grad():
@@ -72,9 +74,19 @@ def energy_gradients(x: Tensor, a: Tensor, b: Optional[Tensor],
         return (e.detach(), *_gradients(value, network, output_bias=True))
 
 
-def contrastive_chain(x: Tensor, network: FeedForward, *, chain: Callable[..., Tensor], n_steps: int, step_size: Any,
-                      noise_scale: Any, seed: int, offset: int, start: tuple[Any, Any],
-                      end: tuple[Any, Any]) -> tuple[Tensor, ...]:
+def contrastive_chain(
+    x: Tensor,
+    network: FeedForward,
+    *,
+    chain: Callable[..., Tensor],
+    n_steps: int,
+    step_size: Any,
+    noise_scale: Any,
+    seed: int,
+    offset: int,
+    start: tuple[Any, Any],
+    end: tuple[Any, Any],
+) -> tuple[Tensor, ...]:
     """``x' = chain(x, network, n_steps=..., ...)`` (``feedforward_langevin_chain``, whose moves and noise stream the op
     repeats) with, at ``x`` and ``x'``, the energies, the loss ``Σᵣ aᵣEᵣ + ½bᵣEᵣ²`` for ``(a, b) = start`` and
     ``end`` summed over both, and its weight gradient: ``(x', E(x), E(x'), loss, weight grads, bias grads)``."""
@@ -96,16 +108,46 @@ def contrastive_chain(x: Tensor, network: FeedForward, *, chain: Callable[..., T
 
 _GRADS = "weight gradients: [(out, in)], bias gradients: [(out,) | None]"
 _NETWORK = "network: FeedForward"
-LOSS_OPS: dict[str, FusedOp] = {op.name: op for op in (
-    FusedOp("feedforward_denoising_score_matching", ("x: (n, d)", "target: (n, d)", "scale: (n,) | None", _NETWORK), (),
-            f"(loss: (), {_GRADS})", denoising_score_matching),
-    FusedOp("feedforward_sliced_score_matching", ("x: (n, d)", "v: (n, d)", _NETWORK), (), f"(loss: (), {_GRADS})",
-            sliced_score_matching),
-    FusedOp("feedforward_energy_gradients", ("x: (n, d)", "a: (n,)", "b: (n,) | None", _NETWORK), (),
-            f"(energies: (n,), {_GRADS})", energy_gradients),
-    FusedOp("feedforward_contrastive_chain", ("x: (n, d)", _NETWORK),
-            ("n_steps: int >= 1", "step_size: float | (n,)", "noise_scale: float | (n,)", "seed: int", "offset: int",
-             "start: (a, b)", "end: (a, b)"), f"(x': (n, d), E(x): (n,), E(x'): (n,), loss: (), {_GRADS})", contrastive_chain),
-)}
+LOSS_OPS: dict[str, FusedOp] = {
+    op.name: op
+    for op in (
+        FusedOp(
+            "feedforward_denoising_score_matching",
+            ("x: (n, d)", "target: (n, d)", "scale: (n,) | None", _NETWORK),
+            (),
+            f"(loss: (), {_GRADS})",
+            denoising_score_matching,
+        ),
+        FusedOp(
+            "feedforward_sliced_score_matching",
+            ("x: (n, d)", "v: (n, d)", _NETWORK),
+            (),
+            f"(loss: (), {_GRADS})",
+            sliced_score_matching,
+        ),
+        FusedOp(
+            "feedforward_energy_gradients",
+            ("x: (n, d)", "a: (n,)", "b: (n,) | None", _NETWORK),
+            (),
+            f"(energies: (n,), {_GRADS})",
+            energy_gradients,
+        ),
+        FusedOp(
+            "feedforward_contrastive_chain",
+            ("x: (n, d)", _NETWORK),
+            (
+                "n_steps: int >= 1",
+                "step_size: float | (n,)",
+                "noise_scale: float | (n,)",
+                "seed: int",
+                "offset: int",
+                "start: (a, b)",
+                "end: (a, b)",
+            ),
+            f"(x': (n, d), E(x): (n,), E(x'): (n,), loss: (), {_GRADS})",
+            contrastive_chain,
+        ),
+    )
+}
 """The losses' fused ops by name (contrastive divergence: ``feedforward_energy_gradients`` and
 ``feedforward_contrastive_chain``; score matching: the other two)."""

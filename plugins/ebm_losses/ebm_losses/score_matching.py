@@ -146,13 +146,17 @@ class DenoisingScoreMatching(Loss):
     ``N(0, σ²I)``.
     """
 
-    def __init__(self, sigma: float | None = 0.1, *, sigmas: Sequence[float] | None = None,
-                 sigma_range: Sequence[float] | None = None) -> None:
+    def __init__(
+        self, sigma: float | None = 0.1, *, sigmas: Sequence[float] | None = None, sigma_range: Sequence[float] | None = None
+    ) -> None:
         if sigma_range is not None:
             if sigmas is not None:
                 raise InputError("give sigmas (a list of levels) or sigma_range (low, high), not both.")
-            if not isinstance(sigma_range, (list, tuple)) or len(sigma_range) != 2 or not (
-                    0 < check_positive(sigma_range[0], "sigma_range[0]") < check_positive(sigma_range[1], "sigma_range[1]")):
+            if (
+                not isinstance(sigma_range, (list, tuple))
+                or len(sigma_range) != 2
+                or not (0 < check_positive(sigma_range[0], "sigma_range[0]") < check_positive(sigma_range[1], "sigma_range[1]"))
+            ):
                 raise InputError(f"sigma_range must be [low, high] with 0 < low < high, got {sigma_range!r}.")
             sigmas = [float(sigma_range[0]), float(sigma_range[1])]
         levels = [sigma] if sigmas is None else list(sigmas) if isinstance(sigmas, (list, tuple, torch.Tensor)) else None
@@ -167,8 +171,10 @@ class DenoisingScoreMatching(Loss):
         x = data.detach()
         root = math.sqrt(torch.finfo(x.dtype).max)  # ε/σ, σ∇E and their squares must not overflow the data's dtype
         if not 1e3 / root <= self._span[0] <= self._span[1] <= 1e-3 * root:
-            raise InputError(f"sigma must lie in [{1e3 / root:.3g}, {1e-3 * root:.3g}] for {x.dtype} data (the loss squares "
-                             f"ε/σ and σ∇E), got {self._span[0]:.3g} to {self._span[1]:.3g}.")
+            raise InputError(
+                f"sigma must lie in [{1e3 / root:.3g}, {1e-3 * root:.3g}] for {x.dtype} data (the loss squares "
+                f"ε/σ and σ∇E), got {self._span[0]:.3g} to {self._span[1]:.3g}."
+            )
         eps = torch.randn(x.shape, generator=generator, dtype=x.dtype, device=x.device)
         if self.continuous:  # log-uniform on [low, high]
             low, high = self._span
@@ -188,8 +194,9 @@ class DenoisingScoreMatching(Loss):
             kernel = network_kernel("feedforward_denoising_score_matching", plan, noisy)
             if kernel is None:
                 return plan_loss()
-            return kernel_loss(plan, *kernel.fn(noisy, eps / sigma_b if single else eps, None if single else sigma, plan),
-                               recompute=plan_loss)  # ebm-cuda: the loss and its weight gradients natively
+            return kernel_loss(
+                plan, *kernel.fn(noisy, eps / sigma_b if single else eps, None if single else sigma, plan), recompute=plan_loss
+            )  # ebm-cuda: the loss and its weight gradients natively
         if getattr(energy, "noise_conditional", False):  # E(x, σ), as annealed Langevin samples it
             noisy.requires_grad_(True)
             e = check_energy_output(energy.compute_energy(noisy, sigma), noisy, owner=type(energy).__name__)

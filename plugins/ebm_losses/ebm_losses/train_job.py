@@ -38,14 +38,33 @@ __all__ = ["SCHEMA", "load_config", "run", "add_command", "grid_nll", "held_out_
 
 SCHEMA: dict[str, Any] = {
     "data": {
-        "dataset": ((str, lambda v: None if v in datasets.DATASETS or v == images.DIGITS or v.endswith((".pt", ".npz", ".bin"))
-                     or Path(v).is_dir() or Path(v).name == images.CIFAR_FOLDER else
-                     f"must be one of {', '.join(datasets.DATASETS)}, {images.DIGITS}, a .pt/.npz file, a folder of PNG files "
-                     f"or CIFAR-10's binary batches (a {images.CIFAR_FOLDER} folder or a .bin file)"),
-                    "eight_gaussians"),
-        "pixel_range": ((list, lambda v: None if not v or (len(v) == 2 and all(isinstance(b, (int, float)) for b in v)
-                                                          and v[1] > v[0]) else "must be [low, high] with high > low, or []"),
-                        []),
+        "dataset": (
+            (
+                str,
+                lambda v: (
+                    None
+                    if v in datasets.DATASETS
+                    or v == images.DIGITS
+                    or v.endswith((".pt", ".npz", ".bin"))
+                    or Path(v).is_dir()
+                    or Path(v).name == images.CIFAR_FOLDER
+                    else f"must be one of {', '.join(datasets.DATASETS)}, {images.DIGITS}, a .pt/.npz file, a folder of PNG files "
+                    f"or CIFAR-10's binary batches (a {images.CIFAR_FOLDER} folder or a .bin file)"
+                ),
+            ),
+            "eight_gaussians",
+        ),
+        "pixel_range": (
+            (
+                list,
+                lambda v: (
+                    None
+                    if not v or (len(v) == 2 and all(isinstance(b, (int, float)) for b in v) and v[1] > v[0])
+                    else "must be [low, high] with high > low, or []"
+                ),
+            ),
+            [],
+        ),
         "n_train": ((int, positive), 8000),
         "n_test": ((int, positive), 2000),
         "seed": ((int, seed_range), 0),
@@ -66,11 +85,18 @@ SCHEMA: dict[str, Any] = {
         "backend": ((str,), ""),
         "watchdog": ((bool, dict), True),
     },
-    "output": {"dir": ((str,), "runs/train"), "plots": ((bool,), True), "n_model_samples": ((int, non_negative), 4000),
-               "sampler": ((str,), "mala"), "sampler_params": ((dict,), {}),
-               "image_sample_steps": ((int, non_negative), 100), "denoise": ((bool,), False),
-               "image_samples": ((int, positive), 100),
-               "ais_chains": ((int, non_negative), 256), "ais_temperatures": ((int, positive), 500)},
+    "output": {
+        "dir": ((str,), "runs/train"),
+        "plots": ((bool,), True),
+        "n_model_samples": ((int, non_negative), 4000),
+        "sampler": ((str,), "mala"),
+        "sampler_params": ((dict,), {}),
+        "image_sample_steps": ((int, non_negative), 100),
+        "denoise": ((bool,), False),
+        "image_samples": ((int, positive), 100),
+        "ais_chains": ((int, non_negative), 256),
+        "ais_temperatures": ((int, positive), 500),
+    },
 }
 
 
@@ -95,8 +121,10 @@ def _missing_config(path: str) -> ConfigError:
     names = bundled_config_names()
     close = difflib.get_close_matches(Path(path).stem.removeprefix("train_"), names, n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
-    return ConfigError(f"{path}: no such configuration file, nor a bundled configuration of that name.{hint} "
-                       f"The bundled configurations (ebm train NAME): {', '.join(names)}.")
+    return ConfigError(
+        f"{path}: no such configuration file, nor a bundled configuration of that name.{hint} "
+        f"The bundled configurations (ebm train NAME): {', '.join(names)}."
+    )
 
 
 def load_config(path: str | Path | None, overrides: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -113,9 +141,13 @@ def load_config(path: str | Path | None, overrides: dict[str, dict[str, Any]] | 
     dataset = config["data"]["dataset"]
     missing = None
     if dataset not in datasets.DATASETS and dataset != images.DIGITS and not Path(dataset).exists():
-        hint = (f" It is CIFAR-10's binary version: download cifar-10-binary.tar.gz from {images.CIFAR_URL}, unpack it in "
-                f"the folder you run from (tar xzf cifar-10-binary.tar.gz), or set [data] dataset to the path of its "
-                f"{images.CIFAR_FOLDER} folder." if Path(dataset).name == images.CIFAR_FOLDER or dataset.endswith(".bin") else "")
+        hint = (
+            f" It is CIFAR-10's binary version: download cifar-10-binary.tar.gz from {images.CIFAR_URL}, unpack it in "
+            f"the folder you run from (tar xzf cifar-10-binary.tar.gz), or set [data] dataset to the path of its "
+            f"{images.CIFAR_FOLDER} folder."
+            if Path(dataset).name == images.CIFAR_FOLDER or dataset.endswith(".bin")
+            else ""
+        )
         missing = f"{path} [data] dataset: no such file {dataset!r}.{hint}"
     try:
         parse_device(config["train"]["device"], f"{path} [train] device")
@@ -137,13 +169,16 @@ def load_config(path: str | Path | None, overrides: dict[str, dict[str, Any]] | 
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{path} [{table}] params: {exc}") from None
     try:  # the report's sampler, on the model: checked now rather than after the training
-        report_sampler = registry.get("sampler", config["output"]["sampler"])(built["model"],
-                                                                              **config["output"]["sampler_params"])
+        report_sampler = registry.get("sampler", config["output"]["sampler"])(
+            built["model"], **config["output"]["sampler_params"]
+        )
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{path} [output] sampler_params: {exc}") from None
     if config["output"]["denoise"] and not getattr(report_sampler, "options", {}).get("sigmas"):
-        raise ConfigError(f"{path} [output] denoise: the final denoising step needs a sampler with noise levels; set "
-                          f"[output] sampler = \"annealed_langevin\" (not {config['output']['sampler']!r}), or denoise = false.")
+        raise ConfigError(
+            f"{path} [output] denoise: the final denoising step needs a sampler with noise levels; set "
+            f"[output] sampler = \"annealed_langevin\" (not {config['output']['sampler']!r}), or denoise = false."
+        )
     return config
 
 
@@ -166,33 +201,42 @@ def _load_points(path: Path, where: str) -> torch.Tensor:
     if path.suffix == ".pt":
         values = runfiles.load_torch(path, what="a tensor of points", fix="write it with torch.save(points, path)")
         if not isinstance(values, torch.Tensor):
-            held = (f"a dict with keys {', '.join(map(str, values))}" if isinstance(values, dict)
-                    else f"a {type(values).__name__}")
-            raise ConfigError(f"{where} holds {held}, not a tensor; save the points alone: torch.save(points, path), "
-                              "points of shape (N, *event_shape).")
+            held = f"a dict with keys {', '.join(map(str, values))}" if isinstance(values, dict) else f"a {type(values).__name__}"
+            raise ConfigError(
+                f"{where} holds {held}, not a tensor; save the points alone: torch.save(points, path), "
+                "points of shape (N, *event_shape)."
+            )
     else:
         try:
             with np.load(path, allow_pickle=False) as archive:
                 names = archive.files
                 array = archive["samples"] if "samples" in names else None
         except ValueError as exc:  # an object (pickled) array
-            raise ConfigError(f"{where}: {exc}; write numeric points with "
-                              "numpy.savez(path, samples=points.astype('float32')).") from None
+            raise ConfigError(
+                f"{where}: {exc}; write numeric points with numpy.savez(path, samples=points.astype('float32'))."
+            ) from None
         except (OSError, EOFError, zipfile.BadZipFile) as exc:  # not an npz, or truncated
-            raise ConfigError(f"{where} is not a readable .npz ({exc}); write it with "
-                              "numpy.savez(path, samples=points).") from None
+            raise ConfigError(
+                f"{where} is not a readable .npz ({exc}); write it with numpy.savez(path, samples=points)."
+            ) from None
         if array is None:
-            raise ConfigError(f"{where} has no array 'samples' (it holds {', '.join(names) or 'none'}); "
-                              "write it with numpy.savez(path, samples=points).")
+            raise ConfigError(
+                f"{where} has no array 'samples' (it holds {', '.join(names) or 'none'}); "
+                "write it with numpy.savez(path, samples=points)."
+            )
         if array.dtype.kind not in "fiu":
-            raise ConfigError(f"{where}: 'samples' has dtype {array.dtype}; the points must be numbers, e.g. "
-                              "numpy.savez(path, samples=points.astype('float32')).")
+            raise ConfigError(
+                f"{where}: 'samples' has dtype {array.dtype}; the points must be numbers, e.g. "
+                "numpy.savez(path, samples=points.astype('float32'))."
+            )
         values = torch.from_numpy(array)
     if values.is_complex() or values.dtype == torch.bool:
         raise ConfigError(f"{where} holds a {values.dtype} tensor; the points must be real numbers.")
     if values.dim() < 2 or values.shape[0] < 2:
-        raise ConfigError(f"{where} holds points of shape {tuple(values.shape)}; give at least 2 points of shape "
-                          "(N, *event_shape), e.g. (N, 2) for 2-d points.")
+        raise ConfigError(
+            f"{where} holds points of shape {tuple(values.shape)}; give at least 2 points of shape "
+            "(N, *event_shape), e.g. (N, 2) for 2-d points."
+        )
     return values.float()
 
 
@@ -210,17 +254,24 @@ def grid_nll(energy: ebmcore.EnergyModel, test: torch.Tensor, lim: float, n: int
         return float((energy.compute_energy(test) + log_z).mean())
 
 
-def run(config: dict[str, Any], out: Path, *, resume: bool = False, overwrite: bool = False,
-        quiet: bool = False) -> dict[str, Any]:
+def run(
+    config: dict[str, Any], out: Path, *, resume: bool = False, overwrite: bool = False, quiet: bool = False
+) -> dict[str, Any]:
     """Train into ``out``. A training of this same configuration that finished in ``out`` is not run again (its
     metrics are returned, after one line) unless ``overwrite``, which starts afresh. Under ``torchrun`` every
     process trains its shard of each global batch (data parallel, gradients averaged) and rank 0 writes the run
     directory."""
     from ebmcore import distributed
 
-    finished = runfiles.reuse_or_clear(out, config, lambda metrics: ["model.pt", "checkpoint.pt"], resume=resume,
-                                       overwrite=overwrite, what="training",
-                                       again="train again, --steps N --resume to train longer")
+    finished = runfiles.reuse_or_clear(
+        out,
+        config,
+        lambda metrics: ["model.pt", "checkpoint.pt"],
+        resume=resume,
+        overwrite=overwrite,
+        what="training",
+        again="train again, --steps N --resume to train longer",
+    )
     if finished is not None:
         return finished
     dist_run = None
@@ -230,8 +281,13 @@ def run(config: dict[str, Any], out: Path, *, resume: bool = False, overwrite: b
         config = dict(config, train=dict(config["train"], device=str(dist_run.device)))
     try:
         with job_threads(config["train"]["threads"]):
-            return _run(config, out, resume, quiet or (dist_run is not None and not dist_run.is_main),
-                        dist_run is None or dist_run.is_main)
+            return _run(
+                config,
+                out,
+                resume,
+                quiet or (dist_run is not None and not dist_run.is_main),
+                dist_run is None or dist_run.is_main,
+            )
     finally:
         if dist_run is not None:
             distributed.shutdown(dist_run)
@@ -244,8 +300,9 @@ def _run(config: dict[str, Any], out: Path, resume: bool, quiet: bool, main: boo
     device = torch.device(config["train"]["device"])
     checkpoint = out / "checkpoint.pt"
     if checkpoint.exists() and not resume:
-        raise ConfigError(f"{checkpoint} exists: pass --resume to continue that run, --overwrite to start it afresh, "
-                          "or choose another --out.")
+        raise ConfigError(
+            f"{checkpoint} exists: pass --resume to continue that run, --overwrite to start it afresh, or choose another --out."
+        )
     if resume and not checkpoint.exists():
         raise ConfigError(f"--resume: no checkpoint at {checkpoint}.")
     is_images = images.is_image_source(config["data"]["dataset"])
@@ -264,11 +321,22 @@ def _run(config: dict[str, Any], out: Path, resume: bool, quiet: bool, main: boo
     t = config["train"]
     lim = float(train.abs().max()) * 1.25 if train.dim() == 2 and train.shape[1] == 2 else 0.0
     evaluate = (lambda e, step: {"held_out_nll": grid_nll(e, test, lim)}) if lim else (lambda e, step: {})
-    trainer = Trainer(energy, loss, train, batch_size=t["batch_size"], lr=t["lr"], seed=t["seed"],
-                      ema_decay=t["ema_decay"] or None, clip_grad_norm=t["clip_grad_norm"] or None,
-                      progress=sys.stderr.isatty() and not quiet,
-                      eval_fn=evaluate, eval_every=t["eval_every"], checkpoint_path=checkpoint,
-                      checkpoint_every=t["checkpoint_every"], watchdog=Watchdog.from_config(t["watchdog"]) or False)
+    trainer = Trainer(
+        energy,
+        loss,
+        train,
+        batch_size=t["batch_size"],
+        lr=t["lr"],
+        seed=t["seed"],
+        ema_decay=t["ema_decay"] or None,
+        clip_grad_norm=t["clip_grad_norm"] or None,
+        progress=sys.stderr.isatty() and not quiet,
+        eval_fn=evaluate,
+        eval_every=t["eval_every"],
+        checkpoint_path=checkpoint,
+        checkpoint_every=t["checkpoint_every"],
+        watchdog=Watchdog.from_config(t["watchdog"]) or False,
+    )
     if resume:
         trainer.load(checkpoint)
     start, first_step = time.perf_counter(), trainer.step
@@ -282,8 +350,11 @@ def _run(config: dict[str, Any], out: Path, resume: bool, quiet: bool, main: boo
         "final_loss": trainer.history.losses[-1] if trainer.history.losses else None,
         "held_out_nll": evaluate(final, trainer.step).get("held_out_nll"),
         "held_out_nll_history": trainer.history.evaluations,
-        "held_out_nll_weights": ("the EMA weights (the history's entries are the trained weights at each evaluation)"
-                                 if trainer.ema is not None else "the trained weights"),
+        "held_out_nll_weights": (
+            "the EMA weights (the history's entries are the trained weights at each evaluation)"
+            if trainer.ema is not None
+            else "the trained weights"
+        ),
         "wall_time_s": wall,
         "throughput_samples_per_s": t["batch_size"] * (trainer.step - first_step) / wall if trainer.step > first_step else None,
         "device": str(device),
@@ -294,8 +365,10 @@ def _run(config: dict[str, Any], out: Path, resume: bool, quiet: bool, main: boo
     metrics["negatives"] = _negatives_report(loss)
     if not main:
         return metrics
-    runfiles.save_torch({"energy": config["model"]["energy"], "params": config["model"]["params"],
-                         "state_dict": final.state_dict()}, out / "model.pt")
+    runfiles.save_torch(
+        {"energy": config["model"]["energy"], "params": config["model"]["params"], "state_dict": final.state_dict()},
+        out / "model.pt",
+    )
     history = trainer.history
     why_not = plotting.unavailable() if config["output"]["plots"] else None
     plots = config["output"]["plots"] and why_not is None
@@ -305,35 +378,58 @@ def _run(config: dict[str, Any], out: Path, resume: bool, quiet: bool, main: boo
     if plots:
         plotting.plot_curve(out / "loss.png", history.steps, history.losses, "training loss", config["loss"]["name"])
         if lim:
-            plotting.plot_density(out / "density.png", lambda g: final.compute_energy(g.to(train.dtype)), train.cpu(), "learned density exp(−E)")
+            plotting.plot_density(
+                out / "density.png", lambda g: final.compute_energy(g.to(train.dtype)), train.cpu(), "learned density exp(−E)"
+            )
     if config["output"]["n_model_samples"] and lim:
         samples = _model_samples(config, final, train, device, quiet)
         runfiles.save_samples(out, "samples", samples)
         if plots:
-            plotting.plot_landscape(out / "landscape.png", lambda pts: final.compute_energy(pts.to(train.dtype)).double(),
-                                    samples, f"learned energy and {config['output']['sampler']} samples from it")
+            plotting.plot_landscape(
+                out / "landscape.png",
+                lambda pts: final.compute_energy(pts.to(train.dtype)).double(),
+                samples,
+                f"learned energy and {config['output']['sampler']} samples from it",
+            )
     o = config["output"]
     if is_images:
         from ebm_losses.image_report import image_report
 
-        metrics.update(image_report(final, loss, train, test, pixel_range, out, plots=plots, n_steps=o["image_sample_steps"],
-                                    ais_chains=o["ais_chains"], ais_temperatures=o["ais_temperatures"],
-                                    seed=t["seed"], labels=_digit_labels(config["data"]), sampler=o["sampler"],
-                                    sampler_params=o["sampler_params"], denoise=o["denoise"],
-                                    n_samples=o["image_samples"]))
+        metrics.update(
+            image_report(
+                final,
+                loss,
+                train,
+                test,
+                pixel_range,
+                out,
+                plots=plots,
+                n_steps=o["image_sample_steps"],
+                ais_chains=o["ais_chains"],
+                ais_temperatures=o["ais_temperatures"],
+                seed=t["seed"],
+                labels=_digit_labels(config["data"]),
+                sampler=o["sampler"],
+                sampler_params=o["sampler_params"],
+                denoise=o["denoise"],
+                n_samples=o["image_samples"],
+            )
+        )
     elif o["ais_chains"] and train.dim() == 2:
         from ebm_losses.image_report import ais_log_likelihood
 
-        metrics["ais"] = ais_log_likelihood(final, train, test, n_chains=o["ais_chains"],
-                                            n_temperatures=o["ais_temperatures"], seed=t["seed"])
+        metrics["ais"] = ais_log_likelihood(
+            final, train, test, n_chains=o["ais_chains"], n_temperatures=o["ais_temperatures"], seed=t["seed"]
+        )
     if metrics["held_out_nll"] is not None or metrics.get("ais"):
         metrics.update(held_out_report(final, train, test, lim, is_images, metrics))
     runfiles.write_json(out / "metrics.json", metrics)
     return metrics
 
 
-def held_out_report(energy: ebmcore.EnergyModel, train: torch.Tensor, test: torch.Tensor, lim: float, is_images: bool,
-                     metrics: dict[str, Any]) -> dict[str, Any]:
+def held_out_report(
+    energy: ebmcore.EnergyModel, train: torch.Tensor, test: torch.Tensor, lim: float, is_images: bool, metrics: dict[str, Any]
+) -> dict[str, Any]:
     """What the held-out log-likelihood means: ``grid`` (2-d: the grid estimate with its error: how far the NLL moves
     with 100² instead of 200² cells, plus how far with the box widened 1.5× at the same cell size; ``reliable`` when
     that is at most :data:`GRID_TOLERANCE`), ``baselines`` (:func:`ebm_losses.likelihood.baselines` on the box: images ``[−1, 1]^d``,
@@ -347,14 +443,21 @@ def held_out_report(energy: ebmcore.EnergyModel, train: torch.Tensor, test: torc
     if metrics["held_out_nll"] is not None:
         fine, coarse, wide = metrics["held_out_nll"], grid_nll(energy, test, lim, n=100), grid_nll(energy, test, 1.5 * lim, n=300)
         error = abs(fine - coarse) + abs(fine - wide)
-        report["grid"] = {"test_log_likelihood": -fine, "error": error, "n": 200, "box": [-lim, lim],
-                          "reliable": error <= GRID_TOLERANCE}
+        report["grid"] = {
+            "test_log_likelihood": -fine,
+            "error": error,
+            "n": 200,
+            "box": [-lim, lim],
+            "reliable": error <= GRID_TOLERANCE,
+        }
         if ais:
             record = likelihood.compare(
-                "held-out log-likelihood", ("the grid", -fine, report["grid"]["error"]),
+                "held-out log-likelihood",
+                ("the grid", -fine, report["grid"]["error"]),
                 ("AIS", ais["test_log_likelihood"], ais["standard_error"]),
                 note=f"The grid normalises exp(−E) over [−{lim:.3g}, {lim:.3g}]² (its error counts the mass in a 1.5× "
-                     "wider box), AIS over the plane: it misses the mass its chains do not reach.")
+                "wider box), AIS over the plane: it misses the mass its chains do not reach.",
+            )
             if record is not None:
                 report["grid"]["reliable"] = ais["reliable"] = False
                 records.append(record)
@@ -371,7 +474,7 @@ def _image_data(spec: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, tuple
     pixel_range = tuple(float(v) for v in spec["pixel_range"]) or data.pixel_range
     x = images.to_model_range(data.images, pixel_range)
     train, test = images.split(x, max(1, min(spec["n_test"], x.shape[0] // 5)), spec["seed"])  # 2 to 4 images: 1 held out
-    return train[:spec["n_train"]], test, pixel_range
+    return train[: spec["n_train"]], test, pixel_range
 
 
 def _digit_labels(spec: dict[str, Any]) -> torch.Tensor | None:
@@ -380,7 +483,7 @@ def _digit_labels(spec: dict[str, Any]) -> torch.Tensor | None:
         return None
     data = images.load_digits()
     train, _ = images.split(data.labels, min(spec["n_test"], data.labels.shape[0] // 5), spec["seed"])
-    return train[:spec["n_train"]]
+    return train[: spec["n_train"]]
 
 
 def _negatives_report(loss: Any) -> dict[str, Any] | None:
@@ -393,19 +496,27 @@ def _negatives_report(loss: Any) -> dict[str, Any] | None:
     options = dict(getattr(loss, "sampler_options", {}))
     why = []
     if options.get("noise_scale") is not None:
-        why.append(f"noise_scale {options['noise_scale']} set apart from the step: the chains target exp(−E/T), "
-                   "T = noise_scale²/(2·step_size)")
+        why.append(
+            f"noise_scale {options['noise_scale']} set apart from the step: the chains target exp(−E/T), "
+            "T = noise_scale²/(2·step_size)"
+        )
     elif options.get("temperature", 1.0) != 1.0:
         why.append(f"temperature {options['temperature']}: the chains target exp(−E/T)")
     if spec == "langevin":
         why.append("unadjusted Langevin is biased by its step size")
     why.append(f"short runs of {loss.n_steps} steps from the buffer or the data do not reach equilibrium")
-    return {"sampler": spec, "options": options, "n_steps": loss.n_steps, "samples_model_density": False,
-            "why_not": "; ".join(why)}
+    return {
+        "sampler": spec,
+        "options": options,
+        "n_steps": loss.n_steps,
+        "samples_model_density": False,
+        "why_not": "; ".join(why),
+    }
 
 
-def _model_samples(config: dict[str, Any], energy: ebmcore.EnergyModel, train: torch.Tensor, device: torch.device,
-                   quiet: bool) -> torch.Tensor:
+def _model_samples(
+    config: dict[str, Any], energy: ebmcore.EnergyModel, train: torch.Tensor, device: torch.device, quiet: bool
+) -> torch.Tensor:
     """``[output] n_model_samples`` draws from the trained energy with ``[output] sampler``, started at data points,
     after 200 warm-up steps where the sampler can be warmed up, then 200 steps."""
     from ebm_samplers.adaptation import cannot_warm_up, warmup
@@ -447,29 +558,46 @@ def _baseline_lines(metrics: dict[str, Any]) -> list[str]:
         return []
     uniform = base["uniform"]
     low, high = uniform["box"]
-    parts = [f"uniform on [{low:.3g}, {high:.3g}]^{uniform['dim']} " + (f"{uniform['log_likelihood']:.3f}" if uniform["log_likelihood"] is not None
-                                                     else f"-inf ({uniform['n_outside']} points outside)")]
-    parts += [f"{name} {base[key]['log_likelihood']:.3f} ± {base[key]['standard_error']:.3f}"
-              for name, key in (("diagonal Gaussian", "diagonal_gaussian"), ("Gaussian", "gaussian"))]
-    return [f"  baselines (held-out log-likelihood, nats): {'; '.join(parts)}",
-            *(f"  warning: {record['message']}" for record in metrics.get("warnings", []))]
+    parts = [
+        f"uniform on [{low:.3g}, {high:.3g}]^{uniform['dim']} "
+        + (
+            f"{uniform['log_likelihood']:.3f}"
+            if uniform["log_likelihood"] is not None
+            else f"-inf ({uniform['n_outside']} points outside)"
+        )
+    ]
+    parts += [
+        f"{name} {base[key]['log_likelihood']:.3f} ± {base[key]['standard_error']:.3f}"
+        for name, key in (("diagonal Gaussian", "diagonal_gaussian"), ("Gaussian", "gaussian"))
+    ]
+    return [
+        f"  baselines (held-out log-likelihood, nats): {'; '.join(parts)}",
+        *(f"  warning: {record['message']}" for record in metrics.get("warnings", [])),
+    ]
 
 
 def summary(metrics: dict[str, Any], out: Path) -> str:
     nll = metrics["held_out_nll"]
-    return "\n".join([
-        f"trained to step {metrics['steps']} in {metrics['wall_time_s']:.1f} s"
-        + (f" ({metrics['throughput_samples_per_s']:,.0f} samples/s)" if metrics["throughput_samples_per_s"] else ""),
-        f"  final loss {metrics['final_loss']:.4g}" + (f", held-out NLL {nll:.3f} nats" if nll is not None else "")
-        + (f", AIS held-out log-likelihood {ais['test_log_likelihood']:.3f} ± {ais['standard_error']:.3f} nats"
-           f" ({_reliability(ais)})" if (ais := metrics.get("ais")) else ""),
-        *_sample_quality_lines(metrics.get("sample_quality")),
-        *_baseline_lines(metrics),
-        *_watchdog_lines(metrics.get("watchdog")),
-        f"  model: {out / 'model.pt'} (sample it with [energy] model = \"{out / 'model.pt'}\")",
-        f"  metrics: {out / 'metrics.json'}" + (f" (no plots: {skipped})" if (skipped := metrics.get("plots_skipped"))
-                                                 else f"; plots in {out}"),
-    ])
+    return "\n".join(
+        [
+            f"trained to step {metrics['steps']} in {metrics['wall_time_s']:.1f} s"
+            + (f" ({metrics['throughput_samples_per_s']:,.0f} samples/s)" if metrics["throughput_samples_per_s"] else ""),
+            f"  final loss {metrics['final_loss']:.4g}"
+            + (f", held-out NLL {nll:.3f} nats" if nll is not None else "")
+            + (
+                f", AIS held-out log-likelihood {ais['test_log_likelihood']:.3f} ± {ais['standard_error']:.3f} nats"
+                f" ({_reliability(ais)})"
+                if (ais := metrics.get("ais"))
+                else ""
+            ),
+            *_sample_quality_lines(metrics.get("sample_quality")),
+            *_baseline_lines(metrics),
+            *_watchdog_lines(metrics.get("watchdog")),
+            f"  model: {out / 'model.pt'} (sample it with [energy] model = \"{out / 'model.pt'}\")",
+            f"  metrics: {out / 'metrics.json'}"
+            + (f" (no plots: {skipped})" if (skipped := metrics.get("plots_skipped")) else f"; plots in {out}"),
+        ]
+    )
 
 
 def _sample_quality_lines(quality: dict[str, Any] | None) -> list[str]:
@@ -477,10 +605,12 @@ def _sample_quality_lines(quality: dict[str, Any] | None) -> list[str]:
     if not quality or "classifier_ratio" not in quality:
         return []
     ratio = quality["classifier_ratio"]
-    return [f"  samples: classifier ratio {'n/a' if ratio is None else f'{ratio:.2f}'} "
-            f"({quality['confident_fraction_samples']:.0%} confident at ≥ {quality['confidence']:g}, held-out data "
-            f"{quality['confident_fraction_test']:.0%}), {quality['confident_classes']} confident classes, "
-            f"spread {quality['spread']:.2f}"]
+    return [
+        f"  samples: classifier ratio {'n/a' if ratio is None else f'{ratio:.2f}'} "
+        f"({quality['confident_fraction_samples']:.0%} confident at ≥ {quality['confidence']:g}, held-out data "
+        f"{quality['confident_fraction_test']:.0%}), {quality['confident_classes']} confident classes, "
+        f"spread {quality['spread']:.2f}"
+    ]
 
 
 def _watchdog_lines(report: dict[str, Any] | None) -> list[str]:
@@ -488,22 +618,31 @@ def _watchdog_lines(report: dict[str, Any] | None) -> list[str]:
     if not report or not report["rollbacks"]:
         return []
     k = report["rollbacks"]
-    events = "; ".join(f"step {e['step']}: {e['reason']}, back to step {e['rolled_back_to']}, lr {e['lr']:.4g}"
-                       for e in report["events"])
+    events = "; ".join(
+        f"step {e['step']}: {e['reason']}, back to step {e['rolled_back_to']}, lr {e['lr']:.4g}" for e in report["events"]
+    )
     return [f"  watchdog: {k} rollback{'s' if k > 1 else ''} ({events})"]
 
 
 def add_command(subparsers: Any) -> None:
     p = subparsers.add_parser("train", help=COMMANDS["train"])
-    p.add_argument("config", nargs="?", help="a TOML configuration, or the name of a bundled one: "
-                                             f"{', '.join(bundled_config_names())} (default: the bundled "
-                                             "train_default.toml)")
+    p.add_argument(
+        "config",
+        nargs="?",
+        help="a TOML configuration, or the name of a bundled one: "
+        f"{', '.join(bundled_config_names())} (default: the bundled "
+        "train_default.toml)",
+    )
     p.add_argument("--out", help="run directory (default: [output] dir)")
     p.add_argument("--device", help="torch device, e.g. cpu or cuda:0 (default: [train] device)")
     p.add_argument("--backend", help='kernel backend selection, e.g. "torch"')
     p.add_argument("--seed", type=int, help="seed of the trainer's generator (default: [train] seed)")
     p.add_argument("--steps", type=int, help="total optimisation steps (default: [train] steps)")
-    p.add_argument("--threads", type=int, help="torch threads, default 1; 0: the cores no other process keeps busy (default: [train] threads)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        help="torch threads, default 1; 0: the cores no other process keeps busy (default: [train] threads)",
+    )
     p.add_argument("--resume", action="store_true", help="continue from the run directory's checkpoint, exactly")
     p.add_argument("--overwrite", action="store_true", help="start afresh in a run directory that holds a training")
     p.add_argument("--quiet", action="store_true", help="no progress bar, no lines about what was skipped")
@@ -511,8 +650,18 @@ def add_command(subparsers: Any) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
-    config = load_config(args.config, {"train": {"device": args.device, "backend": args.backend, "seed": args.seed,
-                                                 "steps": args.steps, "threads": args.threads}})
+    config = load_config(
+        args.config,
+        {
+            "train": {
+                "device": args.device,
+                "backend": args.backend,
+                "seed": args.seed,
+                "steps": args.steps,
+                "threads": args.threads,
+            }
+        },
+    )
     out = Path(args.out or config["output"]["dir"])
     metrics = run(config, out, resume=args.resume, overwrite=args.overwrite, quiet=args.quiet)
     if int(os.environ.get("RANK", "0")) == 0:

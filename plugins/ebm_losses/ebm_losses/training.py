@@ -68,7 +68,7 @@ class _Batches:
         if self.order is None or self.position + self.batch_size > self.n:
             self.order = torch.randperm(self.n, generator=self.generator, device=self.generator.device)
             self.position = 0
-        idx = self.order[self.position:self.position + self.batch_size]
+        idx = self.order[self.position : self.position + self.batch_size]
         self.position += self.batch_size
         if isinstance(self.data, Tensor):
             return self.data[idx.to(self.data.device)]
@@ -110,18 +110,26 @@ class _LoaderBatches:
 def _optimizer(optimizer: Any) -> Any:
     """``optimizer`` as the Trainer takes it: None, a ``torch.optim.Optimizer`` or an ``Optimizer`` class (built over
     the parameters with ``lr``); else an :class:`InputError` naming what is accepted."""
-    if optimizer is None or isinstance(optimizer, torch.optim.Optimizer) or (
-            isinstance(optimizer, type) and issubclass(optimizer, torch.optim.Optimizer)):
+    if (
+        optimizer is None
+        or isinstance(optimizer, torch.optim.Optimizer)
+        or (isinstance(optimizer, type) and issubclass(optimizer, torch.optim.Optimizer))
+    ):
         return optimizer
     hint = ""
     if isinstance(optimizer, str):
-        known = {n.lower(): n for n in dir(torch.optim) if isinstance(getattr(torch.optim, n), type)
-                 and issubclass(getattr(torch.optim, n), torch.optim.Optimizer)}
+        known = {
+            n.lower(): n
+            for n in dir(torch.optim)
+            if isinstance(getattr(torch.optim, n), type) and issubclass(getattr(torch.optim, n), torch.optim.Optimizer)
+        }
         if optimizer.lower() in known:
             hint = f" For {optimizer!r}, pass optimizer=torch.optim.{known[optimizer.lower()]}."
-    raise InputError(f"optimizer must be None (Adam with lr), a torch.optim.Optimizer over the energy's parameters "
-                     f"(torch.optim.Adam(energy.parameters(), lr=1e-3)) or an Optimizer class (torch.optim.SGD: built "
-                     f"with lr), got {type(optimizer).__name__} {optimizer!r}.{hint}")
+    raise InputError(
+        f"optimizer must be None (Adam with lr), a torch.optim.Optimizer over the energy's parameters "
+        f"(torch.optim.Adam(energy.parameters(), lr=1e-3)) or an Optimizer class (torch.optim.SGD: built "
+        f"with lr), got {type(optimizer).__name__} {optimizer!r}.{hint}"
+    )
 
 
 class Trainer:
@@ -173,10 +181,11 @@ class Trainer:
             raise InputError(f"loss must be an ebmcore.Loss, got {type(loss).__name__}.")
         check_positive_int(batch_size, "batch_size")
         lr = check_positive(lr, "lr")
-        if not isinstance(seed, int) or isinstance(seed, bool) or not -2**63 <= seed < 2**64:
+        if not isinstance(seed, int) or isinstance(seed, bool) or not -(2**63) <= seed < 2**64:
             raise InputError(f"seed must be an integer (a torch.Generator seed, in [-2**63, 2**64)), got {seed!r}.")
-        if ema_decay is not None and not (isinstance(ema_decay, (int, float)) and not isinstance(ema_decay, bool)
-                                          and 0 < ema_decay < 1):
+        if ema_decay is not None and not (
+            isinstance(ema_decay, (int, float)) and not isinstance(ema_decay, bool) and 0 < ema_decay < 1
+        ):
             raise InputError(f"ema_decay must be in (0, 1) (a number, or None for no average), got {ema_decay!r}.")
         if not isinstance(progress, bool):
             raise InputError(f"progress must be True or False, got {progress!r}.")
@@ -186,8 +195,9 @@ class Trainer:
             if every is not None:
                 check_positive_int(every, name)
         optimizer = _optimizer(optimizer)
-        if clip_grad_norm is not None and not (isinstance(clip_grad_norm, (int, float)) and math.isfinite(clip_grad_norm)
-                                               and clip_grad_norm > 0):
+        if clip_grad_norm is not None and not (
+            isinstance(clip_grad_norm, (int, float)) and math.isfinite(clip_grad_norm) and clip_grad_norm > 0
+        ):
             raise InputError(f"clip_grad_norm must be a positive number or None, got {clip_grad_norm!r}.")
         if (eval_every is None) != (eval_fn is None):
             raise InputError("give eval_fn and eval_every together.")
@@ -199,10 +209,12 @@ class Trainer:
         reference = energy._reference_tensor()
         device = reference.device if reference is not None else (data.device if isinstance(data, Tensor) else torch.device("cpu"))
         if device.type == "meta":
-            raise InputError(f"{'the energy holds its parameters' if reference is not None else 'data is'} on the meta "
-                             "device, which holds shapes but no values: a Trainer cannot train there. Build or move the "
-                             "model and data to 'cpu' or 'cuda' (energy.to_empty(device='cpu') and initialise it, or "
-                             "energy.to('cpu')).")
+            raise InputError(
+                f"{'the energy holds its parameters' if reference is not None else 'data is'} on the meta "
+                "device, which holds shapes but no values: a Trainer cannot train there. Build or move the "
+                "model and data to 'cpu' or 'cuda' (energy.to_empty(device='cpu') and initialise it, or "
+                "energy.to('cpu'))."
+            )
         self.generator = torch.Generator(device=device).manual_seed(seed)
         # data parallel under torch.distributed: every rank draws the same global batch from `generator`,
         # trains on its shard with its own stream for the loss's noise, and gradients are averaged.
@@ -270,8 +282,7 @@ class Trainer:
             if not math.isfinite(loss_value):
                 last = list(zip(self.history.steps[-5:], self.history.losses[-5:]))
                 if self.watchdog is not None:
-                    self._roll_back(self.step + 1, f"the loss is {loss_value} (the last finite values (step, loss) "
-                                                   f"were {last})")
+                    self._roll_back(self.step + 1, f"the loss is {loss_value} (the last finite values (step, loss) were {last})")
                     if bar is not None:
                         bar.n = self.step - first
                         bar.refresh()
@@ -327,9 +338,12 @@ class Trainer:
         """``{"enabled", "rollbacks", "events": [{"step", "reason", "rolled_back_to", "lr_before", "lr"}], "settings"}``:
         each event is a divergence detected at ``step`` and rolled back to the state of step ``rolled_back_to``,
         the learning rate (of the first parameter group) lowered from ``lr_before`` to ``lr``."""
-        return {"enabled": self.watchdog is not None, "rollbacks": len(self._events),
-                "events": [dict(e) for e in self._events],
-                "settings": None if self.watchdog is None else self.watchdog.settings()}
+        return {
+            "enabled": self.watchdog is not None,
+            "rollbacks": len(self._events),
+            "events": [dict(e) for e in self._events],
+            "settings": None if self.watchdog is None else self.watchdog.settings(),
+        }
 
     def _check(self, batch: Tensor) -> str | None:
         """The watchdog's check after a step (one host sync): what diverged, or None, which makes this state the last
@@ -356,9 +370,11 @@ class Trainer:
         stats = self._measure(batch, None, None)
         reason = self.watchdog.verdict(stats, self._references)
         if reason is not None:
-            raise DivergenceError(f"the state training starts from (step {self.step}) fails the watchdog's check: "
-                                  f"{reason}; there is no good state to roll back to. Start from a model whose energies "
-                                  "are finite on the data (a fresh initialisation or an earlier checkpoint).")
+            raise DivergenceError(
+                f"the state training starts from (step {self.step}) fails the watchdog's check: "
+                f"{reason}; there is no good state to roll back to. Start from a model whose energies "
+                "are finite on the data (a fresh initialisation or an earlier checkpoint)."
+            )
         if all(ref is None for ref in self._references.values()):  # a resumed run keeps its references as they were
             self._references = self.watchdog.updated(self._references, stats)
         self._snapshot()
@@ -375,14 +391,16 @@ class Trainer:
             finite = torch.isfinite(energies)
             spread = lambda x: x.flatten(1).float().var(0, correction=0).mean().sqrt()  # noqa: E731
             grad = grad_max.to(nan.device) if grad_max is not None else nan
-            values = torch.stack([
-                (~finite).sum().float(),
-                torch.where(finite, energies, 0.0).std(correction=0),
-                (~torch.isfinite(grad)).float() * (grad_max is not None),
-                torch.where(torch.isfinite(grad), grad, nan),
-                spread(negatives) if negatives is not None else nan,
-                spread(batch),
-            ])
+            values = torch.stack(
+                [
+                    (~finite).sum().float(),
+                    torch.where(finite, energies, 0.0).std(correction=0),
+                    (~torch.isfinite(grad)).float() * (grad_max is not None),
+                    torch.where(torch.isfinite(grad), grad, nan),
+                    spread(negatives) if negatives is not None else nan,
+                    spread(batch),
+                ]
+            )
             if self.world_size > 1:  # every rank decides alike: the worst of each measure over the ranks
                 sign = values.new_tensor([1, 1, 1, 1, -1, -1])
                 worst = torch.nan_to_num(values * sign, nan=-math.inf)
@@ -403,10 +421,17 @@ class Trainer:
         lrs = [group["lr"] for group in self.optimizer.param_groups]
         state = _copy(self._good["state"])  # loading may alias the tensors given: keep the copy intact
         n_steps, n_evals = self._good["lengths"]
-        self.load_state_dict({**state, "history": {"steps": self.history.steps[:n_steps],
-                                                   "losses": self.history.losses[:n_steps],
-                                                   "evaluations": self.history.evaluations[:n_evals]}},
-                             watchdog=False)
+        self.load_state_dict(
+            {
+                **state,
+                "history": {
+                    "steps": self.history.steps[:n_steps],
+                    "losses": self.history.losses[:n_steps],
+                    "evaluations": self.history.evaluations[:n_evals],
+                },
+            },
+            watchdog=False,
+        )
         self._grad_max = None
         if len(self._events) >= self.watchdog.max_rollbacks:
             before = "; ".join(f"step {e['step']}: {e['reason']}" for e in self._events) or "none"
@@ -415,15 +440,29 @@ class Trainer:
                 f"(max_rollbacks={self.watchdog.max_rollbacks}; earlier rollbacks: {before}); the trainer holds the "
                 f"last good state, of step {good_step}. Lower the learning rate or the sampler's step size, add energy "
                 "regularization or clip gradients, or allow more rollbacks: Watchdog(max_rollbacks=...) "
-                "([train] watchdog = { max_rollbacks = ... } in a configuration).")
+                "([train] watchdog = { max_rollbacks = ... } in a configuration)."
+            )
         for group, lr in zip(self.optimizer.param_groups, lrs):
             group["lr"] = lr * self.watchdog.lr_factor
-        event = {"step": step, "reason": reason, "rolled_back_to": good_step, "lr_before": lrs[0],
-                 "lr": self.optimizer.param_groups[0]["lr"]}
+        event = {
+            "step": step,
+            "reason": reason,
+            "rolled_back_to": good_step,
+            "lr_before": lrs[0],
+            "lr": self.optimizer.param_groups[0]["lr"],
+        }
         self._events.append(event)
-        log.warning("watchdog: training diverged at step %d (%s); rolled back to step %d, learning rate %.4g -> %.4g "
-                    "(rollback %d of at most %d)", step, reason, good_step, lrs[0], event["lr"], len(self._events),
-                    self.watchdog.max_rollbacks)
+        log.warning(
+            "watchdog: training diverged at step %d (%s); rolled back to step %d, learning rate %.4g -> %.4g "
+            "(rollback %d of at most %d)",
+            step,
+            reason,
+            good_step,
+            lrs[0],
+            event["lr"],
+            len(self._events),
+            self.watchdog.max_rollbacks,
+        )
 
     def _all_reduce_step(self, loss: torch.Tensor, weight: float) -> float:
         """Sum over ranks of (shard weight × gradient) and of (shard weight × loss), in one collective."""
@@ -435,7 +474,7 @@ class Trainer:
         dist.all_reduce(flat)
         offset = 0
         for p in params:
-            p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
+            p.grad.copy_(flat[offset : offset + p.numel()].view_as(p))
             offset += p.numel()
         return float(flat[-1])
 
@@ -454,8 +493,11 @@ class Trainer:
             "torch_rng": torch.get_rng_state(),
             "batches": self.batches.state_dict(),
             "history": {"steps": self.history.steps, "losses": self.history.losses, "evaluations": self.history.evaluations},
-            "watchdog": {"references": dict(self._references), "events": [dict(e) for e in self._events],
-                         "grad_max": self._grad_max},
+            "watchdog": {
+                "references": dict(self._references),
+                "events": [dict(e) for e in self._events],
+                "grad_max": self._grad_max,
+            },
         }
 
     def load_state_dict(self, state: dict[str, Any], *, watchdog: bool = True) -> None:
@@ -489,5 +531,8 @@ class Trainer:
 
     def load(self, path: str | os.PathLike) -> None:
         """Resume from a checkpoint written by :meth:`save` (same energy, loss and data set-up)."""
-        self.load_state_dict(runfiles.load_torch(Path(path), what="a training checkpoint",
-                                                 fix="start the training again with --overwrite (or another --out)"))
+        self.load_state_dict(
+            runfiles.load_torch(
+                Path(path), what="a training checkpoint", fix="start the training again with --overwrite (or another --out)"
+            )
+        )

@@ -55,8 +55,7 @@ class Watchdog:
         for name in ("check_every", "max_rollbacks"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < (1 if name == "check_every" else 0):
-                raise InputError(f"Watchdog {name} must be an integer >= {1 if name == 'check_every' else 0}, "
-                                 f"got {value!r}.")
+                raise InputError(f"Watchdog {name} must be an integer >= {1 if name == 'check_every' else 0}, got {value!r}.")
         for name, low, high in (("lr_factor", 0.0, 1.0), ("reference_decay", 0.0, 1.0)):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and low < value < high):
@@ -101,16 +100,18 @@ class Watchdog:
         ref = references.get("energy")
         spread = stats["energy_spread"]
         if ref is not None and spread > self.energy_factor * max(ref, self.energy_floor):
-            return (f"the energy scale blew up: spread {spread:.4g} nats, over {self.energy_factor:g}× the reference "
-                    f"{max(ref, self.energy_floor):.4g}")
+            return (
+                f"the energy scale blew up: spread {spread:.4g} nats, over {self.energy_factor:g}× the reference "
+                f"{max(ref, self.energy_floor):.4g}"
+            )
         ref = references.get("grad")
         if ref is not None and grad > self.grad_factor * max(ref, self.grad_floor):
-            return (f"the gradient norm blew up: {grad:.4g}, over {self.grad_factor:g}× the reference "
-                    f"{max(ref, self.grad_floor):.4g}")
+            return (
+                f"the gradient norm blew up: {grad:.4g}, over {self.grad_factor:g}× the reference {max(ref, self.grad_floor):.4g}"
+            )
         neg, data = stats["negatives_spread"], stats["data_spread"]
         if self.collapse_fraction and data > 0 and neg < self.collapse_fraction * data:
-            return (f"the negatives collapsed: their spread {neg:.4g} is under {self.collapse_fraction:g}× the data's "
-                    f"{data:.4g}")
+            return f"the negatives collapsed: their spread {neg:.4g} is under {self.collapse_fraction:g}× the data's {data:.4g}"
         return None
 
     def updated(self, references: dict[str, float | None], stats: dict[str, float]) -> dict[str, float | None]:
@@ -122,6 +123,9 @@ class Watchdog:
                 continue
             value = max(value, 1e-30)
             old = out.get(key)
-            out[key] = value if old is None else math.exp(self.reference_decay * math.log(old)
-                                                          + (1 - self.reference_decay) * math.log(value))
+            out[key] = (
+                value
+                if old is None
+                else math.exp(self.reference_decay * math.log(old) + (1 - self.reference_decay) * math.log(value))
+            )
         return out

@@ -39,9 +39,18 @@ class WhitenedContrastiveDivergence(Loss):
     0: none). :meth:`generate` draws fresh samples of ``exp(−E)``: ``sample_steps`` MALA steps from the base.
     The chains and the step size are part of :meth:`state_dict`."""
 
-    def __init__(self, n_steps: int = 10, *, step_size: float = 0.3, target_accept: float = 0.6,
-                 buffer_size: int = 2000, reinit_fraction: float = 0.05, regularization: float = 0.1,
-                 dequantize: float = 0.125, sample_steps: int = 1000) -> None:
+    def __init__(
+        self,
+        n_steps: int = 10,
+        *,
+        step_size: float = 0.3,
+        target_accept: float = 0.6,
+        buffer_size: int = 2000,
+        reinit_fraction: float = 0.05,
+        regularization: float = 0.1,
+        dequantize: float = 0.125,
+        sample_steps: int = 1000,
+    ) -> None:
         for name, value in (("n_steps", n_steps), ("buffer_size", buffer_size), ("sample_steps", sample_steps)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise InputError(f"{name} must be a positive integer, got {value!r}.")
@@ -64,12 +73,16 @@ class WhitenedContrastiveDivergence(Loss):
     def _check(energy: EnergyModel) -> None:
         missing = [name for name in ("whiten", "unwhiten", "whitened_energy", "correction") if not hasattr(energy, name)]
         if missing:
-            raise InputError(f"whitened_contrastive_divergence needs an energy with a fitted base in whitened "
-                             f"coordinates (gaussian_residual); {type(energy).__name__} lacks {', '.join(missing)}.")
+            raise InputError(
+                f"whitened_contrastive_divergence needs an energy with a fitted base in whitened "
+                f"coordinates (gaussian_residual); {type(energy).__name__} lacks {', '.join(missing)}."
+            )
         if not bool(getattr(energy, "fitted", True)):
-            raise InputError(f"whitened_contrastive_divergence: the base of {type(energy).__name__} is not fitted, so it "
-                             "would train against N(0, I) in pixel space; call energy.fit_base(train) first (ebm train "
-                             "does so before the first step).")
+            raise InputError(
+                f"whitened_contrastive_divergence: the base of {type(energy).__name__} is not fitted, so it "
+                "would train against N(0, I) in pixel space; call energy.fit_base(train) first (ebm train "
+                "does so before the first step)."
+            )
 
     @staticmethod
     def _functions(energy: EnergyModel) -> EnergyFunctions:
@@ -88,8 +101,7 @@ class WhitenedContrastiveDivergence(Loss):
 
         return EnergyFunctions(value, lambda z: energy_and_gradient(z)[1], energy_and_gradient, "autograd")
 
-    def _mala(self, energy: EnergyModel, z: Tensor, n_steps: int, generator: torch.Generator | None,
-              adapt: bool) -> Tensor:
+    def _mala(self, energy: EnergyModel, z: Tensor, n_steps: int, generator: torch.Generator | None, adapt: bool) -> Tensor:
         """``n_steps`` MALA steps of ``exp(−whitened_energy)`` from ``z: (n, d)``; with ``adapt``, the step size moves
         towards ``target_accept`` after each step (from the batch's mean acceptance)."""
         fns = self._functions(energy)
@@ -111,7 +123,9 @@ class WhitenedContrastiveDivergence(Loss):
         self._check(energy)
         n = data.shape[0]
         if self.dequantize:
-            data = data + (torch.rand(data.shape, generator=generator, dtype=data.dtype, device=data.device) - 0.5) * self.dequantize
+            data = (
+                data + (torch.rand(data.shape, generator=generator, dtype=data.dtype, device=data.device) - 0.5) * self.dequantize
+            )
         z_pos = energy.whiten(data)
         d = z_pos.shape[1]
         if self.chains is None:
@@ -145,11 +159,17 @@ class WhitenedContrastiveDivergence(Loss):
 
     def negatives_report(self) -> dict[str, Any]:
         """How the negatives were drawn, for ``metrics.json``."""
-        return {"sampler": "mala in the base's whitened coordinates", "n_steps": self.n_steps,
-                "step_size": self.step_size, "acceptance": self.acceptance, "persistent_chains": self.buffer_size,
-                "reinit_fraction": self.reinit_fraction, "samples_model_density": True,
-                "why": "Metropolis-adjusted chains at temperature 1 target exp(-E) itself; persistent, so they are "
-                       "near equilibrium only as far as the model moves slowly"}
+        return {
+            "sampler": "mala in the base's whitened coordinates",
+            "n_steps": self.n_steps,
+            "step_size": self.step_size,
+            "acceptance": self.acceptance,
+            "persistent_chains": self.buffer_size,
+            "reinit_fraction": self.reinit_fraction,
+            "samples_model_density": True,
+            "why": "Metropolis-adjusted chains at temperature 1 target exp(-E) itself; persistent, so they are "
+            "near equilibrium only as far as the model moves slowly",
+        }
 
     def state_dict(self) -> dict[str, Any]:
         return {"chains": self.chains, "step_size": self.step_size}

@@ -34,7 +34,7 @@ def test_exact_score_matching_equals_the_closed_form_value_and_gradient():
     energy = _model()
     value = ScoreMatching()(energy, x)
     p, m = energy.precision, energy.mean
-    expected = 0.5 * ((x - m) @ p).square().sum(1).mean() - torch.trace(p)   # ½|∇E|² − tr ∇²E, exactly per batch
+    expected = 0.5 * ((x - m) @ p).square().sum(1).mean() - torch.trace(p)  # ½|∇E|² − tr ∇²E, exactly per batch
     torch.testing.assert_close(value, expected)
     got = torch.autograd.grad(value, list(energy.parameters()))
     want = torch.autograd.grad(expected, list(energy.parameters()))
@@ -46,18 +46,26 @@ def _mc_close(estimates, target, what):
     """|mean − target| within 5 standard errors of the Monte Carlo mean."""
     estimates = torch.stack(estimates)
     se = estimates.std() / math.sqrt(len(estimates))
-    assert abs(float(estimates.mean() - target)) < 5 * float(se) + 1e-9, f"{what}: {float(estimates.mean()):.4f} vs {float(target):.4f} (se {float(se):.4f})"
+    assert abs(float(estimates.mean() - target)) < 5 * float(se) + 1e-9, (
+        f"{what}: {float(estimates.mean()):.4f} vs {float(target):.4f} (se {float(se):.4f})"
+    )
 
 
-@pytest.mark.parametrize("loss", [
-    ScoreMatching("hutchinson"),
-    ScoreMatching("hutchinson", probe="gaussian"),
-    SlicedScoreMatching(projection="rademacher"),
-    SlicedScoreMatching(projection="gaussian"),
-    SlicedScoreMatching(projection="sphere"),
-    SlicedScoreMatching(projection="gaussian", variance_reduction=True),
-    SlicedScoreMatching(n_projections=4, projection="sphere", variance_reduction=True),
-], ids=lambda l: f"{type(l).__name__}-{getattr(l, 'projection', getattr(l, 'probe', ''))}-{getattr(l, 'variance_reduction', '')}")
+@pytest.mark.parametrize(
+    "loss",
+    [
+        ScoreMatching("hutchinson"),
+        ScoreMatching("hutchinson", probe="gaussian"),
+        SlicedScoreMatching(projection="rademacher"),
+        SlicedScoreMatching(projection="gaussian"),
+        SlicedScoreMatching(projection="sphere"),
+        SlicedScoreMatching(projection="gaussian", variance_reduction=True),
+        SlicedScoreMatching(n_projections=4, projection="sphere", variance_reduction=True),
+    ],
+    ids=lambda l: (
+        f"{type(l).__name__}-{getattr(l, 'projection', getattr(l, 'probe', ''))}-{getattr(l, 'variance_reduction', '')}"
+    ),
+)
 def test_stochastic_estimators_agree_with_exact_score_matching_in_expectation(loss):
     x, _, _ = _data(32)
     energy = ebmcore.MLPEnergy(dim=D, hidden=(16,), seed=0, dtype=torch.float64)
@@ -74,13 +82,19 @@ def test_denoising_score_matching_expected_value_and_optimum():
     b = sigma * p - torch.eye(D, dtype=torch.float64) / sigma
     # E ½|P(x + σε − m) − ε/σ|² = ½[tr(PΣP) + |P(μ − m)|² + tr(BᵀB)],  B = σP − I/σ
     expected = 0.5 * (torch.trace(p @ cov @ p) + (p @ (mu - m)).square().sum() + torch.trace(b.T @ b))
-    values = [DenoisingScoreMatching(sigma)(energy, chunk, generator=torch.Generator().manual_seed(i)).detach()
-              for i, chunk in enumerate(x.split(5000))]
+    values = [
+        DenoisingScoreMatching(sigma)(energy, chunk, generator=torch.Generator().manual_seed(i)).detach()
+        for i, chunk in enumerate(x.split(5000))
+    ]
     _mc_close(values, expected, "DSM expected value")
     # at the optimum (m = μ, P = (Σ + σ²I)⁻¹) the expected gradient vanishes; elsewhere it does not
     optimum = LearnableGaussian(mu, torch.linalg.inv(cov + sigma**2 * torch.eye(D, dtype=torch.float64)))
-    at_opt = torch.autograd.grad(DenoisingScoreMatching(sigma)(optimum, x, generator=torch.Generator().manual_seed(3)), [optimum.mean])[0]
-    away = torch.autograd.grad(DenoisingScoreMatching(sigma)(energy, x, generator=torch.Generator().manual_seed(3)), [energy.mean])[0]
+    at_opt = torch.autograd.grad(
+        DenoisingScoreMatching(sigma)(optimum, x, generator=torch.Generator().manual_seed(3)), [optimum.mean]
+    )[0]
+    away = torch.autograd.grad(
+        DenoisingScoreMatching(sigma)(energy, x, generator=torch.Generator().manual_seed(3)), [energy.mean]
+    )[0]
     assert at_opt.abs().max() < 0.02 and away.abs().max() > 0.3
 
 

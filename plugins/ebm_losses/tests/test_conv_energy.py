@@ -52,12 +52,15 @@ def test_bad_arguments_name_the_fix():
         ConvEnergy(widths=[8, 0])
 
 
-@pytest.mark.parametrize("name, options", [
-    ("langevin", {"step_size": 1e-3}),
-    ("mala", {"step_size": 1e-2}),
-    ("hmc", {"step_size": 0.05, "n_leapfrog_steps": 3}),
-    ("nuts", {"step_size": 0.05, "max_tree_depth": 3}),
-])
+@pytest.mark.parametrize(
+    "name, options",
+    [
+        ("langevin", {"step_size": 1e-3}),
+        ("mala", {"step_size": 1e-2}),
+        ("hmc", {"step_size": 0.05, "n_leapfrog_steps": 3}),
+        ("nuts", {"step_size": 0.05, "max_tree_depth": 3}),
+    ],
+)
 def test_every_builtin_sampler_runs_on_image_states_with_a_clean_fallback(name, options):
     """Image states ``(n, 1, 8, 8)``: samples keep the shape and stay finite; the fused-kernel choice falls back to the
     per-step loop with a reason (no analytic kernel for a neural energy), and the gradient path says autograd."""
@@ -71,14 +74,17 @@ def test_every_builtin_sampler_runs_on_image_states_with_a_clean_fallback(name, 
     assert not torch.equal(samples, x0)
 
 
-@pytest.mark.parametrize("name, options", [
-    ("contrastive_divergence", {"n_steps": 2}),
-    ("persistent_contrastive_divergence", {"n_steps": 2, "buffer_size": 16}),
-    ("score_matching", {}),
-    ("sliced_score_matching", {}),
-    ("denoising_score_matching", {"sigma": 0.1}),
-    ("nce", {}),
-])
+@pytest.mark.parametrize(
+    "name, options",
+    [
+        ("contrastive_divergence", {"n_steps": 2}),
+        ("persistent_contrastive_divergence", {"n_steps": 2, "buffer_size": 16}),
+        ("score_matching", {}),
+        ("sliced_score_matching", {}),
+        ("denoising_score_matching", {"sigma": 0.1}),
+        ("nce", {}),
+    ],
+)
 def test_every_registered_loss_trains_the_conv_energy_on_images(name, options):
     """Every loss takes image batches ``(n, 1, 8, 8)``: a finite scalar whose gradient reaches every weight matrix."""
     energy = ConvEnergy(widths=(4, 8), seed=0)

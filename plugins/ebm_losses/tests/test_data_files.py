@@ -73,11 +73,14 @@ def test_an_object_array_of_images_is_named_as_such(tmp_path, capsys):
     assert "numpy.savez(path, images=images.astype('float32'))" in err
 
 
-@pytest.mark.parametrize("write, error, message", [
-    (lambda p: np.savez(p, images=np.array([object()], dtype=object)), RunFileError, r"holds object \(pickled\) arrays"),
-    (lambda p: p.write_bytes(b"PK\x03\x04 truncated"), RunFileError, r"cannot be read as an array of images"),
-    (lambda p: np.savez(p, images=np.array(["a", "b"])), ConfigError, r"has dtype <U1, not numbers"),
-])
+@pytest.mark.parametrize(
+    "write, error, message",
+    [
+        (lambda p: np.savez(p, images=np.array([object()], dtype=object)), RunFileError, r"holds object \(pickled\) arrays"),
+        (lambda p: p.write_bytes(b"PK\x03\x04 truncated"), RunFileError, r"cannot be read as an array of images"),
+        (lambda p: np.savez(p, images=np.array(["a", "b"])), ConfigError, r"has dtype <U1, not numbers"),
+    ],
+)
 def test_load_array_wraps_numpy_errors(tmp_path, write, error, message):
     path = tmp_path / "a.npz"
     write(path)
@@ -103,6 +106,9 @@ def test_a_png_too_large_for_pillow_is_named_with_its_size_and_the_fix(tmp_path,
 
     folder = _pngs(tmp_path / "pngs", 2)
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 10)  # 36 pixels > 2 × 10: Pillow's error, not its warning
-    with pytest.raises(InputError, match=r"0\.png is too large to read: Image size \(36 pixels\) exceeds limit of 20 "
-                                         r"pixels.*Downscale the image .*PIL\.Image\.MAX_IMAGE_PIXELS"):
+    with pytest.raises(
+        InputError,
+        match=r"0\.png is too large to read: Image size \(36 pixels\) exceeds limit of 20 "
+        r"pixels.*Downscale the image .*PIL\.Image\.MAX_IMAGE_PIXELS",
+    ):
         images.load_png_folder(folder)

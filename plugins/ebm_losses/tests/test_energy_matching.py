@@ -125,8 +125,9 @@ def _true_nll(test: torch.Tensor) -> float:
 def _train(loss: EnergyMatching, steps: int) -> tuple[float, float]:
     g = torch.Generator().manual_seed(0)
     train, test = datasets.make("eight_gaussians", 8000, generator=g), datasets.make("eight_gaussians", 2000, generator=g)
-    trainer = Trainer(ebmcore.MLPEnergy(dim=2, hidden=(64, 64), seed=0), loss, train, batch_size=256, lr=2e-3, seed=0,
-                      ema_decay=0.99)
+    trainer = Trainer(
+        ebmcore.MLPEnergy(dim=2, hidden=(64, 64), seed=0), loss, train, batch_size=256, lr=2e-3, seed=0, ema_decay=0.99
+    )
     trainer.fit(steps)
     return train_job.grid_nll(BoltzmannEnergy(trainer.ema.module, loss.temperature), test, 4.0, n=300), _true_nll(test)
 

@@ -107,9 +107,14 @@ def test_image_mlp_is_an_mlp_of_the_flattened_pixels():
 
 def _short_digits_eqm(tmp_path, steps: int = 20):
     """The bundled ``digits_eqm`` configuration, shortened to seconds."""
-    changes = [("steps = 15000", f"steps = {steps}"), ("hidden = [256, 256]", "hidden = [32]"),
-               ("sample_steps = 200", "sample_steps = 7"), ("image_samples = 400", "image_samples = 50"),
-               ("ais_chains = 128", "ais_chains = 0"), ("plots = true", "plots = false")]
+    changes = [
+        ("steps = 15000", f"steps = {steps}"),
+        ("hidden = [256, 256]", "hidden = [32]"),
+        ("sample_steps = 200", "sample_steps = 7"),
+        ("image_samples = 400", "image_samples = 50"),
+        ("ais_chains = 128", "ais_chains = 0"),
+        ("plots = true", "plots = false"),
+    ]
     return shortened_config("digits_eqm", changes, tmp_path / "digits_eqm.toml")
 
 

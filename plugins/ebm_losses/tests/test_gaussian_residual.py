@@ -34,8 +34,9 @@ def test_at_zero_correction_the_model_is_the_fitted_gaussian(covariance):
     assert bool(model.fitted)
     with torch.no_grad():
         log_p = -model.compute_energy(test).double()
-    closed = likelihood.gaussian_log_likelihood(train, test, diagonal=covariance == "diagonal",
-                                                ridge=likelihood.quantum(train) ** 2 / 12)
+    closed = likelihood.gaussian_log_likelihood(
+        train, test, diagonal=covariance == "diagonal", ridge=likelihood.quantum(train) ** 2 / 12
+    )
     assert float(log_p.mean()) == pytest.approx(closed["log_likelihood"], abs=1e-3)
     assert float(log_p.std() / math.sqrt(len(log_p))) == pytest.approx(closed["standard_error"], abs=1e-4)
     if covariance == "diagonal":
@@ -93,13 +94,20 @@ def test_ais_from_a_full_covariance_base_recovers_a_known_log_z():
     target = _Gaussian(torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64), torch.linalg.inv(1.3 * cov))
     exact = 0.5 * float(torch.logdet(2 * math.pi * 1.3 * cov))
     base = torch.linalg.cholesky(cov)
-    result = estimate_log_z(target, 256, 200, loc=torch.zeros(3, dtype=torch.float64), scale_tril=base,
-                            generator=torch.Generator().manual_seed(1))
+    result = estimate_log_z(
+        target, 256, 200, loc=torch.zeros(3, dtype=torch.float64), scale_tril=base, generator=torch.Generator().manual_seed(1)
+    )
     assert abs(result.log_z - exact) < 4 * result.standard_error + 1e-3
     assert result.effective_sample_size > 100 and result.samples.shape == (256, 3)
     # the base itself: every weight is log Z₀ exactly
-    same = estimate_log_z(_Gaussian(torch.zeros(3, dtype=torch.float64), torch.linalg.inv(cov)), 16, 5,
-                          loc=torch.zeros(3, dtype=torch.float64), scale_tril=base, generator=torch.Generator().manual_seed(2))
+    same = estimate_log_z(
+        _Gaussian(torch.zeros(3, dtype=torch.float64), torch.linalg.inv(cov)),
+        16,
+        5,
+        loc=torch.zeros(3, dtype=torch.float64),
+        scale_tril=base,
+        generator=torch.Generator().manual_seed(2),
+    )
     assert same.log_z == pytest.approx(0.5 * float(torch.logdet(2 * math.pi * cov)), abs=1e-9)
     assert same.effective_sample_size == pytest.approx(16)
     with pytest.raises(InputError, match="not both"):
@@ -132,10 +140,15 @@ def test_whitened_cd_moves_the_correction_and_keeps_its_chains():
 
 def _short_digits_density(tmp_path, steps: int = 20):
     """The bundled ``digits_density`` configuration, shortened to seconds."""
-    changes = [("steps = 5000", f"steps = {steps}"), ("hidden = [256, 256]", "hidden = [32]"),
-               ("sample_steps = 1000", "sample_steps = 7"), ("image_samples = 400", "image_samples = 50"),
-               ("ais_chains = 128", "ais_chains = 16"), ("ais_temperatures = 300", "ais_temperatures = 20"),
-               ("plots = true", "plots = false")]
+    changes = [
+        ("steps = 5000", f"steps = {steps}"),
+        ("hidden = [256, 256]", "hidden = [32]"),
+        ("sample_steps = 1000", "sample_steps = 7"),
+        ("image_samples = 400", "image_samples = 50"),
+        ("ais_chains = 128", "ais_chains = 16"),
+        ("ais_temperatures = 300", "ais_temperatures = 20"),
+        ("plots = true", "plots = false"),
+    ]
     return shortened_config("digits_density", changes, tmp_path / "digits_density.toml")
 
 

@@ -62,7 +62,7 @@ def test_quantised_data_with_a_constant_pixel_gets_the_dequantisation_ridge():
     with pytest.raises(InputError, match="covariance is singular .* give a ridge > 0"):
         likelihood.gaussian_log_likelihood(train, test)
     report = likelihood.baselines(train, test, (-1.0, 1.0))
-    assert report["gaussian"]["ridge"] == report["diagonal_gaussian"]["ridge"] == 0.125 ** 2 / 12
+    assert report["gaussian"]["ridge"] == report["diagonal_gaussian"]["ridge"] == 0.125**2 / 12
     assert report["uniform"]["log_likelihood"] == -9 * math.log(2)
     assert all(math.isfinite(report[k]["log_likelihood"]) for k in ("gaussian", "diagonal_gaussian"))
 
@@ -85,8 +85,10 @@ def test_grid_and_ais_agree_on_a_normalisable_energy_and_the_report_is_reliable(
     train, test = _two_d()
     energy = GaussianEnergy(torch.zeros(2), covariance=COV[:2, :2].float())
     lim = 1.25 * float(train.abs().max())
-    metrics = {"held_out_nll": grid_nll(energy, test, lim),
-               "ais": ais_log_likelihood(energy, train, test, n_chains=128, n_temperatures=100, seed=0)}
+    metrics = {
+        "held_out_nll": grid_nll(energy, test, lim),
+        "ais": ais_log_likelihood(energy, train, test, n_chains=128, n_temperatures=100, seed=0),
+    }
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         report = held_out_report(energy, train, test, lim, False, metrics)
@@ -105,8 +107,10 @@ def test_an_energy_with_mass_outside_the_grid_makes_the_grid_unreliable_by_its_o
     train, test = _two_d()
     energy = GaussianEnergy(torch.zeros(2), covariance=100 * torch.eye(2))
     lim = 1.25 * float(train.abs().max())
-    metrics = {"held_out_nll": grid_nll(energy, test, lim),
-               "ais": ais_log_likelihood(energy, train, test, n_chains=128, n_temperatures=100, seed=0)}
+    metrics = {
+        "held_out_nll": grid_nll(energy, test, lim),
+        "ais": ais_log_likelihood(energy, train, test, n_chains=128, n_temperatures=100, seed=0),
+    }
     report = held_out_report(energy, train, test, lim, False, metrics)
     exact = float(torch.distributions.MultivariateNormal(torch.zeros(2), 100 * torch.eye(2)).log_prob(test).mean())
     assert abs(metrics["ais"]["test_log_likelihood"] - exact) < 4 * metrics["ais"]["standard_error"] + 1e-3
@@ -121,14 +125,18 @@ def test_ais_that_misses_a_mode_disagrees_with_the_grid_warns_and_is_unreliable(
     disagrees by 2.3 nats, so both are marked unreliable and a warning is recorded."""
     g = torch.Generator().manual_seed(0)
     train, test = torch.randn(2000, 2, generator=g), torch.randn(500, 2, generator=g)
-    energy = GaussianMixtureEnergy(torch.tensor([[0.0, 0.0], [4.0, -4.0]]), torch.tensor([1.0, 0.1]),
-                                   torch.tensor([0.1, 0.9]))
+    energy = GaussianMixtureEnergy(torch.tensor([[0.0, 0.0], [4.0, -4.0]]), torch.tensor([1.0, 0.1]), torch.tensor([0.1, 0.9]))
     lim = 1.25 * float(train.abs().max())
-    metrics = {"held_out_nll": grid_nll(energy, test, lim),
-               "ais": ais_log_likelihood(energy, train, test, n_chains=128, n_temperatures=100, seed=0)}
+    metrics = {
+        "held_out_nll": grid_nll(energy, test, lim),
+        "ais": ais_log_likelihood(energy, train, test, n_chains=128, n_temperatures=100, seed=0),
+    }
     assert metrics["ais"]["reliable"] and metrics["ais"]["checks"]["ess"]["effective_sample_size"] > 100
-    with pytest.warns(EstimatesDisagreeWarning, match=r"held-out log-likelihood: the grid gives -5.108 ± 0.000 and AIS "
-                                                      r"-2.80\d ± 0.001, 2.3 nats apart"):
+    with pytest.warns(
+        EstimatesDisagreeWarning,
+        match=r"held-out log-likelihood: the grid gives -5.108 ± 0.000 and AIS "
+        r"-2.80\d ± 0.001, 2.3 nats apart",
+    ):
         report = held_out_report(energy, train, test, lim, False, metrics)
     exact = float(-energy.compute_energy(test).mean())  # the mixture is normalised
     assert abs(report["grid"]["test_log_likelihood"] - exact) < 1e-4
@@ -142,8 +150,11 @@ def test_ais_at_two_temperature_counts_that_disagree_is_unreliable_and_warns():
     is plain importance sampling and misses the mode, 200 anneal to it."""
     train, test = _two_d()
     energy = GaussianEnergy(torch.full((2,), 4.0), covariance=0.04 * torch.eye(2))
-    with pytest.warns(EstimatesDisagreeWarning, match=r"held-out log-likelihood by AIS: 200 temperatures gives .* and "
-                                                      r"1 temperatures .* AIS has not converged"):
+    with pytest.warns(
+        EstimatesDisagreeWarning,
+        match=r"held-out log-likelihood by AIS: 200 temperatures gives .* and "
+        r"1 temperatures .* AIS has not converged",
+    ):
         report = ais_log_likelihood(energy, train, test, n_chains=128, n_temperatures=200, seed=0, check_temperatures=1)
     assert report["checks"]["temperatures"]["passed"] is False and report["reliable"] is False
     exact = float(torch.distributions.MultivariateNormal(torch.full((2,), 4.0), 0.04 * torch.eye(2)).log_prob(test).mean())
@@ -165,8 +176,14 @@ def test_ais_whose_effective_sample_size_fails_its_check_records_a_warning_that_
     assert record["effective_sample_size"] < record["threshold"] == 12.8
     assert "not reliable" in record["message"] and "ais_chains and ais_temperatures" in record["message"]
     assert "a base closer to the model" in record["message"]
-    metrics = {"held_out_nll": None, "ais": ais, "steps": 1, "final_loss": 0.0, "wall_time_s": 1.0,
-               "throughput_samples_per_s": None}
+    metrics = {
+        "held_out_nll": None,
+        "ais": ais,
+        "steps": 1,
+        "final_loss": 0.0,
+        "wall_time_s": 1.0,
+        "throughput_samples_per_s": None,
+    }
     metrics.update(held_out_report(energy, train, test, 0.0, False, metrics))
     assert metrics["warnings"] == [record]
     assert f"  warning: {record['message']}" in summary(metrics, tmp_path).splitlines()

@@ -7,8 +7,16 @@ import pytest
 import torch
 
 import ebmcore
-from ebm_losses import (ContrastiveDivergence, DenoisingScoreMatching, EnergyMatching, EquilibriumMatching,
-                        NoiseContrastiveEstimation, PersistentContrastiveDivergence, ScoreMatching, SlicedScoreMatching)
+from ebm_losses import (
+    ContrastiveDivergence,
+    DenoisingScoreMatching,
+    EnergyMatching,
+    EquilibriumMatching,
+    NoiseContrastiveEstimation,
+    PersistentContrastiveDivergence,
+    ScoreMatching,
+    SlicedScoreMatching,
+)
 from ebm_losses.score_matching import projections
 from ebmcore.errors import InputError
 
@@ -31,8 +39,11 @@ LOSSES = {
 @pytest.mark.parametrize("name", LOSSES)
 @pytest.mark.parametrize("model", [lambda x: x.sum(-1), torch.nn.Linear(2, 1)], ids=["function", "module"])
 def test_every_loss_refuses_a_model_that_is_not_an_energy_model(name, model):
-    with pytest.raises(InputError, match=r"needs an ebmcore\.EnergyModel as its first argument, got (function|Linear); "
-                                         r"subclass EnergyModel"):
+    with pytest.raises(
+        InputError,
+        match=r"needs an ebmcore\.EnergyModel as its first argument, got (function|Linear); "
+        r"subclass EnergyModel",
+    ):
         LOSSES[name]()(model, torch.randn(8, 2))
 
 
@@ -56,20 +67,28 @@ def test_energy_and_equilibrium_matching_check_the_generator_in_training_and_gen
         loss.generate(energy, 3, torch.randn(8, 2), generator=generator)
 
 
-@pytest.mark.parametrize("build, message", [
-    (lambda: NoiseContrastiveEstimation(log_normalizer=math.nan), r"log_normalizer must be a finite number, got nan"),
-    (lambda: NoiseContrastiveEstimation(log_normalizer=math.inf), r"log_normalizer must be a finite number, got inf"),
-    (lambda: NoiseContrastiveEstimation(log_normalizer="1"), r"log_normalizer must be a finite number, got '1'"),
-    (lambda: ContrastiveDivergence(regularization=math.inf), r"regularization must be a finite number >= 0, got inf"),
-    (lambda: ContrastiveDivergence(regularization=math.nan), r"regularization must be a finite number >= 0, got nan"),
-    (lambda: PersistentContrastiveDivergence(regularization=math.inf), r"regularization must be a finite number >= 0"),
-    (lambda: EnergyMatching(coupling="independent", flow_weight=math.inf), r"flow_weight must be a finite number >= 0, got inf"),
-    (lambda: EnergyMatching(coupling="independent", flow_weight=-1.0), r"flow_weight must be a finite number >= 0, got -1"),
-    (lambda: EnergyMatching(coupling="independent", regularization=math.inf),
-     r"regularization must be a finite number >= 0, got inf"),
-    (lambda: EnergyMatching(coupling="independent", tau_star=math.nan), r"tau_star must be a finite number in \[0, 1\]"),
-    (lambda: EnergyMatching(coupling="independent", tau_star=2.0), r"tau_star must be a finite number in \[0, 1\], got 2"),
-])
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (lambda: NoiseContrastiveEstimation(log_normalizer=math.nan), r"log_normalizer must be a finite number, got nan"),
+        (lambda: NoiseContrastiveEstimation(log_normalizer=math.inf), r"log_normalizer must be a finite number, got inf"),
+        (lambda: NoiseContrastiveEstimation(log_normalizer="1"), r"log_normalizer must be a finite number, got '1'"),
+        (lambda: ContrastiveDivergence(regularization=math.inf), r"regularization must be a finite number >= 0, got inf"),
+        (lambda: ContrastiveDivergence(regularization=math.nan), r"regularization must be a finite number >= 0, got nan"),
+        (lambda: PersistentContrastiveDivergence(regularization=math.inf), r"regularization must be a finite number >= 0"),
+        (
+            lambda: EnergyMatching(coupling="independent", flow_weight=math.inf),
+            r"flow_weight must be a finite number >= 0, got inf",
+        ),
+        (lambda: EnergyMatching(coupling="independent", flow_weight=-1.0), r"flow_weight must be a finite number >= 0, got -1"),
+        (
+            lambda: EnergyMatching(coupling="independent", regularization=math.inf),
+            r"regularization must be a finite number >= 0, got inf",
+        ),
+        (lambda: EnergyMatching(coupling="independent", tau_star=math.nan), r"tau_star must be a finite number in \[0, 1\]"),
+        (lambda: EnergyMatching(coupling="independent", tau_star=2.0), r"tau_star must be a finite number in \[0, 1\], got 2"),
+    ],
+)
 def test_non_finite_loss_parameters_are_refused(build, message):
     with pytest.raises(InputError, match=message):
         build()

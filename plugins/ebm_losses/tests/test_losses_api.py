@@ -9,9 +9,16 @@ from ebm_samplers import LangevinSampler
 from ebmcore.errors import InputError
 from ebmcore.testing import check_loss
 
-NAMES = ["contrastive_divergence", "persistent_contrastive_divergence", "score_matching", "sliced_score_matching",
-         "denoising_score_matching", "nce", "energy_matching",
-         "equilibrium_matching"]
+NAMES = [
+    "contrastive_divergence",
+    "persistent_contrastive_divergence",
+    "score_matching",
+    "sliced_score_matching",
+    "denoising_score_matching",
+    "nce",
+    "energy_matching",
+    "equilibrium_matching",
+]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -57,7 +64,9 @@ def test_cd_prepares_its_sampler_once_per_call_and_draws_what_advance_draws(fuse
 
 def test_persistent_cd_keeps_and_restarts_its_buffer():
     energy = ebmcore.MLPEnergy(dim=2, hidden=(8,), seed=0)
-    loss = PersistentContrastiveDivergence("langevin", 3, sampler_options={"step_size": 0.01}, buffer_size=500, reinit_fraction=0.2)
+    loss = PersistentContrastiveDivergence(
+        "langevin", 3, sampler_options={"step_size": 0.01}, buffer_size=500, reinit_fraction=0.2
+    )
     data = datasets.make("two_moons", 200, generator=torch.Generator().manual_seed(0))
     g = torch.Generator().manual_seed(0)
     loss(energy, data, generator=g)
@@ -84,14 +93,17 @@ def test_gradient_clipping_clamps_what_the_sampler_sees_and_never_owns_the_model
     assert list(clipped.children()) == []
 
 
-@pytest.mark.parametrize("build, message", [
-    (lambda: ContrastiveDivergence(n_steps=0), "n_steps must be a positive integer"),
-    (lambda: ContrastiveDivergence(regularization=-1), "regularization must be a finite number >= 0"),
-    (lambda: ContrastiveDivergence(sampler=3), "sampler must be a registered name"),
-    (lambda: ContrastiveDivergence(gradient_clip=0), "gradient_clip must be a finite positive number"),
-    (lambda: PersistentContrastiveDivergence(reinit_fraction=2), r"reinit_fraction must be in \[0, 1\]"),
-    (lambda: PersistentContrastiveDivergence(noise="pink"), "noise must be 'uniform', 'gaussian' or a callable"),
-])
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (lambda: ContrastiveDivergence(n_steps=0), "n_steps must be a positive integer"),
+        (lambda: ContrastiveDivergence(regularization=-1), "regularization must be a finite number >= 0"),
+        (lambda: ContrastiveDivergence(sampler=3), "sampler must be a registered name"),
+        (lambda: ContrastiveDivergence(gradient_clip=0), "gradient_clip must be a finite positive number"),
+        (lambda: PersistentContrastiveDivergence(reinit_fraction=2), r"reinit_fraction must be in \[0, 1\]"),
+        (lambda: PersistentContrastiveDivergence(noise="pink"), "noise must be 'uniform', 'gaussian' or a callable"),
+    ],
+)
 def test_bad_loss_parameters(build, message):
     with pytest.raises(InputError, match=message):
         build()
@@ -153,7 +165,8 @@ def test_the_losses_fused_ops_are_defined_once_and_every_kernel_takes_their_para
     from ebmcore.testing import isolated_plugins
 
     assert LOSS_OPS["feedforward_energy_gradients"].signature.startswith(
-        "(x: (n, d), a: (n,), b: (n,) | None, network: FeedForward) -> (energies: (n,), weight gradients")
+        "(x: (n, d), a: (n,), b: (n,) | None, network: FeedForward) -> (energies: (n,), weight gradients"
+    )
     backends = {e.component.name: e.component for e in ebmcore.plugins.session().table.entries("kernel")}
     implemented = [(name, op) for name, backend in backends.items() for op in backend.kernels if op in LOSS_OPS]
     for name, op in implemented:
@@ -167,11 +180,15 @@ def test_the_losses_fused_ops_are_defined_once_and_every_kernel_takes_their_para
     class Wrong:
         @hookimpl
         def ebm_register_kernels(self, registry):
-            registry.register_kernel_backend(KernelBackend("wrong", [Kernel("feedforward_energy_gradients", wrong, ("cpu",),
-                                                                             priority=50)]))
+            registry.register_kernel_backend(
+                KernelBackend("wrong", [Kernel("feedforward_energy_gradients", wrong, ("cpu",), priority=50)])
+            )
 
     energy = ebmcore.MLPEnergy(dim=2, hidden=(8,), seed=0)
     with isolated_plugins(("wrong", Wrong())):
-        with pytest.raises(PluginError, match=r"op 'feedforward_energy_gradients' \(.*wrong\) does not take the op's "
-                                              r"parameters \(x: \(n, d\), a: \(n,\), b: \(n,\) \| None, network"):
+        with pytest.raises(
+            PluginError,
+            match=r"op 'feedforward_energy_gradients' \(.*wrong\) does not take the op's "
+            r"parameters \(x: \(n, d\), a: \(n,\), b: \(n,\) \| None, network",
+        ):
             network_kernel("feedforward_energy_gradients", energy.program(), torch.randn(4, 2))

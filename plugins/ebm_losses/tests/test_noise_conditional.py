@@ -65,8 +65,9 @@ def test_sigma_range_loss_is_the_sigma_squared_weighted_residual():
             return 0.5 * (x * x).sum(1) / (1 + sigma**2)
 
     g = torch.Generator().manual_seed(0)
-    value = DenoisingScoreMatching(sigma_range=[0.1, 2.0])(Smoothed(), torch.randn(400_000, 3, dtype=torch.float64,
-                                                                                     generator=g), generator=g)
+    value = DenoisingScoreMatching(sigma_range=[0.1, 2.0])(
+        Smoothed(), torch.randn(400_000, 3, dtype=torch.float64, generator=g), generator=g
+    )
     s = torch.linspace(math.log(0.1), math.log(2.0), 100_001, dtype=torch.float64).exp()
     assert float(value.detach()) == pytest.approx(0.5 * 3 * float((1 / (1 + s * s)).mean()), rel=0.01)
 
@@ -111,8 +112,9 @@ def eight_gaussians_model():
     train = datasets.make("eight_gaussians", 8000, generator=g)
     test = datasets.make("eight_gaussians", 2000, generator=g)
     energy = NoiseConditionalEnergy([2], hidden=[128, 128], sigma_min=SIGMA_MIN, sigma_max=2.0, seed=0)
-    trainer = Trainer(energy, DenoisingScoreMatching(sigma_range=[SIGMA_MIN, 2.0]), train, batch_size=256, lr=2e-3,
-                      seed=0, ema_decay=0.99)
+    trainer = Trainer(
+        energy, DenoisingScoreMatching(sigma_range=[SIGMA_MIN, 2.0]), train, batch_size=256, lr=2e-3, seed=0, ema_decay=0.99
+    )
     trainer.fit(STEPS)
     return trainer.ema.module, test
 
@@ -122,8 +124,7 @@ def test_annealed_samples_of_eight_gaussians_have_the_datas_modes_and_moments(ei
     sigmas = geometric_sigmas(2.0, SIGMA_MIN, 20)
     g = torch.Generator().manual_seed(1)
     sampler = AnnealedLangevinSampler(energy, sigmas, n_steps_each=50, step_size=1e-3)
-    x = denoise(energy, sampler.sample(2 * torch.randn(4000, 2, generator=g), sampler.total_steps, generator=g),
-                sigmas[-1])
+    x = denoise(energy, sampler.sample(2 * torch.randn(4000, 2, generator=g), sampler.total_steps, generator=g), sigmas[-1])
     angle = torch.arange(8) * (2 * math.pi / 8)
     centres = 2 * torch.stack([angle.cos(), angle.sin()], 1)
     nearest = torch.cdist(x, centres).argmin(1)
@@ -144,13 +145,17 @@ def test_the_smallest_level_density_is_near_the_exact_smoothed_density(eight_gau
     assert model - exact < GAP
 
 
-
 def _short_digits_dsm(tmp_path, steps: int = 20):
     """The bundled ``digits_dsm`` configuration, shortened to seconds."""
-    changes = [("steps = 20000", f"steps = {steps}"), ("hidden = [256, 256]", "hidden = [32]"),
-               ("n_levels = 30, n_steps_each = 60", "n_levels = 3, n_steps_each = 2"),
-               ("image_samples = 400", "image_samples = 120"), ("ais_chains = 128", "ais_chains = 16"),
-               ("ais_temperatures = 300", "ais_temperatures = 20"), ("plots = true", "plots = false")]
+    changes = [
+        ("steps = 20000", f"steps = {steps}"),
+        ("hidden = [256, 256]", "hidden = [32]"),
+        ("n_levels = 30, n_steps_each = 60", "n_levels = 3, n_steps_each = 2"),
+        ("image_samples = 400", "image_samples = 120"),
+        ("ais_chains = 128", "ais_chains = 16"),
+        ("ais_temperatures = 300", "ais_temperatures = 20"),
+        ("plots = true", "plots = false"),
+    ]
     return shortened_config("digits_dsm", changes, tmp_path / "digits_dsm.toml")
 
 
@@ -165,8 +170,9 @@ def test_train_digits_dsm_samples_by_annealed_langevin_and_reports_the_classifie
     quality = metrics["sample_quality"]
     assert torch.load(out / "samples.pt").shape == (120, 1, 8, 8)
     assert 0 <= quality["confident_fraction_samples"] <= 1 and 0.5 < quality["confident_fraction_test"] <= 1
-    assert quality["classifier_ratio"] == pytest.approx(quality["confident_fraction_samples"]
-                                                        / quality["confident_fraction_test"])
+    assert quality["classifier_ratio"] == pytest.approx(
+        quality["confident_fraction_samples"] / quality["confident_fraction_test"]
+    )
     assert sum(quality["confident_class_counts"]) == round(120 * quality["confident_fraction_samples"])
     assert quality["confident_classes"] == sum(c > 0 for c in quality["confident_class_counts"]) and quality["spread"] > 0
     assert metrics["ais"]["log_z"]["n_chains"] == 16 and metrics["negatives"] is None
@@ -177,9 +183,11 @@ def test_train_digits_dsm_samples_by_annealed_langevin_and_reports_the_classifie
 
 def test_denoise_without_noise_levels_is_a_config_error(tmp_path):
     path = _short_digits_dsm(tmp_path)
-    path.write_text(path.read_text().replace('sampler = "annealed_langevin"', 'sampler = "langevin"')
-                    .replace("sampler_params = { sigma_max = 1.0, sigma_min = 0.02, n_levels = 3, n_steps_each = 2, ",
-                             "sampler_params = { "))
+    path.write_text(
+        path.read_text()
+        .replace('sampler = "annealed_langevin"', 'sampler = "langevin"')
+        .replace("sampler_params = { sigma_max = 1.0, sigma_min = 0.02, n_levels = 3, n_steps_each = 2, ", "sampler_params = { ")
+    )
     with pytest.raises(ConfigError, match=r'denoise: .*set \[output\] sampler = "annealed_langevin"'):
         train_job.load_config(path)
 
@@ -196,8 +204,7 @@ def test_classifier_quality_of_held_out_digits_is_one_and_of_noise_is_low():
     assert real["classifier_ratio"] == 1.0 and real["confident_classes"] == 10 and real["spread"] == pytest.approx(1.0)
     one = classifier_quality(test[:1].repeat(50, 1, 1, 1), train, labels, test)
     assert one["spread"] == 0.0 and one["confident_classes"] <= 1  # a collapse shows in the spread
-    noise = classifier_quality(torch.rand(200, 1, 8, 8, generator=torch.Generator().manual_seed(0)) * 2 - 1,
-                               train, labels, test)
+    noise = classifier_quality(torch.rand(200, 1, 8, 8, generator=torch.Generator().manual_seed(0)) * 2 - 1, train, labels, test)
     assert noise["classifier_ratio"] < 0.3
 
 

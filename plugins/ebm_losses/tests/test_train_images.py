@@ -110,18 +110,27 @@ def test_complex_images_are_an_error_naming_the_array(tmp_path, suffix):
     values = (np.ones((4, 6, 6)) + 1j).astype(np.complex64)
     path = tmp_path / f"c{suffix}"
     np.savez(path, images=values) if suffix == ".npz" else torch.save({"images": torch.from_numpy(values)}, path)
-    with pytest.raises(InputError, match=r"c\.(npz: the array|pt: the tensor) 'images' is complex \(torch\.complex64\); "
-                                         r"images must be real numbers\. Save .*numpy\.abs\(a\)"):
+    with pytest.raises(
+        InputError,
+        match=r"c\.(npz: the array|pt: the tensor) 'images' is complex \(torch\.complex64\); "
+        r"images must be real numbers\. Save .*numpy\.abs\(a\)",
+    ):
         images.load(str(path))
 
 
 def _short_digits(tmp_path: Path, steps: int = 4) -> Path:
     """The bundled digits configuration, shortened to seconds."""
-    changes = [("n_steps = 20", "n_steps = 3"), ("buffer_size = 2000", "buffer_size = 200"),
-               (f"steps = {train_job.load_config('digits')['train']['steps']}", f"steps = {steps}"),
-               ("widths = [32, 64]", "widths = [8, 16]"), ("image_sample_steps = ", "image_sample_steps = 5 #"),
-               ("ais_chains = ", "ais_chains = 16 #"), ("ais_temperatures = ", "ais_temperatures = 20 #"),
-               ("checkpoint_every = 250", "checkpoint_every = 2"), ("eval_every = 250", "eval_every = 2")]
+    changes = [
+        ("n_steps = 20", "n_steps = 3"),
+        ("buffer_size = 2000", "buffer_size = 200"),
+        (f"steps = {train_job.load_config('digits')['train']['steps']}", f"steps = {steps}"),
+        ("widths = [32, 64]", "widths = [8, 16]"),
+        ("image_sample_steps = ", "image_sample_steps = 5 #"),
+        ("ais_chains = ", "ais_chains = 16 #"),
+        ("ais_temperatures = ", "ais_temperatures = 20 #"),
+        ("checkpoint_every = 250", "checkpoint_every = 2"),
+        ("eval_every = 250", "eval_every = 2"),
+    ]
     return shortened_config("digits", changes, tmp_path / "digits.toml")
 
 
@@ -165,8 +174,14 @@ def test_clip_grad_norm_bounds_every_update():
     energy = GaussianEnergy(torch.zeros(2), covariance=torch.eye(2))
     energy.mean.requires_grad_(True)
     before = energy.mean.detach().clone()
-    trainer = Trainer(energy, DenoisingScoreMatching(sigma=0.1), torch.randn(64, 2) + 5.0, batch_size=64,
-                      optimizer=torch.optim.SGD([energy.mean], lr=1.0), clip_grad_norm=1e-3)
+    trainer = Trainer(
+        energy,
+        DenoisingScoreMatching(sigma=0.1),
+        torch.randn(64, 2) + 5.0,
+        batch_size=64,
+        optimizer=torch.optim.SGD([energy.mean], lr=1.0),
+        clip_grad_norm=1e-3,
+    )
     trainer.fit(1)
     assert 0 < float((energy.mean.detach() - before).norm()) <= 1e-3 + 1e-9
 
@@ -239,16 +254,29 @@ def test_the_bundled_cifar10_run_starts_on_a_small_file_in_that_format(tmp_path,
     config = tomllib.loads(train_job.bundled_config_path("cifar10").read_text())  # (load_config checks the device: cuda)
     assert config["data"]["dataset"] == images.CIFAR_FOLDER and config["train"]["device"] == "cuda"
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ConfigError, match=r"no such file 'cifar-10-batches-bin'. It is CIFAR-10's binary version: download "
-                                          r"cifar-10-binary.tar.gz"):
+    with pytest.raises(
+        ConfigError,
+        match=r"no such file 'cifar-10-batches-bin'. It is CIFAR-10's binary version: download "
+        r"cifar-10-binary.tar.gz",
+    ):
         train_job.load_config("cifar10", {"train": {"device": "cpu"}})
     (tmp_path / images.CIFAR_FOLDER).mkdir()
     _cifar_file(tmp_path / images.CIFAR_FOLDER / "data_batch_1.bin", [i % 10 for i in range(40)], seed=5)
-    shortened_config("cifar10", [("n_train = 49000", "n_train = 30"), ("n_test = 1000", "n_test = 10"),
-                                 ("n_steps = 60", "n_steps = 2"), ("buffer_size = 10000", "buffer_size = 64"),
-                                 ("widths = [64, 128, 256, 256]", "widths = [4, 8]"), ("batch_size = 128", "batch_size = 8"),
-                                 ("image_sample_steps = 200", "image_sample_steps = 2"), ("plots = true", "plots = false"),
-                                 ('device = "cuda"', 'device = "cpu"')], tmp_path / "cifar.toml")
+    shortened_config(
+        "cifar10",
+        [
+            ("n_train = 49000", "n_train = 30"),
+            ("n_test = 1000", "n_test = 10"),
+            ("n_steps = 60", "n_steps = 2"),
+            ("buffer_size = 10000", "buffer_size = 64"),
+            ("widths = [64, 128, 256, 256]", "widths = [4, 8]"),
+            ("batch_size = 128", "batch_size = 8"),
+            ("image_sample_steps = 200", "image_sample_steps = 2"),
+            ("plots = true", "plots = false"),
+            ('device = "cuda"', 'device = "cpu"'),
+        ],
+        tmp_path / "cifar.toml",
+    )
     assert main(["train", "cifar.toml", "--out", "run", "--steps", "2", "--quiet"]) == 0
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["steps"] == 2 and metrics["image_shape"] == [3, 32, 32] and metrics["pixel_range"] == [0.0, 255.0]

@@ -64,7 +64,9 @@ def test_train_writes_model_metrics_and_plots_and_the_model_can_be_sampled(tmp_p
 
     assert np.array_equal(np.load(out / "samples.npz", allow_pickle=False)["samples"], written["samples.pt"].numpy())
     sample_cfg = tmp_path / "sample.toml"
-    sample_cfg.write_text(f'[energy]\nmodel = "{out / "model.pt"}"\n[sampler]\nname = "mala"\nn_chains = 100\nn_steps = 50\nburn_in = 20\nwarmup = 30\n[output]\nplots = false\n')
+    sample_cfg.write_text(
+        f'[energy]\nmodel = "{out / "model.pt"}"\n[sampler]\nname = "mala"\nn_chains = 100\nn_steps = 50\nburn_in = 20\nwarmup = 30\n[output]\nplots = false\n'
+    )
     assert main(["sample", str(sample_cfg), "--out", str(tmp_path / "s"), "--quiet"]) == 0
     assert json.loads((tmp_path / "s" / "metrics.json").read_text())["n_chains"] == 100
 
@@ -80,12 +82,15 @@ def test_resume_equals_the_uninterrupted_run(tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
-@pytest.mark.parametrize("text, message", [
-    (SMALL.replace('dataset = "two_moons"', 'dataset = "moons"'), "key 'dataset' must be one of"),
-    (SMALL.replace("steps = 40", "steps = -1"), "key 'steps' must be > 0"),
-    (SMALL.replace('name = "denoising_score_matching"', 'name = "dsm"'), "no loss named 'dsm'"),
-    (SMALL + "\n[extra]\na = 1\n", "unknown key(s) extra"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (SMALL.replace('dataset = "two_moons"', 'dataset = "moons"'), "key 'dataset' must be one of"),
+        (SMALL.replace("steps = 40", "steps = -1"), "key 'steps' must be > 0"),
+        (SMALL.replace('name = "denoising_score_matching"', 'name = "dsm"'), "no loss named 'dsm'"),
+        (SMALL + "\n[extra]\na = 1\n", "unknown key(s) extra"),
+    ],
+)
 def test_train_config_errors(tmp_path, capsys, text, message):
     assert main(["train", str(_config(tmp_path, text)), "--out", str(tmp_path / "o"), "--quiet"]) == 2
     assert message in capsys.readouterr().err
@@ -108,20 +113,39 @@ def test_a_finished_training_is_not_run_again_unless_overwritten(tmp_path, capsy
 
 
 def test_an_int_learning_rate_is_a_float(tmp_path):
-    cfg = _config(tmp_path, SMALL.replace("batch_size = 64", "batch_size = 64\nlr = 1").replace("steps = 40", "steps = 2")
-                  .replace("n_model_samples = 300", "n_model_samples = 0\nplots = false"))
+    cfg = _config(
+        tmp_path,
+        SMALL.replace("batch_size = 64", "batch_size = 64\nlr = 1")
+        .replace("steps = 40", "steps = 2")
+        .replace("n_model_samples = 300", "n_model_samples = 0\nplots = false"),
+    )
     assert main(["train", str(cfg), "--out", str(tmp_path / "o"), "--quiet"]) == 0
     assert json.loads((tmp_path / "o" / "config.json").read_text())["train"]["lr"] == 1.0
 
 
-@pytest.mark.parametrize("case, message", [
-    ("dict in .pt", "[data] dataset '{tmp}/d.pt' holds a dict with keys points, not a tensor; save the points alone: torch.save(points, path)"),
-    ("npz without samples", "[data] dataset '{tmp}/d.npz' has no array 'samples' (it holds x); write it with numpy.savez(path, samples=points)"),
-    ("object array", "[data] dataset '{tmp}/d.npz': Object arrays cannot be loaded when allow_pickle=False; write numeric points"),
-    ("one-dimensional", "[data] dataset '{tmp}/d.pt' holds points of shape (100,); give at least 2 points of shape (N, *event_shape)"),
-    ("truncated checkpoint", "checkpoint.pt cannot be read as a training checkpoint"),
-    ("out is a file", "the run directory {tmp}/o is an existing file"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        (
+            "dict in .pt",
+            "[data] dataset '{tmp}/d.pt' holds a dict with keys points, not a tensor; save the points alone: torch.save(points, path)",
+        ),
+        (
+            "npz without samples",
+            "[data] dataset '{tmp}/d.npz' has no array 'samples' (it holds x); write it with numpy.savez(path, samples=points)",
+        ),
+        (
+            "object array",
+            "[data] dataset '{tmp}/d.npz': Object arrays cannot be loaded when allow_pickle=False; write numeric points",
+        ),
+        (
+            "one-dimensional",
+            "[data] dataset '{tmp}/d.pt' holds points of shape (100,); give at least 2 points of shape (N, *event_shape)",
+        ),
+        ("truncated checkpoint", "checkpoint.pt cannot be read as a training checkpoint"),
+        ("out is a file", "the run directory {tmp}/o is an existing file"),
+    ],
+)
 def test_bad_data_and_files_are_errors_not_tracebacks(tmp_path, capsys, case, message):
     import numpy as np
 
@@ -163,8 +187,9 @@ def test_the_watchdog_rolls_back_a_nan_loss_and_reports_it_or_without_it_the_err
         return value * float("nan") if len(calls) == 15 else value
 
     monkeypatch.setattr(DenoisingScoreMatching, "__call__", nan_at_15)
-    text = (SMALL.replace("n_model_samples = 300", "n_model_samples = 0\nplots = false\nais_chains = 0")
-            .replace("checkpoint_every = 10", f"checkpoint_every = 10\nwatchdog = {watchdog}"))
+    text = SMALL.replace("n_model_samples = 300", "n_model_samples = 0\nplots = false\nais_chains = 0").replace(
+        "checkpoint_every = 10", f"checkpoint_every = 10\nwatchdog = {watchdog}"
+    )
     out = tmp_path / "run"
     if watchdog == "false":
         assert main(["train", str(_config(tmp_path, text)), "--out", str(out), "--quiet"]) == 2
@@ -180,8 +205,10 @@ def test_the_watchdog_rolls_back_a_nan_loss_and_reports_it_or_without_it_the_err
 def test_a_bad_watchdog_table_is_a_config_error(tmp_path, capsys):
     text = SMALL.replace("checkpoint_every = 10", "checkpoint_every = 10\nwatchdog = { retries = 2 }")
     assert main(["train", str(_config(tmp_path, text)), "--out", str(tmp_path / "o"), "--quiet"]) == 2
-    assert "[train] watchdog: unknown watchdog setting(s) retries; the settings are check_every, max_rollbacks" in \
-        capsys.readouterr().err
+    assert (
+        "[train] watchdog: unknown watchdog setting(s) retries; the settings are check_every, max_rollbacks"
+        in capsys.readouterr().err
+    )
 
 
 def test_the_train_transcripts_of_cli_md_print_what_ebm_prints(tmp_path, monkeypatch, capsys):

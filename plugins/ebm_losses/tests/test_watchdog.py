@@ -32,8 +32,10 @@ def _trainer(loss, **kwargs):
 
 
 def test_a_healthy_run_is_the_same_with_and_without_the_watchdog():
-    on, off = _trainer(DenoisingScoreMatching(0.3), ema_decay=0.9), _trainer(DenoisingScoreMatching(0.3), ema_decay=0.9,
-                                                                             watchdog=False)
+    on, off = (
+        _trainer(DenoisingScoreMatching(0.3), ema_decay=0.9),
+        _trainer(DenoisingScoreMatching(0.3), ema_decay=0.9, watchdog=False),
+    )
     on.fit(120)
     off.fit(120)
     assert all(torch.equal(a, b) for a, b in zip(on.energy.parameters(), off.energy.parameters()))
@@ -93,6 +95,7 @@ def test_a_huge_learning_rate_for_three_steps_blows_the_energies_up_and_is_rolle
 def test_a_run_that_diverged_before_its_first_check_is_not_a_rollback_target():
     """The start's energy spread is the reference, so the first check is judged too: a blow-up within the first
     ``check_every`` steps rolls back to the start, not to the blown-up state of the first check."""
+
     def huge_lr_at_first(loss, energy, value):
         group = loss.trainer.optimizer.param_groups[0]
         if loss.calls == 1:
@@ -116,8 +119,9 @@ def test_pcd_at_a_huge_learning_rate_stops_with_the_error_not_a_garbage_loss():
     from ebm_losses import PersistentContrastiveDivergence
 
     energy = ebmcore.MLPEnergy(dim=2, hidden=(16, 16), seed=0)
-    trainer = Trainer(energy, PersistentContrastiveDivergence(), TRAIN, batch_size=64, lr=50, seed=3,
-                      watchdog=Watchdog(check_every=10))
+    trainer = Trainer(
+        energy, PersistentContrastiveDivergence(), TRAIN, batch_size=64, lr=50, seed=3, watchdog=Watchdog(check_every=10)
+    )
     with pytest.raises(DivergenceError, match=r"energy scale blew up.*no rollback left.*last good state, of step 0"):
         trainer.fit(100)
     assert [e["rolled_back_to"] for e in trainer.watchdog_report()["events"]] == [0, 0, 0]
@@ -128,8 +132,11 @@ def test_a_start_that_fails_the_checks_is_the_error_with_nothing_to_roll_back_to
     trainer = _trainer(DenoisingScoreMatching(0.3))
     with torch.no_grad():
         trainer.energy.net[0].bias[0] = math.nan
-    with pytest.raises(DivergenceError, match=r"the state training starts from \(step 0\) fails the watchdog's check: "
-                                              r"64 non-finite energies .*no good state to roll back to"):
+    with pytest.raises(
+        DivergenceError,
+        match=r"the state training starts from \(step 0\) fails the watchdog's check: "
+        r"64 non-finite energies .*no good state to roll back to",
+    ):
         trainer.fit(5)
     assert trainer.watchdog_report()["rollbacks"] == 0
 
@@ -141,8 +148,11 @@ def test_collapsed_negatives_are_rolled_back_until_none_is_left_then_the_error_s
         return value
 
     trainer = _trainer(Injected(collapse), watchdog=Watchdog(check_every=10, max_rollbacks=2))
-    with pytest.raises(DivergenceError, match=r"training diverged at step 20: the negatives collapsed: their spread 0 is "
-                                              r"under 0.05× the data's .*max_rollbacks=2.*step 10"):
+    with pytest.raises(
+        DivergenceError,
+        match=r"training diverged at step 20: the negatives collapsed: their spread 0 is "
+        r"under 0.05× the data's .*max_rollbacks=2.*step 10",
+    ):
         trainer.fit(40)
     report = trainer.watchdog_report()
     assert report["rollbacks"] == 2 and [e["step"] for e in report["events"]] == [20, 20]
@@ -172,12 +182,15 @@ def test_the_watchdog_record_is_in_the_checkpoint(tmp_path):
     assert resumed.optimizer.param_groups[0]["lr"] == 5e-4
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"lr_factor": 1.5}, r"lr_factor must be in \(0, 1\)"),
-    ({"check_every": 0}, "check_every must be an integer >= 1"),
-    ({"energy_factor": 1}, "energy_factor must be a finite number > 1"),
-    ({"collapse_fraction": -0.1}, r"collapse_fraction must be in \[0, 1\)"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"lr_factor": 1.5}, r"lr_factor must be in \(0, 1\)"),
+        ({"check_every": 0}, "check_every must be an integer >= 1"),
+        ({"energy_factor": 1}, "energy_factor must be a finite number > 1"),
+        ({"collapse_fraction": -0.1}, r"collapse_fraction must be in \[0, 1\)"),
+    ],
+)
 def test_bad_watchdog_settings_are_named(kwargs, message):
     with pytest.raises(InputError, match=message):
         Watchdog(**kwargs)

@@ -11,8 +11,15 @@ whose ``.sample(...)`` is the loop every ``ebmcore.Sampler`` shares.
 from ebm_samplers import adaptation, ais, annealed, hmc, langevin, mala, nuts, resampling, smc, tempered_path, tempering
 from ebm_samplers.ais import AISResult, estimate_log_z
 from ebm_samplers.smc import SMCResult, adaptive_tempered_smc
-from ebm_samplers.adaptation import (DualAveraging, WarmupResult, WelfordCovariance, WelfordVariance, cannot_warm_up,
-                                     stan_windows, warmup)
+from ebm_samplers.adaptation import (
+    DualAveraging,
+    WarmupResult,
+    WelfordCovariance,
+    WelfordVariance,
+    cannot_warm_up,
+    stan_windows,
+    warmup,
+)
 from ebm_samplers.algorithm import DIVERGENCE_THRESHOLD, Algorithm
 from ebm_samplers.annealed import AnnealedLangevinSampler, geometric_sigmas
 from ebm_samplers.hmc import HMCSampler
@@ -28,14 +35,49 @@ from ebm_samplers.tempering import ParallelTemperingSampler, geometric_temperatu
 __version__ = "0.1.0"
 
 __all__ = [
-    "Algorithm", "AlgorithmSampler",
-    "langevin", "mala", "hmc", "nuts", "annealed", "tempering",
-    "LangevinSampler", "MALASampler", "HMCSampler", "NUTSSampler", "AnnealedLangevinSampler", "ParallelTemperingSampler",
-    "geometric_sigmas", "geometric_temperatures",
-    "ais", "estimate_log_z", "AISResult",
-    "smc", "adaptive_tempered_smc", "SMCResult", "resampling", "tempered_path",
-    "adaptation", "warmup", "cannot_warm_up", "WarmupResult", "DualAveraging", "WelfordVariance", "WelfordCovariance", "stan_windows",
-    "SampleResult", "Diagnostics", "NonFiniteChainsWarning", "DIVERGENCE_THRESHOLD",
-    "EulerMaruyama", "SplittingIntegrator", "Leapfrog", "McLachlan", "Yoshida", "Heun", "DOPRI5",
-    "InverseMass", "as_inverse_mass",
+    "Algorithm",
+    "AlgorithmSampler",
+    "langevin",
+    "mala",
+    "hmc",
+    "nuts",
+    "annealed",
+    "tempering",
+    "LangevinSampler",
+    "MALASampler",
+    "HMCSampler",
+    "NUTSSampler",
+    "AnnealedLangevinSampler",
+    "ParallelTemperingSampler",
+    "geometric_sigmas",
+    "geometric_temperatures",
+    "ais",
+    "estimate_log_z",
+    "AISResult",
+    "smc",
+    "adaptive_tempered_smc",
+    "SMCResult",
+    "resampling",
+    "tempered_path",
+    "adaptation",
+    "warmup",
+    "cannot_warm_up",
+    "WarmupResult",
+    "DualAveraging",
+    "WelfordVariance",
+    "WelfordCovariance",
+    "stan_windows",
+    "SampleResult",
+    "Diagnostics",
+    "NonFiniteChainsWarning",
+    "DIVERGENCE_THRESHOLD",
+    "EulerMaruyama",
+    "SplittingIntegrator",
+    "Leapfrog",
+    "McLachlan",
+    "Yoshida",
+    "Heun",
+    "DOPRI5",
+    "InverseMass",
+    "as_inverse_mass",
 ]

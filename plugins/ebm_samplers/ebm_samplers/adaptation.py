@@ -25,8 +25,19 @@ from ebmcore.errors import InputError
 from ebmcore.sampler import check_run_arguments
 from ebm_samplers.params import InverseMass, as_inverse_mass, event_size, with_fields
 
-__all__ = ["DualAveraging", "WelfordVariance", "WelfordCovariance", "regularize_covariance", "low_rank_inverse_mass",
-           "METRICS", "check_metric", "stan_windows", "WarmupResult", "warmup", "cannot_warm_up"]
+__all__ = [
+    "DualAveraging",
+    "WelfordVariance",
+    "WelfordCovariance",
+    "regularize_covariance",
+    "low_rank_inverse_mass",
+    "METRICS",
+    "check_metric",
+    "stan_windows",
+    "WarmupResult",
+    "warmup",
+    "cannot_warm_up",
+]
 
 METRICS = ("diag", "dense", "low_rank")
 """The metrics :func:`warmup` adapts: a diagonal ``M⁻¹`` (the default), a dense one, or diagonal plus rank ``k``."""
@@ -40,8 +51,16 @@ class DualAveraging:
     keep after warm-up. Constants as in Stan: ``γ = 0.05``, ``t₀ = 10``, ``κ = 0.75``, ``μ = log(10 h₀)``.
     """
 
-    def __init__(self, initial_step_size: float | Tensor, target: float = 0.8, *, gamma: float = 0.05,
-                 t0: float = 10.0, kappa: float = 0.75, explore: bool = True) -> None:
+    def __init__(
+        self,
+        initial_step_size: float | Tensor,
+        target: float = 0.8,
+        *,
+        gamma: float = 0.05,
+        t0: float = 10.0,
+        kappa: float = 0.75,
+        explore: bool = True,
+    ) -> None:
         if not 0 < target < 1:
             raise InputError(f"target acceptance must be in (0, 1), got {target!r}.")
         self.target, self.gamma, self.t0, self.kappa = target, gamma, t0, kappa
@@ -193,8 +212,10 @@ def low_rank_inverse_mass(covariance: Tensor, rank: int, diagonal: Tensor | None
 
 def _check_rank(rank: Any, d: int) -> None:
     if isinstance(rank, bool) or not isinstance(rank, int) or not 1 <= rank <= d - 1:
-        raise InputError(f"metric='low_rank' needs rank, an integer in [1, d − 1] = [1, {d - 1}] for d = {d}, got {rank!r}; "
-                         "use metric='dense' for the full covariance.")
+        raise InputError(
+            f"metric='low_rank' needs rank, an integer in [1, d − 1] = [1, {d - 1}] for d = {d}, got {rank!r}; "
+            "use metric='dense' for the full covariance."
+        )
 
 
 def stan_windows(n_warmup: int, *, init_buffer: int = 75, term_buffer: int = 50, base_window: int = 25) -> list[tuple[int, int]]:
@@ -247,9 +268,11 @@ def cannot_warm_up(sampler: Any) -> str | None:
 
     name = type(sampler).__name__
     if not isinstance(sampler, AlgorithmSampler):
-        return (f"{name} is a plain ebmcore.Sampler: warm-up adapts the step_size of an ebm_samplers algorithm with "
-                "has_acceptance=True to each step's info.acceptance_prob (an info.accepted, which the run's acceptance "
-                "counts, is not enough); give step_size yourself, or use MALA, HMC or NUTS.")
+        return (
+            f"{name} is a plain ebmcore.Sampler: warm-up adapts the step_size of an ebm_samplers algorithm with "
+            "has_acceptance=True to each step's info.acceptance_prob (an info.accepted, which the run's acceptance "
+            "counts, is not enough); give step_size yourself, or use MALA, HMC or NUTS."
+        )
     if not sampler.algorithm.has_acceptance:
         return f"{name} has no acceptance statistic to adapt a step size to; use MALA, HMC or NUTS."
     if "step_size" not in {f.name for f in dataclasses.fields(sampler.params)}:
@@ -257,9 +280,19 @@ def cannot_warm_up(sampler: Any) -> str | None:
     return None
 
 
-def warmup(sampler: Any, x0: Tensor, n_warmup: int = 500, *, target_accept: float = 0.8, adapt_step_size: bool = True,
-           adapt_mass: bool | None = None, pooled: bool = True, metric: str = "diag", rank: int | None = None,
-           generator: torch.Generator | None = None) -> WarmupResult:
+def warmup(
+    sampler: Any,
+    x0: Tensor,
+    n_warmup: int = 500,
+    *,
+    target_accept: float = 0.8,
+    adapt_step_size: bool = True,
+    adapt_mass: bool | None = None,
+    pooled: bool = True,
+    metric: str = "diag",
+    rank: int | None = None,
+    generator: torch.Generator | None = None,
+) -> WarmupResult:
     """Adapt ``sampler``'s step size (and inverse mass) over ``n_warmup`` steps from ``x0``.
 
     ``sampler`` is an ``ebm_samplers`` sampler whose ``info`` carries ``acceptance_prob`` (MALA, HMC,
@@ -329,13 +362,15 @@ def warmup(sampler: Any, x0: Tensor, n_warmup: int = 500, *, target_accept: floa
             if adapt_step_size:
                 averager.restart(averager.current())
     final = averager.final() if adapt_step_size else step_size
-    tuned = dataclasses.replace(sampler.params, step_size=final,
-                                **({"inv_mass": inv_mass_tensor} if inv_mass_tensor is not None else {}))
+    tuned = dataclasses.replace(
+        sampler.params, step_size=final, **({"inv_mass": inv_mass_tensor} if inv_mass_tensor is not None else {})
+    )
     return WarmupResult(state.x, tuned, final, inv_mass_tensor, sum(recent) / len(recent), metric)
 
 
-def _window_inverse_mass(welford: WelfordVariance | WelfordCovariance, metric: str, rank: int | None, pooled: bool,
-                         x: Tensor) -> InverseMass:
+def _window_inverse_mass(
+    welford: WelfordVariance | WelfordCovariance, metric: str, rank: int | None, pooled: bool, x: Tensor
+) -> InverseMass:
     """The inverse mass of one window's draws, on ``x``'s device and dtype."""
     if isinstance(welford, WelfordVariance):
         variances = welford.variance()

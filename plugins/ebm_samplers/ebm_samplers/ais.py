@@ -61,9 +61,20 @@ class AISResult:
 
     def summary(self) -> dict[str, Any]:
         """The scalar fields, for a ``metrics.json``."""
-        return {k: getattr(self, k) for k in ("log_z", "standard_error", "mean_log_weight", "mean_log_weight_se",
-                                              "effective_sample_size", "acceptance_rate", "n_chains", "n_temperatures",
-                                              "transition")}
+        return {
+            k: getattr(self, k)
+            for k in (
+                "log_z",
+                "standard_error",
+                "mean_log_weight",
+                "mean_log_weight_se",
+                "effective_sample_size",
+                "acceptance_rate",
+                "n_chains",
+                "n_temperatures",
+                "transition",
+            )
+        }
 
 
 def sigmoid_betas(n_temperatures: int, sharpness: float = 4.0) -> list[float]:
@@ -109,8 +120,9 @@ class _Path:
     def __init__(self, fns: EnergyFunctions, base: Base) -> None:
         self.fns, self.base, self.beta = fns, base, 0.0
         self.last: tuple[Tensor, Tensor, Tensor, Tensor] | None = None
-        self.functions = EnergyFunctions(lambda x: self.energy_and_gradient(x)[0],
-                                         lambda x: self.energy_and_gradient(x)[1], self.energy_and_gradient)
+        self.functions = EnergyFunctions(
+            lambda x: self.energy_and_gradient(x)[0], lambda x: self.energy_and_gradient(x)[1], self.energy_and_gradient
+        )
 
     def energy_and_gradient(self, x: Tensor) -> tuple[Tensor, Tensor]:
         e, g = self.fns.energy_and_gradient(x)
@@ -120,11 +132,27 @@ class _Path:
         return (1 - b) * e0 + b * e, (1 - b) * g0 + b * g
 
 
-def estimate_log_z(energy: EnergyModel, n_chains: int = 256, n_temperatures: int = 500, *, event_shape: Sequence[int] | None = None,
-        loc: Any = 0.0, scale: Any = 1.0, scale_tril: Tensor | None = None, transition: str = "mala", n_steps: int = 1, step_size: float | None = None,
-        n_leapfrog_steps: int | None = None, adapt: bool = True, target_accept: float = 0.65,
-        betas: Sequence[float] | None = None, bounds: tuple[float, float] | None = None,
-        generator: torch.Generator | None = None, dtype: torch.dtype | None = None, device: Any = None) -> AISResult:
+def estimate_log_z(
+    energy: EnergyModel,
+    n_chains: int = 256,
+    n_temperatures: int = 500,
+    *,
+    event_shape: Sequence[int] | None = None,
+    loc: Any = 0.0,
+    scale: Any = 1.0,
+    scale_tril: Tensor | None = None,
+    transition: str = "mala",
+    n_steps: int = 1,
+    step_size: float | None = None,
+    n_leapfrog_steps: int | None = None,
+    adapt: bool = True,
+    target_accept: float = 0.65,
+    betas: Sequence[float] | None = None,
+    bounds: tuple[float, float] | None = None,
+    generator: torch.Generator | None = None,
+    dtype: torch.dtype | None = None,
+    device: Any = None,
+) -> AISResult:
     """Estimate ``log Z`` of ``exp(−E)`` with ``n_chains`` AIS chains over ``n_temperatures`` (or the schedule ``betas``).
 
     ``loc`` and ``scale`` (numbers or tensors broadcasting to ``event_shape``) define the base ``N(loc, scale²)``;
@@ -158,10 +186,24 @@ def estimate_log_z(energy: EnergyModel, n_chains: int = 256, n_temperatures: int
     if scale_tril is not None:
         if bounds is not None:
             raise InputError("give bounds or scale_tril, not both: the full-covariance base is unbounded.")
-        return _whitened(energy, n_chains, n_temperatures, shape=shape, loc=loc, scale_tril=scale_tril,
-                         transition=transition, n_steps=n_steps, step_size=step_size,
-                         n_leapfrog_steps=n_leapfrog_steps, adapt=adapt, target_accept=target_accept, betas=schedule,
-                         generator=generator, dtype=dtype, device=device)
+        return _whitened(
+            energy,
+            n_chains,
+            n_temperatures,
+            shape=shape,
+            loc=loc,
+            scale_tril=scale_tril,
+            transition=transition,
+            n_steps=n_steps,
+            step_size=step_size,
+            n_leapfrog_steps=n_leapfrog_steps,
+            adapt=adapt,
+            target_accept=target_accept,
+            betas=schedule,
+            generator=generator,
+            dtype=dtype,
+            device=device,
+        )
     if bounds is not None:
         low, high = (float(b) for b in bounds)
         if not high > low:
@@ -181,10 +223,25 @@ def estimate_log_z(energy: EnergyModel, n_chains: int = 256, n_temperatures: int
         mean_scale = float(scale_t.mean())
 
     energy.validate(x, name="the AIS states")
-    return _anneal(bind_energy(energy, x), x, base, log_z0, mean_scale, owner=type(energy).__name__, n_chains=n_chains,
-                   schedule=schedule, transition=transition, n_steps=n_steps, step_size=step_size,
-                   n_leapfrog_steps=n_leapfrog_steps, adapt=adapt, target_accept=target_accept, generator=generator,
-                   dtype=dtype, device=device)
+    return _anneal(
+        bind_energy(energy, x),
+        x,
+        base,
+        log_z0,
+        mean_scale,
+        owner=type(energy).__name__,
+        n_chains=n_chains,
+        schedule=schedule,
+        transition=transition,
+        n_steps=n_steps,
+        step_size=step_size,
+        n_leapfrog_steps=n_leapfrog_steps,
+        adapt=adapt,
+        target_accept=target_accept,
+        generator=generator,
+        dtype=dtype,
+        device=device,
+    )
 
 
 class _Whitened(EnergyModel):
@@ -212,13 +269,24 @@ class _Whitened(EnergyModel):
             e, g = fns.energy_and_gradient(self.unwhiten(z))
             return e, g.flatten(1) @ self.tril  # ∇_z = Lᵀ∇_x, as rows
 
-        return EnergyFunctions(lambda z: fns.energy(self.unwhiten(z)), lambda z: energy_and_gradient(z)[1],
-                               energy_and_gradient, fns.path)
+        return EnergyFunctions(
+            lambda z: fns.energy(self.unwhiten(z)), lambda z: energy_and_gradient(z)[1], energy_and_gradient, fns.path
+        )
 
 
-def _whitened(energy: EnergyModel, n_chains: int, n_temperatures: int, *, shape: tuple[int, ...], loc: Any,
-              scale_tril: Tensor, generator: torch.Generator | None, dtype: torch.dtype | None, device: Any,
-              **options: Any) -> AISResult:
+def _whitened(
+    energy: EnergyModel,
+    n_chains: int,
+    n_temperatures: int,
+    *,
+    shape: tuple[int, ...],
+    loc: Any,
+    scale_tril: Tensor,
+    generator: torch.Generator | None,
+    dtype: torch.dtype | None,
+    device: Any,
+    **options: Any,
+) -> AISResult:
     """:func:`estimate_log_z` from ``N(loc, LLᵀ)``: AIS of ``z -> E(loc + Lz)`` from ``N(0, I)``, ``log Z`` shifted
     by ``log|det L|``, samples mapped back."""
     d = math.prod(shape)
@@ -230,24 +298,60 @@ def _whitened(energy: EnergyModel, n_chains: int, n_temperatures: int, *, shape:
         raise InputError(f"scale_tril must have shape ({d}, {d}) for event shape {shape}, got {tuple(tril.shape)}.")
     diagonal = tril.diagonal()
     if not bool((diagonal > 0).all()) or not bool(torch.isfinite(tril).all()) or not torch.equal(tril, tril.tril()):
-        raise InputError("scale_tril must be finite, lower triangular, with a positive diagonal (a Cholesky factor: "
-                         "torch.linalg.cholesky(covariance), not its transpose).")
+        raise InputError(
+            "scale_tril must be finite, lower triangular, with a positive diagonal (a Cholesky factor: "
+            "torch.linalg.cholesky(covariance), not its transpose)."
+        )
     loc_t = torch.as_tensor(loc, dtype=dtype, device=device)
     loc_t = loc_t.reshape(d) if loc_t.numel() == d else loc_t.expand(shape).reshape(d)  # (d,) or like the event
     view = _Whitened(energy, loc_t, tril, shape)
-    result = estimate_log_z(view, n_chains, 1, betas=options.pop("betas"), event_shape=(d,), generator=generator,
-                            dtype=dtype, device=device, **options)
+    result = estimate_log_z(
+        view,
+        n_chains,
+        1,
+        betas=options.pop("betas"),
+        event_shape=(d,),
+        generator=generator,
+        dtype=dtype,
+        device=device,
+        **options,
+    )
     shift = float(diagonal.double().log().sum())
-    return AISResult(result.log_z + shift, result.standard_error, result.mean_log_weight + shift,
-                     result.mean_log_weight_se, result.effective_sample_size, result.acceptance_rate, result.n_chains,
-                     result.n_temperatures, result.transition, result.log_weights + shift,
-                     view.unwhiten(result.samples))
+    return AISResult(
+        result.log_z + shift,
+        result.standard_error,
+        result.mean_log_weight + shift,
+        result.mean_log_weight_se,
+        result.effective_sample_size,
+        result.acceptance_rate,
+        result.n_chains,
+        result.n_temperatures,
+        result.transition,
+        result.log_weights + shift,
+        view.unwhiten(result.samples),
+    )
 
 
-def _anneal(fns: EnergyFunctions, x: Tensor, base: Base, log_z0: float, mean_scale: float, *, owner: str, n_chains: int,
-            schedule: list[float], transition: str, n_steps: int, step_size: float | None,
-            n_leapfrog_steps: int | None, adapt: bool, target_accept: float, generator: torch.Generator | None,
-            dtype: torch.dtype, device: torch.device) -> AISResult:
+def _anneal(
+    fns: EnergyFunctions,
+    x: Tensor,
+    base: Base,
+    log_z0: float,
+    mean_scale: float,
+    *,
+    owner: str,
+    n_chains: int,
+    schedule: list[float],
+    transition: str,
+    n_steps: int,
+    step_size: float | None,
+    n_leapfrog_steps: int | None,
+    adapt: bool,
+    target_accept: float,
+    generator: torch.Generator | None,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> AISResult:
     """The AIS loop of :func:`estimate_log_z` from states ``x`` drawn from ``base`` (whose ``log Z`` is ``log_z0``);
     the energy ``owner`` names is checked once, at ``x`` (its energy one per row, its gradient shaped like ``x`` and
     in its dtype), as a sampler checks its initial state."""
@@ -278,8 +382,9 @@ def _anneal(fns: EnergyFunctions, x: Tensor, base: Base, log_z0: float, mean_sca
             for _ in range(n_steps):
                 state, info = kernel(state, path.functions, generator, step_params)
                 keep = info.accepted
-                parts = tuple(torch.where(keep.view(-1, *([1] * (new.dim() - 1))), new, old)
-                              for new, old in zip(path.last, parts))
+                parts = tuple(
+                    torch.where(keep.view(-1, *([1] * (new.dim() - 1))), new, old) for new, old in zip(path.last, parts)
+                )
                 acc += info.acceptance_prob.double().mean()
             acc /= n_steps
             accept_sum += acc
@@ -296,5 +401,16 @@ def _anneal(fns: EnergyFunctions, x: Tensor, base: Base, log_z0: float, mean_sca
     se = float(w.std() / (math.sqrt(n) * mean_w))
     ess = float(w.sum() ** 2 / (w * w).sum())
     transitions = max(len(schedule) - 2, 1)
-    return AISResult(log_z, se, float(log_w.mean()), float(log_w.std() / math.sqrt(n)), ess,
-                     float(accept_sum) / transitions, n, len(schedule) - 1, transition, log_w, x)
+    return AISResult(
+        log_z,
+        se,
+        float(log_w.mean()),
+        float(log_w.std() / math.sqrt(n)),
+        ess,
+        float(accept_sum) / transitions,
+        n,
+        len(schedule) - 1,
+        transition,
+        log_w,
+        x,
+    )

@@ -26,8 +26,22 @@ from ebmcore.kernels.fused import FUSED_OPS
 from ebmcore.sampler import Chain
 from ebm_samplers.params import IDENTITY
 
-__all__ = ["Algorithm", "Step", "Chain", "ChainInfo", "StepLoop", "GradientState", "init_gradient_state", "DIVERGENCE_THRESHOLD",
-           "draw_then", "compiled", "identity_mass_refusal", "chain_kernel", "fused_chain", "FusedChain"]
+__all__ = [
+    "Algorithm",
+    "Step",
+    "Chain",
+    "ChainInfo",
+    "StepLoop",
+    "GradientState",
+    "init_gradient_state",
+    "DIVERGENCE_THRESHOLD",
+    "draw_then",
+    "compiled",
+    "identity_mass_refusal",
+    "chain_kernel",
+    "fused_chain",
+    "FusedChain",
+]
 
 DIVERGENCE_THRESHOLD = 1000.0
 """A transition whose energy error (``−log`` of its acceptance ratio) exceeds this is divergent (as in Stan)."""
@@ -44,8 +58,6 @@ class ChainInfo:
 
     accepted: Optional[Tensor]
     divergent: Optional[Tensor]
-
-
 
 
 @dataclass(frozen=True)
@@ -97,16 +109,19 @@ def draw_then(transition: Callable[..., Any], *, uniform: bool, bind: Callable[[
         return held[1], held[2], held[3]
 
     if uniform:
+
         def step(state: Any, fns: EnergyFunctions, generator: Optional[torch.Generator], params: Any) -> tuple[Any, Any]:
             noise, u, bound = buffers(state.x)
             noise.normal_(generator=generator)
             u.uniform_(generator=generator)
             return transition(state, noise, u, fns, params, *bound)
     else:
+
         def step(state: Any, fns: EnergyFunctions, generator: Optional[torch.Generator], params: Any) -> tuple[Any, Any]:
             noise, _, bound = buffers(state.x)
             noise.normal_(generator=generator)
             return transition(state, noise, fns, params, *bound)
+
     return step
 
 
@@ -157,8 +172,10 @@ def chain_kernel(op: str, energy: EnergyModel, x: Tensor, fused: bool | None, *s
     if kernel.max_event_size is not None and x[0].numel() > kernel.max_event_size:
         return f"the {op} kernel takes at most {kernel.max_event_size} elements per chain, got {x[0].numel()}"
     if fused is None and kernel.pays_up_to is not None and x[0].numel() > kernel.pays_up_to:
-        return (f"the {op} kernel is slower than the per-step loop beyond {kernel.pays_up_to} elements per chain "
-                f"(measured), got {x[0].numel()}; fused=True forces it")
+        return (
+            f"the {op} kernel is slower than the per-step loop beyond {kernel.pays_up_to} elements per chain "
+            f"(measured), got {x[0].numel()}; fused=True forces it"
+        )
     refusal = kernel.refuses(*static) if kernel.refuses is not None else None
     if refusal:
         return f"the {op} kernel {refusal}"
@@ -171,8 +188,7 @@ NETWORK_OP_PREFIX = {FeedForward: "feedforward", ConvStack: "conv"}
 """The prefix of the fused ops that run a network program itself (``feedforward_langevin_chain``, ...)."""
 
 
-def fused_chain(family: str, energy: EnergyModel, program: Program, x: Tensor,
-                fused: bool | None) -> "FusedChain | str":
+def fused_chain(family: str, energy: EnergyModel, program: Program, x: Tensor, fused: bool | None) -> "FusedChain | str":
     """The one question a sampler asks: which kernel runs ``family`` (``"langevin_chain"``, ``"hmc_chain"``,
     ``"nuts_chain"``) on the energy's ``program`` for states ``x``, or why none does. The op follows from the program:
     ``<op>_<family>`` for an analytic energy, ``feedforward_<family>`` / ``conv_<family>`` for a network where such an op

@@ -78,17 +78,26 @@ def init(x: Tensor, fns: EnergyFunctions) -> State:
     return State(x, 0)
 
 
-def options(energy: EnergyModel, sigmas: Sequence[float] | None = None, n_steps_each: int = 100, *,
-            sigma_max: float | None = None, sigma_min: float | None = None, n_levels: int | None = None) -> dict[str, Any]:
+def options(
+    energy: EnergyModel,
+    sigmas: Sequence[float] | None = None,
+    n_steps_each: int = 100,
+    *,
+    sigma_max: float | None = None,
+    sigma_min: float | None = None,
+    n_levels: int | None = None,
+) -> dict[str, Any]:
     """``sigmas``: positive, non-increasing noise levels (default: 10 geometric levels from 1 to 0.01), or
     ``sigma_max``, ``sigma_min`` and ``n_levels`` for :func:`geometric_sigmas` (what a TOML configuration gives);
     ``n_steps_each``: Langevin steps per level; a noise-conditional ``energy`` is called with each level's σ."""
     geometric = (sigma_max, sigma_min, n_levels)
     if any(v is not None for v in geometric):
         if sigmas is not None or any(v is None for v in geometric):
-            raise InputError("give sigmas (a list of levels), or all of sigma_max, sigma_min and n_levels (a geometric "
-                             f"schedule), not a mix; got sigmas={sigmas!r}, sigma_max={sigma_max!r}, "
-                             f"sigma_min={sigma_min!r}, n_levels={n_levels!r}.")
+            raise InputError(
+                "give sigmas (a list of levels), or all of sigma_max, sigma_min and n_levels (a geometric "
+                f"schedule), not a mix; got sigmas={sigmas!r}, sigma_max={sigma_max!r}, "
+                f"sigma_min={sigma_min!r}, n_levels={n_levels!r}."
+            )
         whole(1)(n_levels, "n_levels")
         sigmas = geometric_sigmas(float(sigma_max), float(sigma_min), n_levels)  # type: ignore[arg-type]
     try:
@@ -136,8 +145,9 @@ def build_kernel(sigmas: Sequence[float], n_steps_each: int, conditional: Energy
     return step
 
 
-def energy_of(state: State, fns: EnergyFunctions, sigmas: Sequence[float], n_steps_each: int,
-              conditional: EnergyModel | None) -> Tensor:
+def energy_of(
+    state: State, fns: EnergyFunctions, sigmas: Sequence[float], n_steps_each: int, conditional: EnergyModel | None
+) -> Tensor:
     """``E`` at the state's positions, for diagnostics: at the level of the last step for a noise-conditional energy."""
     if conditional is None:
         return fns.energy(state.x)
@@ -145,8 +155,16 @@ def energy_of(state: State, fns: EnergyFunctions, sigmas: Sequence[float], n_ste
     return conditional.compute_energy(state.x, _sigma_for(state.x, sigma))
 
 
-ALGORITHM = Algorithm("annealed_langevin", Params, init, build_kernel, has_acceptance=False, options=options,
-                      energy_of=energy_of, compile_refusal="its step size and noise level change with the level")
+ALGORITHM = Algorithm(
+    "annealed_langevin",
+    Params,
+    init,
+    build_kernel,
+    has_acceptance=False,
+    options=options,
+    energy_of=energy_of,
+    compile_refusal="its step size and noise level change with the level",
+)
 
 
 class AnnealedLangevinSampler(AlgorithmSampler):

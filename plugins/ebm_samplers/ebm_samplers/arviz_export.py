@@ -65,8 +65,11 @@ def to_arviz(result: Draws | SampleResult, sampler: Any = None, **tunables: Any)
         result = draws_module.from_result(result.trajectory, result.stats, per_chain, attrs, metric)
     posterior = {"x": _chain_major(result.x)}
     stats = {name: _chain_major(value) for name, value in result.stats.items()}
-    attrs = {"inference_library": "ebm", "inference_library_version": ebmcore.__version__,
-             **{k: str(v) for k, v in result.attrs.items()}}
+    attrs = {
+        "inference_library": "ebm",
+        "inference_library_version": ebmcore.__version__,
+        **{k: str(v) for k, v in result.attrs.items()},
+    }
     metric = _metric_dataset(result.metric)
     if library.__name__ == "arviz":  # 0.x: keyword groups, attributes of the InferenceData
         data = library.from_dict(posterior=posterior, sample_stats=stats or None, attrs=attrs)
@@ -86,8 +89,12 @@ def _metric_dataset(metric: dict[str, Any]) -> Any:
         return None
     import xarray
 
-    return xarray.Dataset({name.removeprefix(draws_module.METRIC_PREFIX):
-                           ([f"{name}_dim_{i}" for i in range(value.dim())], as_numpy(value)) for name, value in metric.items()})
+    return xarray.Dataset(
+        {
+            name.removeprefix(draws_module.METRIC_PREFIX): ([f"{name}_dim_{i}" for i in range(value.dim())], as_numpy(value))
+            for name, value in metric.items()
+        }
+    )
 
 
 def _chain_major(value: Any) -> Any:

@@ -40,8 +40,13 @@ from ebmcore.runfiles import as_numpy, load_arrays, write_bytes
 
 __all__ = ["ARVIZ_NAMES", "FORMATS", "Draws", "from_result", "params_stats", "metric_arrays", "save", "save_npz", "load_npz"]
 
-ARVIZ_NAMES = {"acceptance": "acceptance_rate", "divergent": "diverging", "hamiltonian": "energy",
-               "tree_depth": "tree_depth", "n_leapfrog_steps": "n_steps"}
+ARVIZ_NAMES = {
+    "acceptance": "acceptance_rate",
+    "divergent": "diverging",
+    "hamiltonian": "energy",
+    "tree_depth": "tree_depth",
+    "n_leapfrog_steps": "n_steps",
+}
 """``SampleResult.stats`` names -> ArviZ's ``sample_stats`` names (``energy``, ``E(x)``, becomes ``lp = −E``)."""
 
 LAYOUT = "x: (draw, chain, *event_shape); statistics: (draw, chain); draws.nc (ArviZ) holds (chain, draw, ...)"
@@ -90,9 +95,13 @@ def metric_arrays(sampler: Any, x: Tensor, tunables: Mapping[str, Any] | None = 
     return inv_mass.metric, {METRIC_PREFIX + k: v for k, v in inv_mass.tensors().items()}
 
 
-def from_result(trajectory: Tensor | None, stats: Mapping[str, Tensor] | None,
-                per_chain: Mapping[str, Tensor] | None = None, attrs: Mapping[str, Any] | None = None,
-                metric: Mapping[str, Tensor] | None = None) -> Draws:
+def from_result(
+    trajectory: Tensor | None,
+    stats: Mapping[str, Tensor] | None,
+    per_chain: Mapping[str, Tensor] | None = None,
+    attrs: Mapping[str, Any] | None = None,
+    metric: Mapping[str, Tensor] | None = None,
+) -> Draws:
     """The :class:`Draws` of a run: its ``trajectory`` and ``SampleResult.stats`` (renamed, ``lp = −energy``),
     with constant ``per_chain`` values (:func:`params_stats`) repeated over the draws where the run did not
     record them, and the ``metric``'s arrays (:func:`metric_arrays`)."""
@@ -108,8 +117,9 @@ def from_result(trajectory: Tensor | None, stats: Mapping[str, Tensor] | None,
         out.setdefault(name, value.expand(n_draws, n_chains))
     for name, value in out.items():
         if value.shape != (n_draws, n_chains):
-            raise InputError(f"statistic {name!r} must have shape (n_draws, n_chains) = ({n_draws}, {n_chains}), "
-                             f"got {tuple(value.shape)}.")
+            raise InputError(
+                f"statistic {name!r} must have shape (n_draws, n_chains) = ({n_draws}, {n_chains}), got {tuple(value.shape)}."
+            )
     return Draws(trajectory, out, dict(attrs or {}), dict(metric or {}))
 
 

@@ -159,8 +159,9 @@ def _identity(t: Tensor) -> tuple:
     return (t.data_ptr(), t.shape, t.dtype, t.device)
 
 
-def graph_key(energy: EnergyModel, program: Program, x: Tensor, params: Any, generator: Optional[torch.Generator],
-              path: str) -> tuple:
+def graph_key(
+    energy: EnergyModel, program: Program, x: Tensor, params: Any, generator: Optional[torch.Generator], path: str
+) -> tuple:
     """What a captured graph depends on besides tensors' values: the states' shape, dtype and device; the params'
     numbers and their tensors' shapes (their values are copied in at every call); whether a generator is given (its
     state is copied in); the energy's ``program`` with its numbers, the addresses of its parameters, buffers and
@@ -169,9 +170,20 @@ def graph_key(energy: EnergyModel, program: Program, x: Tensor, params: Any, gen
     args = program.args if isinstance(program, Analytic) else ()  # not part of Analytic's equality
     tensors = tuple((name, _identity(t)) for name, t in (*energy.named_parameters(), *energy.named_buffers()))
     autocast = (torch.is_autocast_enabled(x.device.type), torch.get_autocast_dtype(x.device.type))
-    return (x.shape, x.dtype, x.device, _describe(params, _shape), generator is None, program, _describe(args, _identity),
-            tensors, tuple(m.training for m in energy.modules()), path, selection(getattr(energy, "backend", None)),
-            autocast)
+    return (
+        x.shape,
+        x.dtype,
+        x.device,
+        _describe(params, _shape),
+        generator is None,
+        program,
+        _describe(args, _identity),
+        tensors,
+        tuple(m.training for m in energy.modules()),
+        path,
+        selection(getattr(energy, "backend", None)),
+        autocast,
+    )
 
 
 def kept_tensors(energy: EnergyModel, program: Program) -> list[Tensor]:
@@ -190,8 +202,18 @@ class GraphChain:
     there too. Each call copies its state, params and generator state in, replays, runs the remainder eagerly and
     returns copies (a graph's outputs are overwritten by its next replay). ``keep``: tensors to keep alive with it."""
 
-    def __init__(self, kernel: Callable[..., tuple[Any, Any]], fns: Any, params: Any, generator: Optional[torch.Generator],
-                 state: Any, counts: bool, capture: Capture, keep: list[Tensor], k: int = GRAPH_STEPS) -> None:
+    def __init__(
+        self,
+        kernel: Callable[..., tuple[Any, Any]],
+        fns: Any,
+        params: Any,
+        generator: Optional[torch.Generator],
+        state: Any,
+        counts: bool,
+        capture: Capture,
+        keep: list[Tensor],
+        k: int = GRAPH_STEPS,
+    ) -> None:
         device = state.x.device
         self.k, self.keep, self.fns = k, keep, fns
         self.params = _with_own_tensors(params)
@@ -254,4 +276,3 @@ class GraphChain:
         if self.accepted is None:
             return out, ChainInfo(None, None)
         return out, ChainInfo(self.accepted.clone(), self.divergent.clone())
-

@@ -16,11 +16,32 @@ import torch
 from torch import Tensor
 
 from ebmcore import EnergyFunctions, EnergyModel
-from ebm_samplers.algorithm import (DIVERGENCE_THRESHOLD, Algorithm, Chain, ChainInfo, GradientState, Step, fused_chain,
-                                    compiled, draw_then, init_gradient_state, identity_mass_refusal)
+from ebm_samplers.algorithm import (
+    DIVERGENCE_THRESHOLD,
+    Algorithm,
+    Chain,
+    ChainInfo,
+    GradientState,
+    Step,
+    fused_chain,
+    compiled,
+    draw_then,
+    init_gradient_state,
+    identity_mass_refusal,
+)
 from ebm_samplers.integrators import Leapfrog, SplittingIntegrator, resolve_integrator
-from ebm_samplers.params import (ChainScalar, as_inverse_mass, checked, event_size, for_chains,
-                                 optional, per_chain, positive, whole, with_fields)
+from ebm_samplers.params import (
+    ChainScalar,
+    as_inverse_mass,
+    checked,
+    event_size,
+    for_chains,
+    optional,
+    per_chain,
+    positive,
+    whole,
+    with_fields,
+)
 from ebm_samplers.sampler import AlgorithmSampler
 
 __all__ = ["State", "Info", "Params", "init", "transition", "build_kernel", "ALGORITHM", "HMCSampler"]
@@ -61,13 +82,18 @@ class Params:
     def resolve(self, x: Tensor) -> "Params":
         """These params for the states ``x``: defaults for ``d = event_size(x)`` filled, shapes checked, ``inv_mass`` prepared."""
         d = event_size(x)
-        return with_fields(self, step_size=for_chains(0.5 * d ** (-0.25) if self.step_size is None else self.step_size, x, "step_size"),
-                       n_leapfrog_steps=max(1, math.ceil(math.sqrt(d))) if self.n_leapfrog_steps is None else self.n_leapfrog_steps,
-                       inv_mass=as_inverse_mass(self.inv_mass, x), temperature=for_chains(self.temperature, x, "temperature"))
+        return with_fields(
+            self,
+            step_size=for_chains(0.5 * d ** (-0.25) if self.step_size is None else self.step_size, x, "step_size"),
+            n_leapfrog_steps=max(1, math.ceil(math.sqrt(d))) if self.n_leapfrog_steps is None else self.n_leapfrog_steps,
+            inv_mass=as_inverse_mass(self.inv_mass, x),
+            temperature=for_chains(self.temperature, x, "temperature"),
+        )
 
 
-def transition(state: State, noise: Tensor, uniform: Tensor, fns: EnergyFunctions, params: Params,
-               integrator: SplittingIntegrator) -> tuple[State, Info]:
+def transition(
+    state: State, noise: Tensor, uniform: Tensor, fns: EnergyFunctions, params: Params, integrator: SplittingIntegrator
+) -> tuple[State, Info]:
     """One HMC step given standard normal ``noise`` (like ``x``; it is overwritten) and ``uniform ~ U[0, 1)``: ``(n,)``.
 
     A non-finite gradient anywhere on the trajectory makes the final momentum, hence ``ΔH``,
@@ -78,8 +104,9 @@ def transition(state: State, noise: Tensor, uniform: Tensor, fns: EnergyFunction
     t = per_chain(params.temperature, x0)
     p = inv_mass.momentum(noise)
     kinetic0 = inv_mass.kinetic(p).to(acc)
-    x, p, energy, grad = integrator.integrate(x0.clone(), p, state.grad, fns, per_chain(params.step_size, x0),
-                                              params.n_leapfrog_steps, inv_mass, 1.0 / t)
+    x, p, energy, grad = integrator.integrate(
+        x0.clone(), p, state.grad, fns, per_chain(params.step_size, x0), params.n_leapfrog_steps, inv_mass, 1.0 / t
+    )
     t_chain = t if isinstance(t, float) else t.reshape(-1).to(acc)
     h0 = state.energy.to(acc) / t_chain + kinetic0
     delta = energy.to(acc) / t_chain + inv_mass.kinetic(p).to(acc) - h0
@@ -107,8 +134,14 @@ def build_kernel(integrator: SplittingIntegrator | None = None, compile: bool = 
     return draw_then(compiled(transition) if compile else transition, uniform=True, bind=lambda x: (integrator,))
 
 
-def build_chain(energy: EnergyModel, fns: EnergyFunctions, x: Tensor, params: Params, fused_setting: bool | None,
-                integrator: SplittingIntegrator) -> Chain | str:
+def build_chain(
+    energy: EnergyModel,
+    fns: EnergyFunctions,
+    x: Tensor,
+    params: Params,
+    fused_setting: bool | None,
+    integrator: SplittingIntegrator,
+) -> Chain | str:
     """Many transitions per launch with the ``<energy>_hmc_chain`` kernel (leapfrog, identity mass, one
     temperature for all chains)."""
     if not isinstance(integrator, Leapfrog):
@@ -122,8 +155,9 @@ def build_chain(energy: EnergyModel, fns: EnergyFunctions, x: Tensor, params: Pa
     h, n_leapfrog, beta = params.step_size, params.n_leapfrog_steps, 1.0 / params.temperature
 
     def run(state: State, n: int, seed: int, offset: int) -> tuple[State, ChainInfo]:
-        x_new, accepted, divergent = chain(state.x, n_steps=n, step_size=h, n_leapfrog_steps=n_leapfrog,
-                                           inverse_temperature=beta, seed=seed, offset=offset)
+        x_new, accepted, divergent = chain(
+            state.x, n_steps=n, step_size=h, n_leapfrog_steps=n_leapfrog, inverse_temperature=beta, seed=seed, offset=offset
+        )
         energy_new, grad = fns.energy_and_gradient(x_new)
         return State(x_new, energy_new, grad), ChainInfo(accepted, divergent)
 

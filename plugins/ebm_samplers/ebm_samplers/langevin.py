@@ -17,15 +17,34 @@ from ebmcore import EnergyFunctions, EnergyModel, Integrator
 from ebmcore.energies.program import Program
 from ebmcore.errors import InputError
 from ebmcore.validation import check_gradient_output
-from ebm_samplers.algorithm import (Algorithm, ChainInfo, FusedChain, Step, StepLoop, chain_kernel, compiled, draw_then,
-                                    fused_chain)
+from ebm_samplers.algorithm import (
+    Algorithm,
+    ChainInfo,
+    FusedChain,
+    Step,
+    StepLoop,
+    chain_kernel,
+    compiled,
+    draw_then,
+    fused_chain,
+)
 from ebm_samplers.integrators import EulerMaruyama, resolve_integrator
 from ebm_samplers.integrators.euler_maruyama import SDEUpdate
 from ebm_samplers.params import ChainScalar, checked, event_size, for_chains, optional, per_chain, positive, with_fields
 from ebm_samplers.sampler import AlgorithmSampler
 
-__all__ = ["State", "Info", "Params", "init", "transition", "build_kernel", "noise_scale", "ULAChain", "ALGORITHM",
-           "LangevinSampler"]
+__all__ = [
+    "State",
+    "Info",
+    "Params",
+    "init",
+    "transition",
+    "build_kernel",
+    "noise_scale",
+    "ULAChain",
+    "ALGORITHM",
+    "LangevinSampler",
+]
 
 
 @dataclass(frozen=True)
@@ -69,9 +88,10 @@ class Params:
     def resolve(self, x: Tensor) -> "Params":
         """These params for the states ``x``: the default step size filled, per-chain values checked and moved."""
         h = self.default_step_size(x) if self.step_size is None else self.step_size
-        t = self.temperature if self.noise_scale is None else self.noise_scale ** 2 / (2 * h)
-        return with_fields(self, step_size=for_chains(h, x, "step_size"), temperature=for_chains(t, x, "temperature"),
-                           noise_scale=None)
+        t = self.temperature if self.noise_scale is None else self.noise_scale**2 / (2 * h)
+        return with_fields(
+            self, step_size=for_chains(h, x, "step_size"), temperature=for_chains(t, x, "temperature"), noise_scale=None
+        )
 
 
 def init(x: Tensor, fns: EnergyFunctions) -> State:
@@ -97,7 +117,11 @@ def transition(state: State, noise: Tensor, fns: EnergyFunctions, params: Params
 
 def options(energy: EnergyModel, integrator: Any = None) -> dict[str, Any]:
     """``integrator``: an ``sde`` :class:`ebmcore.Integrator` or a registered name (default Euler–Maruyama)."""
-    return {"integrator": EulerMaruyama() if integrator is None else resolve_integrator(integrator, kind="sde", user="LangevinSampler")}
+    return {
+        "integrator": EulerMaruyama()
+        if integrator is None
+        else resolve_integrator(integrator, kind="sde", user="LangevinSampler")
+    }
 
 
 def build_kernel(integrator: Integrator | None = None, compile: bool = False) -> Step:
@@ -130,8 +154,9 @@ class ULAChain:
         return State(x), ChainInfo(None, None)
 
 
-def build_chain(energy: EnergyModel, fns: EnergyFunctions, x: Tensor, params: Params, fused_setting: bool | None,
-                integrator: Integrator) -> ULAChain | StepLoop | str:
+def build_chain(
+    energy: EnergyModel, fns: EnergyFunctions, x: Tensor, params: Params, fused_setting: bool | None, integrator: Integrator
+) -> ULAChain | StepLoop | str:
     """Many ULA steps per launch (a :class:`ULAChain`), the kernel :func:`~ebm_samplers.algorithm.fused_chain` finds
     for the bound energy's program (``fns.program``): ``<energy>_langevin_chain`` for an analytic energy,
     ``feedforward_langevin_chain`` for a feed-forward network, ``conv_langevin_chain`` for a conv stack

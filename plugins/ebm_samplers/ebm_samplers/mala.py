@@ -16,8 +16,7 @@ from torch import Tensor
 from ebmcore import EnergyFunctions
 from ebmcore.kernels.torch_backend import add_scaled_
 from ebm_samplers import langevin
-from ebm_samplers.algorithm import (DIVERGENCE_THRESHOLD, Algorithm, GradientState, Step, compiled, draw_then,
-                                    init_gradient_state)
+from ebm_samplers.algorithm import DIVERGENCE_THRESHOLD, Algorithm, GradientState, Step, compiled, draw_then, init_gradient_state
 from ebm_samplers.integrators import EulerMaruyama
 from ebm_samplers.integrators.euler_maruyama import SDEUpdate
 from ebm_samplers.params import per_chain
@@ -53,8 +52,9 @@ def _sum_sq(t: Tensor, dtype: torch.dtype) -> Tensor:
     return (t * t).flatten(1).sum(1)
 
 
-def transition(state: State, noise: Tensor, uniform: Tensor, fns: EnergyFunctions, params: Params,
-               move: SDEUpdate) -> tuple[State, Info]:
+def transition(
+    state: State, noise: Tensor, uniform: Tensor, fns: EnergyFunctions, params: Params, move: SDEUpdate
+) -> tuple[State, Info]:
     """One MALA step given standard normal ``noise`` (like ``x``) and ``uniform ~ U[0, 1)``: ``(n,)``;
     ``move`` is the Langevin (Euler–Maruyama) update bound to the states.
 
@@ -73,7 +73,9 @@ def transition(state: State, noise: Tensor, uniform: Tensor, fns: EnergyFunction
     back = add_scaled_(back, grad_y, h) if isinstance(h, float) else back.addcmul_(h, grad_y)
     h_chain = h if isinstance(h, float) else h.reshape(-1).to(acc)
     t_chain = t if isinstance(t, float) else t.reshape(-1).to(acc)
-    log_ratio = (energy.to(acc) - energy_y.to(acc)) / t_chain - _sum_sq(back, acc) / (4.0 * h_chain * t_chain) + 0.5 * _sum_sq(noise, acc)
+    log_ratio = (
+        (energy.to(acc) - energy_y.to(acc)) / t_chain - _sum_sq(back, acc) / (4.0 * h_chain * t_chain) + 0.5 * _sum_sq(noise, acc)
+    )
     finite = torch.isfinite(log_ratio)
     prob = torch.where(finite, log_ratio.clamp(max=0.0).exp(), torch.zeros_like(log_ratio))
     accepted = uniform < prob

@@ -25,14 +25,45 @@ import torch
 from torch import Tensor
 
 from ebmcore import EnergyFunctions, EnergyModel
-from ebm_samplers.algorithm import (DIVERGENCE_THRESHOLD, Algorithm, Chain, ChainInfo, GradientState, Step, fused_chain,
-                                    init_gradient_state, identity_mass_refusal)
-from ebm_samplers.params import (ChainScalar, as_inverse_mass, checked, event_size, for_chains, in_range, optional,
-                                 per_chain, positive, whole, with_fields)
+from ebm_samplers.algorithm import (
+    DIVERGENCE_THRESHOLD,
+    Algorithm,
+    Chain,
+    ChainInfo,
+    GradientState,
+    Step,
+    fused_chain,
+    init_gradient_state,
+    identity_mass_refusal,
+)
+from ebm_samplers.params import (
+    ChainScalar,
+    as_inverse_mass,
+    checked,
+    event_size,
+    for_chains,
+    in_range,
+    optional,
+    per_chain,
+    positive,
+    whole,
+    with_fields,
+)
 from ebm_samplers.sampler import AlgorithmSampler
 
-__all__ = ["State", "FusedState", "Info", "FusedInfo", "Params", "init", "energy_of", "build_kernel", "build_chain", "ALGORITHM",
-           "NUTSSampler"]
+__all__ = [
+    "State",
+    "FusedState",
+    "Info",
+    "FusedInfo",
+    "Params",
+    "init",
+    "energy_of",
+    "build_kernel",
+    "build_chain",
+    "ALGORITHM",
+    "NUTSSampler",
+]
 
 State = GradientState
 """``x: (n, *event_shape)``, ``energy = E(x): (n,)``, ``grad = ∇E(x)`` like ``x``."""
@@ -81,8 +112,12 @@ class Params:
     def resolve(self, x: Tensor) -> "Params":
         """These params for the states ``x``: the default step size filled, shapes checked, ``inv_mass`` prepared."""
         h = 0.5 * event_size(x) ** (-0.25) if self.step_size is None else self.step_size
-        return with_fields(self, step_size=for_chains(h, x, "step_size"), inv_mass=as_inverse_mass(self.inv_mass, x),
-                       temperature=for_chains(self.temperature, x, "temperature"))
+        return with_fields(
+            self,
+            step_size=for_chains(h, x, "step_size"),
+            inv_mass=as_inverse_mass(self.inv_mass, x),
+            temperature=for_chains(self.temperature, x, "temperature"),
+        )
 
 
 def _dot(a: Tensor, b: Tensor) -> Tensor:
@@ -213,8 +248,16 @@ def step(state: State, fns: EnergyFunctions, generator: torch.Generator | None, 
             break
 
     new = State(prop_x, prop_e, prop_g)
-    info = Info(sum_accept / n_steps.clamp_min(1), divergent, depth, n_steps.to(torch.int64), prop_h, computed,
-                    n_steps.mean(), n_steps.max())
+    info = Info(
+        sum_accept / n_steps.clamp_min(1),
+        divergent,
+        depth,
+        n_steps.to(torch.int64),
+        prop_h,
+        computed,
+        n_steps.mean(),
+        n_steps.max(),
+    )
     return new, info
 
 
@@ -261,16 +304,25 @@ def build_chain(energy: EnergyModel, fns: EnergyFunctions, x: Tensor, params: Pa
     h, depth, beta = params.step_size, params.max_tree_depth, 1.0 / params.temperature
 
     def run(state: State | FusedState, n: int, seed: int, offset: int) -> tuple[FusedState, FusedInfo]:
-        x_new, accepted, divergent, n_leapfrog, tree_depth = chain(state.x, n_steps=n, step_size=h, max_tree_depth=depth,
-                                                                   inverse_temperature=beta, seed=seed, offset=offset)
+        x_new, accepted, divergent, n_leapfrog, tree_depth = chain(
+            state.x, n_steps=n, step_size=h, max_tree_depth=depth, inverse_temperature=beta, seed=seed, offset=offset
+        )
         return FusedState(x_new), FusedInfo(accepted, divergent, n_leapfrog, tree_depth)
 
     return run
 
 
-ALGORITHM = Algorithm("nuts", Params, init, build_kernel, has_acceptance=True, build_chain=build_chain, energy_of=energy_of,
-                      compile_refusal="its trajectories have a data-dependent length",
-                      graph_refusal="its trees stop growing when every chain's has, a host sync per doubling")
+ALGORITHM = Algorithm(
+    "nuts",
+    Params,
+    init,
+    build_kernel,
+    has_acceptance=True,
+    build_chain=build_chain,
+    energy_of=energy_of,
+    compile_refusal="its trajectories have a data-dependent length",
+    graph_refusal="its trees stop growing when every chain's has, a host sync per doubling",
+)
 
 
 class NUTSSampler(AlgorithmSampler):

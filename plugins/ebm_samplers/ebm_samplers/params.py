@@ -19,8 +19,22 @@ from torch import Tensor
 
 from ebmcore.errors import InputError
 
-__all__ = ["ChainScalar", "event_size", "per_chain", "positive", "optional", "whole", "in_range", "for_chains",
-           "checked", "with_fields", "accepted_fields", "InverseMass", "IDENTITY", "as_inverse_mass"]
+__all__ = [
+    "ChainScalar",
+    "event_size",
+    "per_chain",
+    "positive",
+    "optional",
+    "whole",
+    "in_range",
+    "for_chains",
+    "checked",
+    "with_fields",
+    "accepted_fields",
+    "InverseMass",
+    "IDENTITY",
+    "as_inverse_mass",
+]
 
 ChainScalar = Union[float, Tensor]
 """A parameter that is one number for all chains (``float``) or one per chain (``Tensor: (n_chains,)``)."""
@@ -70,15 +84,18 @@ def whole(low: int, high: int | None = None) -> Callable[[Any, str], int]:
         if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= (high or value):
             raise InputError(f"{name} must be {what}, got {value!r}.")
         return value
+
     return check
 
 
 def in_range(low: float, high: float) -> Callable[[Any, str], float]:
     """A check for a number in ``[low, high)``."""
+
     def check(value: Any, name: str) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value < high:
             raise InputError(f"{name} must be in [{low:g}, {high:g}), got {value!r}.")
         return float(value)
+
     return check
 
 
@@ -88,14 +105,18 @@ def for_chains(value: ChainScalar, x: Tensor, name: str) -> ChainScalar:
     finfo = torch.finfo(x.dtype)
     if isinstance(value, Tensor):
         if value.shape != (x.shape[0],):
-            raise InputError(f"{name} must be a number or a tensor of shape (n_chains,) = ({x.shape[0]},), got {tuple(value.shape)}.")
+            raise InputError(
+                f"{name} must be a number or a tensor of shape (n_chains,) = ({x.shape[0]},), got {tuple(value.shape)}."
+            )
         value = value.to(device=x.device, dtype=x.dtype)
         inside = bool(((value >= finfo.tiny) & (value <= finfo.max)).all())
     else:
         inside = finfo.tiny <= value <= finfo.max
     if not inside:
-        raise InputError(f"{name} must lie in [{finfo.tiny:.3g}, {finfo.max:.3g}] for {x.dtype} states, got {value!r}; "
-                         "it (or its inverse) would overflow or vanish in the step.")
+        raise InputError(
+            f"{name} must lie in [{finfo.tiny:.3g}, {finfo.max:.3g}] for {x.dtype} states, got {value!r}; "
+            "it (or its inverse) would overflow or vanish in the step."
+        )
     return value
 
 
@@ -145,12 +166,16 @@ class InverseMass:
     def dense(cls, matrix: Tensor) -> "InverseMass":
         """A dense symmetric positive definite ``M⁻¹: (d, d)``."""
         if matrix.dim() != 2 or matrix.shape[0] != matrix.shape[1] or not torch.allclose(matrix, matrix.T, rtol=1e-5, atol=1e-8):
-            raise InputError(f"inv_mass (dense) must be a symmetric (d, d) matrix, got shape {tuple(matrix.shape)}; "
-                             "symmetrise it with (m + m.T) / 2.")
+            raise InputError(
+                f"inv_mass (dense) must be a symmetric (d, d) matrix, got shape {tuple(matrix.shape)}; "
+                "symmetrise it with (m + m.T) / 2."
+            )
         chol, info = torch.linalg.cholesky_ex(torch.linalg.inv(matrix.double()))
         if int(info) != 0 or not bool(torch.isfinite(matrix).all()):
-            raise InputError("inv_mass (dense) must be finite and positive definite (a covariance matrix); add a multiple "
-                             "of the identity to it, or let warmup(..., metric='dense') estimate it.")
+            raise InputError(
+                "inv_mass (dense) must be finite and positive definite (a covariance matrix); add a multiple "
+                "of the identity to it, or let warmup(..., metric='dense') estimate it."
+            )
         return cls("dense", matrix, chol.to(matrix.dtype))
 
     @classmethod
@@ -159,16 +184,20 @@ class InverseMass:
         ``factors: (d, k)`` and ``eigenvalues: (k,)``; positive definite. Put in canonical form once (``O(d·k²)``)."""
         d = diagonal.shape[0] if diagonal.dim() == 1 else -1
         if diagonal.dim() != 1 or factors.dim() != 2 or factors.shape[0] != d or eigenvalues.shape != (factors.shape[1],):
-            raise InputError(f"inv_mass (low_rank) needs diagonal (d,), factors (d, k) and eigenvalues (k,), got shapes "
-                             f"{tuple(diagonal.shape)}, {tuple(factors.shape)} and {tuple(eigenvalues.shape)}.")
+            raise InputError(
+                f"inv_mass (low_rank) needs diagonal (d,), factors (d, k) and eigenvalues (k,), got shapes "
+                f"{tuple(diagonal.shape)}, {tuple(factors.shape)} and {tuple(eigenvalues.shape)}."
+            )
         if not all(bool(torch.isfinite(t).all()) for t in (diagonal, factors, eigenvalues)) or not bool((diagonal > 0).all()):
             raise InputError("inv_mass (low_rank) must be finite with a positive diagonal.")
         d64 = diagonal.double()
         q, r = torch.linalg.qr(factors.double() * d64.rsqrt()[:, None])  # D^(−½)U = QR
         mu, p = torch.linalg.eigh((r * eigenvalues.double()) @ r.T)  # R·diag(λ)·Rᵀ = P·diag(μ)·Pᵀ
         if not bool((mu > -1 + 1e-12).all()):
-            raise InputError("inv_mass (low_rank) must be positive definite: diagonal + factors·diag(eigenvalues)·factorsᵀ "
-                             "has a non-positive eigenvalue; use non-negative eigenvalues, or a larger diagonal.")
+            raise InputError(
+                "inv_mass (low_rank) must be positive definite: diagonal + factors·diag(eigenvalues)·factorsᵀ "
+                "has a non-positive eigenvalue; use non-negative eigenvalues, or a larger diagonal."
+            )
         dtype = diagonal.dtype
         return cls("low_rank", diagonal, d64.rsqrt().to(dtype), (q @ p).to(dtype), mu.to(dtype))
 
@@ -264,24 +293,33 @@ def as_inverse_mass(value: Any, x: Tensor) -> InverseMass:
     )
 
 
-_METRIC_KEYS = {frozenset({"diagonal"}): "diagonal", frozenset({"dense"}): "dense",
-                frozenset({"diagonal", "factors", "eigenvalues"}): "low_rank"}
+_METRIC_KEYS = {
+    frozenset({"diagonal"}): "diagonal",
+    frozenset({"dense"}): "dense",
+    frozenset({"diagonal", "factors", "eigenvalues"}): "low_rank",
+}
 
 
 def _from_tensors(value: Mapping[str, Any], x: Tensor) -> InverseMass:
     """The :class:`InverseMass` of a mapping of :meth:`InverseMass.tensors`, on ``x``'s device and dtype."""
     kind = _METRIC_KEYS.get(frozenset(value))
     if kind is None:
-        raise InputError(f"inv_mass as a mapping has keys {sorted(value)}; expected {{'diagonal'}}, {{'dense'}} or "
-                         "{'diagonal', 'factors', 'eigenvalues'} (InverseMass.tensors()).")
+        raise InputError(
+            f"inv_mass as a mapping has keys {sorted(value)}; expected {{'diagonal'}}, {{'dense'}} or "
+            "{'diagonal', 'factors', 'eigenvalues'} (InverseMass.tensors())."
+        )
     t = {k: torch.as_tensor(v).to(device=x.device, dtype=x.dtype) for k, v in value.items()}
     d = event_size(x)
     if kind == "diagonal":
         if tuple(t["diagonal"].shape) not in {tuple(x.shape[1:]), tuple(x.shape)}:
-            raise InputError(f"inv_mass (diagonal) has shape {tuple(t['diagonal'].shape)}; expected the event shape "
-                             f"{tuple(x.shape[1:])} or one per chain {tuple(x.shape)}.")
+            raise InputError(
+                f"inv_mass (diagonal) has shape {tuple(t['diagonal'].shape)}; expected the event shape "
+                f"{tuple(x.shape[1:])} or one per chain {tuple(x.shape)}."
+            )
         return InverseMass.diagonal(t["diagonal"])
     size = t["dense"].shape[0] if kind == "dense" else t["diagonal"].shape[0]
     if size != d:
         raise InputError(f"inv_mass ({kind}) is for d = {size} elements, the states have d = {d}.")
-    return InverseMass.dense(t["dense"]) if kind == "dense" else InverseMass.low_rank(t["diagonal"], t["factors"], t["eigenvalues"])
+    return (
+        InverseMass.dense(t["dense"]) if kind == "dense" else InverseMass.low_rank(t["diagonal"], t["factors"], t["eigenvalues"])
+    )

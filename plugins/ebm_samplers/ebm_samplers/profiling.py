@@ -34,8 +34,15 @@ def _median_time(fn: Callable[[], Any], repeats: int) -> float:
     return statistics.median(times)
 
 
-def profile(sampler: Any, x0: torch.Tensor, n_steps: int = 100, *, repeats: int = 5,
-            generator: torch.Generator | None = None, **tunables: Any) -> dict[str, Any]:
+def profile(
+    sampler: Any,
+    x0: torch.Tensor,
+    n_steps: int = 100,
+    *,
+    repeats: int = 5,
+    generator: torch.Generator | None = None,
+    **tunables: Any,
+) -> dict[str, Any]:
     """Seconds per step of ``sampler`` (any ``ebmcore.Sampler``): ``total`` and
     ``diagnostics`` (the extra cost of recording them, on top of ``total``; 0 where the run with them was not
     slower, and then ``diagnostics_measured`` is False: the difference is within the timing noise). For an ``ebm_samplers`` sampler also the per-step loop's
@@ -44,21 +51,37 @@ def profile(sampler: Any, x0: torch.Tensor, n_steps: int = 100, *, repeats: int 
     those are None and ``breakdown`` says why."""
     x = sampler.check_initial_state(x0)
     generator = generator or torch.Generator(device=x.device).manual_seed(0)
-    per_run = lambda **kw: _median_time(lambda: sampler.sample(x, n_steps, generator=generator, **kw, **tunables),  # noqa: E731
-                                        repeats) / n_steps
+    per_run = lambda **kw: (
+        _median_time(
+            lambda: sampler.sample(x, n_steps, generator=generator, **kw, **tunables),  # noqa: E731
+            repeats,
+        )
+        / n_steps
+    )
     if not isinstance(sampler, AlgorithmSampler):
         total = per_run()
-        return {"total": total, **_diagnostics(per_run(return_diagnostics=True) - total), "energy_gradient": None,
-                "rng": None, "update_acceptance": None, "gradient_evaluations": None, "fused_total": None,
-                "breakdown": f"{type(sampler).__name__} is not an ebm_samplers algorithm: timed as a whole, no breakdown"}
+        return {
+            "total": total,
+            **_diagnostics(per_run(return_diagnostics=True) - total),
+            "energy_gradient": None,
+            "rng": None,
+            "update_acceptance": None,
+            "gradient_evaluations": None,
+            "fused_total": None,
+            "breakdown": f"{type(sampler).__name__} is not an ebm_samplers algorithm: timed as a whole, no breakdown",
+        }
     fused_setting = sampler.fused
     run = sampler.prepare(x, generator, tunables)
     fused_total = per_run() if fused_setting is not False and run.chain else None
     sampler.fused = False
     try:
         total = per_run()
-        result = {"total": total, **_diagnostics(per_run(return_diagnostics=True) - total), "fused_total": fused_total,
-                  "path": run.path}
+        result = {
+            "total": total,
+            **_diagnostics(per_run(return_diagnostics=True) - total),
+            "fused_total": fused_total,
+            "path": run.path,
+        }
         return result | _breakdown(sampler, x, n_steps, repeats, generator, tunables, total)
     finally:
         sampler.fused = fused_setting
@@ -69,8 +92,15 @@ def _diagnostics(extra: float) -> dict[str, Any]:
     return {"diagnostics": max(extra, 0.0), "diagnostics_measured": extra > 0}
 
 
-def _breakdown(sampler: AlgorithmSampler, x: torch.Tensor, n_steps: int, repeats: int, generator: torch.Generator,
-               tunables: dict[str, Any], total: float) -> dict[str, float]:
+def _breakdown(
+    sampler: AlgorithmSampler,
+    x: torch.Tensor,
+    n_steps: int,
+    repeats: int,
+    generator: torch.Generator,
+    tunables: dict[str, Any],
+    total: float,
+) -> dict[str, float]:
     """The per-step loop's energy/gradient time (with its calls counted), random draws, and the rest."""
     fns = sampler.bind(x)
     calls = {"n": 0}
@@ -78,7 +108,7 @@ def _breakdown(sampler: AlgorithmSampler, x: torch.Tensor, n_steps: int, repeats
 
     def counting(like: torch.Tensor) -> Any:
         bound = real(like)
-        wrap = lambda f: (lambda y: (calls.__setitem__("n", calls["n"] + 1), f(y))[1])  # noqa: E731
+        wrap = lambda f: lambda y: (calls.__setitem__("n", calls["n"] + 1), f(y))[1]  # noqa: E731
         return type(bound)(bound.energy, wrap(bound.gradient), wrap(bound.energy_and_gradient))
 
     sampler.bind = counting
@@ -106,33 +136,46 @@ def _breakdown(sampler: AlgorithmSampler, x: torch.Tensor, n_steps: int, repeats
                 uniform.uniform_(generator=generator)
 
     rng = _median_time(draws, repeats) / n_steps
-    return {"energy_gradient": energy_gradient, "rng": rng, "update_acceptance": max(total - energy_gradient - rng, 0.0),
-            "gradient_evaluations": per_step_evals}
+    return {
+        "energy_gradient": energy_gradient,
+        "rng": rng,
+        "update_acceptance": max(total - energy_gradient - rng, 0.0),
+        "gradient_evaluations": per_step_evals,
+    }
 
 
 def format_profile(name: str, n_chains: int, result: dict[str, Any]) -> str:
     """The lines ``ebm profile`` prints for :func:`profile`'s ``result``."""
     total = result["total"]
-    evals = "" if result["gradient_evaluations"] is None else f"; {result['gradient_evaluations']:.1f} gradient evaluations per step"
+    evals = (
+        "" if result["gradient_evaluations"] is None else f"; {result['gradient_evaluations']:.1f} gradient evaluations per step"
+    )
     lines = [f"{name}, {n_chains} chains: {total * 1e3:.3f} ms per step ({n_chains / total:,.0f} chain-steps/s{evals})"]
     if result.get("breakdown"):
         lines.append(f"  breakdown: {result['breakdown']}")
     if result.get("path"):
         lines.append(f"  path sample() takes: {result['path']}")
-    for key, label in (("energy_gradient", "energy and gradient"), ("rng", "random numbers"),
-                       ("update_acceptance", "update and acceptance")):
+    for key, label in (
+        ("energy_gradient", "energy and gradient"),
+        ("rng", "random numbers"),
+        ("update_acceptance", "update and acceptance"),
+    ):
         if result[key] is not None:
             lines.append(f"  {label:<28} {result[key] * 1e3:9.3f} ms  {100 * result[key] / total:5.1f} %")
     label = "diagnostics (when recorded)"
     if result.get("diagnostics_measured", True):  # extra time, not a share of the step's
-        lines.append(f"  {label:<28} {result['diagnostics'] * 1e3:+9.3f} ms  {100 * result['diagnostics'] / total:+5.1f} % "
-                     "on top of a step")
+        lines.append(
+            f"  {label:<28} {result['diagnostics'] * 1e3:+9.3f} ms  {100 * result['diagnostics'] / total:+5.1f} % "
+            "on top of a step"
+        )
     else:
         lines.append(f"  {label:<28} not measurable: a run recording them was no slower, within the timing noise")
     if result.get("fused_total") is not None:
         fused = result["fused_total"]
-        lines.append(f"fused chain (what sample() runs here): {fused * 1e3:.3f} ms per step, "
-                     f"{total / fused:.1f}x as fast as the per-step loop")
+        lines.append(
+            f"fused chain (what sample() runs here): {fused * 1e3:.3f} ms per step, "
+            f"{total / fused:.1f}x as fast as the per-step loop"
+        )
     return "\n".join(lines)
 
 
@@ -143,15 +186,19 @@ def add_command(subparsers: Any) -> None:
     p.add_argument("--n-chains", type=int, help="number of chains (default: [sampler] n_chains)")
     p.add_argument("--n-steps", type=int, default=50, help="steps per timed run (default: 50)")
     p.add_argument("--device", help="torch device, e.g. cpu or cuda:0 (default: [run] device)")
-    p.add_argument("--threads", type=int, help="torch threads, default 1; 0: the cores no other process keeps busy (default: [run] threads)")
+    p.add_argument(
+        "--threads", type=int, help="torch threads, default 1; 0: the cores no other process keeps busy (default: [run] threads)"
+    )
     p.set_defaults(func=_main)
 
 
 def _main(args: argparse.Namespace) -> int:
     from ebm_samplers.sample_job import build, load_config
 
-    config = load_config(args.config, {"sampler": {"name": args.sampler, "n_chains": args.n_chains},
-                                       "run": {"device": args.device, "threads": args.threads}})
+    config = load_config(
+        args.config,
+        {"sampler": {"name": args.sampler, "n_chains": args.n_chains}, "run": {"device": args.device, "threads": args.threads}},
+    )
     device = torch.device(config["run"]["device"])
     energy, sampler = build(config, device)
     s = config["sampler"]

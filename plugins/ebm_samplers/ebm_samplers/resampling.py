@@ -80,8 +80,12 @@ def residual(weights: Tensor, n: int, generator: Optional[torch.Generator] = Non
     return torch.where(j < kept[..., -1:], deterministic, drawn)
 
 
-SCHEMES: dict[str, Resampler] = {"systematic": systematic, "stratified": stratified, "multinomial": multinomial,
-                                 "residual": residual}
+SCHEMES: dict[str, Resampler] = {
+    "systematic": systematic,
+    "stratified": stratified,
+    "multinomial": multinomial,
+    "residual": residual,
+}
 """The schemes by name."""
 
 
@@ -90,6 +94,7 @@ def get_scheme(scheme: "str | Resampler") -> Resampler:
     if callable(scheme):
         return scheme
     if scheme not in SCHEMES:
-        raise InputError(f"resampling must be one of {', '.join(SCHEMES)} (or a function (weights, n, generator) -> "
-                         f"indices), got {scheme!r}.")
+        raise InputError(
+            f"resampling must be one of {', '.join(SCHEMES)} (or a function (weights, n, generator) -> indices), got {scheme!r}."
+        )
     return SCHEMES[scheme]

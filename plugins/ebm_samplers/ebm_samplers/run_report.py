@@ -16,8 +16,22 @@ from ebmcore.recording import finite_summary, nonfinite_chains
 
 log = logging.getLogger(__name__)
 
-__all__ = ["metrics", "warnings", "mode_groups", "diverged", "backends", "plots", "summary", "nonfinite_line",
-           "RHAT_LIMIT", "ESS_PER_CHAIN", "EBFMI_LIMIT", "MODE_GAP", "MODE_MIN_CHAINS", "TINY_STEP"]
+__all__ = [
+    "metrics",
+    "warnings",
+    "mode_groups",
+    "diverged",
+    "backends",
+    "plots",
+    "summary",
+    "nonfinite_line",
+    "RHAT_LIMIT",
+    "ESS_PER_CHAIN",
+    "EBFMI_LIMIT",
+    "MODE_GAP",
+    "MODE_MIN_CHAINS",
+    "TINY_STEP",
+]
 
 RHAT_LIMIT = 1.01
 """Warn above this R-hat (rank-normalised split R-hat; Vehtari et al. 2021, as Stan, PyMC and ArviZ)."""
@@ -36,9 +50,16 @@ TINY_STEP = 0.1
 fraction of the draws' largest standard deviation: crossing the target then takes hundreds of steps at least."""
 
 
-def metrics(samples: torch.Tensor, trajectory: torch.Tensor, s: dict[str, Any], wall: float, acceptance: float | None,
-            divergences: int | None, summary: dict[str, torch.Tensor] | None = None,
-            stats: dict[str, torch.Tensor] | None = None) -> dict[str, Any]:
+def metrics(
+    samples: torch.Tensor,
+    trajectory: torch.Tensor,
+    s: dict[str, Any],
+    wall: float,
+    acceptance: float | None,
+    divergences: int | None,
+    summary: dict[str, torch.Tensor] | None = None,
+    stats: dict[str, torch.Tensor] | None = None,
+) -> dict[str, Any]:
     """Sizes, mean, the smallest bulk/tail ESS and largest R-hat over coordinates (``ebmcore.recording.finite_summary``
     of ``trajectory: (n_kept, n_chains, *event)``, or the given ``summary``), throughput and acceptance; with the
     per-draw ``stats`` of a Hamiltonian sampler (``hamiltonian: (n_kept, n_chains)``), the smallest E-BFMI
@@ -64,8 +85,11 @@ def metrics(samples: torch.Tensor, trajectory: torch.Tensor, s: dict[str, Any], 
         "sampling_time_s": wall,
         "nonfinite_chains": len(bad),
         "nonfinite_chain_indices": bad,
-        "draws_std_max": (float(kept.std(0).max()) if kept.shape[0] >= 2 and kept.shape[1] and kept.shape[2]
-                          and kept.is_floating_point() else None),
+        "draws_std_max": (
+            float(kept.std(0).max())
+            if kept.shape[0] >= 2 and kept.shape[1] and kept.shape[2] and kept.is_floating_point()
+            else None
+        ),
         "mode_groups": mode_groups(kept.mean(0)) if kept.shape[0] and kept.shape[1] and kept.is_floating_point() else None,
     }
     if s.get("name"):
@@ -100,8 +124,8 @@ def mode_groups(means: torch.Tensor) -> dict[str, Any] | None:
     i = torch.arange(lo, m - lo + 1, device=x.device)  # the first i sorted chains form the lower group
     n_low = i.to(x.dtype).unsqueeze(1)
     mean_low, mean_high = s1[i] / n_low, (s1[-1] - s1[i]) / (m - n_low)
-    var_low = (s2[i] / n_low - mean_low ** 2).clamp_min(0)
-    var_high = ((s2[-1] - s2[i]) / (m - n_low) - mean_high ** 2).clamp_min(0)
+    var_low = (s2[i] / n_low - mean_low**2).clamp_min(0)
+    var_high = ((s2[-1] - s2[i]) / (m - n_low) - mean_high**2).clamp_min(0)
     spread = torch.maximum(var_low, var_high).sqrt()
     score = (x[i] - x[i - 1]) / spread.clamp_min(1e-12 * float(x.abs().max().clamp_min(1e-300)))
     best = int(score.argmax())
@@ -112,9 +136,11 @@ def mode_groups(means: torch.Tensor) -> dict[str, Any] | None:
     return {"coordinate": coordinate, "gap": min(gap, 1e6), "sizes": [int(i[split]), m - int(i[split])]}
 
 
-_NEXT_SAMPLER = {"langevin": "MALA or NUTS rather than unadjusted Langevin",
-                 "mala": "NUTS rather than MALA: its warm-up adapts a mass matrix to the target's scales",
-                 "hmc": "NUTS rather than HMC's fixed trajectory length: its warm-up adapts a mass matrix too"}
+_NEXT_SAMPLER = {
+    "langevin": "MALA or NUTS rather than unadjusted Langevin",
+    "mala": "NUTS rather than MALA: its warm-up adapts a mass matrix to the target's scales",
+    "hmc": "NUTS rather than HMC's fixed trajectory length: its warm-up adapts a mass matrix too",
+}
 
 
 def _tiny_step(metrics: dict[str, Any]) -> str | None:
@@ -147,45 +173,70 @@ def warnings(metrics: dict[str, Any]) -> list[str]:
         line = f"R-hat max {r_hat:.3f} > {RHAT_LIMIT}: the chains disagree, they have not mixed"
         if groups:
             low, high = groups["sizes"]
-            line += (f"; their means fall in separate groups ({low} and {high} chains, {groups['gap']:.3g} standard "
-                     f"deviations apart along coordinate {groups['coordinate']}): they keep the modes they started in; ")
-            line += ("raise the top temperature or add temperatures, and run longer (burn_in, n_steps)."
-                     if sampler == "parallel_tempering" else "use parallel_tempering to cross between modes, or run "
-                     "much longer (burn_in, n_steps).")
+            line += (
+                f"; their means fall in separate groups ({low} and {high} chains, {groups['gap']:.3g} standard "
+                f"deviations apart along coordinate {groups['coordinate']}): they keep the modes they started in; "
+            )
+            line += (
+                "raise the top temperature or add temperatures, and run longer (burn_in, n_steps)."
+                if sampler == "parallel_tempering"
+                else "use parallel_tempering to cross between modes, or run much longer (burn_in, n_steps)."
+            )
         elif tiny:
-            line += (f"; {tiny}: it crawls along the target's wide directions. Use NUTS with its mass-matrix "
-                     "adaptation and a longer warm-up (name = \"nuts\", warmup = 1000, target_accept = 0.8), or run "
-                     "much longer (burn_in, n_steps).")
+            line += (
+                f"; {tiny}: it crawls along the target's wide directions. Use NUTS with its mass-matrix "
+                "adaptation and a longer warm-up (name = \"nuts\", warmup = 1000, target_accept = 0.8), or run "
+                "much longer (burn_in, n_steps)."
+            )
         elif sampler == "nuts":
-            line += ("; run longer (burn_in, n_steps) after a longer warm-up (warmup), which adapts the step size and "
-                     "the mass matrix to the target's scales.")
+            line += (
+                "; run longer (burn_in, n_steps) after a longer warm-up (warmup), which adapts the step size and "
+                "the mass matrix to the target's scales."
+            )
         elif sampler == "langevin":  # nothing to warm up
             line += f"; run longer (burn_in, n_steps), or use {_NEXT_SAMPLER[sampler]} (both warm up)."
         else:
-            line += "; run longer (burn_in, n_steps) after a longer warm-up (warmup" + (
-                ")" if sampler in _NEXT_SAMPLER or sampler == "parallel_tempering" else ", where the sampler has one)") + (
-                f", or use {_NEXT_SAMPLER[sampler]} (name = \"nuts\", warmup = 1000, target_accept = 0.8)."
-                if sampler in ("mala", "hmc") else f", or use {_NEXT_SAMPLER[sampler]}." if sampler in _NEXT_SAMPLER
-                else ".")
+            line += (
+                "; run longer (burn_in, n_steps) after a longer warm-up (warmup"
+                + (")" if sampler in _NEXT_SAMPLER or sampler == "parallel_tempering" else ", where the sampler has one)")
+                + (
+                    f", or use {_NEXT_SAMPLER[sampler]} (name = \"nuts\", warmup = 1000, target_accept = 0.8)."
+                    if sampler in ("mala", "hmc")
+                    else f", or use {_NEXT_SAMPLER[sampler]}."
+                    if sampler in _NEXT_SAMPLER
+                    else "."
+                )
+            )
         out.append(line)
     bulk, tail = metrics.get("ess_bulk_min"), metrics.get("ess_tail_min")
     needed = ESS_PER_CHAIN * n_chains
     if bulk is not None and tail is not None and n_chains and min(bulk, tail) < needed:
-        better = (_NEXT_SAMPLER[sampler] if sampler == "langevin" else
-                  f"a longer warm-up (warmup), or {_NEXT_SAMPLER[sampler]}" if sampler in _NEXT_SAMPLER else
-                  "a longer warm-up (warmup), which adapts the step size and the mass matrix, or reparametrise the energy"
-                  if sampler == "nuts" else "a better-tuned sampler (a longer warm-up; NUTS adapts a mass matrix)")
-        out.append(f"ESS bulk min {bulk:.0f}, tail min {tail:.0f} < {needed} ({ESS_PER_CHAIN} per chain x {n_chains} "
-                   "chains): too few independent draws per chain for reliable means, quantiles and R-hat; run more "
-                   f"steps (n_steps), or {better}.")
+        better = (
+            _NEXT_SAMPLER[sampler]
+            if sampler == "langevin"
+            else f"a longer warm-up (warmup), or {_NEXT_SAMPLER[sampler]}"
+            if sampler in _NEXT_SAMPLER
+            else "a longer warm-up (warmup), which adapts the step size and the mass matrix, or reparametrise the energy"
+            if sampler == "nuts"
+            else "a better-tuned sampler (a longer warm-up; NUTS adapts a mass matrix)"
+        )
+        out.append(
+            f"ESS bulk min {bulk:.0f}, tail min {tail:.0f} < {needed} ({ESS_PER_CHAIN} per chain x {n_chains} "
+            "chains): too few independent draws per chain for reliable means, quantiles and R-hat; run more "
+            f"steps (n_steps), or {better}."
+        )
     if metrics.get("divergences"):
-        out.append(f"{metrics['divergences']} divergent transitions: the sampler cannot follow the energy's curvature "
-                   "there and its draws may miss that region; lower the step size (warm up with a higher "
-                   "target_accept, e.g. 0.9) or reparametrise the energy.")
+        out.append(
+            f"{metrics['divergences']} divergent transitions: the sampler cannot follow the energy's curvature "
+            "there and its draws may miss that region; lower the step size (warm up with a higher "
+            "target_accept, e.g. 0.9) or reparametrise the energy."
+        )
     if metrics.get("ebfmi_low_chains"):
-        out.append(f"E-BFMI min {metrics['ebfmi_min']:.2f} < {EBFMI_LIMIT} in {metrics['ebfmi_low_chains']} of {n_chains} "
-                   "chains: momentum resampling moves poorly through the energy levels (heavy tails, a funnel); "
-                   "reparametrise the energy, or adapt a mass matrix with a longer warm-up.")
+        out.append(
+            f"E-BFMI min {metrics['ebfmi_min']:.2f} < {EBFMI_LIMIT} in {metrics['ebfmi_low_chains']} of {n_chains} "
+            "chains: momentum resampling moves poorly through the energy levels (heavy tails, a funnel); "
+            "reparametrise the energy, or adapt a mass matrix with a longer warm-up."
+        )
     return out
 
 
@@ -232,21 +283,30 @@ def plots(out: Path, energy: ebmcore.EnergyModel, trajectory: torch.Tensor, samp
 def summary(metrics: dict[str, Any], out: Path) -> str:
     """The lines ``ebm sample`` prints at the end."""
     where = metrics["device"] + (f" x {metrics['world_size']} processes" if metrics.get("world_size", 1) > 1 else "")
-    lines = [f"{metrics['sampler']} on {metrics['energy']} ({where}): {metrics['wall_time_s']:.1f} s "
-             "(warm-up, sampling, diagnostics and files; start-up not counted)"]
+    lines = [
+        f"{metrics['sampler']} on {metrics['energy']} ({where}): {metrics['wall_time_s']:.1f} s "
+        "(warm-up, sampling, diagnostics and files; start-up not counted)"
+    ]
     if metrics.get("step_size") is not None:
         lines.append(f"  step size {metrics['step_size']:.4g}: {metrics['step_size_source']}")
     if "n_chunks" in metrics:
-        lines.append(f"  {metrics['n_samples']} samples in {metrics['n_chunks']} chunks "
-                     f"({metrics['chunks_resumed']} resumed) -> {out / 'chunks'}")
+        lines.append(
+            f"  {metrics['n_samples']} samples in {metrics['n_chunks']} chunks "
+            f"({metrics['chunks_resumed']} resumed) -> {out / 'chunks'}"
+        )
         if metrics.get("acceptance") is not None:
             lines.append(f"  acceptance {metrics['acceptance']:.3f}")
         if metrics.get("nonfinite_chains"):
             lines.append(f"  {nonfinite_line(metrics)}")
         lines.append(f"  metrics: {out / 'metrics.json'}")
         return "\n".join(lines)
-    ess = "" if metrics["ess_bulk_min"] is None else (
-        f"; ESS bulk min {metrics['ess_bulk_min']:.0f}, tail min {metrics['ess_tail_min']:.0f}, R-hat max {metrics['r_hat_max']:.3f}")
+    ess = (
+        ""
+        if metrics["ess_bulk_min"] is None
+        else (
+            f"; ESS bulk min {metrics['ess_bulk_min']:.0f}, tail min {metrics['ess_tail_min']:.0f}, R-hat max {metrics['r_hat_max']:.3f}"
+        )
+    )
     lines.append(f"  {metrics['n_chains']} chains x {metrics['n_kept']} kept draws{ess}")
     if metrics.get("acceptance") is not None:
         lines.append(f"  acceptance {metrics['acceptance']:.3f}, divergences {metrics.get('divergences', 0)}")
@@ -255,8 +315,10 @@ def summary(metrics: dict[str, Any], out: Path) -> str:
     if metrics.get("draws_file"):
         lines.append(f"  draws and sampler statistics: {out / metrics['draws_file']}")
     skipped = metrics.get("plots_skipped")
-    lines.append(f"  metrics: {out / 'metrics.json'}; " + (f"samples in {out} (no plots: {skipped})" if skipped
-                                                             else f"plots and samples in {out}"))
+    lines.append(
+        f"  metrics: {out / 'metrics.json'}; "
+        + (f"samples in {out} (no plots: {skipped})" if skipped else f"plots and samples in {out}")
+    )
     lines += [f"warning: {w}" for w in metrics.get("warnings", [])]
     return "\n".join(lines)
 

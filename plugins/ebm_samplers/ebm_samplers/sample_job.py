@@ -63,8 +63,12 @@ SCHEMA: dict[str, Any] = {  # the defaults are the bundled configuration's (a te
         "checkpoint_every": ((int, non_negative), 0),
         "threads": ((int, thread_count), 1),
     },
-    "output": {"dir": ((str,), "runs/sample"), "plots": ((bool,), True), "per_rank_samples": ((bool,), False),
-               "draws": ((str, lambda v: None if v in draws.FORMATS else f"must be one of {', '.join(draws.FORMATS)}"), "npz")},
+    "output": {
+        "dir": ((str,), "runs/sample"),
+        "plots": ((bool,), True),
+        "per_rank_samples": ((bool,), False),
+        "draws": ((str, lambda v: None if v in draws.FORMATS else f"must be one of {', '.join(draws.FORMATS)}"), "npz"),
+    },
 }
 
 
@@ -83,14 +87,18 @@ def load_config(path: str | Path | None, overrides: dict[str, dict[str, Any]] | 
     config = load_job_config(path, SCHEMA, overrides)
     energy = config["energy"]
     if bool(energy["name"]) == bool(energy["model"]):
-        raise ConfigError(f"{path} [energy]: give either 'name' (a registered energy) or 'model' (a file from ebm train), not both or neither.")
+        raise ConfigError(
+            f"{path} [energy]: give either 'name' (a registered energy) or 'model' (a file from ebm train), not both or neither."
+        )
     if energy["model"] and energy["params"]:
         raise ConfigError(f"{path} [energy]: 'params' applies to 'name' only; a model file carries its own.")
     parse_device(config["run"]["device"], f"{path} [run] device")
     s = config["sampler"]
     if (s["metric"] == "low_rank") != (s["rank"] > 0):
-        raise ConfigError(f"{path} [sampler]: rank = {s['rank']} with metric = {s['metric']!r}; metric = 'low_rank' needs "
-                          "rank >= 1 (the eigenpairs kept), the other metrics take rank = 0.")
+        raise ConfigError(
+            f"{path} [sampler]: rank = {s['rank']} with metric = {s['metric']!r}; metric = 'low_rank' needs "
+            "rank >= 1 (the eigenpairs kept), the other metrics take rank = 0."
+        )
     registry.get("sampler", config["sampler"]["name"])
     if energy["name"]:
         registry.get("energy", energy["name"])
@@ -112,8 +120,9 @@ def build_energy(spec: dict[str, Any], device: torch.device) -> ebmcore.EnergyMo
         fix = "train it again with `ebm train` (or point [energy] model at another model.pt)"
         saved = runfiles.load_torch(Path(spec["model"]), map_location=device, what="a model from ebm train", fix=fix)
         if not (isinstance(saved, dict) and {"energy", "params", "state_dict"} <= set(saved)):
-            raise RunFileError(f"{spec['model']} is not a model from ebm train (it holds no energy, params and "
-                               f"state_dict); {fix}.")
+            raise RunFileError(
+                f"{spec['model']} is not a model from ebm train (it holds no energy, params and state_dict); {fix}."
+            )
         energy = registry.get("energy", saved["energy"])(**saved["params"])
         energy.load_state_dict(saved["state_dict"])
         return energy.to(device)
@@ -133,8 +142,9 @@ def build(config: dict[str, Any], device: torch.device) -> tuple[ebmcore.EnergyM
         raise ConfigError(f"{config['source']} [sampler] params: {exc}") from None
 
 
-def tune(config: dict[str, Any], sampler: ebmcore.Sampler, x0: torch.Tensor, generator: torch.Generator,
-         quiet: bool) -> tuple[torch.Tensor, dict[str, Any], dict[str, Any]]:
+def tune(
+    config: dict[str, Any], sampler: ebmcore.Sampler, x0: torch.Tensor, generator: torch.Generator, quiet: bool
+) -> tuple[torch.Tensor, dict[str, Any], dict[str, Any]]:
     """Warm up where asked for and possible: ``(states, tunables to sample with, the step size that will run
     and where it came from)``. A given ``step_size`` runs as given unless ``warmup > 0``."""
     s = config["sampler"]
@@ -151,8 +161,10 @@ def tune(config: dict[str, Any], sampler: ebmcore.Sampler, x0: torch.Tensor, gen
         tuned = warmup(sampler, x0, s["warmup"], target_accept=s["target_accept"], generator=generator, **metric)
         x0, tunables = tuned.x, tuned.tunables
         metric = "" if s["metric"] == "diag" else f", {s['metric'].replace('_', '-')} metric"
-        source = (f"adapted by {s['warmup']} warm-up steps (target acceptance {s['target_accept']}{metric}) from "
-                  f"{given or 'the default'}")
+        source = (
+            f"adapted by {s['warmup']} warm-up steps (target acceptance {s['target_accept']}{metric}) from "
+            f"{given or 'the default'}"
+        )
         if not quiet:
             log.info("warm-up: %d steps, acceptance %.3f", s["warmup"], tuned.acceptance)
     elif why_not is not None and not quiet:
@@ -163,9 +175,12 @@ def tune(config: dict[str, Any], sampler: ebmcore.Sampler, x0: torch.Tensor, gen
     return x0, tunables, {"step_size": value, "step_size_source": source if value is not None else "not reported by the sampler"}
 
 
-def _initial(config: dict[str, Any], energy: ebmcore.EnergyModel, size: int, generator: torch.Generator,
-             device: torch.device) -> torch.Tensor:
-    return config["sampler"]["init_scale"] * torch.randn((size, *(energy.event_shape or (2,))), generator=generator, device=device)
+def _initial(
+    config: dict[str, Any], energy: ebmcore.EnergyModel, size: int, generator: torch.Generator, device: torch.device
+) -> torch.Tensor:
+    return config["sampler"]["init_scale"] * torch.randn(
+        (size, *(energy.event_shape or (2,))), generator=generator, device=device
+    )
 
 
 def check_size(config: dict[str, Any], energy: ebmcore.EnergyModel, device: torch.device) -> None:
@@ -186,11 +201,13 @@ def check_size(config: dict[str, Any], energy: ebmcore.EnergyModel, device: torc
             f"{s['n_chains']} chains of shape {tuple(event)} need about {needed / 1e9:,.1f} GB (the draws"
             f"{', and their copy in the draws file' if copies == 2 else ''}), more than the {available / 1e9:,.1f} GB "
             f"available on {device}; lower n_steps or n_chains, raise thin, or stream independent chains to disk with "
-            "[run] n_samples.")
+            "[run] n_samples."
+        )
 
 
-def run(config: dict[str, Any], out: Path, *, resume: bool = False, overwrite: bool = False,
-        quiet: bool = False) -> dict[str, Any]:
+def run(
+    config: dict[str, Any], out: Path, *, resume: bool = False, overwrite: bool = False, quiet: bool = False
+) -> dict[str, Any]:
     """Run a checked configuration into ``out``; returns the metrics (also in ``out/metrics.json``).
 
     A run of this same configuration that finished in ``out`` is not run again (its metrics are returned, after
@@ -200,8 +217,15 @@ def run(config: dict[str, Any], out: Path, *, resume: bool = False, overwrite: b
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size > 1 and (r["n_samples"] or r["checkpoint_every"]):
         raise ConfigError("streaming (n_samples) and checkpoint_every are single-process features; run them without torchrun.")
-    finished = runfiles.reuse_or_clear(out, config, lambda metrics: _outputs(config, metrics), resume=resume,
-                                       overwrite=overwrite, what="run", again="run it again")
+    finished = runfiles.reuse_or_clear(
+        out,
+        config,
+        lambda metrics: _outputs(config, metrics),
+        resume=resume,
+        overwrite=overwrite,
+        what="run",
+        again="run it again",
+    )
     if finished is not None:
         return finished
     again = "pass --resume to continue that run, --overwrite to start it afresh, or choose another --out."
@@ -236,8 +260,11 @@ def _run(config: dict[str, Any], out: Path, world: distributed.DistributedRun, r
     runfiles.make_dir(out)  # every rank: each may write its own shard
     if world.is_main:
         runfiles.start_run(out, config)
-    generator = (distributed.rank_generator(r["seed"], world.rank, device) if world.active
-                 else torch.Generator(device=device).manual_seed(r["seed"]))
+    generator = (
+        distributed.rank_generator(r["seed"], world.rank, device)
+        if world.active
+        else torch.Generator(device=device).manual_seed(r["seed"])
+    )
     progress = sys.stderr.isatty() and not quiet
     start = time.perf_counter()
     saved = chunks.load_checkpoint(out, device) if resume and not r["n_samples"] else None
@@ -245,35 +272,83 @@ def _run(config: dict[str, Any], out: Path, world: distributed.DistributedRun, r
         x0, tunables, step = saved["x"], saved["tunables"], saved["metadata"]
     else:
         part = distributed.shard(s["n_chains"], world.rank, world.world_size)
-        x0, tunables, step = tune(config, sampler, _initial(config, energy, part.stop - part.start, generator, device),
-                                  generator, quiet)
+        x0, tunables, step = tune(
+            config, sampler, _initial(config, energy, part.stop - part.start, generator, device), generator, quiet
+        )
     if r["n_samples"]:
         if not quiet:  # what it costs, up front: each chunk runs burn_in + n_steps steps on its own chains
             n_chunks = -(-r["n_samples"] // r["chunk_size"])
-            log.info("streaming %d samples in %d chunks of up to %d chains, %d steps each (burn_in %d + n_steps %d): "
-                     "%s chain-steps", r["n_samples"], n_chunks, r["chunk_size"], s["burn_in"] + s["n_steps"], s["burn_in"],
-                     s["n_steps"], f"{r['n_samples'] * (s['burn_in'] + s['n_steps']):,}")
-        metrics = chunks.stream_chunks(sampler, r["n_samples"], r["chunk_size"], s["n_steps"], out / "chunks",
-                                       initial=lambda size, g: _initial(config, energy, size, g, device), seed=r["seed"],
-                                       device=device, burn_in=s["burn_in"], resume=resume, progress=progress,
-                                       report_every=None if progress or quiet else REPORT_EVERY_S, **tunables)
+            log.info(
+                "streaming %d samples in %d chunks of up to %d chains, %d steps each (burn_in %d + n_steps %d): %s chain-steps",
+                r["n_samples"],
+                n_chunks,
+                r["chunk_size"],
+                s["burn_in"] + s["n_steps"],
+                s["burn_in"],
+                s["n_steps"],
+                f"{r['n_samples'] * (s['burn_in'] + s['n_steps']):,}",
+            )
+        metrics = chunks.stream_chunks(
+            sampler,
+            r["n_samples"],
+            r["chunk_size"],
+            s["n_steps"],
+            out / "chunks",
+            initial=lambda size, g: _initial(config, energy, size, g, device),
+            seed=r["seed"],
+            device=device,
+            burn_in=s["burn_in"],
+            resume=resume,
+            progress=progress,
+            report_every=None if progress or quiet else REPORT_EVERY_S,
+            **tunables,
+        )
     else:
         sampling = time.perf_counter()
         if r["checkpoint_every"]:
-            result = chunks.sample_in_segments(sampler, x0, s["n_steps"], r["checkpoint_every"], out, burn_in=s["burn_in"],
-                                               thin=s["thin"], generator=generator, saved=saved, progress=progress,
-                                               on_segment=lambda index: _after_segment(index), metadata=step, **tunables)
-            samples, trajectory, stats, d, local = result.samples, result.trajectory, result.stats, result.diagnostics, slice(None)
+            result = chunks.sample_in_segments(
+                sampler,
+                x0,
+                s["n_steps"],
+                r["checkpoint_every"],
+                out,
+                burn_in=s["burn_in"],
+                thin=s["thin"],
+                generator=generator,
+                saved=saved,
+                progress=progress,
+                on_segment=lambda index: _after_segment(index),
+                metadata=step,
+                **tunables,
+            )
+            samples, trajectory, stats, d, local = (
+                result.samples,
+                result.trajectory,
+                result.stats,
+                result.diagnostics,
+                slice(None),
+            )
             acceptance = None if d.acceptance_rate is None else float(d.acceptance_rate.mean())
             divergences, summary = None if d.divergences is None else int(d.divergences.sum()), None
         else:
-            res = distributed.sample(sampler, s["n_chains"], s["n_steps"], world, burn_in=s["burn_in"], thin=s["thin"],
-                                     local_x0=x0, generator=generator, progress=progress,
-                                     return_stats=config["output"]["draws"] != "none", **tunables)
+            res = distributed.sample(
+                sampler,
+                s["n_chains"],
+                s["n_steps"],
+                world,
+                burn_in=s["burn_in"],
+                thin=s["thin"],
+                local_x0=x0,
+                generator=generator,
+                progress=progress,
+                return_stats=config["output"]["draws"] != "none",
+                **tunables,
+            )
             samples, trajectory, local, stats = res.samples, res.trajectory, res.local, res.stats
             acceptance, divergences, summary = res.acceptance, res.divergences, res.summary
-        metrics = run_report.metrics(samples, trajectory, s, time.perf_counter() - sampling, acceptance, divergences, summary,
-                                     stats)
+        metrics = run_report.metrics(
+            samples, trajectory, s, time.perf_counter() - sampling, acceptance, divergences, summary, stats
+        )
         metrics["draws_file"] = _save_draws(config, out, world, sampler, x0, tunables, trajectory, stats)
         if config["output"]["per_rank_samples"]:  # each rank writes its own shard: samples-rank<r>.{pt,npz}
             runfiles.save_samples(out, f"samples-rank{world.rank}", samples[local])
@@ -284,16 +359,30 @@ def _run(config: dict[str, Any], out: Path, world: distributed.DistributedRun, r
         elif not config["output"]["plots"]:
             metrics["plots_skipped"] = "[output] plots = false"
         metrics["warnings"] = run_report.warnings({**metrics, **step, "sampler": s["name"]})  # the fix depends on them
-    metrics.update(step, sampler=s["name"], energy=config["energy"]["name"] or config["energy"]["model"],
-                   wall_time_s=time.perf_counter() - start, device=str(device), kernel_backends=run_report.backends(energy, x0),
-                   **({"world_size": world.world_size} if world.active else {}))
+    metrics.update(
+        step,
+        sampler=s["name"],
+        energy=config["energy"]["name"] or config["energy"]["model"],
+        wall_time_s=time.perf_counter() - start,
+        device=str(device),
+        kernel_backends=run_report.backends(energy, x0),
+        **({"world_size": world.world_size} if world.active else {}),
+    )
     if world.is_main:
         runfiles.write_json(out / "metrics.json", metrics)
     return metrics
 
 
-def _save_draws(config: dict[str, Any], out: Path, world: distributed.DistributedRun, sampler: ebmcore.Sampler,
-                x0: torch.Tensor, tunables: dict[str, Any], trajectory: torch.Tensor, stats: dict[str, Any] | None) -> str | None:
+def _save_draws(
+    config: dict[str, Any],
+    out: Path,
+    world: distributed.DistributedRun,
+    sampler: ebmcore.Sampler,
+    x0: torch.Tensor,
+    tunables: dict[str, Any],
+    trajectory: torch.Tensor,
+    stats: dict[str, Any] | None,
+) -> str | None:
     """Write the draws file of ``[output] draws`` (rank 0; every rank gathers the per-chain step sizes); its name."""
     if config["output"]["draws"] == "none":
         return None
@@ -302,9 +391,13 @@ def _save_draws(config: dict[str, Any], out: Path, world: distributed.Distribute
     metric = {k: distributed.gather_chains(v, world) if v.shape == x0.shape else v for k, v in metric.items()}  # per chain
     if not world.is_main:
         return None
-    attrs = {"sampler": config["sampler"]["name"], "energy": config["energy"]["name"] or config["energy"]["model"],
-             "thin": config["sampler"]["thin"], "seed": config["run"]["seed"],
-             **({"metric": metric_name} if metric_name else {})}
+    attrs = {
+        "sampler": config["sampler"]["name"],
+        "energy": config["energy"]["name"] or config["energy"]["model"],
+        "thin": config["sampler"]["thin"],
+        "seed": config["run"]["seed"],
+        **({"metric": metric_name} if metric_name else {}),
+    }
     path = draws.save(out, config["output"]["draws"], draws.from_result(trajectory, stats, per_chain, attrs, metric))
     return path.name if path is not None else None
 
@@ -327,23 +420,44 @@ def add_command(subparsers: Any) -> None:
     p.add_argument("--n-steps", type=int, help="kept steps after burn-in (default: [sampler] n_steps)")
     p.add_argument("--n-samples", type=int, help="stream this many samples to disk in chunks")
     p.add_argument("--chunk-size", type=int, help="chains per streamed chunk (default: [run] chunk_size)")
-    p.add_argument("--threads", type=int, help="torch threads, default 1; 0: the cores no other process keeps busy (default: [run] threads)")
+    p.add_argument(
+        "--threads", type=int, help="torch threads, default 1; 0: the cores no other process keeps busy (default: [run] threads)"
+    )
     p.add_argument("--resume", action="store_true", help="continue a streamed or checkpointed run where it stopped")
     p.add_argument("--overwrite", action="store_true", help="start afresh in a run directory that holds a run")
-    p.add_argument("--strict", action="store_true",
-                   help="exit with status 1 if any chain went non-finite or the run has a warning (R-hat, ESS, divergences, E-BFMI)")
-    p.add_argument("--format", choices=list(draws.FORMATS), dest="draws_format",
-                   help="the draws file: npz (numpy), netcdf (ArviZ; needs ebm-samplers[arviz]) or none (default: [output] draws)")
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit with status 1 if any chain went non-finite or the run has a warning (R-hat, ESS, divergences, E-BFMI)",
+    )
+    p.add_argument(
+        "--format",
+        choices=list(draws.FORMATS),
+        dest="draws_format",
+        help="the draws file: npz (numpy), netcdf (ArviZ; needs ebm-samplers[arviz]) or none (default: [output] draws)",
+    )
     p.add_argument("--quiet", action="store_true", help="print only the final summary")
     p.set_defaults(func=_main)
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    return {"sampler": {"name": args.sampler, "n_chains": args.n_chains, "n_steps": args.n_steps,
-                        "warmup": 0 if args.step_size is not None and args.warmup is None else args.warmup},
-            "run": {"device": args.device, "backend": args.backend, "seed": args.seed, "n_samples": args.n_samples,
-                    "chunk_size": args.chunk_size, "threads": args.threads},
-            "output": {"draws": args.draws_format}}
+    return {
+        "sampler": {
+            "name": args.sampler,
+            "n_chains": args.n_chains,
+            "n_steps": args.n_steps,
+            "warmup": 0 if args.step_size is not None and args.warmup is None else args.warmup,
+        },
+        "run": {
+            "device": args.device,
+            "backend": args.backend,
+            "seed": args.seed,
+            "n_samples": args.n_samples,
+            "chunk_size": args.chunk_size,
+            "threads": args.threads,
+        },
+        "output": {"draws": args.draws_format},
+    }
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -359,7 +473,10 @@ def _main(args: argparse.Namespace) -> int:
         return 1
     if args.strict and metrics.get("warnings"):
         n = len(metrics["warnings"])
-        print(f"error: --strict: {n} warning{'s' if n > 1 else ''} (above, and in {out / 'metrics.json'}); everything is "
-              f"written to {out}.", file=sys.stderr)
+        print(
+            f"error: --strict: {n} warning{'s' if n > 1 else ''} (above, and in {out / 'metrics.json'}); everything is "
+            f"written to {out}.",
+            file=sys.stderr,
+        )
         return 1
     return 0

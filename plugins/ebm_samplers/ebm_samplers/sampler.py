@@ -50,12 +50,21 @@ class AlgorithmSampler(Sampler):
     algorithm: ClassVar[Algorithm]
     positional: ClassVar[tuple[str, ...]] = ("step_size",)
 
-    def __init__(self, energy: EnergyModel, *args: Any, autocast: torch.dtype | None = None, compile: bool = False,
-                 fused: bool | None = None, **keywords: Any) -> None:
+    def __init__(
+        self,
+        energy: EnergyModel,
+        *args: Any,
+        autocast: torch.dtype | None = None,
+        compile: bool = False,
+        fused: bool | None = None,
+        **keywords: Any,
+    ) -> None:
         name = type(self).__name__
         if len(args) > len(self.positional):
-            raise InputError(f"{name} takes at most {len(self.positional)} positional parameter(s) after the energy "
-                             f"({', '.join(self.positional)}), got {len(args)}.")
+            raise InputError(
+                f"{name} takes at most {len(self.positional)} positional parameter(s) after the energy "
+                f"({', '.join(self.positional)}), got {len(args)}."
+            )
         keywords.update(zip(self.positional, args))
         static_names = _static_names(self.algorithm.options)
         params_names = accepted_fields(self.algorithm.Params)
@@ -64,11 +73,17 @@ class AlgorithmSampler(Sampler):
             accepted = params_names + static_names + ["autocast", "compile", "fused"]
             raise InputError(f"{name}: unknown parameter(s) {', '.join(unknown)}; it takes {', '.join(accepted)}.")
         super().__init__(energy)
-        self._setup(self.algorithm.options(energy, **{k: v for k, v in keywords.items() if k in static_names}),
-                    self.algorithm.Params(**{k: v for k, v in keywords.items() if k in params_names}), autocast, compile, fused)
+        self._setup(
+            self.algorithm.options(energy, **{k: v for k, v in keywords.items() if k in static_names}),
+            self.algorithm.Params(**{k: v for k, v in keywords.items() if k in params_names}),
+            autocast,
+            compile,
+            fused,
+        )
 
-    def _setup(self, options: dict[str, Any], params: Any, autocast: torch.dtype | None, compile: bool,
-               fused: bool | None) -> None:
+    def _setup(
+        self, options: dict[str, Any], params: Any, autocast: torch.dtype | None, compile: bool, fused: bool | None
+    ) -> None:
         name = type(self).__name__
         self.options, self.params = options, params
         if not (fused is None or isinstance(fused, bool)):
@@ -96,8 +111,10 @@ class AlgorithmSampler(Sampler):
         if overrides:
             unknown = sorted(set(overrides) - set(accepted_fields(self.algorithm.Params)))
             if unknown:
-                raise InputError(f"{type(self).__name__}: unknown tunable(s) {unknown}; it takes "
-                                 f"{', '.join(accepted_fields(self.algorithm.Params))}.")
+                raise InputError(
+                    f"{type(self).__name__}: unknown tunable(s) {unknown}; it takes "
+                    f"{', '.join(accepted_fields(self.algorithm.Params))}."
+                )
         return (replace(self.params, **overrides) if overrides else self.params).resolve(x)
 
     def step(self, state: Any, *, generator: torch.Generator | None = None, **overrides: Any) -> tuple[Any, Any]:
@@ -109,8 +126,7 @@ class AlgorithmSampler(Sampler):
         """The algorithm's ``step(state, fns, generator, params)`` with this sampler's static options (and ``compile``)."""
         return self.algorithm.build_kernel(**self.options, **({"compile": True} if self.compile else {}))
 
-    def prepare(self, x: Tensor, generator: torch.Generator | None, overrides: dict[str, Any],
-                every_step: bool = False) -> Run:
+    def prepare(self, x: Tensor, generator: torch.Generator | None, overrides: dict[str, Any], every_step: bool = False) -> Run:
         """Everything a run from checked states ``x`` needs, resolved once: params (with ``overrides``), the
         energy's kernels, the initial state, the transition and, where one can run and ``every_step`` is
         False, a fused chain."""
@@ -124,8 +140,10 @@ class AlgorithmSampler(Sampler):
         if reason is not None or isinstance(chain, StepLoop):
             chain, path, graphed, why = self._graph_chain(chain, reason, every_step, fns, state, params, generator)
             if chain is None and self.fused:
-                raise InputError(f"{type(self).__name__}(fused=True): no fused chain can run: {why}. "
-                                 "Use fused=None to fall back to the per-step loop.")
+                raise InputError(
+                    f"{type(self).__name__}(fused=True): no fused chain can run: {why}. "
+                    "Use fused=None to fall back to the per-step loop."
+                )
         if fns.path:
             path = f"{path}; gradient: {fns.path}"
         if self.algorithm.energy_of is not None:
@@ -134,8 +152,16 @@ class AlgorithmSampler(Sampler):
             energy_of = (lambda s: s.energy) if hasattr(state, "energy") else (lambda s: fns.energy(s.x))
         return Run(state, step, energy_of, chain, path, keyed=not graphed)
 
-    def _graph_chain(self, loop: StepLoop | None, reason: str | None, every_step: bool, fns: EnergyFunctions, state: Any,
-                     params: Any, generator: torch.Generator | None) -> tuple[Any, str, bool, str]:
+    def _graph_chain(
+        self,
+        loop: StepLoop | None,
+        reason: str | None,
+        every_step: bool,
+        fns: EnergyFunctions,
+        state: Any,
+        params: Any,
+        generator: torch.Generator | None,
+    ) -> tuple[Any, str, bool, str]:
         """Where no chain runs many steps per launch (``reason``: why; ``loop``: a chain that launches at every step):
         on a device with graphs, :data:`graphs.GRAPH_STEPS` transitions per replay of a captured graph
         (:mod:`ebm_samplers.graphs`), else ``loop``'s chain or the per-step loop; the run's path, saying why; whether
@@ -149,8 +175,9 @@ class AlgorithmSampler(Sampler):
         program = self.energy.program()
         refusal = self.algorithm.graph_refusal or graphs.state_refusal(state)
         if refusal is None and isinstance(program, Opaque) and not self.fused:
-            refusal = ("fused=True captures the transitions of an energy ebm does not read (its Python code then runs "
-                       "once, at capture)")
+            refusal = (
+                "fused=True captures the transitions of an energy ebm does not read (its Python code then runs once, at capture)"
+            )
         if refusal is None:
             refusal, chain = self._captured(program, fns, state, params, generator, capture)
         if refusal is not None:
@@ -159,8 +186,15 @@ class AlgorithmSampler(Sampler):
             return (None if loop is None else loop.chain), f"{where} ({why})", False, why
         return chain, f"CUDA graph, {graphs.GRAPH_STEPS} transitions per launch ({why})", True, why
 
-    def _captured(self, program: Any, fns: EnergyFunctions, state: Any, params: Any, generator: torch.Generator | None,
-                  capture: graphs.Capture) -> tuple[str | None, Any]:
+    def _captured(
+        self,
+        program: Any,
+        fns: EnergyFunctions,
+        state: Any,
+        params: Any,
+        generator: torch.Generator | None,
+        capture: graphs.Capture,
+    ) -> tuple[str | None, Any]:
         """The captured graph of this run's transition, bound to its params and generator: the sampler's last one
         where :func:`graphs.graph_key` is unchanged, else a new capture; or why it cannot be captured (a failure is
         remembered with its key, not tried again)."""
@@ -168,8 +202,16 @@ class AlgorithmSampler(Sampler):
         if self._graph is None or self._graph[0] != key:
             self._graph = None
             try:
-                graph: Any = graphs.GraphChain(self.kernel(), fns, params, generator, state, self.algorithm.has_acceptance,
-                                               capture, graphs.kept_tensors(self.energy, program))
+                graph: Any = graphs.GraphChain(
+                    self.kernel(),
+                    fns,
+                    params,
+                    generator,
+                    state,
+                    self.algorithm.has_acceptance,
+                    capture,
+                    graphs.kept_tensors(self.energy, program),
+                )
             except Exception as exc:  # a host sync, or an op capture does not take: the exact per-step fallback
                 graph = f"capturing one failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
             self._graph = (key, graph)

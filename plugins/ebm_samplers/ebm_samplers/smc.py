@@ -85,10 +85,16 @@ class SMCResult:
 
     def summary(self) -> dict[str, Any]:
         """The scalar fields, for a ``metrics.json``."""
-        return {"log_evidence": self.log_evidence, "log_evidence_se": self.log_evidence_se, "n_stages": self.n_stages,
-                "n_particles": self.particles.shape[0], "effective_sample_size": self.effective_sample_size,
-                "mean_acceptance": sum(self.acceptance) / len(self.acceptance) if self.acceptance else float("nan"),
-                "kernel": self.kernel, "resampling": self.resampling}
+        return {
+            "log_evidence": self.log_evidence,
+            "log_evidence_se": self.log_evidence_se,
+            "n_stages": self.n_stages,
+            "n_particles": self.particles.shape[0],
+            "effective_sample_size": self.effective_sample_size,
+            "mean_acceptance": sum(self.acceptance) / len(self.acceptance) if self.acceptance else float("nan"),
+            "kernel": self.kernel,
+            "resampling": self.resampling,
+        }
 
 
 def ess_fraction(log_w: Tensor, u: Tensor, delta: Tensor) -> Tensor:
@@ -120,12 +126,13 @@ def next_beta(log_w: Tensor, u: Tensor, beta: float, target_ess: float, min_step
 
 def _algorithm(kernel: "str | Algorithm") -> Algorithm:
     """The algorithm record of a registered sampler name (or ``kernel`` itself), checked for what SMC needs."""
-    algorithm = kernel if isinstance(kernel, Algorithm) else getattr(registry.get("sampler", kernel).component,
-                                                                     "algorithm", None)
+    algorithm = kernel if isinstance(kernel, Algorithm) else getattr(registry.get("sampler", kernel).component, "algorithm", None)
     names = {f.name for f in fields(algorithm.Params)} if isinstance(algorithm, Algorithm) else set()
     if not isinstance(algorithm, Algorithm) or not algorithm.has_acceptance or "step_size" not in names:
-        raise InputError(f"kernel {kernel!r} cannot move SMC particles: it needs a sampler algorithm with an acceptance "
-                         "test (so that it leaves each tempered target invariant) and a step_size: mala, hmc or nuts.")
+        raise InputError(
+            f"kernel {kernel!r} cannot move SMC particles: it needs a sampler algorithm with an acceptance "
+            "test (so that it leaves each tempered target invariant) and a step_size: mala, hmc or nuts."
+        )
     return algorithm
 
 
@@ -140,13 +147,28 @@ def _positive_int(value: Any, name: str, low: int) -> int:
     return value
 
 
-def adaptive_tempered_smc(energy: EnergyModel, n_particles: int = 1000, *, base: Base | None = None, loc: Any = 0.0,
-                          scale: Any = 1.0, event_shape: Sequence[int] | None = None, kernel: "str | Algorithm" = "mala",
-                          kernel_params: dict[str, Any] | None = None, n_mcmc_steps: int = 5,
-                          step_size: float | None = None, target_accept: float = 0.65, adapt: bool = True,
-                          target_ess: float = 0.5, resampling: "str | Resampler" = "systematic",
-                          min_step: float = 1e-6, max_stages: int = 1000, generator: torch.Generator | None = None,
-                          dtype: torch.dtype | None = None, device: Any = None) -> SMCResult:
+def adaptive_tempered_smc(
+    energy: EnergyModel,
+    n_particles: int = 1000,
+    *,
+    base: Base | None = None,
+    loc: Any = 0.0,
+    scale: Any = 1.0,
+    event_shape: Sequence[int] | None = None,
+    kernel: "str | Algorithm" = "mala",
+    kernel_params: dict[str, Any] | None = None,
+    n_mcmc_steps: int = 5,
+    step_size: float | None = None,
+    target_accept: float = 0.65,
+    adapt: bool = True,
+    target_ess: float = 0.5,
+    resampling: "str | Resampler" = "systematic",
+    min_step: float = 1e-6,
+    max_stages: int = 1000,
+    generator: torch.Generator | None = None,
+    dtype: torch.dtype | None = None,
+    device: Any = None,
+) -> SMCResult:
     """Adaptive tempered SMC on ``exp(−E)`` with ``n_particles`` (module docstring): the weighted particles and
     ``log Z``.
 
@@ -196,9 +218,11 @@ def adaptive_tempered_smc(energy: EnergyModel, n_particles: int = 1000, *, base:
         log_q = base.log_prob(x)
         bad = int((~torch.isfinite(e) | ~torch.isfinite(log_q)).sum())
         if bad:
-            raise InputError(f"{owner}'s energy (or the base's log_prob) is not finite at {bad} of {n} initial particles "
-                             "drawn from the base: tempered SMC needs a base whose draws have finite energy (move or "
-                             "shrink the base to the energy's domain, or make the energy finite there).")
+            raise InputError(
+                f"{owner}'s energy (or the base's log_prob) is not finite at {bad} of {n} initial particles "
+                "drawn from the base: tempered SMC needs a base whose draws have finite energy (move or "
+                "shrink the base to the energy's domain, or make the energy finite there)."
+            )
 
         tempered = TemperedEnergy(energy, base)
         moves = tempered.bind(x)
@@ -223,9 +247,11 @@ def adaptive_tempered_smc(energy: EnergyModel, n_particles: int = 1000, *, base:
             delta, finite = torch.stack([delta_t, increment.isfinite().double()]).tolist()  # the stage's one host sync
             new_beta = 1.0 if delta >= remaining else beta + delta
             if not finite:
-                raise InputError(f"beta cannot advance from {beta:.6g}: every particle's weight vanishes or is not finite "
-                                 f"at beta = {new_beta:.6g} (the energy is far from the base's mass, or not finite where "
-                                 "the moves went): widen or move the base, or use more particles.")
+                raise InputError(
+                    f"beta cannot advance from {beta:.6g}: every particle's weight vanishes or is not finite "
+                    f"at beta = {new_beta:.6g} (the energy is far from the base's mass, or not finite where "
+                    "the moves went): widen or move the base, or use more particles."
+                )
             log_w = incremental - increment
             increments.append(increment)
             ess.append(torch.exp(-torch.logsumexp(2 * log_w, 0)))
@@ -234,8 +260,10 @@ def adaptive_tempered_smc(energy: EnergyModel, n_particles: int = 1000, *, base:
             if beta >= 1.0:
                 break
             if len(betas) > max_stages:
-                raise InputError(f"beta reached only {beta:.6g} after max_stages = {max_stages} stages: raise max_stages, "
-                                 "lower target_ess, or widen the base toward the energy's mass.")
+                raise InputError(
+                    f"beta reached only {beta:.6g} after max_stages = {max_stages} stages: raise max_stages, "
+                    "lower target_ess, or widen the base toward the energy's mass."
+                )
             idx = resample(log_w.exp(), n, generator)
             x, log_w = x[idx], torch.full_like(log_w, -math.log(n))
             if n_mcmc_steps:
@@ -258,6 +286,16 @@ def adaptive_tempered_smc(energy: EnergyModel, n_particles: int = 1000, *, base:
     ess_t = torch.stack(ess)
     se = torch.sqrt(((n / ess_t - 1) / (n - 1)).clamp(min=0).sum())
     floats = lambda ts: torch.stack(ts).double().tolist() if ts else []
-    return SMCResult(x, log_w, float(log_evidence), float(se), betas, ess_t.tolist(), floats(increments),
-                     floats(acceptance), floats(step_sizes), kernel if isinstance(kernel, str) else kernel.name,
-                     resampling if isinstance(resampling, str) else getattr(resampling, "__name__", "custom"))
+    return SMCResult(
+        x,
+        log_w,
+        float(log_evidence),
+        float(se),
+        betas,
+        ess_t.tolist(),
+        floats(increments),
+        floats(acceptance),
+        floats(step_sizes),
+        kernel if isinstance(kernel, str) else kernel.name,
+        resampling if isinstance(resampling, str) else getattr(resampling, "__name__", "custom"),
+    )

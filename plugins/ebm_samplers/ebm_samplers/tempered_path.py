@@ -38,8 +38,10 @@ class GaussianBase:
 
     def __init__(self, loc: Tensor, scale: Tensor) -> None:
         if not isinstance(loc, Tensor) or not isinstance(scale, Tensor) or loc.shape != scale.shape:
-            raise InputError("GaussianBase(loc, scale) takes two tensors of the event shape, e.g. "
-                             "GaussianBase(torch.zeros(2), 3 * torch.ones(2)).")
+            raise InputError(
+                "GaussianBase(loc, scale) takes two tensors of the event shape, e.g. "
+                "GaussianBase(torch.zeros(2), 3 * torch.ones(2))."
+            )
         if not bool(torch.isfinite(loc).all()) or not bool((torch.isfinite(scale) & (scale > 0)).all()):
             raise InputError("GaussianBase: loc must be finite and scale finite and positive.")
         self.loc, self.scale = loc, scale.to(loc)
@@ -47,8 +49,7 @@ class GaussianBase:
         self._log_norm = float(self.scale.double().log().sum()) + 0.5 * loc.numel() * math.log(2 * math.pi)
 
     @classmethod
-    def like(cls, loc: Any, scale: Any, event_shape: tuple[int, ...], dtype: torch.dtype,
-             device: torch.device) -> "GaussianBase":
+    def like(cls, loc: Any, scale: Any, event_shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> "GaussianBase":
         """From numbers or tensors broadcasting to ``event_shape`` (as :func:`ebm_samplers.ais.estimate_log_z` takes them)."""
         as_event = lambda v: torch.as_tensor(v, dtype=dtype, device=device).expand(event_shape).contiguous()
         return cls(as_event(loc), as_event(scale))

@@ -82,7 +82,9 @@ class Params:
         if len(t) < 2 or abs(t[0] - 1.0) > 1e-12 or any(not b > a for a, b in zip(t, t[1:])) or not math.isfinite(t[-1]):
             raise InputError(f"temperatures must be ascending, start at 1 and number at least 2, got {list(t)!r}.")
         if "temperature" not in {f.name for f in fields(self.base)}:
-            raise InputError(f"parallel tempering needs a base sampler with a temperature; {type(self.base).__qualname__} has none.")
+            raise InputError(
+                f"parallel tempering needs a base sampler with a temperature; {type(self.base).__qualname__} has none."
+            )
         object.__setattr__(self, "temperatures", tuple(float(v) for v in t))
         inv = [1.0 / v for v in self.temperatures]  # Python floats: no sync in the loop
         object.__setattr__(self, "inv_temperature_gaps", tuple(a - b for a, b in zip(inv, inv[1:])))
@@ -102,11 +104,11 @@ def _swap(state: Any, n: int, k: int, accept: Tensor) -> Any:
     fields_ = {}
     for name, value in vars(state).items():
         if isinstance(value, Tensor) and value.dim() >= 1 and value.shape[0] >= (k + 2) * n:
-            a, b = value[k * n:(k + 1) * n], value[(k + 1) * n:(k + 2) * n]
+            a, b = value[k * n : (k + 1) * n], value[(k + 1) * n : (k + 2) * n]
             mask = accept.view(-1, *([1] * (a.dim() - 1)))
             new = value.clone()
-            new[k * n:(k + 1) * n] = torch.where(mask, b, a)
-            new[(k + 1) * n:(k + 2) * n] = torch.where(mask, a, b)
+            new[k * n : (k + 1) * n] = torch.where(mask, b, a)
+            new[(k + 1) * n : (k + 2) * n] = torch.where(mask, a, b)
             fields_[name] = new
         else:
             fields_[name] = value
@@ -116,8 +118,10 @@ def _swap(state: Any, n: int, k: int, accept: Tensor) -> Any:
 def algorithm(base: Algorithm, n_replicas: int) -> Algorithm:
     """The tempered version of ``base`` (whose state must carry ``energy``) with ``n_replicas`` temperatures."""
     if not base.has_acceptance:
-        raise InputError(f"parallel tempering needs a base sampler with a temperature whose state carries the energy "
-                         f"(mala, hmc or nuts); {base.name} is not one.")
+        raise InputError(
+            f"parallel tempering needs a base sampler with a temperature whose state carries the energy "
+            f"(mala, hmc or nuts); {base.name} is not one."
+        )
 
     def init(x: Tensor, fns: EnergyFunctions) -> State:
         """Every replica starts at ``x: (n_chains, *event_shape)``."""
@@ -136,7 +140,7 @@ def algorithm(base: Algorithm, n_replicas: int) -> Algorithm:
             for parity in (0, 1):
                 for pair in range(parity, n_replicas - 1, 2):
                     e = replicas.energy.to(acc)
-                    e_lo, e_hi = e[pair * n:(pair + 1) * n], e[(pair + 1) * n:(pair + 2) * n]
+                    e_lo, e_hi = e[pair * n : (pair + 1) * n], e[(pair + 1) * n : (pair + 2) * n]
                     log_ratio = (e_lo - e_hi) * params.inv_temperature_gaps[pair]
                     u = torch.rand(n, generator=generator, device=replicas.x.device, dtype=acc)
                     accept = torch.isfinite(log_ratio) & (u.log() < log_ratio)
@@ -144,13 +148,20 @@ def algorithm(base: Algorithm, n_replicas: int) -> Algorithm:
                     swaps[pair] = accept
             accepted = getattr(base_info, "accepted", None)
             divergent = getattr(base_info, "divergent", None)
-            return State(replicas, n), Info(swaps, base_info, None if accepted is None else accepted[:n],
-                                            None if divergent is None else divergent[:n])
+            return State(replicas, n), Info(
+                swaps, base_info, None if accepted is None else accepted[:n], None if divergent is None else divergent[:n]
+            )
 
         return step
 
-    return Algorithm("parallel_tempering", Params, init, build_kernel, has_acceptance=True,
-                     compile_refusal="compile its base sampler instead (base_options={'compile': True})")
+    return Algorithm(
+        "parallel_tempering",
+        Params,
+        init,
+        build_kernel,
+        has_acceptance=True,
+        compile_refusal="compile its base sampler instead (base_options={'compile': True})",
+    )
 
 
 class ParallelTemperingSampler(AlgorithmSampler):
@@ -162,9 +173,19 @@ class ParallelTemperingSampler(AlgorithmSampler):
     ``max_temperature``. Returned samples, trajectory and diagnostics are those of ``T = 1``.
     """
 
-    def __init__(self, energy: EnergyModel, base: Any = "mala", *, temperatures: Sequence[float] | None = None,
-                 n_replicas: int = 4, max_temperature: float = 10.0, base_options: dict[str, Any] | None = None,
-                 autocast: torch.dtype | None = None, compile: bool = False, fused: bool | None = None) -> None:
+    def __init__(
+        self,
+        energy: EnergyModel,
+        base: Any = "mala",
+        *,
+        temperatures: Sequence[float] | None = None,
+        n_replicas: int = 4,
+        max_temperature: float = 10.0,
+        base_options: dict[str, Any] | None = None,
+        autocast: torch.dtype | None = None,
+        compile: bool = False,
+        fused: bool | None = None,
+    ) -> None:
         Sampler.__init__(self, energy)
         if temperatures is None:
             temps = geometric_temperatures(whole(2)(n_replicas, "n_replicas"), positive(max_temperature, "max_temperature"))

@@ -14,11 +14,21 @@ energy = ebmcore.energy("gaussian", mean=torch.tensor([1.0, -1.0, 0.5]), dim=3)
 if mode == "fail" and run.rank == 1:
     raise RuntimeError("rank 1 fails on purpose")
 if mode == "noise":  # identical starts: after one step the ranks must differ (distinct streams)
-    res = distributed.sample(LangevinSampler(energy, step_size=0.5), 8 * run.world_size, 1, run, seed=7,
-                             x0=torch.zeros(8 * run.world_size, 3))
+    res = distributed.sample(
+        LangevinSampler(energy, step_size=0.5), 8 * run.world_size, 1, run, seed=7, x0=torch.zeros(8 * run.world_size, 3)
+    )
 else:
     res = distributed.sample(MALASampler(energy, step_size=0.6), 3001, 60, run, seed=7, burn_in=40, return_stats=True)
 if run.is_main:
-    torch.save({"samples": res.samples, "trajectory": res.trajectory, "summary": res.summary,
-                "acceptance": res.acceptance, "divergences": res.divergences, "stats": res.stats}, out)
+    torch.save(
+        {
+            "samples": res.samples,
+            "trajectory": res.trajectory,
+            "summary": res.summary,
+            "acceptance": res.acceptance,
+            "divergences": res.divergences,
+            "stats": res.stats,
+        },
+        out,
+    )
 distributed.shutdown(run)

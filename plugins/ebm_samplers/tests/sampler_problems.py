@@ -32,6 +32,16 @@ class Banana(ebmcore.EnergyModel):
         return 0.5 * x[:, 0] ** 2 + 0.5 * ((x[:, 1] - x[:, 0] ** 2) / self.sigma) ** 2
 
 
+def gaussian_with_log_z(d: int, seed: int) -> tuple[ebmcore.GaussianEnergy, float]:
+    """An unnormalised Gaussian ``½(x−m)ᵀP(x−m)`` with a random SPD covariance ``Σ``, and its exact
+    ``log Z = d/2·log 2π + ½ log det Σ`` (for the estimators of ``log Z``: AIS, SMC)."""
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(d, d, generator=g, dtype=torch.float64)
+    cov = a @ a.T / d + 0.5 * torch.eye(d, dtype=torch.float64)
+    mean = torch.randn(d, generator=g, dtype=torch.float64)
+    return ebmcore.GaussianEnergy(mean, covariance=cov), 0.5 * d * math.log(2 * math.pi) + 0.5 * float(torch.logdet(cov))
+
+
 def double_well_moments(barrier: float = 1.0) -> dict[str, float]:
     """E[x²], E[x⁴], E|x| of one coordinate under p(x) ∝ exp(−barrier (x² − 1)²), by quadrature."""
     xs = torch.linspace(-5, 5, 200_001, dtype=torch.float64)

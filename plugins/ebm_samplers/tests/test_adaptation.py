@@ -41,9 +41,11 @@ def test_welford_pooled_and_per_chain():
 @pytest.mark.parametrize("name", ["mala", "hmc", "nuts"])
 def test_adapted_samplers_reach_the_target_acceptance_and_the_right_moments(name):
     energy = correlated_gaussian()
-    build = {"mala": lambda: MALASampler(energy, step_size=0.05),
-             "hmc": lambda: HMCSampler(energy, step_size=0.05, n_leapfrog_steps=5),
-             "nuts": lambda: NUTSSampler(energy, step_size=0.05, max_tree_depth=6)}[name]
+    build = {
+        "mala": lambda: MALASampler(energy, step_size=0.05),
+        "hmc": lambda: HMCSampler(energy, step_size=0.05, n_leapfrog_steps=5),
+        "nuts": lambda: NUTSSampler(energy, step_size=0.05, max_tree_depth=6),
+    }[name]
     sampler = build()
     target = 0.6 if name == "mala" else 0.8
     g = torch.Generator().manual_seed(4)
@@ -97,7 +99,8 @@ def _assert_posterior(draws, mean, sd, what, max_rhat=1.02):
     z_sd = (flat.std(0) / sd - 1) * (2 * ess).sqrt()
     assert rhat.max() < max_rhat and z_mean.abs().max() < 4 and z_sd.abs().max() < 4, (
         f"{what}: R-hat {rhat.tolist()}, ESS {ess.tolist()}, mean off by {z_mean.tolist()} and sd by {z_sd.tolist()} "
-        f"standard errors (sd ratio {(flat.std(0) / sd).tolist()})")
+        f"standard errors (sd ratio {(flat.std(0) / sd).tolist()})"
+    )
 
 
 @pytest.mark.parametrize("pooled", [True, False])
@@ -119,8 +122,9 @@ def test_warmup_on_a_known_sigma_regression_matches_the_exact_gaussian():
 def test_nuts_default_warmup_on_the_regression_as_reported(pooled):
     # the configuration of the report: NUTS, 10 chains x 1000 warm-up x 1000 draws (R-hat 1.16 to 1.4 before)
     energy, mean, sd = kid_score_regression()
-    _assert_posterior(_warm_then_sample(NUTSSampler(energy), 10, 1000, 1000, pooled), mean, sd, f"NUTS, pooled={pooled}",
-                      max_rhat=1.01)
+    _assert_posterior(
+        _warm_then_sample(NUTSSampler(energy), 10, 1000, 1000, pooled), mean, sd, f"NUTS, pooled={pooled}", max_rhat=1.01
+    )
 
 
 def test_warmup_of_a_plain_sampler_with_accepted_names_the_field_it_needs():

@@ -10,22 +10,15 @@ import torch
 from ebmcore import EnergyModel, GaussianEnergy, GaussianMixtureEnergy
 from ebmcore.errors import InputError
 from ebm_samplers.ais import estimate_log_z as ais, sigmoid_betas
-
-
-def _gaussian(d: int, seed: int) -> tuple[GaussianEnergy, float]:
-    """An unnormalised Gaussian ``½(x−m)ᵀP(x−m)`` with a random SPD covariance; exact ``log Z = d/2·log 2π + ½ log det Σ``."""
-    g = torch.Generator().manual_seed(seed)
-    a = torch.randn(d, d, generator=g, dtype=torch.float64)
-    cov = a @ a.T / d + 0.5 * torch.eye(d, dtype=torch.float64)
-    mean = torch.randn(d, generator=g, dtype=torch.float64)
-    return GaussianEnergy(mean, covariance=cov), 0.5 * d * math.log(2 * math.pi) + 0.5 * float(torch.logdet(cov))
+from sampler_problems import gaussian_with_log_z
 
 
 @pytest.mark.parametrize("d, transition", [(2, "mala"), (10, "mala"), (10, "hmc")])
 def test_ais_matches_the_exact_log_z_of_gaussians(d, transition):
-    energy, exact = _gaussian(d, seed=d)
-    result = ais(energy, n_chains=512, n_temperatures=200, transition=transition, scale=2.0,
-                 generator=torch.Generator().manual_seed(1))
+    energy, exact = gaussian_with_log_z(d, seed=d)
+    result = ais(
+        energy, n_chains=512, n_temperatures=200, transition=transition, scale=2.0, generator=torch.Generator().manual_seed(1)
+    )
     assert 0 < result.standard_error < 0.1
     assert abs(result.log_z - exact) < 4 * result.standard_error + 1e-3, (result.log_z, exact, result.standard_error)
     # the mean log weight is a lower bound in expectation (Jensen)
@@ -96,24 +89,33 @@ class _BadOutput(EnergyModel):
 
 
 @pytest.mark.parametrize("transition", ["mala", "hmc"])
-@pytest.mark.parametrize("bad, message", [
-    ("gradient", r"_BadOutput's gradient has dtype torch\.int64 for x of dtype torch\.float64; compute_gradient\(x\) must"),
-    ("energy", r"_BadOutput\.compute_energy\(x\) returned shape \(8, 1\) .*\.squeeze\(-1\)"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ("gradient", r"_BadOutput's gradient has dtype torch\.int64 for x of dtype torch\.float64; compute_gradient\(x\) must"),
+        ("energy", r"_BadOutput\.compute_energy\(x\) returned shape \(8, 1\) .*\.squeeze\(-1\)"),
+    ],
+)
 def test_ais_checks_the_energy_and_its_gradient_once_as_samplers_do(bad, message, transition):
     with pytest.raises(InputError, match=message):
         ais(_BadOutput(bad), n_chains=8, n_temperatures=5, transition=transition, dtype=torch.float64)
 
 
 def test_ais_takes_image_shaped_states():
-    result = ais(_ImageQuadratic(0.3), n_chains=256, n_temperatures=100, loc=torch.zeros(1, 4, 4), scale=1.0,
-                 generator=torch.Generator().manual_seed(3))
+    result = ais(
+        _ImageQuadratic(0.3),
+        n_chains=256,
+        n_temperatures=100,
+        loc=torch.zeros(1, 4, 4),
+        scale=1.0,
+        generator=torch.Generator().manual_seed(3),
+    )
     exact = 16 * (math.log(0.3) + 0.5 * math.log(2 * math.pi))
     assert result.samples.shape == (256, 1, 4, 4)
     assert abs(result.log_z - exact) < 4 * result.standard_error + 1e-3, (result.log_z, exact, result.standard_error)
 
 
-def test_ais_on_a_box_matches_the_truncated_gaussian():
+def test_ais_on_a_box_matches_the_truncatedgaussian_with_log_z():
     """``bounds``: ``exp(−x²/(2s²))`` on ``[−1, 1]^16`` has ``log Z = d·log(s√(2π)·(Φ(1/s) − Φ(−1/s)))``; moves leaving
     the box are rejected, so the final states stay inside."""
     s = 0.6

@@ -45,7 +45,8 @@ def test_annealed_langevin_schedule_and_validation():
     energy = ebmcore.energy("gaussian", dim=2)
     levels = []
     AnnealedLangevinSampler(energy, [1.0, 0.5], n_steps_each=3).sample(
-        torch.zeros(4, 2), 7, callback=lambda i, s, info: levels.append(info.level))
+        torch.zeros(4, 2), 7, callback=lambda i, s, info: levels.append(info.level)
+    )
     assert levels == [0, 0, 0, 1, 1, 1, 1]
     with pytest.raises(InputError, match="non-increasing"):
         AnnealedLangevinSampler(energy, [0.1, 1.0])

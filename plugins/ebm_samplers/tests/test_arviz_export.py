@@ -112,12 +112,19 @@ def test_a_sample_result_converts_chain_major_with_arviz_names(monkeypatch, kind
     monkeypatch.setattr(arviz_export, "_library", lambda: library)
     energy = ebmcore.energy("gaussian", dim=3)
     sampler = NUTSSampler(energy, step_size=torch.linspace(0.4, 0.6, 4), max_tree_depth=5, fused=False)  # with H
-    result = sampler.sample(torch.randn(4, 3, generator=torch.Generator().manual_seed(0)), 30, return_trajectory=True,
-                            return_stats=True, generator=torch.Generator().manual_seed(1))
+    result = sampler.sample(
+        torch.randn(4, 3, generator=torch.Generator().manual_seed(0)),
+        30,
+        return_trajectory=True,
+        return_stats=True,
+        generator=torch.Generator().manual_seed(1),
+    )
     data = arviz_export.to_arviz(result, sampler)
     x, stats = _values(data["posterior"]), data["sample_stats"]
     assert np.array_equal(x, result.trajectory.transpose(0, 1).numpy())  # ArviZ's (chain, draw, *event_shape)
-    np.testing.assert_allclose(_values(stats, "lp"), -energy.energy(result.trajectory.flatten(0, 1)).view(30, 4).T.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(
+        _values(stats, "lp"), -energy.energy(result.trajectory.flatten(0, 1)).view(30, 4).T.numpy(), rtol=1e-6
+    )
     assert np.array_equal(_values(stats, "tree_depth"), result.stats["tree_depth"].T.numpy())
     assert np.array_equal(_values(stats, "n_steps"), result.stats["n_leapfrog_steps"].T.numpy())
     assert np.array_equal(_values(stats, "energy"), result.stats["hamiltonian"].T.numpy())
@@ -133,8 +140,12 @@ def test_netcdf_without_arviz_is_refused_before_sampling(tmp_path, capsys, monke
     (tmp_path / "hmc.toml").write_text(CONFIG)
     assert main(["sample", str(tmp_path / "hmc.toml"), "--out", str(tmp_path / "o"), "--format", "netcdf"]) == 2
     err = capsys.readouterr().err  # the flag asked for it: the flag is named, not a file
-    assert "error: --format netcdf: ArviZ is not installed (pip install 'ebm-samplers[arviz]'); or write draws.npz with " \
-           "--format npz." in err and "toml" not in err
+    assert (
+        "error: --format netcdf: ArviZ is not installed (pip install 'ebm-samplers[arviz]'); or write draws.npz with "
+        "--format npz."
+        in err
+        and "toml" not in err
+    )
     (tmp_path / "nc.toml").write_text(CONFIG.replace("plots = false", 'plots = false\ndraws = "netcdf"'))
     assert main(["sample", str(tmp_path / "nc.toml"), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err

@@ -43,8 +43,15 @@ def _run_nuts(metric: str, n_chains: int, n_warmup: int, n_steps: int, true_metr
     g = torch.Generator().manual_seed(1)
     x0 = torch.randn(n_chains, D, generator=g, dtype=torch.float64)
     sampler = NUTSSampler(energy, inv_mass={"dense": cov}) if true_metric else NUTSSampler(energy)
-    tuned = warmup(sampler, x0, n_warmup, target_accept=0.8, adapt_mass=not true_metric, generator=g,
-                   **({} if true_metric else {"metric": metric}))
+    tuned = warmup(
+        sampler,
+        x0,
+        n_warmup,
+        target_accept=0.8,
+        adapt_mass=not true_metric,
+        generator=g,
+        **({} if true_metric else {"metric": metric}),
+    )
     result = sampler.sample(tuned.x, n_steps, generator=g, return_trajectory=True, return_stats=True, **tuned.tunables)
     z = (result.trajectory @ q) / eig.sqrt()
     gradients = float(result.stats["n_leapfrog_steps"].double().sum())
@@ -136,8 +143,9 @@ def test_low_rank_and_dense_warmups_run_and_report_their_metric():
     _, cov = _rank_deficient_plus_diagonal()
     energy = GaussianEnergy(covariance=cov, dtype=torch.float64)
     x0 = torch.randn(16, 6, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
-    tuned = warmup(HMCSampler(energy, n_leapfrog_steps=4), x0, 60, generator=torch.Generator().manual_seed(9),
-                   metric="low_rank", rank=2)
+    tuned = warmup(
+        HMCSampler(energy, n_leapfrog_steps=4), x0, 60, generator=torch.Generator().manual_seed(9), metric="low_rank", rank=2
+    )
     assert tuned.metric == "low_rank" and set(tuned.inv_mass) == {"diagonal", "factors", "eigenvalues"}
     assert tuned.inv_mass["factors"].shape == (6, 2)
     x = HMCSampler(energy, n_leapfrog_steps=4).sample(tuned.x, 5, **tuned.tunables)
@@ -146,14 +154,17 @@ def test_low_rank_and_dense_warmups_run_and_report_their_metric():
     assert sampler.prepare(x0, None, {}).path == "per-step loop (a dense mass matrix is set, the fused chain uses the identity)"
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"metric": "full"}, "metric must be one of 'diag', 'dense', 'low_rank'"),
-    ({"metric": "low_rank"}, r"needs rank, an integer in \[1, d − 1\] = \[1, 5\]"),
-    ({"metric": "low_rank", "rank": 6}, "use metric='dense' for the full covariance"),
-    ({"metric": "dense", "rank": 2}, "applies to metric='low_rank' only"),
-    ({"metric": "dense", "pooled": False}, "pass pooled=True"),
-    ({"metric": "dense", "adapt_mass": False}, "drop one of them"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"metric": "full"}, "metric must be one of 'diag', 'dense', 'low_rank'"),
+        ({"metric": "low_rank"}, r"needs rank, an integer in \[1, d − 1\] = \[1, 5\]"),
+        ({"metric": "low_rank", "rank": 6}, "use metric='dense' for the full covariance"),
+        ({"metric": "dense", "rank": 2}, "applies to metric='low_rank' only"),
+        ({"metric": "dense", "pooled": False}, "pass pooled=True"),
+        ({"metric": "dense", "adapt_mass": False}, "drop one of them"),
+    ],
+)
 def test_bad_metric_arguments_name_the_fix(kwargs, match):
     energy = GaussianEnergy(dim=6, dtype=torch.float64)
     with pytest.raises(InputError, match=match):
@@ -174,11 +185,14 @@ def test_bad_metrics_given_directly_name_the_fix():
         warmup(MALASampler(energy), torch.zeros(3, 2), 30, metric="dense")
 
 
-@pytest.mark.parametrize("sampler_table, match", [
-    ('metric = "full"', "metric.*must be one of diag, dense, low_rank"),
-    ('metric = "low_rank"', "metric = 'low_rank' needs rank >= 1"),
-    ('metric = "dense"\nrank = 3', "the other metrics take rank = 0"),
-])
+@pytest.mark.parametrize(
+    "sampler_table, match",
+    [
+        ('metric = "full"', "metric.*must be one of diag, dense, low_rank"),
+        ('metric = "low_rank"', "metric = 'low_rank' needs rank >= 1"),
+        ('metric = "dense"\nrank = 3', "the other metrics take rank = 0"),
+    ],
+)
 def test_sample_config_checks_the_metric(tmp_path, sampler_table, match):
     path = tmp_path / "sample.toml"
     path.write_text(f'[energy]\nname = "gaussian"\n\n[sampler]\nname = "nuts"\n{sampler_table}\n')
@@ -191,9 +205,11 @@ def test_ebm_sample_adapts_and_reports_a_dense_metric(tmp_path):
     from ebm_samplers.draws import load_npz
 
     path = tmp_path / "sample.toml"
-    path.write_text('[energy]\nname = "gaussian"\nparams = { covariance = [[1.0, 0.9], [0.9, 1.0]] }\n\n'
-                    '[sampler]\nname = "nuts"\nn_chains = 8\nn_steps = 20\nburn_in = 0\nwarmup = 60\ntarget_accept = 0.8\n'
-                    'metric = "dense"\n\n[output]\nplots = false\n')
+    path.write_text(
+        '[energy]\nname = "gaussian"\nparams = { covariance = [[1.0, 0.9], [0.9, 1.0]] }\n\n'
+        '[sampler]\nname = "nuts"\nn_chains = 8\nn_steps = 20\nburn_in = 0\nwarmup = 60\ntarget_accept = 0.8\n'
+        'metric = "dense"\n\n[output]\nplots = false\n'
+    )
     assert main(["sample", str(path), "--out", str(tmp_path / "run"), "--quiet"]) == 0
     draws = load_npz(tmp_path / "run" / "draws.npz")
     assert draws.attrs["metric"] == "dense" and set(draws.metric) == {"metric_dense"}

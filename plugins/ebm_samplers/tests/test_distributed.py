@@ -19,7 +19,9 @@ SCRIPT = Path(__file__).with_name("dist_sample_script.py")
 def _torchrun(n, mode, out, timeout=120):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}", str(SCRIPT), mode, str(out)]
     start = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, env={**__import__("os").environ, "OMP_NUM_THREADS": "1"}
+    )
     return done, time.perf_counter() - start
 
 
@@ -77,9 +79,25 @@ def _ebm_sample_under_torchrun(cfg, out):
     import os
 
     ebm = Path(sys.executable).with_name("ebm")
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(ebm),
-                           "sample", str(cfg), "--out", str(out), "--quiet"],
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node=2",
+            str(ebm),
+            "sample",
+            str(cfg),
+            "--out",
+            str(out),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
 
 
@@ -87,8 +105,10 @@ def test_ebm_sample_runs_unchanged_under_torchrun(tmp_path):
     import json
 
     cfg = tmp_path / "s.toml"
-    cfg.write_text('[energy]\nname = "gaussian"\nparams = { dim = 2 }\n[sampler]\nname = "mala"\nn_chains = 301\n'
-                   'n_steps = 40\nburn_in = 20\nwarmup = 20\n[output]\nplots = false\n')
+    cfg.write_text(
+        '[energy]\nname = "gaussian"\nparams = { dim = 2 }\n[sampler]\nname = "mala"\nn_chains = 301\n'
+        'n_steps = 40\nburn_in = 20\nwarmup = 20\n[output]\nplots = false\n'
+    )
     _ebm_sample_under_torchrun(cfg, tmp_path / "run")
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["world_size"] == 2 and metrics["n_chains"] == 301 and metrics["r_hat_max"] < 1.1
@@ -97,8 +117,10 @@ def test_ebm_sample_runs_unchanged_under_torchrun(tmp_path):
 
 def test_per_rank_sample_files(tmp_path):
     cfg = tmp_path / "s.toml"
-    cfg.write_text('[energy]\nname = "gaussian"\nparams = { dim = 2 }\n[sampler]\nname = "langevin"\nn_chains = 101\n'
-                   'n_steps = 10\nburn_in = 0\n[output]\nplots = false\nper_rank_samples = true\n')
+    cfg.write_text(
+        '[energy]\nname = "gaussian"\nparams = { dim = 2 }\n[sampler]\nname = "langevin"\nn_chains = 101\n'
+        'n_steps = 10\nburn_in = 0\n[output]\nplots = false\nper_rank_samples = true\n'
+    )
     _ebm_sample_under_torchrun(cfg, tmp_path / "run")
     shards = [torch.load(tmp_path / "run" / f"samples-rank{r}.pt") for r in (0, 1)]
     assert [s.shape[0] for s in shards] == [51, 50] and not (tmp_path / "run" / "samples.pt").exists()

@@ -116,9 +116,11 @@ def test_a_sampler_captures_once_and_again_when_what_the_graph_fixes_changes(gra
     with torch.no_grad():
         energy.w.mul_(1.5)  # in place, as an optimiser updates: the graph reads it at every replay
     assert not captured(lambda: sampler.prepare(x, g, {}))
-    for change in (lambda: sampler.prepare(x, g, {"step_size": 0.04}),  # a number the graph fixes
-                   lambda: sampler.prepare(x[:4], g, {}),               # the states' shape
-                   lambda: sampler.prepare(x, None, {})):               # the device's generator instead of one given
+    for change in (
+        lambda: sampler.prepare(x, g, {"step_size": 0.04}),  # a number the graph fixes
+        lambda: sampler.prepare(x[:4], g, {}),  # the states' shape
+        lambda: sampler.prepare(x, None, {}),
+    ):  # the device's generator instead of one given
         assert captured(change)
     energy.w = nn.Parameter(energy.w.detach().clone())  # a new tensor: the old graph would read the old one
     assert captured(lambda: sampler.prepare(x, None, {}))
@@ -171,15 +173,20 @@ def test_sample_and_advance_with_a_graph_equal_the_per_step_loop(graphed):
     it, and gets the per-step loop's results to the bit."""
     energy = Bowl()
     x = torch.randn(8, 3, generator=torch.Generator().manual_seed(2))
-    results = [MALASampler(energy, step_size=0.3, fused=fused).sample(
-        x, 32, burn_in=5, thin=4, return_trajectory=True, return_diagnostics=True,
-        generator=torch.Generator().manual_seed(4)) for fused in (True, False)]
+    results = [
+        MALASampler(energy, step_size=0.3, fused=fused).sample(
+            x, 32, burn_in=5, thin=4, return_trajectory=True, return_diagnostics=True, generator=torch.Generator().manual_seed(4)
+        )
+        for fused in (True, False)
+    ]
     graph, loop = results
     assert torch.equal(graph.trajectory, loop.trajectory) and graph.trajectory.shape == (8, 8, 3)
     assert torch.equal(graph.diagnostics.acceptance_rate, loop.diagnostics.acceptance_rate)
     assert 0.0 < float(graph.diagnostics.acceptance_rate.mean()) < 1.0
-    advanced = [LangevinSampler(energy, step_size=0.05, fused=fused).advance(x, 23, generator=torch.Generator().manual_seed(4))
-                for fused in (True, False)]
+    advanced = [
+        LangevinSampler(energy, step_size=0.05, fused=fused).advance(x, 23, generator=torch.Generator().manual_seed(4))
+        for fused in (True, False)
+    ]
     assert torch.equal(*advanced)
 
 
@@ -195,10 +202,13 @@ def test_a_declared_program_is_captured_by_default(graphed):
     assert run.path.startswith("CUDA graph, 10 transitions per launch (MALASampler has no fused chain kernels)")
 
 
-@pytest.mark.parametrize("sampler, reason", [
-    (NUTSSampler, "its trees stop growing when every chain's has"),
-    (AnnealedLangevinSampler, "its state carries n_taken, a Python value a graph would fix"),
-])
+@pytest.mark.parametrize(
+    "sampler, reason",
+    [
+        (NUTSSampler, "its trees stop growing when every chain's has"),
+        (AnnealedLangevinSampler, "its state carries n_taken, a Python value a graph would fix"),
+    ],
+)
 def test_samplers_whose_transition_a_graph_cannot_hold_say_why(graphed, sampler, reason):
     with pytest.raises(ebmcore.InputError, match="no fused chain can run: .*no CUDA graph: " + reason):
         sampler(Bowl(), fused=True).prepare(torch.randn(4, 3), None, {})
@@ -221,8 +231,10 @@ def test_a_capture_that_fails_falls_back_to_the_per_step_loop_exactly_and_is_not
         run = sampler.prepare(x, torch.Generator().manual_seed(7), {})
     assert len(captures) == 1
     assert run.chain is None
-    assert run.path.startswith("per-step loop (MALASampler has no fused chain kernels; no CUDA graph: capturing one "
-                               "failed: operation not permitted when stream is capturing)")
+    assert run.path.startswith(
+        "per-step loop (MALASampler has no fused chain kernels; no CUDA graph: capturing one "
+        "failed: operation not permitted when stream is capturing)"
+    )
     reference = MALASampler(energy, step_size=0.3, fused=False).prepare(x, torch.Generator().manual_seed(7), {})
     assert torch.equal(run.step(run.state)[0].x, reference.step(reference.state)[0].x)  # the warm-up's draws given back
 
@@ -286,9 +298,15 @@ class TorchCudaGraphs:
                     raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
                 fake.capture_mode -= {fake.default, *g.registered}
 
-        for name, value in dict(device=lambda d: contextlib.nullcontext(), current_stream=TorchCudaGraphs.Stream,
-                                Stream=TorchCudaGraphs.Stream, stream=lambda s: contextlib.nullcontext(),
-                                set_stream=lambda s: None, CUDAGraph=CUDAGraph, graph=graph).items():
+        for name, value in dict(
+            device=lambda d: contextlib.nullcontext(),
+            current_stream=TorchCudaGraphs.Stream,
+            Stream=TorchCudaGraphs.Stream,
+            stream=lambda s: contextlib.nullcontext(),
+            set_stream=lambda s: None,
+            CUDAGraph=CUDAGraph,
+            graph=graph,
+        ).items():
             monkeypatch.setattr(torch.cuda, name, value)
 
 
@@ -328,8 +346,12 @@ def test_on_a_gpu_a_captured_graph_computes_the_per_step_loop(sampler_type):
     x = torch.randn(1000, 5, device="cuda")
     run = sampler_type(energy, step_size=0.05, fused=True).prepare(x, None, {})
     assert run.path.startswith("CUDA graph"), run.path
-    results = [sampler_type(energy, step_size=0.05, fused=fused).sample(
-        x, 37, return_diagnostics=True, generator=torch.Generator(device="cuda").manual_seed(3)) for fused in (True, False)]
+    results = [
+        sampler_type(energy, step_size=0.05, fused=fused).sample(
+            x, 37, return_diagnostics=True, generator=torch.Generator(device="cuda").manual_seed(3)
+        )
+        for fused in (True, False)
+    ]
     apart = ((results[0].samples - results[1].samples).abs() > 1e-5).any(1)
     # the same kernels: equal, but for a float rounding that flips an accept decision in the odd chain
     assert int(apart.sum()) <= (0 if sampler_type is LangevinSampler else 10), int(apart.sum())
@@ -345,8 +367,12 @@ def test_on_a_gpu_a_conv_energy_runs_a_captured_graph_by_default():
     x = torch.rand(32, 1, 8, 8, device="cuda") * 2 - 1
     sampler = LangevinSampler(energy, step_size=1.0, noise_scale=0.005)
     assert sampler.prepare(x, None, {}).path.startswith("CUDA graph"), sampler.prepare(x, None, {}).path
-    outs = [LangevinSampler(energy, step_size=1.0, noise_scale=0.005, fused=fused).sample(
-        x, 25, generator=torch.Generator(device="cuda").manual_seed(1)) for fused in (None, False)]
+    outs = [
+        LangevinSampler(energy, step_size=1.0, noise_scale=0.005, fused=fused).sample(
+            x, 25, generator=torch.Generator(device="cuda").manual_seed(1)
+        )
+        for fused in (None, False)
+    ]
     torch.testing.assert_close(outs[0], outs[1], rtol=1e-4, atol=1e-5)
 
 

@@ -5,8 +5,15 @@ import torch
 from torch import nn
 
 import ebmcore
-from ebm_samplers import (AnnealedLangevinSampler, HMCSampler, LangevinSampler, MALASampler, NUTSSampler,
-                          ParallelTemperingSampler, warmup)
+from ebm_samplers import (
+    AnnealedLangevinSampler,
+    HMCSampler,
+    LangevinSampler,
+    MALASampler,
+    NUTSSampler,
+    ParallelTemperingSampler,
+    warmup,
+)
 from ebmcore.errors import InputError, NonFiniteError
 
 SAMPLERS = {
@@ -37,9 +44,11 @@ class Net(ebmcore.EnergyModel):
         return e.sum() if self.output == "scalar" else e
 
 
-FIXES = {"(n, 1)": r"returned shape \(6, 1\) .*shape \(6,\)\. End compute_energy with \.squeeze\(-1\)",
-         "scalar": r"returned shape \(\) .*reduced over the batch.*\.squeeze\(-1\)",
-         "(n, 2)": r"returned shape \(6, 2\) .*\.squeeze\(-1\), or sum the per-output terms"}
+FIXES = {
+    "(n, 1)": r"returned shape \(6, 1\) .*shape \(6,\)\. End compute_energy with \.squeeze\(-1\)",
+    "scalar": r"returned shape \(\) .*reduced over the batch.*\.squeeze\(-1\)",
+    "(n, 2)": r"returned shape \(6, 2\) .*\.squeeze\(-1\), or sum the per-output terms",
+}
 
 
 @pytest.mark.parametrize("name", SAMPLERS)
@@ -118,16 +127,22 @@ WITH_HMC_BASE = {**SAMPLERS, "tempering-hmc": lambda e: ParallelTemperingSampler
 def test_a_gradient_not_shaped_like_x_is_refused_by_every_sampler(name):
     calls = []
     sampler = WITH_HMC_BASE[name](WrongGradient())
-    with pytest.raises(InputError, match=r"gradient is shape \(6, 1\) for x of shape \(6, 2\); compute_gradient\(x\) must "
-                                         r"return a tensor shaped like x"):
+    with pytest.raises(
+        InputError,
+        match=r"gradient is shape \(6, 1\) for x of shape \(6, 2\); compute_gradient\(x\) must "
+        r"return a tensor shaped like x",
+    ):
         sampler.sample(torch.randn(6, 2), 5, callback=lambda *args: calls.append(args))
     assert calls == []  # no step was made with it
 
 
 @pytest.mark.parametrize("name", WITH_HMC_BASE)
 def test_an_integer_energy_is_refused_by_every_sampler_with_the_same_words(name):
-    with pytest.raises(InputError, match=r"IntegerEnergy\.compute_energy\(x\) returned dtype torch\.int64; energies must "
-                                         r"be floating point"):
+    with pytest.raises(
+        InputError,
+        match=r"IntegerEnergy\.compute_energy\(x\) returned dtype torch\.int64; energies must "
+        r"be floating point",
+    ):
         WITH_HMC_BASE[name](IntegerEnergy()).sample(torch.randn(6, 2), 5)
 
 
@@ -152,8 +167,11 @@ class CastGradient(ebmcore.EnergyModel):
 def test_a_gradient_of_another_dtype_is_refused_by_every_sampler(name, dtype):
     calls = []
     sampler = WITH_HMC_BASE[name](CastGradient(dtype))
-    with pytest.raises(InputError, match=rf"gradient has dtype {dtype} for x of dtype torch\.float32; "
-                                         r"compute_gradient\(x\) must return ∇ₓE in x's dtype"):
+    with pytest.raises(
+        InputError,
+        match=rf"gradient has dtype {dtype} for x of dtype torch\.float32; "
+        r"compute_gradient\(x\) must return ∇ₓE in x's dtype",
+    ):
         sampler.sample(torch.randn(6, 2), 5, callback=lambda *args: calls.append(args))
     assert calls == []  # no step was made with it
     with pytest.raises(InputError, match="compute_gradient"):

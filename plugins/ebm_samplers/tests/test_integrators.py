@@ -68,9 +68,12 @@ def test_leapfrog_costs_l_plus_one_gradients_per_trajectory():
         def wrapped(x):
             calls[name] += 1
             return fn(x)
+
         return wrapped
 
-    fns = ebmcore.EnergyFunctions(base.energy, count("gradient", base.gradient), count("energy_and_gradient", base.energy_and_gradient))
+    fns = ebmcore.EnergyFunctions(
+        base.energy, count("gradient", base.gradient), count("energy_and_gradient", base.energy_and_gradient)
+    )
     x0, _ = _state(energy)
     state = hmc.init(x0, fns)
     assert calls == {"gradient": 0, "energy_and_gradient": 1}

@@ -17,7 +17,12 @@ def test_nuts_matches_a_correlated_gaussian_and_reports_its_trajectories():
     energy = correlated_gaussian()
     infos = []
     x = NUTSSampler(energy, step_size=0.3, max_tree_depth=6).sample(
-        x0_of(N, 10, dtype=torch.float32).double(), 100, burn_in=20, generator=torch.Generator().manual_seed(1), callback=lambda i, s, info: infos.append(info))
+        x0_of(N, 10, dtype=torch.float32).double(),
+        100,
+        burn_in=20,
+        generator=torch.Generator().manual_seed(1),
+        callback=lambda i, s, info: infos.append(info),
+    )
     assert_moments(x, energy.mean, energy.covariance, "NUTS")
     info = infos[-1]
     assert info.tree_depth.shape == (N,) and int(info.tree_depth.max()) <= 6
@@ -29,13 +34,17 @@ def test_nuts_matches_a_correlated_gaussian_and_reports_its_trajectories():
 
 def test_nuts_double_well_and_banana():
     dw = ebmcore.energy("double_well", dim=2)
-    x = NUTSSampler(dw, step_size=0.25, max_tree_depth=5).sample(x0_of(1000, 2, dtype=torch.float32, scale=0.5), 150, burn_in=30,
-                                                                generator=torch.Generator().manual_seed(2)).double()
+    x = (
+        NUTSSampler(dw, step_size=0.25, max_tree_depth=5)
+        .sample(x0_of(1000, 2, dtype=torch.float32, scale=0.5), 150, burn_in=30, generator=torch.Generator().manual_seed(2))
+        .double()
+    )
     ref = double_well_moments()
     sd = math.sqrt(ref["x4"] - ref["x2"] ** 2)
     assert abs((x**2).mean().item() - ref["x2"]) < 5 * sd / math.sqrt(x.numel())
     banana = NUTSSampler(Banana().double(), step_size=0.25, max_tree_depth=5).sample(
-        x0_of(1000, 2), 150, burn_in=50, generator=torch.Generator().manual_seed(3))
+        x0_of(1000, 2), 150, burn_in=50, generator=torch.Generator().manual_seed(3)
+    )
     x2 = banana[:, 1]
     assert abs(x2.mean().item() - 1.0) < 5 * x2.std().item() / math.sqrt(1000)
 
@@ -44,10 +53,16 @@ def test_nuts_stops_at_the_depth_cap_and_counts_divergences():
     energy = ebmcore.energy("gaussian", dim=3)
     state = nuts.init(torch.randn(64, 3), energy.bind(torch.zeros(1, 3)))
     step = nuts.build_kernel()
-    _, info = step(state, energy.bind(torch.zeros(1, 3)), torch.Generator().manual_seed(0),
-                   nuts.Params(step_size=0.01, max_tree_depth=3).resolve(state.x))
+    _, info = step(
+        state,
+        energy.bind(torch.zeros(1, 3)),
+        torch.Generator().manual_seed(0),
+        nuts.Params(step_size=0.01, max_tree_depth=3).resolve(state.x),
+    )
     assert int(info.n_leapfrog_steps.max()) == 7 and int(info.tree_depth.max()) == 3  # tiny steps never U-turn
-    _, info = step(state, energy.bind(torch.zeros(1, 3)), torch.Generator().manual_seed(0), nuts.Params(step_size=50.0).resolve(state.x))
+    _, info = step(
+        state, energy.bind(torch.zeros(1, 3)), torch.Generator().manual_seed(0), nuts.Params(step_size=50.0).resolve(state.x)
+    )
     assert bool(info.divergent.all())
     x = NUTSSampler(energy, step_size=50.0).sample(torch.randn(64, 3), 5, return_diagnostics=True)
     assert torch.isfinite(x.samples).all() and int(x.diagnostics.divergences.sum()) == 5 * 64
@@ -55,7 +70,9 @@ def test_nuts_stops_at_the_depth_cap_and_counts_divergences():
 
 def test_nuts_same_seed_same_samples_and_bad_parameters():
     energy = ebmcore.energy("gaussian", dim=2)
-    run = lambda seed: NUTSSampler(energy, step_size=0.3, jitter=0.2).sample(torch.ones(32, 2), 10, generator=torch.Generator().manual_seed(seed))  # noqa: E731
+    run = lambda seed: NUTSSampler(energy, step_size=0.3, jitter=0.2).sample(
+        torch.ones(32, 2), 10, generator=torch.Generator().manual_seed(seed)
+    )  # noqa: E731
     assert torch.equal(run(0), run(0)) and not torch.equal(run(0), run(1))
     with pytest.raises(InputError, match=r"max_tree_depth must be an integer in \[1, 20\]"):
         NUTSSampler(energy, max_tree_depth=0).sample(torch.ones(4, 2), 1)

@@ -30,12 +30,15 @@ def test_resuming_over_a_chunk_holding_an_object_array_is_an_error_line(tmp_path
     assert "delete it, and --resume draws that chunk again" in err
 
 
-@pytest.mark.parametrize("write, message", [
-    (lambda p: np.savez(p, x=np.array([object()], dtype=object), attrs=np.array("{}")), r"holds object \(pickled\) arrays"),
-    (lambda p: p.write_bytes(b"not an npz"), r"cannot be read as the draws of ebm sample"),
-    (lambda p: np.savez(p, samples=np.zeros((2, 2))), r"has no array 'x', 'attrs' \(it holds samples"),
-    (lambda p: np.savez(p, x=np.zeros((2, 2)), attrs=np.array("{not json")), r"does not hold ebm's draws \(JSONDecodeError"),
-])
+@pytest.mark.parametrize(
+    "write, message",
+    [
+        (lambda p: np.savez(p, x=np.array([object()], dtype=object), attrs=np.array("{}")), r"holds object \(pickled\) arrays"),
+        (lambda p: p.write_bytes(b"not an npz"), r"cannot be read as the draws of ebm sample"),
+        (lambda p: np.savez(p, samples=np.zeros((2, 2))), r"has no array 'x', 'attrs' \(it holds samples"),
+        (lambda p: np.savez(p, x=np.zeros((2, 2)), attrs=np.array("{not json")), r"does not hold ebm's draws \(JSONDecodeError"),
+    ],
+)
 def test_load_npz_names_a_file_that_is_not_draws(tmp_path, write, message):
     path = tmp_path / "draws.npz"
     write(path)

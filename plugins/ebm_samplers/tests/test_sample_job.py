@@ -46,7 +46,10 @@ def png_size(path):
 @pytest.mark.parametrize("sampler", ["mala", "nuts", "langevin"])
 def test_sample_writes_samples_metrics_and_plots(tmp_path, capsys, sampler):
     out = tmp_path / "run"
-    assert main(["sample", str(_config(tmp_path, sampler, warmup=60 if sampler != "langevin" else 0)), "--out", str(out), "--quiet"]) == 0
+    assert (
+        main(["sample", str(_config(tmp_path, sampler, warmup=60 if sampler != "langevin" else 0)), "--out", str(out), "--quiet"])
+        == 0
+    )
     assert "metrics:" in capsys.readouterr().out
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["n_chains"] == 200 and metrics["n_kept"] == 100
@@ -75,8 +78,11 @@ def _check_draws(out, sampler, metrics, samples):
 
     with np.load(out / "draws.npz", allow_pickle=False) as f:
         d = dict(f)
-    expected = {"langevin": {"lp", "step_size"}, "mala": {"lp", "step_size", "acceptance_rate", "diverging"},
-                "nuts": {"lp", "step_size", "acceptance_rate", "diverging", "energy", "tree_depth", "n_steps"}}[sampler]
+    expected = {
+        "langevin": {"lp", "step_size"},
+        "mala": {"lp", "step_size", "acceptance_rate", "diverging"},
+        "nuts": {"lp", "step_size", "acceptance_rate", "diverging", "energy", "tree_depth", "n_steps"},
+    }[sampler]
     metric = {"metric_diagonal"} if sampler == "nuts" else set()  # the diagonal inverse mass the warm-up adapted
     assert set(d) == expected | metric | {"x", "attrs"}
     assert ("metric" in json.loads(str(d["attrs"]))) == bool(metric) and all(d[k].shape == (2,) for k in metric)
@@ -93,11 +99,14 @@ def _check_draws(out, sampler, metrics, samples):
         assert d["tree_depth"].min() >= 1 and d["n_steps"].min() >= 1
 
 
-@pytest.mark.parametrize("extra, message", [
-    ("[run]\nnsamples = 3\n", "unknown key(s) nsamples"),
-    ("[run]\nseed = 'x'\n", "key 'seed' must be int"),
-    ("[run]\nchunk_size = 0\n", "key 'chunk_size' must be > 0"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ("[run]\nnsamples = 3\n", "unknown key(s) nsamples"),
+        ("[run]\nseed = 'x'\n", "key 'seed' must be int"),
+        ("[run]\nchunk_size = 0\n", "key 'chunk_size' must be > 0"),
+    ],
+)
 def test_config_errors_name_the_key_and_file(tmp_path, capsys, extra, message):
     assert main(["sample", str(_config(tmp_path, extra=extra)), "--out", str(tmp_path / "o"), "--quiet"]) == 2
     err = capsys.readouterr().err
@@ -125,7 +134,9 @@ def test_streaming_chunks_and_resume(tmp_path):
 
     first = np.load(chunks[1])["samples"]
     assert np.load(chunks[2])["samples"].shape == (500, 2)
-    assert main(args) == 0 and (out / "chunks" / "chunk-00001.npz").stat().st_mtime_ns == chunks[1].stat().st_mtime_ns  # finished: nothing to do
+    assert (
+        main(args) == 0 and (out / "chunks" / "chunk-00001.npz").stat().st_mtime_ns == chunks[1].stat().st_mtime_ns
+    )  # finished: nothing to do
     chunks[1].unlink()  # a chunk missing: the run is not finished
     assert main(args) == 2  # chunks exist: refuses to overwrite without --resume
     assert main(args + ["--resume"]) == 0
@@ -137,7 +148,9 @@ def test_streaming_chunks_and_resume(tmp_path):
 
 def _peak_rss_mb(tmp_path, n_samples):
     cfg = tmp_path / "memory.toml"
-    cfg.write_text('[energy]\nname = "double_well"\n[sampler]\nname = "langevin"\nn_steps = 1\nburn_in = 0\n[output]\nplots = false\n')
+    cfg.write_text(
+        '[energy]\nname = "double_well"\n[sampler]\nname = "langevin"\nn_steps = 1\nburn_in = 0\n[output]\nplots = false\n'
+    )
     code = textwrap.dedent(f"""
         import resource
         from ebmcore.cli import main
@@ -192,19 +205,31 @@ def test_profile_prints_a_breakdown(tmp_path, capsys):
     assert "ms per step" in out and "energy and gradient" in out and "random numbers" in out
 
 
-@pytest.mark.parametrize("extra, line", [
-    (9.0e-5, "diagnostics (when recorded)     +0.090 ms  +52.9 % on top of a step"),
-    (0.0, "diagnostics (when recorded)  not measurable: a run recording them was no slower, within the timing noise"),
-])
+@pytest.mark.parametrize(
+    "extra, line",
+    [
+        (9.0e-5, "diagnostics (when recorded)     +0.090 ms  +52.9 % on top of a step"),
+        (0.0, "diagnostics (when recorded)  not measurable: a run recording them was no slower, within the timing noise"),
+    ],
+)
 def test_profile_says_whether_the_diagnostics_cost_was_measured(extra, line):
     # a share of the step's time for a phase that is not part of it, or 0.0 % when it was not measured, misled
     from ebm_samplers.profiling import _diagnostics, format_profile
 
-    result = {"total": 1.7e-4, "energy_gradient": 1e-4, "rng": 5e-5, "update_acceptance": 2e-5, "gradient_evaluations": 1.0,
-              **_diagnostics(extra)}
+    result = {
+        "total": 1.7e-4,
+        "energy_gradient": 1e-4,
+        "rng": 5e-5,
+        "update_acceptance": 2e-5,
+        "gradient_evaluations": 1.0,
+        **_diagnostics(extra),
+    }
     printed = format_profile("mala", 50, result).splitlines()
     assert printed[-1] == f"  {line}"
-    assert result["diagnostics_measured"] is (extra > 0) and _diagnostics(-1e-5) == {"diagnostics": 0.0, "diagnostics_measured": False}
+    assert result["diagnostics_measured"] is (extra > 0) and _diagnostics(-1e-5) == {
+        "diagnostics": 0.0,
+        "diagnostics_measured": False,
+    }
 
 
 def test_profile_function():
@@ -212,7 +237,9 @@ def test_profile_function():
     from ebm_samplers import HMCSampler
     from ebm_samplers.profiling import profile
 
-    result = profile(HMCSampler(ebmcore.energy("gaussian", dim=3), step_size=0.1, n_leapfrog_steps=4), torch.randn(100, 3), 10, repeats=2)
+    result = profile(
+        HMCSampler(ebmcore.energy("gaussian", dim=3), step_size=0.1, n_leapfrog_steps=4), torch.randn(100, 3), 10, repeats=2
+    )
     assert result["gradient_evaluations"] == pytest.approx(4 + 1 / 10)  # L per step, plus the one at x0
     assert result["total"] > 0 and result["energy_gradient"] > 0
     # HMC on a Gaussian runs as a fused chain exactly when a backend (ebm-cuda's cpu_fused) provides one
@@ -220,10 +247,13 @@ def test_profile_function():
     assert (result["fused_total"] is not None and result["fused_total"] > 0) if has_chain else result["fused_total"] is None
 
 
-@pytest.mark.parametrize("extra, message", [
-    ('[run]\ndevice = "cuda:7"\n', "is not available"),
-    ('[run]\ndevice = "potato"\n', "is not a device"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ('[run]\ndevice = "cuda:7"\n', "is not available"),
+        ('[run]\ndevice = "potato"\n', "is not a device"),
+    ],
+)
 def test_device_and_params_are_checked_before_any_work(tmp_path, capsys, extra, message):
     assert main(["sample", str(_config(tmp_path, extra=extra)), "--out", str(tmp_path / "o"), "--quiet"]) == 2
     assert message in capsys.readouterr().err and not (tmp_path / "o").exists()
@@ -244,8 +274,11 @@ def test_an_interrupted_sampling_run_resumes_exactly(tmp_path, monkeypatch):
     cfg = _config(tmp_path, "mala", warmup=30, plots="false", extra="[run]\ncheckpoint_every = 20\n")
     assert main(["sample", str(cfg), "--out", str(tmp_path / "straight"), "--quiet"]) == 0
     # every file the run wrote loads without unpickling code: samples, checkpoint, segments
-    written = {path.relative_to(tmp_path / "straight").as_posix() for path in (tmp_path / "straight").rglob("*.pt")
-               if torch.load(path, weights_only=True) is not None}
+    written = {
+        path.relative_to(tmp_path / "straight").as_posix()
+        for path in (tmp_path / "straight").rglob("*.pt")
+        if torch.load(path, weights_only=True) is not None
+    }
     assert written == {"samples.pt", "checkpoint.pt", *(f"segments/segment-0000{i}.pt" for i in range(5))}
 
     def interrupt(index):
@@ -261,7 +294,12 @@ def test_an_interrupted_sampling_run_resumes_exactly(tmp_path, monkeypatch):
     from ebm_samplers.draws import load_npz
 
     straight, cut = load_npz(tmp_path / "straight" / "draws.npz"), load_npz(tmp_path / "cut" / "draws.npz")
-    assert torch.equal(straight.x, cut.x) and straight.stats.keys() == cut.stats.keys() == {"lp", "acceptance_rate", "diverging", "step_size"}
+    assert torch.equal(straight.x, cut.x) and straight.stats.keys() == cut.stats.keys() == {
+        "lp",
+        "acceptance_rate",
+        "diverging",
+        "step_size",
+    }
     assert all(torch.equal(v, cut.stats[k]) for k, v in straight.stats.items())
     a = json.loads((tmp_path / "straight" / "metrics.json").read_text())
     b = json.loads((tmp_path / "cut" / "metrics.json").read_text())
@@ -293,7 +331,11 @@ def test_a_given_step_size_runs_as_given_and_the_report_says_where_it_came_from(
     assert "step size 0.3: given" in capsys.readouterr().out
     assert given("--step-size", "0.3", "--warmup", "40") == 0  # warm-up asked for: adapted from the given step
     m = read("--step-size", "0.3", "--warmup", "40")
-    assert m["step_size"] != 0.3 and m["step_size_source"].startswith("adapted by 40 warm-up steps") and "0.3" in m["step_size_source"]
+    assert (
+        m["step_size"] != 0.3
+        and m["step_size_source"].startswith("adapted by 40 warm-up steps")
+        and "0.3" in m["step_size_source"]
+    )
     assert given() == 0  # the configuration's warm-up from the default step
     assert read()["step_size_source"].startswith("adapted by 60 warm-up steps (target acceptance 0.7) from the default")
     assert main(["sample", str(_config(tmp_path, "mala", warmup=0, plots="false")), "--out", str(tmp_path / "d"), "--quiet"]) == 0
@@ -422,20 +464,35 @@ def _truncate(path):
     path.write_bytes(path.read_bytes()[:200])
 
 
-@pytest.mark.parametrize("case, message", [
-    ("out is a file", "the run directory {tmp}/afile is an existing file; choose a directory (--out)"),
-    ("not utf-8", "bad.toml: not UTF-8 text (byte b'\\xff' at offset"),
-    ("seed beyond 64 bits", "[run]: key 'seed' must be in [0, 2**64)"),
-    ("too many kept draws", "n_steps = 100000000000 // thin = 1 kept draws of n_chains = 200 chains of shape (2,) need about"),
-    ("truncated model", "model.pt cannot be read as a model from ebm train"),
-    ("not a model", "model.pt is not a model from ebm train"),
-    ("pickled code in the model", "model.pt holds pickled Python objects, which ebm never loads (it expected a model from ebm train)"),
-    ("wrong keyword", "[energy]: energy 'gaussian_mixture' (GaussianMixtureEnergy): got an unexpected keyword argument 'sd'; it takes means, stds"),
-    ("missing segment", "segment-00000.pt: no such file (expected segment 0 of the checkpointed run); start the run again with --overwrite"),
-    ("truncated checkpoint", "checkpoint.pt cannot be read as a sampling checkpoint"),
-    ("full disk", "cannot write {tmp}/o/samples.pt: No space left on device (errno 28); free some space"),
-    ("read-only directory", "cannot write {tmp}/o/config.json: Permission denied (errno 13); make {tmp}/o writable"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("out is a file", "the run directory {tmp}/afile is an existing file; choose a directory (--out)"),
+        ("not utf-8", "bad.toml: not UTF-8 text (byte b'\\xff' at offset"),
+        ("seed beyond 64 bits", "[run]: key 'seed' must be in [0, 2**64)"),
+        (
+            "too many kept draws",
+            "n_steps = 100000000000 // thin = 1 kept draws of n_chains = 200 chains of shape (2,) need about",
+        ),
+        ("truncated model", "model.pt cannot be read as a model from ebm train"),
+        ("not a model", "model.pt is not a model from ebm train"),
+        (
+            "pickled code in the model",
+            "model.pt holds pickled Python objects, which ebm never loads (it expected a model from ebm train)",
+        ),
+        (
+            "wrong keyword",
+            "[energy]: energy 'gaussian_mixture' (GaussianMixtureEnergy): got an unexpected keyword argument 'sd'; it takes means, stds",
+        ),
+        (
+            "missing segment",
+            "segment-00000.pt: no such file (expected segment 0 of the checkpointed run); start the run again with --overwrite",
+        ),
+        ("truncated checkpoint", "checkpoint.pt cannot be read as a sampling checkpoint"),
+        ("full disk", "cannot write {tmp}/o/samples.pt: No space left on device (errno 28); free some space"),
+        ("read-only directory", "cannot write {tmp}/o/config.json: Permission denied (errno 13); make {tmp}/o writable"),
+    ],
+)
 def test_bad_inputs_and_files_are_errors_not_tracebacks(tmp_path, monkeypatch, capsys, case, message):
     import errno
 
@@ -456,8 +513,12 @@ def test_bad_inputs_and_files_are_errors_not_tracebacks(tmp_path, monkeypatch, c
         torch.save({"energy": "mlp", "params": {}, "state_dict": {}, "code": PickledCode()}, tmp_path / "model.pt")
         cfg.write_text(f'[energy]\nmodel = "{tmp_path / "model.pt"}"\n')
     elif case in ("truncated model", "not a model"):
-        torch.save({"energy": "mlp", "params": {}, "state_dict": {"w": torch.zeros(1000)}} if case == "truncated model"
-                   else torch.zeros(3), tmp_path / "model.pt")
+        torch.save(
+            {"energy": "mlp", "params": {}, "state_dict": {"w": torch.zeros(1000)}}
+            if case == "truncated model"
+            else torch.zeros(3),
+            tmp_path / "model.pt",
+        )
         if case == "truncated model":
             _truncate(tmp_path / "model.pt")
         cfg.write_text(f'[energy]\nmodel = "{tmp_path / "model.pt"}"\n')
@@ -479,6 +540,7 @@ def test_bad_inputs_and_files_are_errors_not_tracebacks(tmp_path, monkeypatch, c
 
         monkeypatch.setattr(runfiles, "_write", full)
     elif case == "read-only directory":  # as chmod 555 does for a user other than root
+
         def refused(tmp, data):
             raise PermissionError(errno.EACCES, "Permission denied")
 

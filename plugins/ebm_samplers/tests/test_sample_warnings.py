@@ -16,13 +16,16 @@ from test_sample_job import _config
 FINE = {"n_chains": 4, "r_hat_max": 1.005, "ess_bulk_min": 400.0, "ess_tail_min": 400.0, "divergences": 0}
 
 
-@pytest.mark.parametrize("change, starts", [
-    ({"r_hat_max": 1.0101}, "R-hat max 1.010 > 1.01: the chains disagree"),
-    ({"ess_bulk_min": 399.0}, "ESS bulk min 399, tail min 400 < 400 (100 per chain x 4 chains)"),
-    ({"ess_tail_min": 12.0}, "ESS bulk min 400, tail min 12 < 400 (100 per chain x 4 chains)"),
-    ({"divergences": 1}, "1 divergent transitions: the sampler cannot follow the energy's curvature"),
-    ({"ebfmi_min": 0.21, "ebfmi_low_chains": 2}, "E-BFMI min 0.21 < 0.3 in 2 of 4 chains"),
-])
+@pytest.mark.parametrize(
+    "change, starts",
+    [
+        ({"r_hat_max": 1.0101}, "R-hat max 1.010 > 1.01: the chains disagree"),
+        ({"ess_bulk_min": 399.0}, "ESS bulk min 399, tail min 400 < 400 (100 per chain x 4 chains)"),
+        ({"ess_tail_min": 12.0}, "ESS bulk min 400, tail min 12 < 400 (100 per chain x 4 chains)"),
+        ({"divergences": 1}, "1 divergent transitions: the sampler cannot follow the energy's curvature"),
+        ({"ebfmi_min": 0.21, "ebfmi_low_chains": 2}, "E-BFMI min 0.21 < 0.3 in 2 of 4 chains"),
+    ],
+)
 def test_each_warning_at_its_threshold_and_only_there(change, starts):
     assert run_report.warnings(FINE) == []
     assert run_report.warnings({**FINE, "r_hat_max": 1.01, "ebfmi_min": 0.3, "ebfmi_low_chains": 0}) == []  # not above
@@ -32,8 +35,15 @@ def test_each_warning_at_its_threshold_and_only_there(change, starts):
 
 @pytest.mark.parametrize("fix", ["run longer", "run more steps", "lower the step size", "reparametrise the energy"])
 def test_every_warning_names_a_fix(fix):
-    bad = {"n_chains": 4, "r_hat_max": 2.0, "ess_bulk_min": 3.0, "ess_tail_min": 3.0, "divergences": 5,
-           "ebfmi_min": 0.1, "ebfmi_low_chains": 1}
+    bad = {
+        "n_chains": 4,
+        "r_hat_max": 2.0,
+        "ess_bulk_min": 3.0,
+        "ess_tail_min": 3.0,
+        "divergences": 5,
+        "ebfmi_min": 0.1,
+        "ebfmi_low_chains": 1,
+    }
     lines = run_report.warnings(bad)
     assert len(lines) == 4 and any(fix in line for line in lines)
 
@@ -51,7 +61,9 @@ def test_the_fix_never_names_the_sampler_that_ran_nor_tempering_without_modes(sa
         assert "parallel_tempering" not in fix or sampler == "parallel_tempering", line
         if sampler in ("langevin", "mala", "hmc", "nuts"):
             assert f"{sampler.upper()} or" not in fix and f"use {sampler.upper()}" not in fix, line
-            assert f"rather than {'unadjusted Langevin' if sampler == 'langevin' else sampler.upper()}" in fix or sampler == "nuts"
+            assert (
+                f"rather than {'unadjusted Langevin' if sampler == 'langevin' else sampler.upper()}" in fix or sampler == "nuts"
+            )
     if sampler in ("mala", "hmc"):
         assert all("NUTS" in line for line in lines) and "mass matrix" in lines[0]
     if sampler == "nuts":
@@ -95,7 +107,9 @@ def test_ebfmi_comes_from_the_hamiltonian_of_the_draws():
     sticky = torch.randn(400, 2, generator=g, dtype=torch.float64).cumsum(0)  # a random walk: E-BFMI near 0
     trajectory = torch.randn(400, 5, 2, generator=g)
     s = {"n_steps": 400, "burn_in": 0}
-    out = run_report.metrics(trajectory[-1], trajectory, s, 1.0, 0.8, 0, stats={"hamiltonian": torch.cat([independent, sticky], 1)})
+    out = run_report.metrics(
+        trajectory[-1], trajectory, s, 1.0, 0.8, 0, stats={"hamiltonian": torch.cat([independent, sticky], 1)}
+    )
     assert out["ebfmi_low_chains"] == 2 and out["ebfmi_min"] < 0.05
     assert "ebfmi_min" not in run_report.metrics(trajectory[-1], trajectory, s, 1.0, 0.8, 0)  # not a Hamiltonian sampler
 
@@ -108,10 +122,14 @@ def test_chains_that_never_mixed_warn_and_fail_only_under_strict(tmp_path, capsy
     printed = capsys.readouterr().out
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["r_hat_max"] > 1.01 and metrics["ess_bulk_min"] < 100 * 200
-    assert [w.split(":")[0] for w in metrics["warnings"]] == [f"R-hat max {metrics['r_hat_max']:.3f} > 1.01",
-                                                              f"ESS bulk min {metrics['ess_bulk_min']:.0f}, tail min "
-                                                              f"{metrics['ess_tail_min']:.0f} < 20000 (100 per chain x 200 chains)"]
-    assert [line for line in printed.splitlines() if line.startswith("warning: ")] == [f"warning: {w}" for w in metrics["warnings"]]
+    assert [w.split(":")[0] for w in metrics["warnings"]] == [
+        f"R-hat max {metrics['r_hat_max']:.3f} > 1.01",
+        f"ESS bulk min {metrics['ess_bulk_min']:.0f}, tail min "
+        f"{metrics['ess_tail_min']:.0f} < 20000 (100 per chain x 200 chains)",
+    ]
+    assert [line for line in printed.splitlines() if line.startswith("warning: ")] == [
+        f"warning: {w}" for w in metrics["warnings"]
+    ]
     assert main(["sample", str(cfg), "--out", str(tmp_path / "strict"), "--quiet", "--strict"]) == 1
     assert "error: --strict: 2 warnings (above, and in" in capsys.readouterr().err
 
@@ -159,8 +177,9 @@ def test_a_streamed_run_says_its_cost_up_front(tmp_path, capsys):
     cfg = _config(tmp_path, "langevin", warmup=0, plots="false")  # burn_in 50, n_steps 100
     assert main(["sample", str(cfg), "--out", str(tmp_path / "s"), "--n-samples", "25", "--chunk-size", "10"]) == 0
     err = capsys.readouterr().err
-    assert "streaming 25 samples in 3 chunks of up to 10 chains, 150 steps each (burn_in 50 + n_steps 100): " \
-           "3,750 chain-steps" in err
+    assert (
+        "streaming 25 samples in 3 chunks of up to 10 chains, 150 steps each (burn_in 50 + n_steps 100): 3,750 chain-steps" in err
+    )
 
 
 def test_a_stream_without_a_terminal_logs_its_progress(tmp_path, caplog):
@@ -172,13 +191,30 @@ def test_a_stream_without_a_terminal_logs_its_progress(tmp_path, caplog):
 
     sampler = LangevinSampler(ebmcore.energy("gaussian", dim=2), step_size=0.1, fused=False)
     with caplog.at_level(logging.INFO, logger="ebmcore.chunks"):
-        stream_chunks(sampler, 25, 10, 5, tmp_path / "c", initial=lambda n, g: torch.randn(n, 2, generator=g), seed=0,
-                      device=torch.device("cpu"), report_every=0.0)
+        stream_chunks(
+            sampler,
+            25,
+            10,
+            5,
+            tmp_path / "c",
+            initial=lambda n, g: torch.randn(n, 2, generator=g),
+            seed=0,
+            device=torch.device("cpu"),
+            report_every=0.0,
+        )
     lines = [r.getMessage() for r in caplog.records if r.name == "ebmcore.chunks"]
     assert [line.split(":")[0] for line in lines] == ["chunk 1 of 3 done", "chunk 2 of 3 done"]  # not after the last
     assert all(line.endswith(" left") and "chain-steps/s, about " in line for line in lines)
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="ebmcore.chunks"):  # the default: a bar or nothing, no log lines
-        stream_chunks(sampler, 25, 10, 5, tmp_path / "d", initial=lambda n, g: torch.randn(n, 2, generator=g), seed=0,
-                      device=torch.device("cpu"))
+        stream_chunks(
+            sampler,
+            25,
+            10,
+            5,
+            tmp_path / "d",
+            initial=lambda n, g: torch.randn(n, 2, generator=g),
+            seed=0,
+            device=torch.device("cpu"),
+        )
     assert not [r for r in caplog.records if r.name == "ebmcore.chunks"]

@@ -7,7 +7,17 @@ import torch
 from torch import nn
 
 import ebmcore
-from ebm_samplers import HMCSampler, LangevinSampler, MALASampler, NUTSSampler, NonFiniteChainsWarning, SampleResult, hmc, langevin, mala
+from ebm_samplers import (
+    HMCSampler,
+    LangevinSampler,
+    MALASampler,
+    NUTSSampler,
+    NonFiniteChainsWarning,
+    SampleResult,
+    hmc,
+    langevin,
+    mala,
+)
 from ebm_samplers.integrators import EulerMaruyama
 from ebmcore.errors import InputError, NonFiniteError
 
@@ -37,8 +47,11 @@ def test_trajectory_holds_the_kept_states_after_burn_in(cls, kw):
     noise = torch.empty_like(x0)
     uniform = torch.empty(128)
     module = {LangevinSampler: langevin, MALASampler: mala, HMCSampler: hmc}[cls]
-    bound = {LangevinSampler: lambda: (EulerMaruyama().bind(x0),), MALASampler: lambda: (EulerMaruyama().bind(x0),),
-             HMCSampler: lambda: (sampler.options["integrator"],)}[cls]()
+    bound = {
+        LangevinSampler: lambda: (EulerMaruyama().bind(x0),),
+        MALASampler: lambda: (EulerMaruyama().bind(x0),),
+        HMCSampler: lambda: (sampler.options["integrator"],),
+    }[cls]()
     for i in range(17):
         noise.normal_(generator=g)
         if sampler.algorithm.has_acceptance:
@@ -71,7 +84,6 @@ def test_diagnostics(cls, kw):
         assert d.divergences.sum() == 0
 
 
-
 STATS_CASES = ALL + [(NUTSSampler, {"step_size": 0.3, "max_tree_depth": 4})]
 
 
@@ -79,23 +91,40 @@ STATS_CASES = ALL + [(NUTSSampler, {"step_size": 0.3, "max_tree_depth": 4})]
 def test_per_draw_stats_are_those_of_the_transition_that_made_each_kept_draw(cls, kw):
     energy = ebmcore.energy("double_well", dim=2)
     infos = []
-    result = cls(energy, **kw).sample(_x0(64), 12, burn_in=5, thin=3, return_trajectory=True, return_stats=True,
-                                      generator=torch.Generator().manual_seed(2), callback=lambda i, s, info: infos.append(info))
-    kept = infos[5 + 2::3]  # the transitions after which a draw was kept
+    result = cls(energy, **kw).sample(
+        _x0(64),
+        12,
+        burn_in=5,
+        thin=3,
+        return_trajectory=True,
+        return_stats=True,
+        generator=torch.Generator().manual_seed(2),
+        callback=lambda i, s, info: infos.append(info),
+    )
+    kept = infos[5 + 2 :: 3]  # the transitions after which a draw was kept
     stats = result.stats
-    expected = {LangevinSampler: {"energy"}, MALASampler: {"energy", "acceptance", "divergent"},
-                HMCSampler: {"energy", "acceptance", "divergent", "hamiltonian"},
-                NUTSSampler: {"energy", "acceptance", "divergent", "hamiltonian", "tree_depth", "n_leapfrog_steps"}}[cls]
+    expected = {
+        LangevinSampler: {"energy"},
+        MALASampler: {"energy", "acceptance", "divergent"},
+        HMCSampler: {"energy", "acceptance", "divergent", "hamiltonian"},
+        NUTSSampler: {"energy", "acceptance", "divergent", "hamiltonian", "tree_depth", "n_leapfrog_steps"},
+    }[cls]
     assert set(stats) == expected and all(v.shape == (4, 64) for v in stats.values())
     torch.testing.assert_close(stats["energy"], energy.energy(result.trajectory.flatten(0, 1)).view(4, 64))
-    for name, field in (("acceptance", "acceptance_prob"), ("divergent", "divergent"), ("hamiltonian", "hamiltonian"),
-                        ("tree_depth", "tree_depth"), ("n_leapfrog_steps", "n_leapfrog_steps")):
+    for name, field in (
+        ("acceptance", "acceptance_prob"),
+        ("divergent", "divergent"),
+        ("hamiltonian", "hamiltonian"),
+        ("tree_depth", "tree_depth"),
+        ("n_leapfrog_steps", "n_leapfrog_steps"),
+    ):
         if name in stats:
             assert torch.equal(stats[name], torch.stack([getattr(info, field) for info in kept]).to(stats[name].dtype))
     if "divergent" in stats:
         assert stats["divergent"].dtype == torch.bool
     if cls is NUTSSampler:
         assert 1 <= int(stats["tree_depth"].min()) and int(stats["tree_depth"].max()) <= 4  # max_tree_depth
+
 
 def _nan_region_energy():
     class Holey(ebmcore.EnergyModel):
@@ -114,7 +143,10 @@ def _nan_region_energy():
 def test_nan_region_and_absurd_steps_are_rejected_and_counted(cls, kw):
     x0 = _x0(500)
     x0[:, 0].clamp_(max=1.0)  # start outside the NaN region
-    for energy, kw2 in ((_nan_region_energy(), dict(kw, step_size=0.5)), (ebmcore.energy("double_well", dim=2), dict(kw, step_size=100.0))):
+    for energy, kw2 in (
+        (_nan_region_energy(), dict(kw, step_size=0.5)),
+        (ebmcore.energy("double_well", dim=2), dict(kw, step_size=100.0)),
+    ):
         result = cls(energy, **kw2).sample(x0, 40, return_diagnostics=True, generator=torch.Generator().manual_seed(0))
         assert torch.isfinite(result.samples).all()
         assert result.diagnostics.divergences.sum() > 0
@@ -186,7 +218,8 @@ def test_defaults_follow_the_dimension():
 def test_callback_and_progress(capsys):
     seen = []
     LangevinSampler(ebmcore.energy("gaussian", dim=2), step_size=0.1).sample(
-        torch.randn(8, 2), 6, burn_in=2, progress=True, callback=lambda i, state, info: seen.append((i, state.x.shape)))
+        torch.randn(8, 2), 6, burn_in=2, progress=True, callback=lambda i, state, info: seen.append((i, state.x.shape))
+    )
     assert [i for i, _ in seen] == list(range(8))
     assert "8/8" in capsys.readouterr().err
 
@@ -263,7 +296,9 @@ def test_compiled_langevin_on_a_gaussian_matches_eager():
     and dropped alpha (pytorch/pytorch#167313), so the compiled chain stepped the wrong way."""
     energy = ebmcore.energy("gaussian", mean=torch.zeros(3), covariance=torch.eye(3) * 2)
     x0 = _x0(64, 3)
-    compiled = LangevinSampler(energy, step_size=0.1, compile=True, fused=False).sample(x0, 5, generator=torch.Generator().manual_seed(1))
+    compiled = LangevinSampler(energy, step_size=0.1, compile=True, fused=False).sample(
+        x0, 5, generator=torch.Generator().manual_seed(1)
+    )
     eager = LangevinSampler(energy, step_size=0.1, fused=False).sample(x0, 5, generator=torch.Generator().manual_seed(1))
     torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-5)
 
@@ -346,8 +381,11 @@ def test_a_trajectory_that_cannot_fit_in_memory_is_refused_before_sampling():
 
     steps = []
     sampler = MALASampler(ebmcore.energy("gaussian", dim=1000), step_size=0.1)
-    with pytest.raises(InputError, match=r"would keep a \(10000000, 1000, 1000\) trajectory: 40\.0 TB on cpu, which has "
-                                         r".* available\..*thin=.*stream_chunks.*n_samples and chunk_size"):
+    with pytest.raises(
+        InputError,
+        match=r"would keep a \(10000000, 1000, 1000\) trajectory: 40\.0 TB on cpu, which has "
+        r".* available\..*thin=.*stream_chunks.*n_samples and chunk_size",
+    ):
         sampler.sample(torch.zeros(1000, 1000), 10**7, return_trajectory=True, callback=lambda *args: steps.append(1))
     assert steps == []  # before the first step
     assert 0 < available_memory(torch.device("cpu")) < 4e13 and available_memory(torch.device("meta")) is None
@@ -408,10 +446,15 @@ def test_advance_runs_a_sample_override():
     assert own.plan(_x0(), 3).run is None  # a caller that computes with the planned chain must not bypass sample
 
 
-@pytest.mark.parametrize("cls, kw, fused, declares", [(LangevinSampler, {"step_size": 0.01}, None, True),
-                                                      (LangevinSampler, {"step_size": 0.01}, False, False),
-                                                      (MALASampler, {"step_size": 0.1}, None, False)],
-                         ids=["langevin-fused", "langevin-per-step", "mala"])
+@pytest.mark.parametrize(
+    "cls, kw, fused, declares",
+    [
+        (LangevinSampler, {"step_size": 0.01}, None, True),
+        (LangevinSampler, {"step_size": 0.01}, False, False),
+        (MALASampler, {"step_size": 0.1}, None, False),
+    ],
+    ids=["langevin-fused", "langevin-per-step", "mala"],
+)
 def test_a_run_declares_the_form_of_its_fused_chain(cls, kw, fused, declares):
     """ULA's fused chain of a feed-forward network declares what it computes (a ``ULAChain``: the energy's program,
     ``h`` and ``σ = √(2hT)``, its backend), so that a loss may run a fused op of the same family itself; the per-step

@@ -36,7 +36,9 @@ FAMILY = {
     "hmc": lambda e: HMCSampler(e, step_size=0.3, n_leapfrog_steps=6),
     "hmc-mclachlan": lambda e: HMCSampler(e, step_size=0.5, n_leapfrog_steps=4, integrator="mclachlan"),
     "hmc-yoshida": lambda e: HMCSampler(e, step_size=0.5, n_leapfrog_steps=3, integrator="yoshida"),
-    "hmc-diagonal-mass": lambda e: HMCSampler(e, step_size=0.3, n_leapfrog_steps=6, inv_mass=torch.full((10,), 1.2, dtype=torch.float64)),
+    "hmc-diagonal-mass": lambda e: HMCSampler(
+        e, step_size=0.3, n_leapfrog_steps=6, inv_mass=torch.full((10,), 1.2, dtype=torch.float64)
+    ),
     "hmc-dense-mass": lambda e: HMCSampler(e, step_size=0.6, n_leapfrog_steps=4, inv_mass=e.covariance),
 }
 
@@ -87,12 +89,20 @@ def test_banana_against_closed_form(name):
 
 def test_temperature_scales_the_target():
     energy = correlated_gaussian()
-    x = MALASampler(energy, step_size=0.3, temperature=2.0).sample(_x0(N, 10), 300, burn_in=100, generator=torch.Generator().manual_seed(5))
+    x = MALASampler(energy, step_size=0.3, temperature=2.0).sample(
+        _x0(N, 10), 300, burn_in=100, generator=torch.Generator().manual_seed(5)
+    )
     _assert_moments(x, energy.mean, 2.0 * energy.covariance, "MALA at T=2")
 
 
-@pytest.mark.parametrize("cls, kw", [(LangevinSampler, {"step_size": 0.01}), (MALASampler, {"step_size": 0.2}),
-                                     (HMCSampler, {"step_size": 0.2, "n_leapfrog_steps": 3})])
+@pytest.mark.parametrize(
+    "cls, kw",
+    [
+        (LangevinSampler, {"step_size": 0.01}),
+        (MALASampler, {"step_size": 0.2}),
+        (HMCSampler, {"step_size": 0.2, "n_leapfrog_steps": 3}),
+    ],
+)
 def test_same_seed_same_samples(cls, kw):
     sampler = cls(ebmcore.energy("double_well", dim=3), **kw)
     run = lambda seed: sampler.sample(_x0(64, 3, dtype=torch.float32), 20, generator=torch.Generator().manual_seed(seed))  # noqa: E731
@@ -104,9 +114,15 @@ def test_same_seed_same_samples(cls, kw):
 def test_registered_samplers_pass_the_core_contract(name):
     from ebmcore.testing import check_sampler
 
-    options = {"langevin": {"step_size": 0.05}, "mala": {"step_size": 0.5}, "hmc": {"step_size": 0.4},
-               "nuts": {"step_size": 0.6}, "parallel_tempering": {"base_options": {"step_size": 0.5}},
-               "annealed_langevin": {"sigmas": [1.0, 0.5], "n_steps_each": 20, "step_size": 0.01}}[name]
+    options = {
+        "langevin": {"step_size": 0.05},
+        "mala": {"step_size": 0.5},
+        "hmc": {"step_size": 0.4},
+        "nuts": {"step_size": 0.6},
+        "parallel_tempering": {"base_options": {"step_size": 0.5}},
+        "annealed_langevin": {"sigmas": [1.0, 0.5], "n_steps_each": 20, "step_size": 0.01},
+    }[name]
     # annealed Langevin is not a stationary chain: only the contract, not the moments
-    check_sampler(lambda energy: ebmcore.registry.get("sampler", name)(energy, **options),
-                  check_moments=name != "annealed_langevin")
+    check_sampler(
+        lambda energy: ebmcore.registry.get("sampler", name)(energy, **options), check_moments=name != "annealed_langevin"
+    )

@@ -21,8 +21,15 @@ import pytest
 import torch
 
 import ebmcore
-from ebm_samplers import (AnnealedLangevinSampler, HMCSampler, LangevinSampler, MALASampler, NUTSSampler,
-                          ParallelTemperingSampler, warmup)
+from ebm_samplers import (
+    AnnealedLangevinSampler,
+    HMCSampler,
+    LangevinSampler,
+    MALASampler,
+    NUTSSampler,
+    ParallelTemperingSampler,
+    warmup,
+)
 
 REFERENCE = Path(__file__).parent / "data" / "seeded_reference.pt"
 
@@ -54,25 +61,41 @@ CASES = {
     "mala_chain_steps_temperature": lambda: (MALASampler(gaussian(), _steps(0.1, 0.8), temperature=_steps(1, 3)), x0()),
     "mala_mlp_float32": lambda: (MALASampler(mlp(), 0.2), x0(dtype=torch.float32)),
     "hmc": lambda: (HMCSampler(gaussian(), 0.3, 4, fused=False), x0()),
-    "hmc_diag_mass_mclachlan": lambda: (HMCSampler(gaussian(), 0.3, 3, inv_mass=torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64),
-                                                   integrator="mclachlan", fused=False), x0()),
+    "hmc_diag_mass_mclachlan": lambda: (
+        HMCSampler(
+            gaussian(), 0.3, 3, inv_mass=torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64), integrator="mclachlan", fused=False
+        ),
+        x0(),
+    ),
     "hmc_dense_mass": lambda: (HMCSampler(gaussian(), 0.3, 3, inv_mass=gaussian().covariance.clone()), x0()),
     "hmc_mlp_float32": lambda: (HMCSampler(mlp(), 0.1, 5), x0(dtype=torch.float32)),
     "nuts": lambda: (NUTSSampler(gaussian(), 0.4, fused=False), x0()),
-    "nuts_jitter_diag": lambda: (NUTSSampler(gaussian(), 0.4, jitter=0.2, inv_mass=torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64),
-                                             max_tree_depth=5), x0()),
+    "nuts_jitter_diag": lambda: (
+        NUTSSampler(gaussian(), 0.4, jitter=0.2, inv_mass=torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64), max_tree_depth=5),
+        x0(),
+    ),
     "annealed": lambda: (AnnealedLangevinSampler(gaussian(), [1.0, 0.5, 0.1], n_steps_each=4), x0()),
-    "tempering_mala": lambda: (ParallelTemperingSampler(ebmcore.energy("double_well", dim=3), "mala", n_replicas=3,
-                                                        base_options={"step_size": 0.2}), x0()),
-    "tempering_hmc": lambda: (ParallelTemperingSampler(ebmcore.energy("double_well", dim=3), "hmc", temperatures=[1.0, 2.0],
-                                                       base_options={"step_size": 0.2, "n_leapfrog_steps": 3}), x0()),
+    "tempering_mala": lambda: (
+        ParallelTemperingSampler(ebmcore.energy("double_well", dim=3), "mala", n_replicas=3, base_options={"step_size": 0.2}),
+        x0(),
+    ),
+    "tempering_hmc": lambda: (
+        ParallelTemperingSampler(
+            ebmcore.energy("double_well", dim=3),
+            "hmc",
+            temperatures=[1.0, 2.0],
+            base_options={"step_size": 0.2, "n_leapfrog_steps": 3},
+        ),
+        x0(),
+    ),
 }
 
 
 def run_case(name: str) -> dict[str, torch.Tensor]:
     sampler, x = CASES[name]()
-    res = sampler.sample(x, 12, burn_in=3, thin=2, return_trajectory=True, return_diagnostics=True,
-                         generator=torch.Generator().manual_seed(7))
+    res = sampler.sample(
+        x, 12, burn_in=3, thin=2, return_trajectory=True, return_diagnostics=True, generator=torch.Generator().manual_seed(7)
+    )
     d = res.diagnostics
     out = {"samples": res.samples, "trajectory": res.trajectory, "mean": d.mean, "variance": d.variance, "energy": d.energy}
     if d.acceptance is not None:
@@ -127,15 +150,24 @@ ADAPTED = {"rtol": 5e-3, "atol": 5e-3}
 """Warm-up's agreement across CPUs (see the module's docstring)."""
 
 
-def _assert_same(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor], name: str,
-                 tolerances: dict[torch.dtype, dict[str, float]] = ULPS) -> None:
+def _assert_same(
+    got: dict[str, torch.Tensor],
+    expected: dict[str, torch.Tensor],
+    name: str,
+    tolerances: dict[torch.dtype, dict[str, float]] = ULPS,
+) -> None:
     assert sorted(got) == sorted(expected), f"{name}: fields {sorted(got)} != {sorted(expected)}"
     for field, value in expected.items():
         if torch.equal(got[field], value):
             continue
         tolerance = tolerances.get(value.dtype, {"rtol": 0.0, "atol": 0.0})  # integer statistics: exact
-        torch.testing.assert_close(got[field], value, equal_nan=True, **tolerance,
-                                   msg=lambda m: f"{name}.{field} differs from the recorded values beyond rounding: {m}")
+        torch.testing.assert_close(
+            got[field],
+            value,
+            equal_nan=True,
+            **tolerance,
+            msg=lambda m: f"{name}.{field} differs from the recorded values beyond rounding: {m}",
+        )
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -19,15 +19,7 @@ from ebmcore.errors import InputError
 from ebm_samplers import resampling
 from ebm_samplers.smc import adaptive_tempered_smc, ess_fraction, next_beta
 from ebm_samplers.tempered_path import GaussianBase, TemperedEnergy
-
-
-def _gaussian(d: int, seed: int) -> tuple[GaussianEnergy, float]:
-    """``½(x−m)ᵀP(x−m)`` with a random SPD covariance ``Σ``; exact ``log Z = d/2·log 2π + ½ log det Σ``."""
-    g = torch.Generator().manual_seed(seed)
-    a = torch.randn(d, d, generator=g, dtype=torch.float64)
-    cov = a @ a.T / d + 0.5 * torch.eye(d, dtype=torch.float64)
-    mean = torch.randn(d, generator=g, dtype=torch.float64)
-    return GaussianEnergy(mean, covariance=cov), 0.5 * d * math.log(2 * math.pi) + 0.5 * float(torch.logdet(cov))
+from sampler_problems import gaussian_with_log_z
 
 
 class _Shifted(EnergyModel):
@@ -54,7 +46,7 @@ def _mixture(d: int) -> tuple[EnergyModel, float]:
 
 @pytest.mark.parametrize("d, kernel", [(2, "mala"), (10, "mala"), (10, "hmc")])
 def test_log_evidence_of_gaussians(d, kernel):
-    energy, exact = _gaussian(d, seed=d)
+    energy, exact = gaussian_with_log_z(d, seed=d)
     r = adaptive_tempered_smc(energy, 1000, scale=4.0, kernel=kernel, generator=torch.Generator().manual_seed(1))
     assert 0.01 < r.log_evidence_se < 0.1
     assert abs(r.log_evidence - exact) < 4 * r.log_evidence_se, (r.log_evidence, exact, r.log_evidence_se)
@@ -89,9 +81,17 @@ def test_log_evidence_and_mode_weights_of_a_separated_mixture(d):
 
 @pytest.mark.parametrize("kernel", ["hmc", "nuts"])
 def test_other_registered_kernels_move_the_particles(kernel):
-    energy, exact = _gaussian(3, seed=3)
-    r = adaptive_tempered_smc(energy, 400, scale=4.0, kernel=kernel, kernel_params={"max_tree_depth": 4} if kernel == "nuts" else None,
-                              n_mcmc_steps=2, resampling="residual", generator=torch.Generator().manual_seed(0))
+    energy, exact = gaussian_with_log_z(3, seed=3)
+    r = adaptive_tempered_smc(
+        energy,
+        400,
+        scale=4.0,
+        kernel=kernel,
+        kernel_params={"max_tree_depth": 4} if kernel == "nuts" else None,
+        n_mcmc_steps=2,
+        resampling="residual",
+        generator=torch.Generator().manual_seed(0),
+    )
     assert abs(r.log_evidence - exact) < 4 * r.log_evidence_se and r.kernel == kernel and r.resampling == "residual"
 
 
@@ -106,7 +106,7 @@ def test_a_base_object_and_the_tempered_energy():
         def log_prob(self, x):
             return torch.distributions.Normal(loc, scale).log_prob(x).sum(1)
 
-    energy = GaussianEnergy(loc, covariance=torch.diag(scale ** 2))
+    energy = GaussianEnergy(loc, covariance=torch.diag(scale**2))
     normalised = _Shifted(energy, 0.5 * 2 * math.log(2 * math.pi) + float(scale.log().sum()))
     r = adaptive_tempered_smc(normalised, 64, base=Dist(), generator=torch.Generator().manual_seed(0))
     assert r.betas == [0.0, 1.0] and abs(r.log_evidence) < 1e-9 and r.log_evidence_se < 1e-6
@@ -115,7 +115,7 @@ def test_a_base_object_and_the_tempered_energy():
     tempered = TemperedEnergy(energy, base, beta=0.3)
     e, g = tempered.bind(x).energy_and_gradient(x)
     torch.testing.assert_close(e, 0.3 * energy.energy(x) - 0.7 * base.log_prob(x))
-    torch.testing.assert_close(g, 0.3 * energy.gradient(x) + 0.7 * (x - loc) / scale ** 2)
+    torch.testing.assert_close(g, 0.3 * energy.gradient(x) + 0.7 * (x - loc) / scale**2)
 
 
 def test_the_bisection_hits_target_ess():
@@ -143,15 +143,17 @@ def test_resampling_is_unbiased(scheme):
 
 def test_stratified_systematic_and_residual_vary_less_than_multinomial():
     w = torch.tensor([0.03, 0.41, 0.17, 0.25, 0.14], dtype=torch.float64).expand(20_000, 5)
-    var = {name: float(torch.nn.functional.one_hot(f(w, 10, torch.Generator().manual_seed(1)), 5).sum(1).double().var(0).sum())
-           for name, f in resampling.SCHEMES.items()}
+    var = {
+        name: float(torch.nn.functional.one_hot(f(w, 10, torch.Generator().manual_seed(1)), 5).sum(1).double().var(0).sum())
+        for name, f in resampling.SCHEMES.items()
+    }
     assert var["multinomial"] == pytest.approx(10 * (1 - float((w[0] ** 2).sum())), rel=0.05)  # Σ n·w(1−w)
     for name in ("systematic", "stratified", "residual"):
         assert var[name] < 0.5 * var["multinomial"], var
 
 
 def test_bad_inputs_are_input_errors():
-    energy, _ = _gaussian(2, seed=0)
+    energy, _ = gaussian_with_log_z(2, seed=0)
     with pytest.raises(InputError, match="n_particles must be an integer >= 2"):
         adaptive_tempered_smc(energy, 1)
     for bad in (0.0, 1.0, 1.5, -0.1):

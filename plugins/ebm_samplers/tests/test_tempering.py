@@ -23,7 +23,9 @@ def test_parallel_tempering_mixes_modes_where_mala_stays():
     mala = MALASampler(energy, step_size=0.2).sample(x0, 400, generator=g)
     swaps = []
     pt = ParallelTemperingSampler(energy, "mala", temperatures=[1.0, 3.0, 10.0, 30.0], base_options={"step_size": 0.2})
-    result = pt.sample(x0, 400, generator=g, return_diagnostics=True, callback=lambda i, s, info: swaps.append(info.swap_accepted))
+    result = pt.sample(
+        x0, 400, generator=g, return_diagnostics=True, callback=lambda i, s, info: swaps.append(info.swap_accepted)
+    )
     assert float((mala[:, 0] > 0).float().mean()) < 0.01  # MALA never leaves its mode
     right = float((result.samples[:, 0] > 0).float().mean())
     assert abs(right - 0.5) < 5 * math.sqrt(0.25 / N) + 0.02, f"PT occupancy of the right mode {right:.3f}"

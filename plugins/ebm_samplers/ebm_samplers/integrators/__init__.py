@@ -10,7 +10,17 @@ from ebm_samplers.integrators.euler_maruyama import EulerMaruyama
 from ebm_samplers.integrators.ode import DOPRI5, Heun, ODESolution
 from ebm_samplers.integrators.splitting import Leapfrog, McLachlan, SplittingIntegrator, Yoshida
 
-__all__ = ["EulerMaruyama", "SplittingIntegrator", "Leapfrog", "McLachlan", "Yoshida", "Heun", "DOPRI5", "ODESolution", "resolve_integrator"]
+__all__ = [
+    "EulerMaruyama",
+    "SplittingIntegrator",
+    "Leapfrog",
+    "McLachlan",
+    "Yoshida",
+    "Heun",
+    "DOPRI5",
+    "ODESolution",
+    "resolve_integrator",
+]
 
 
 def resolve_integrator(spec: Any, *, kind: IntegratorKind, symplectic: bool = False, user: str) -> Integrator:

@@ -77,14 +77,26 @@ class DOPRI5(Integrator):
     order = 5
     adaptive = True
 
-    def solve(self, f: Field, x0: Tensor, t0: float, t1: float, *, rtol: float = 1e-6, atol: float = 1e-8,
-              first_step: float | None = None, max_steps: int = 100_000) -> ODESolution:
+    def solve(
+        self,
+        f: Field,
+        x0: Tensor,
+        t0: float,
+        t1: float,
+        *,
+        rtol: float = 1e-6,
+        atol: float = 1e-8,
+        first_step: float | None = None,
+        max_steps: int = 100_000,
+    ) -> ODESolution:
         """Integrate ``dx/dt = f(t, x)`` from ``x0: (n, *event_shape)`` at ``t0`` to ``t1`` (forwards or
         backwards) with steps chosen for the tolerances; more than ``max_steps`` steps is an error."""
         if not (0 < rtol < float("inf") and 0 < atol < float("inf")):
             raise InputError(f"DOPRI5: rtol and atol must be finite and positive, got rtol={rtol}, atol={atol}.")
         if first_step is not None and not (0 < first_step < float("inf")):
-            raise InputError(f"DOPRI5: first_step must be a finite positive step length (the direction comes from t0, t1), got {first_step}.")
+            raise InputError(
+                f"DOPRI5: first_step must be a finite positive step length (the direction comes from t0, t1), got {first_step}."
+            )
         if not isinstance(max_steps, int) or max_steps < 1:
             raise InputError(f"DOPRI5: max_steps must be a positive integer, got {max_steps!r}.")
         direction = 1.0 if t1 >= t0 else -1.0
@@ -96,7 +108,9 @@ class DOPRI5(Integrator):
         accepted = rejected = 0
         while abs(t - t0) < span * (1 - 1e-12):
             if accepted + rejected >= max_steps:
-                raise InputError(f"DOPRI5: more than {max_steps} steps; loosen rtol/atol, raise max_steps, or check the field for stiffness.")
+                raise InputError(
+                    f"DOPRI5: more than {max_steps} steps; loosen rtol/atol, raise max_steps, or check the field for stiffness."
+                )
             h = min(h, span - abs(t - t0))
             k = [k1]
             for i in range(1, 7):
@@ -114,7 +128,9 @@ class DOPRI5(Integrator):
             else:
                 rejected += 1
                 if h < 1e-12 * max(1.0, span):
-                    raise RuntimeError(f"DOPRI5: step size underflow at t={t:.6g} (error norm {norm:.3g}); the field is non-finite or stiff.")
+                    raise RuntimeError(
+                        f"DOPRI5: step size underflow at t={t:.6g} (error norm {norm:.3g}); the field is non-finite or stiff."
+                    )
             h *= 0.2 if not math.isfinite(norm) else min(5.0, max(0.2, 0.9 * max(norm, 1e-10) ** -0.2))
         return ODESolution(x, accepted, rejected, evaluations)
 
