@@ -18,7 +18,7 @@ IMPORTS = "import torch, numpy, ebmcore, ebm_cuda, ebm_samplers, ebm_losses; pri
 
 @pytest.fixture
 def tree(tmp_path) -> Path:
-    """The packages and the script, copied: this test's Python imports the packages of /work/main, not the copy's."""
+    """The packages and the script, copied: this test's Python imports the packages of this checkout, not the copy's."""
     dest = tmp_path / "tree"
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", ".pytest_cache")
     for name in COPIED:
