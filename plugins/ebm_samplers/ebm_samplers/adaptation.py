@@ -142,7 +142,8 @@ class WelfordVariance:
         n = self.count
         var = self.m2 / max(n - 1, 1)
         if regularize:
-            var = (n / (n + 5.0)) * var + 1e-3 * (5.0 / (n + 5.0))
+            weight, ridge = stan_shrinkage(n)
+            var = weight * var + ridge
         return var
 
 
@@ -189,11 +190,18 @@ class WelfordCovariance:
         return regularize_covariance(cov, self.count) if regularize else cov
 
 
+def stan_shrinkage(n: int) -> tuple[float, float]:
+    """Stan's shrinkage of an estimate from ``n`` draws toward ``1e-3·I``: ``(n/(n+5), 1e-3·5/(n+5))``, the weight of
+    the estimate and what is added to its diagonal (stan/mcmc/var_adaptation.hpp, covar_adaptation.hpp)."""
+    return n / (n + 5.0), 1e-3 * (5.0 / (n + 5.0))
+
+
 def regularize_covariance(covariance: Tensor, n: int) -> Tensor:
     """Stan's regularised covariance estimate from ``n`` draws: ``Σ̂ = (n/(n+5))·S + 1e-3·(5/(n+5))·I``
     (Stan's ``covar_adaptation::learn_covariance``, stan/mcmc/covar_adaptation.hpp), ``S: (d, d)``, symmetrised."""
-    shrunk = (covariance + covariance.T).mul_(0.5 * n / (n + 5.0))
-    shrunk.diagonal().add_(1e-3 * (5.0 / (n + 5.0)))
+    weight, ridge = stan_shrinkage(n)
+    shrunk = (covariance + covariance.T).mul_(0.5 * weight)
+    shrunk.diagonal().add_(ridge)
     return shrunk
 
 
