@@ -48,15 +48,15 @@ def _widths(network: str) -> tuple[int, ...]:
 
 
 def row(kernel: str, precision: str, network: str, capability: int, block_n: int, warps: int) -> dict[str, Any]:
-    """One compile: the configuration and its :func:`ebm_cuda.triton_chains.compile_report` (or the error)."""
-    from ebm_cuda import triton_chains
+    """One compile: the configuration and its :func:`ebm_cuda.kernel_report.compile_report` (or the error)."""
+    from ebm_cuda import kernel_report
 
     widths = _widths(network)
     out: dict[str, Any] = dict(
         kernel=kernel, precision=precision, network=network, capability=capability, block_n=block_n, warps=warps
     )
     try:
-        report = triton_chains.compile_report(
+        report = kernel_report.compile_report(
             capability, widths=widths, block_n=block_n, precision=precision, num_warps=warps, contrastive=kernel == "contrastive"
         )
     except Exception as error:  # noqa: BLE001 - a configuration that does not compile is a row that says why

@@ -78,7 +78,7 @@ def sweep_rows(
     import torch
 
     import run as common
-    from ebm_cuda import triton_chains
+    from ebm_cuda import triton_chains, triton_contrastive
     from ebmcore.energies.program import feedforward_of
 
     dev = torch.device(device)
@@ -196,7 +196,7 @@ def sweep_rows(
         got = row(
             "W5 chain",
             f"Triton contrastive chain, block_n {block_n}, {warps} warps, {precision}",
-            lambda: triton_chains.feedforward_contrastive_chain(
+            lambda: triton_contrastive.feedforward_contrastive_chain(
                 data,
                 program,
                 n_steps=CD_STEPS,
@@ -237,7 +237,9 @@ def _ptxas(
     if capability is None:
         return None
     try:
-        r = triton_chains.compile_report(
+        from ebm_cuda import kernel_report
+
+        r = kernel_report.compile_report(
             capability,
             widths=(2, 64, 64),
             block_n=block_n,

@@ -38,7 +38,7 @@ __all__ = [
     "first_party_provider",
 ]
 
-Kind = Literal["energy", "sampler", "integrator", "loss", "kernel"]
+Kind = Literal["energy", "sampler", "integrator", "loss", "op", "kernel"]
 KINDS: tuple[str, ...] = get_args(Kind)
 
 _NAME = re.compile(r"^[a-z][a-z0-9_.\-]*$")
@@ -95,6 +95,7 @@ HOOK_OF_KIND = {
     "sampler": "ebm_register_samplers",
     "integrator": "ebm_register_integrators",
     "loss": "ebm_register_losses",
+    "op": "ebm_register_ops",
     "kernel": "ebm_register_kernels",
 }
 
@@ -150,6 +151,16 @@ class Registrar:
     def register_loss(self, name: str, factory: Callable[..., Any], *, override: bool = False) -> None:
         """Register ``factory(**params) -> Loss`` as loss ``name``."""
         self._add("loss", name, self._callable("loss", name, factory), override)
+
+    def register_op(self, op: Any, *, override: bool = False) -> None:
+        """Register a :class:`ebmcore.kernels.fused.FusedOp` under ``op.name`` (``feedforward.langevin_chain``)."""
+        from ebmcore.kernels.fused import FusedOp
+
+        if not isinstance(op, FusedOp):
+            raise PluginError(
+                f"plugin '{self.provider.plugin}' registered {op!r} as an op; pass an instance of ebmcore.kernels.fused.FusedOp."
+            )
+        self._add("op", op.name, op, override)
 
     def register_kernel_backend(self, backend: Any, *, override: bool = False) -> None:
         """Register a :class:`ebmcore.KernelBackend` under ``backend.name``."""

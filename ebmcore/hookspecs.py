@@ -80,6 +80,18 @@ def ebm_register_losses(registry: "Registrar") -> None:
 
 
 @hookspec
+def ebm_register_ops(registry: "Registrar") -> None:
+    """Register fused ops: what a kernel backend may implement for a family of computations on a type of energy
+    program.
+
+    Call ``registry.register_op(op)`` with an :class:`ebmcore.kernels.fused.FusedOp`: its ``family``
+    (``"langevin_chain"``), the program type it runs (``ebmcore.energies.program.FeedForward``, ...) and its
+    pure-torch ``reference``, whose signature is the op's. A kernel registered for the op is held to that
+    signature when it is resolved. Return value is ignored.
+    """
+
+
+@hookspec
 def ebm_register_kernels(registry: "Registrar") -> None:
     """Register a kernel backend and the op kernels it provides.
 

@@ -1,25 +1,44 @@
-"""The fused ops defined once (``ebmcore.kernels.ops.FUSED_OPS``): a kernel that does not take an op's parameters is
-refused when its backend is built, and every registered backend's kernels take them."""
+"""The fused ops, each defined once by its reference (``ebmcore.kernels.fused``) and registered through
+``ebm_register_ops``: a kernel that does not take an op's parameters is refused when it is resolved, and every
+registered backend's kernels take them."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+import ebmcore
 from ebmcore import plugins
+from ebmcore.energies.program import Analytic, ConvStack, FeedForward
+from ebmcore.errors import PluginError
 from ebmcore.kernels import Kernel, KernelBackend
-from ebmcore.kernels.fused import FUSED_OPS, FusedOp, fused_op
+from ebmcore.kernels.fused import BUILTIN_FUSED_OPS, FusedOp, langevin_chain_reference, op_of_kernel
+from ebmcore.kernels.resolve import fused_op, fused_ops
 
 
-def test_definitions_read_as_signatures():
-    assert FUSED_OPS["feedforward_langevin_chain"].signature == (
-        "(x: (n, d), network: ebmcore.energies.program.FeedForward, *, n_steps: int, step_size: float | (n,), "
-        "noise_scale: float | (n,), seed: int, offset: int) -> x': (n, d)"
-    )
-    assert FUSED_OPS["<energy>_langevin_chain"].signature.startswith("(x: (n, d), *energy_args, n_steps: int, ")
-    assert fused_op("gaussian_hmc_chain") is FUSED_OPS["<energy>_hmc_chain"]
-    assert fused_op("feedforward_langevin_chain") is FUSED_OPS["feedforward_langevin_chain"]  # its own op, not an energy's
-    assert fused_op("gaussian_energy") is None and fused_op("_langevin_chain") is None
+def _op(family: str, program: type | None) -> FusedOp:
+    return next(op for op in BUILTIN_FUSED_OPS if op.key == (family, program))
+
+
+def test_ops_are_keyed_by_family_and_program_type_and_read_as_their_references_signature():
+    network = _op("langevin_chain", FeedForward)
+    assert network.name == "feedforward.langevin_chain" and network.kernel_name() == "feedforward_langevin_chain"
+    assert network.signature == (
+        "(x: Tensor, network: FeedForward, *, n_steps: int, step_size: float | Tensor, noise_scale: float | Tensor, "
+        "seed: int, offset: int) -> Tensor"
+    )  # the reference's own keywords (normal, gradient) are not the op's
+    analytic = _op("langevin_chain", Analytic)
+    assert analytic.signature.startswith("(x: Tensor, *energy_args: Any, n_steps: int, ")
+    assert analytic.kernel_name(Analytic("gaussian", ())) == "gaussian_langevin_chain"
+    assert op_of_kernel("gaussian_hmc_chain", BUILTIN_FUSED_OPS) is _op("hmc_chain", Analytic)
+    assert op_of_kernel("feedforward_langevin_chain", BUILTIN_FUSED_OPS) is network  # its own op, not an energy's
+    assert op_of_kernel("gaussian_energy", BUILTIN_FUSED_OPS) is None
+    assert op_of_kernel("_langevin_chain", BUILTIN_FUSED_OPS) is None
+    # the session holds what the plugins registered: the core's ops and the losses' (ebm-losses is installed)
+    assert fused_op("langevin_chain", ConvStack) is _op("langevin_chain", ConvStack)
+    assert fused_op("contrastive_chain", FeedForward).kernel_name() == "feedforward_contrastive_chain"
+    assert {op.name for op in fused_ops()} >= {op.name for op in BUILTIN_FUSED_OPS}
+    assert "feedforward.langevin_chain" in ebmcore.registry.names("op")
 
 
 def good_chain(x, *params, n_steps, step_size, noise_scale, seed, offset, block=16):  # a kernel's own option: allowed
@@ -34,7 +53,7 @@ def good_chain(x, *params, n_steps, step_size, noise_scale, seed, offset, block=
             "takes n_steps, step_size, noise_scale, seed, offset positionally, where the energy's arguments go: make them "
             "keyword-only; lacks the keyword parameters n_steps, step_size, noise_scale, seed, offset",
         ),
-        (lambda y, *params, n_steps, step_size, noise_scale, seed, offset: y, "positional parameters (y), the op's are (x)"),
+        (lambda y, *params, n_steps, step_size, noise_scale, seed, offset: y, "has positional parameters (y), the op's are (x)"),
         (
             lambda x, *, n_steps, step_size, noise_scale, seed, offset: x,
             "does not take the energy's arguments (as *args or parameters of their own)",
@@ -46,37 +65,64 @@ def good_chain(x, *params, n_steps, step_size, noise_scale, seed, offset, block=
         ),
     ],
 )
-def test_a_kernel_that_does_not_take_the_ops_parameters_is_refused_when_its_backend_is_built(fn, why):
-    definition = FUSED_OPS["<energy>_langevin_chain"]
+def test_a_kernel_that_does_not_take_the_ops_parameters_is_refused_when_it_is_resolved(fn, why):
+    definition = _op("langevin_chain", Analytic)
     assert definition.conformance(good_chain) is None
     assert definition.conformance(lambda x, *a, **kw: x) is None  # **kwargs takes every keyword
     # the energy's parameters by their own names, as `fn(x, mean, precision, n_steps=...)` calls it: fine
     assert definition.conformance(lambda x, mean, precision, *, n_steps, step_size, noise_scale, seed, offset: x) is None
     assert definition.conformance(fn) == why
+
+    class Mine:
+        @ebmcore.hookimpl
+        def ebm_register_kernels(self, registry):
+            registry.register_kernel_backend(
+                KernelBackend("mine", [Kernel("gaussian_langevin_chain", fn, ("cpu",), priority=50)])
+            )
+
+    ebmcore.register_plugin(Mine(), "mine")
     with pytest.raises(
-        ValueError,
-        match="backend 'mine': its kernel for op 'gaussian_langevin_chain' does not take the "
-        r"op's parameters \(x: \(n, d\), \*energy_args, n_steps",
+        PluginError,
+        match="backend 'mine': its kernel for op 'gaussian_langevin_chain' .* does not take the "
+        r"op's parameters \(x: Tensor, \*energy_args: Any, n_steps",
     ):
-        KernelBackend("mine", [Kernel("gaussian_langevin_chain", fn, ("cpu",))])
-    KernelBackend("mine", [Kernel("gaussian_langevin_chain", good_chain, ("cpu",))])
+        ebmcore.kernels.resolve_kernel("gaussian_langevin_chain", torch.device("cpu"), torch.float64)
 
 
-def test_a_plugins_own_op_is_checked_the_same_way():
-    op = FusedOp("my_op", ("x: (n, d)", "v: (n, d)"), ("scale: float",), "(n,)")
-    assert op.signature == "(x: (n, d), v: (n, d), *, scale: float) -> (n,)"
+def test_a_plugins_own_op_is_registered_and_checked_the_same_way():
+    def my_reference(x, v, *, scale: float, normal=None):
+        """``x: (n, d), v: (n, d) -> (n,)``; reference only: ``normal``."""
+        return (x * v).sum(-1) * scale
+
+    op = FusedOp("my_op", FeedForward, my_reference)
+    assert op.signature == "(x, v, *, scale: float)"
     assert op.conformance(lambda x, v, *, scale: x) is None
-    assert op.conformance(lambda x, w, *, scale: x) == "positional parameters (x, w), the op's are (x, v)"
+    assert op.conformance(lambda x, w, *, scale: x) == "has positional parameters (x, w), the op's are (x, v)"
     assert op.conformance(lambda x, v, scale: x) is None  # without *args, a keyword may be positional-or-keyword
     assert op.conformance(lambda x, v, scale, extra: x) == "requires parameters the op does not pass: extra"
     assert op.conformance(lambda x, v: x) == "lacks the keyword parameters scale"
 
+    class Third:
+        @ebmcore.hookimpl
+        def ebm_register_ops(self, registry):
+            registry.register_op(op)
+
+        @ebmcore.hookimpl
+        def ebm_register_kernels(self, registry):
+            registry.register_kernel_backend(KernelBackend("third", [Kernel("feedforward_my_op", lambda x, w, *, scale: x)]))
+
+    ebmcore.register_plugin(Third(), "third")
+    assert fused_op("my_op", FeedForward) is op
+    with pytest.raises(PluginError, match=r"feedforward_my_op.*has positional parameters \(x, w\), the op's are \(x, v\)"):
+        ebmcore.kernels.resolve_kernel("feedforward_my_op", torch.device("cpu"), torch.float32)
+
 
 def test_every_registered_backend_takes_the_parameters_of_every_fused_op_it_implements():
     checked = 0
+    ops = fused_ops()
     for entry in plugins.session().table.entries("kernel"):
         for name, kernel in entry.component.kernels.items():
-            definition = fused_op(name)
+            definition = op_of_kernel(name, ops)
             if definition is not None:
                 assert definition.conformance(kernel.fn) is None, (entry.component.name, name)
                 checked += 1
@@ -85,9 +131,7 @@ def test_every_registered_backend_takes_the_parameters_of_every_fused_op_it_impl
 
 
 def test_every_chain_op_but_nuts_has_a_reference_and_the_langevin_one_is_ula_on_the_given_stream():
-    from ebmcore.kernels.fused import FUSED_OPS, langevin_chain_reference
-
-    assert {name for name, op in FUSED_OPS.items() if op.reference is None} == {"<energy>_nuts_chain"}
+    assert {op.name for op in BUILTIN_FUSED_OPS if not op.runs} == {"analytic.nuts_chain"}
     calls = []
 
     def normal(n, d, seed, step):  # a stand-in stream: the step number everywhere, and the calls recorded
@@ -102,3 +146,16 @@ def test_every_chain_op_but_nuts_has_a_reference_and_the_langevin_one_is_ula_on_
         expected = expected - h.view(3, 1, 1).double() * 2 * expected + 0.5 * t
     torch.testing.assert_close(out, expected)
     assert calls == [(3, 4, 9, 4), (3, 4, 9, 5)]  # (n, elements per chain, seed, offset + t)
+    # the analytic op's reference is the same chain, called as the op is
+    same = _op("langevin_chain", Analytic).reference(
+        x,
+        "any energy arguments",
+        n_steps=2,
+        step_size=h,
+        noise_scale=0.5,
+        seed=9,
+        offset=4,
+        gradient=lambda z: 2 * z,
+        normal=normal,
+    )
+    torch.testing.assert_close(same, expected)

@@ -11,6 +11,7 @@ EXPECTED = {
     "ebm_register_samplers",
     "ebm_register_integrators",
     "ebm_register_losses",
+    "ebm_register_ops",
     "ebm_register_kernels",
     "ebm_add_commands",
 }
@@ -37,7 +38,7 @@ def test_builtins_register_through_the_hooks_like_any_plugin():
     s = plugins.session()
     record = s.records["builtin"]
     assert record.status == "loaded" and record.distribution == "ebmcore"
-    assert set(record.provides) == {"energy", "kernel"}
+    assert set(record.provides) == {"energy", "op", "kernel"}
     impls = [i.plugin_name for i in s.manager.hook.ebm_register_energies.get_hookimpls()]
     assert "builtin" in impls
 

@@ -9,8 +9,6 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ebmcore.kernels.fused import fused_op
-
 __all__ = ["Kernel", "KernelBackend", "FLOAT_DTYPES"]
 
 FLOAT_DTYPES: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -78,17 +76,10 @@ class KernelBackend:
             self.add(kernel)
 
     def add(self, kernel: Kernel) -> None:
-        """Add ``kernel`` under its ``op``; raises ``ValueError`` if this backend already has a kernel for that op, or
-        if the op is a fused op (:data:`ebmcore.kernels.fused.FUSED_OPS`) whose parameters the kernel does not take."""
+        """Add ``kernel`` under its ``op``; raises ``ValueError`` if this backend already has a kernel for that op. A
+        kernel for a fused op is held to the op's signature when it is resolved (:mod:`ebmcore.kernels.fused`)."""
         if kernel.op in self._kernels:
             raise ValueError(f"backend '{self.name}' already has a kernel for op '{kernel.op}'")
-        definition = fused_op(kernel.op)
-        why = definition.conformance(kernel.fn) if definition is not None else None
-        if why:
-            raise ValueError(
-                f"backend '{self.name}': its kernel for op '{kernel.op}' does not take the op's parameters "
-                f"{definition.signature}: it {why}."
-            )
         self._kernels[kernel.op] = kernel if kernel.backend == self.name else dataclasses.replace(kernel, backend=self.name)
 
     @property

@@ -1,84 +1,121 @@
-"""The fused ops, each defined once (:class:`FusedOp`): the parameters every implementation takes and what it
-returns. A backend whose kernel does not take an op's parameters is refused when it is built
-(:meth:`ebmcore.KernelBackend.add`). Plugins define the fused ops of their own components the same way (the losses':
-``ebm_losses.ops.LOSS_OPS``)."""
+"""The fused ops, each defined once by its reference (:class:`FusedOp`): a pure-torch function whose signature is
+the op's. An op is keyed by its ``family`` (``"langevin_chain"``) and the type of energy program it runs
+(:mod:`ebmcore.energies.program`: ``FeedForward``, ``ConvStack``, ``Analytic``); plugins register ops through
+their ``ebm_register_ops`` hook, the core's own among them (:mod:`ebmcore.builtin`), and a backend's kernel for an
+op is held to the reference's signature when it is resolved (:func:`ebmcore.kernels.resolve.resolve_kernel`)."""
 
 from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import torch
 from torch import Tensor
 
+from ebmcore.energies import feedforward
+from ebmcore.energies.program import Analytic, ConvStack, FeedForward
+
 __all__ = [
     "FusedOp",
-    "FUSED_OPS",
-    "fused_op",
+    "BUILTIN_FUSED_OPS",
+    "op_of_kernel",
     "Normals",
     "Uniforms",
     "langevin_chain_reference",
     "hmc_chain_reference",
     "langevin_step_reference",
+    "program_energy",
 ]
+
+PROGRAM_PREFIX: dict[type, str] = {FeedForward: "feedforward", ConvStack: "conv", Analytic: "analytic"}
+"""The word an op's registered name and its kernels' names start with, per program type (an analytic energy's
+kernels start with the energy's own ``op``: ``gaussian_langevin_chain``)."""
 
 
 @dataclass(frozen=True)
 class FusedOp:
-    """A fused op, defined once: the parameters every implementation takes and what it returns.
+    """A fused op: ``family`` run on energy programs of type ``program`` (None: an op on plain tensors), defined by
+    ``reference``, a pure-torch implementation whose signature is the op's. ``reference_only``: the keywords only
+    the reference takes, documented in its docstring (the backend's noise stream, ``normal=``/``uniform=``, since
+    each backend documents its own; the energy in torch where the op's arguments do not carry it). ``runs``: False
+    where the reference is a signature only (NUTS: its kernels are held to the per-step sampler's law). ``prefix``:
+    the word the op's kernel names start with (default by program type, :data:`PROGRAM_PREFIX`)."""
 
-    ``positional`` and ``keywords`` (keyword-only) are ``"name: shape or type"``; ``"*name"`` takes the rest
-    positionally (an analytic energy's ``kernel_args()``). A name starting with ``<energy>`` defines one op per
-    analytic energy (``gaussian_langevin_chain``, ...). :meth:`conformance` holds an implementation's Python signature
-    to the definition: a backend that adds a kernel whose parameters differ is refused when it is built
-    (:meth:`ebmcore.KernelBackend.add`), not found out by a wrong result. ``reference``: a pure-torch
-    implementation, called as the op is; a chain's reference takes the energy's gradient (``gradient(x)``, or
-    ``energy_and_gradient(x)``) in place of the energy's arguments, and the backend's noise stream (``normal=``,
-    ``uniform=``: :data:`Normals`, :data:`Uniforms`) as keywords, since each backend documents its own stream."""
+    family: str
+    program: Optional[type]
+    reference: Callable[..., Any]
+    reference_only: tuple[str, ...] = ("normal",)
+    runs: bool = True
+    prefix: Optional[str] = None
 
-    name: str
-    positional: tuple[str, ...]
-    keywords: tuple[str, ...] = ()
-    returns: str = ""
-    reference: Optional[Callable[..., Any]] = None
+    @property
+    def key(self) -> tuple[str, Optional[type]]:
+        return self.family, self.program
 
-    def matches(self, op: str) -> bool:
-        """Whether ``op`` is this op (for ``<energy>_...``: any analytic energy's)."""
-        if self.name.startswith("<energy>"):
-            suffix = self.name[len("<energy>") :]
-            return op.endswith(suffix) and len(op) > len(suffix)
-        return op == self.name
+    @property
+    def word(self) -> str:
+        """The program's word: ``feedforward``, ``conv``, ``analytic`` ('' for an op on plain tensors)."""
+        if self.prefix is not None:
+            return self.prefix
+        if self.program is None:
+            return ""
+        return PROGRAM_PREFIX.get(self.program, self.program.__name__.lower())
+
+    @property
+    def name(self) -> str:
+        """The registered name: ``feedforward.langevin_chain``, ``analytic.hmc_chain``, ``langevin_step_philox``."""
+        return f"{self.word}.{self.family}" if self.word else self.family
+
+    def kernel_name(self, program: Any = None) -> str:
+        """The name a backend registers its kernel under, for ``program`` (an ``Analytic``'s own op word)."""
+        if isinstance(program, Analytic):
+            return f"{program.op}_{self.family}"
+        return f"{self.word}_{self.family}" if self.word else self.family
+
+    def matches(self, kernel: str) -> bool:
+        """Whether a kernel named ``kernel`` implements this op (for an analytic op: any energy's)."""
+        if self.program is Analytic and self.prefix is None:
+            suffix = f"_{self.family}"
+            return kernel.endswith(suffix) and len(kernel) > len(suffix)
+        return kernel == self.kernel_name()
+
+    def parameters(self) -> list[inspect.Parameter]:
+        """The op's parameters: the reference's, less its :attr:`reference_only` keywords."""
+        params = inspect.signature(self.reference).parameters.values()
+        return [p for p in params if p.name not in self.reference_only]
 
     @property
     def signature(self) -> str:
-        """For people: ``(x: (n, d), *energy_args, *, n_steps: int, ...) -> x': (n, d)``."""
-        parts = [*self.positional, *(("*", *self.keywords) if self.keywords else ())]
-        if self.keywords and any(p.startswith("*") for p in self.positional):
-            parts.remove("*")  # after *args the rest is keyword-only already
-        return f"({', '.join(parts)}) -> {self.returns}"
+        """For people: ``(x: Tensor, network: FeedForward, *, n_steps: int, ...) -> Tensor``."""
+        sig = inspect.signature(self.reference)
+        shown = sig.replace(parameters=self.parameters())
+        return str(shown).replace("'", "")
 
     def conformance(self, fn: Callable[..., Any]) -> Optional[str]:
-        """Why ``fn`` cannot be called as the op is called (None if it can): ``fn(x, <positional args>, **keywords)``.
-        The op's positional parameters come first, by name; an ``<energy>`` op's parameters then follow positionally
-        (``*args``, or parameters of their own names), so its keywords must be keyword-only; another op's keywords may
-        also be positional-or-keyword parameters. Extra parameters with defaults are allowed (a kernel's own options,
-        such as Triton's ``precision``); callables without a Python signature are not checked."""
+        """Why ``fn`` cannot be called as the op is (None if it can): the reference's positional parameters come
+        first, by name; where the reference takes ``*energy_args`` (an analytic energy's arguments) they follow
+        positionally (``*args``, or parameters of their own), so its keywords must be keyword-only; otherwise a
+        keyword may also be a positional-or-keyword parameter. Extra parameters with defaults are allowed (a kernel's
+        own options, such as Triton's ``precision``); callables without a Python signature are not checked."""
         try:
             params = list(inspect.signature(fn).parameters.values())
         except (TypeError, ValueError):
             return None
         kind = inspect.Parameter
+        ours = self.parameters()
+        want = [p.name for p in ours if p.kind in (kind.POSITIONAL_ONLY, kind.POSITIONAL_OR_KEYWORD)]
+        want_rest = any(p.kind is kind.VAR_POSITIONAL for p in ours)
+        keywords = [p.name for p in ours if p.kind is kind.KEYWORD_ONLY]
         positional = [p for p in params if p.kind in (kind.POSITIONAL_ONLY, kind.POSITIONAL_OR_KEYWORD)]
         rest = any(p.kind is kind.VAR_POSITIONAL for p in params)
         any_keyword = any(p.kind is kind.VAR_KEYWORD for p in params)
-        want = [_name(p) for p in self.positional if not p.startswith("*")]
-        want_rest = any(p.startswith("*") for p in self.positional)
-        keywords = [_name(k) for k in self.keywords]
         problems = []
         head, tail = [p.name for p in positional[: len(want)]], positional[len(want) :]
         if head != want:
-            problems.append(f"positional parameters ({', '.join(p.name for p in positional)}), the op's are ({', '.join(want)})")
+            problems.append(
+                f"has positional parameters ({', '.join(p.name for p in positional)}), the op's are ({', '.join(want)})"
+            )
         if want_rest:  # the energy's arguments: *args, or parameters of their own; no keyword may sit among them
             if not rest and not tail:
                 problems.append("does not take the energy's arguments (as *args or parameters of their own)")
@@ -86,7 +123,7 @@ class FusedOp:
             if clash:
                 problems.append(f"takes {', '.join(clash)} positionally, where the energy's arguments go: make them keyword-only")
         by_keyword = {
-            p.name: p
+            p.name
             for p in params
             if p.kind is kind.KEYWORD_ONLY or (not want_rest and p.kind is kind.POSITIONAL_OR_KEYWORD and p in tail)
         }
@@ -103,6 +140,15 @@ class FusedOp:
         if unpassed:
             problems.append(f"requires parameters the op does not pass: {', '.join(unpassed)}")
         return "; ".join(problems) or None
+
+
+def op_of_kernel(kernel: str, ops: Iterable[FusedOp]) -> Optional[FusedOp]:
+    """The op a kernel named ``kernel`` implements among ``ops``, or None: the op of that exact name first, else an
+    analytic op it is an instance of (``feedforward_langevin_chain`` is its own op, not the ``langevin_chain`` of an
+    analytic energy called ``feedforward``)."""
+    ops = tuple(ops)
+    exact = next((op for op in ops if op.program is not Analytic and op.matches(kernel)), None)
+    return exact or next((op for op in ops if op.matches(kernel)), None)
 
 
 Normals = Callable[[int, int, int, int], Tensor]
@@ -190,82 +236,153 @@ def hmc_chain_reference(
     return x, accepted, divergent
 
 
-def _name(parameter: str) -> str:
-    return parameter.split(":", 1)[0].strip().lstrip("*")
+Gradient = Callable[[Tensor], Tensor]
+"""``gradient(x) -> ∇ₓE(x)`` for ``x: (n, *event_shape)``: how a reference is given an energy its arguments do not
+carry in torch."""
 
 
-_CHAIN = ("n_steps: int", "step_size: float | (n,)", "noise_scale: float | (n,)", "seed: int", "offset: int")
-FUSED_OPS: dict[str, FusedOp] = {
-    op.name: op
-    for op in (
-        FusedOp("<energy>_langevin_chain", ("x: (n, d)", "*energy_args"), _CHAIN, "x': (n, d)", langevin_chain_reference),
-        FusedOp(
-            "<energy>_hmc_chain",
-            ("x: (n, d)", "*energy_args"),
-            (
-                "n_steps: int",
-                "step_size: float | (n,)",
-                "n_leapfrog_steps: int",
-                "inverse_temperature: float",
-                "seed: int",
-                "offset: int",
-            ),
-            "(x': (n, d), accepted: (n,), divergent: (n,))",
-            hmc_chain_reference,
-        ),
-        FusedOp(
-            "<energy>_nuts_chain",
-            ("x: (n, d)", "*energy_args"),
-            (
-                "n_steps: int",
-                "step_size: float | (n,)",
-                "max_tree_depth: int",
-                "inverse_temperature: float",
-                "seed: int",
-                "offset: int",
-            ),
-            "(x': (n, d), acceptance: (n,), divergent: (n,), n_leapfrog: (n,), tree_depth: (n,))",
-        ),
-        FusedOp(
-            "langevin_step_philox",
-            ("x: (n, d)", "grad: (n, d)", "step_size: float | (n,)", "noise_scale: float | (n,)", "seed: int", "offset: int"),
-            (),
-            "x': (n, d)",
-            langevin_step_reference,
-        ),
-        FusedOp(
-            "feedforward_langevin_chain",
-            ("x: (n, d)", "network: ebmcore.energies.program.FeedForward"),
-            _CHAIN,
-            "x': (n, d)",
-            langevin_chain_reference,
-        ),
-        FusedOp(
-            "conv_langevin_chain",
-            ("x: (n, C, H, W)", "stack: ebmcore.energies.program.ConvStack"),
-            _CHAIN,
-            "x': (n, C, H, W)",
-            langevin_chain_reference,
-        ),
+def program_energy(program: FeedForward | ConvStack, x: Tensor) -> Tensor:
+    """``E(x): (n,)`` as ``program`` says, in plain torch (differentiable): the reference a program is held to."""
+    if isinstance(program, FeedForward):
+        return feedforward.forward(program, x)
+    act = feedforward.math_of(program.activation).apply
+    h = x
+    for conv, stride in zip(program.convs, program.strides):
+        h = act(torch.nn.functional.conv2d(h, conv.weight, conv.bias, stride=stride, padding=1))
+    return torch.nn.functional.linear(h.mean((-2, -1)), program.head.weight, program.head.bias).squeeze(-1)
+
+
+def _autograd_gradient(program: FeedForward | ConvStack) -> Gradient:
+    def gradient(x: Tensor) -> Tensor:
+        with torch.enable_grad():
+            y = x.detach().requires_grad_(True)
+            return torch.autograd.grad(program_energy(program, y).sum(), y)[0]
+
+    return gradient
+
+
+def analytic_langevin_chain(
+    x: Tensor,
+    *energy_args: Any,
+    n_steps: int,
+    step_size: float | Tensor,
+    noise_scale: float | Tensor,
+    seed: int,
+    offset: int,
+    gradient: Gradient,
+    normal: Normals,
+) -> Tensor:
+    """``<op>_langevin_chain`` of an analytic energy (``energy_args``: its ``kernel_args()``): ULA by
+    :func:`langevin_chain_reference`, ``x: (n, d) -> (n, d)``. Reference only: the energy as ``gradient``, and the
+    backend's stream ``normal``."""
+    return langevin_chain_reference(
+        gradient, x, n_steps=n_steps, step_size=step_size, noise_scale=noise_scale, seed=seed, offset=offset, normal=normal
     )
-}
-"""The fused chains, defined here once (:class:`FusedOp`), with their ``torch`` references given the backend's noise
-(NUTS has none: its kernels are held to the per-step sampler's law): they run many steps per launch, the noise drawn
-inside the kernel from a counter-based stream keyed by ``seed`` at steps ``offset, offset + 1, ...`` (``ebm-cuda``
-defines it: Philox4x32-10, ``ebm_cuda.reference``); ``<energy>`` is an
-:class:`~ebmcore.energies.AnalyticEnergy`'s ``op`` and ``energy_args`` its ``kernel_args()``.
-``feedforward_langevin_chain`` and ``conv_langevin_chain`` run the ULA chains of an energy whose program
-(:mod:`ebmcore.energies.program`) is a ``FeedForward`` network or a ``ConvStack``. Samplers call them when a backend
+
+
+def analytic_hmc_chain(
+    x: Tensor,
+    *energy_args: Any,
+    n_steps: int,
+    step_size: float | Tensor,
+    n_leapfrog_steps: int,
+    inverse_temperature: float,
+    seed: int,
+    offset: int,
+    energy_and_gradient: Callable[[Tensor], tuple[Tensor, Tensor]],
+    normal: Normals,
+    uniform: Uniforms,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``<op>_hmc_chain`` of an analytic energy: HMC by :func:`hmc_chain_reference`, returning ``(x': (n, d),
+    accepted: (n,), divergent: (n,))``. Reference only: the energy as ``energy_and_gradient``, the streams."""
+    return hmc_chain_reference(
+        energy_and_gradient,
+        x,
+        n_steps=n_steps,
+        step_size=step_size,
+        n_leapfrog_steps=n_leapfrog_steps,
+        inverse_temperature=inverse_temperature,
+        seed=seed,
+        offset=offset,
+        normal=normal,
+        uniform=uniform,
+    )
+
+
+def analytic_nuts_chain(
+    x: Tensor,
+    *energy_args: Any,
+    n_steps: int,
+    step_size: float | Tensor,
+    max_tree_depth: int,
+    inverse_temperature: float,
+    seed: int,
+    offset: int,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """``<op>_nuts_chain`` of an analytic energy: ``n_steps`` NUTS transitions, returning ``(x': (n, d), acceptance:
+    (n,), divergent: (n,), n_leapfrog: (n,), tree_depth: (n,))``. A signature only: its kernels are held to the
+    per-step sampler's law (``ebm_samplers.nuts``), not to a reference on their stream."""
+    raise NotImplementedError("the NUTS chain has no reference on a backend's stream: compare it with the per-step sampler")
+
+
+def feedforward_langevin_chain(
+    x: Tensor,
+    network: FeedForward,
+    *,
+    n_steps: int,
+    step_size: float | Tensor,
+    noise_scale: float | Tensor,
+    seed: int,
+    offset: int,
+    normal: Normals,
+    gradient: Optional[Gradient] = None,
+) -> Tensor:
+    """ULA of the ``FeedForward`` program ``network``, ``x: (n, d) -> (n, d)``, by :func:`langevin_chain_reference`.
+    Reference only: ``normal``, and ``gradient`` (default the program's closed form)."""
+    if gradient is None:
+        gradient = lambda y: feedforward.score_terms(network, y)[0]  # noqa: E731
+    return langevin_chain_reference(
+        gradient, x, n_steps=n_steps, step_size=step_size, noise_scale=noise_scale, seed=seed, offset=offset, normal=normal
+    )
+
+
+def conv_langevin_chain(
+    x: Tensor,
+    stack: ConvStack,
+    *,
+    n_steps: int,
+    step_size: float | Tensor,
+    noise_scale: float | Tensor,
+    seed: int,
+    offset: int,
+    normal: Normals,
+    gradient: Optional[Gradient] = None,
+) -> Tensor:
+    """ULA of the ``ConvStack`` program ``stack``, ``x: (n, C, H, W) -> (n, C, H, W)``, by
+    :func:`langevin_chain_reference` (noise per image, C-order). Reference only: ``normal``, and ``gradient``
+    (default autograd of :func:`program_energy`)."""
+    return langevin_chain_reference(
+        gradient or _autograd_gradient(stack),
+        x,
+        n_steps=n_steps,
+        step_size=step_size,
+        noise_scale=noise_scale,
+        seed=seed,
+        offset=offset,
+        normal=normal,
+    )
+
+
+BUILTIN_FUSED_OPS: tuple[FusedOp, ...] = (
+    FusedOp("langevin_chain", Analytic, analytic_langevin_chain, ("gradient", "normal")),
+    FusedOp("hmc_chain", Analytic, analytic_hmc_chain, ("energy_and_gradient", "normal", "uniform")),
+    FusedOp("nuts_chain", Analytic, analytic_nuts_chain, (), runs=False),
+    FusedOp("langevin_step_philox", None, langevin_step_reference),
+    FusedOp("langevin_chain", FeedForward, feedforward_langevin_chain, ("normal", "gradient")),
+    FusedOp("langevin_chain", ConvStack, conv_langevin_chain, ("normal", "gradient")),
+)
+"""The core's fused ops (registered by :mod:`ebmcore.builtin` like any plugin's): the chains run many steps per
+launch, the noise drawn inside the kernel from a counter-based stream keyed by ``seed`` at steps ``offset, offset +
+1, ...`` (``ebm-cuda`` defines it: Philox4x32-10, ``ebm_cuda.reference``). Samplers call them when a backend
 provides them (``fused=`` of the samplers) and otherwise run their torch path, so forcing ``EBM_BACKEND=torch``
-selects the reference path. Plugins define the ops of their own components as :class:`FusedOp` too, where they use
-them (the losses': ``ebm_losses.ops.LOSS_OPS``), and hold the kernels they resolve to them (:func:`fused_op`)."""
-
-
-def fused_op(op: str, definitions: Any = None) -> Optional[FusedOp]:
-    """The definition of ``op`` among ``definitions`` (default :data:`FUSED_OPS`), or None: the op of that exact
-    name, else an ``<energy>_...`` op it is an instance of (``feedforward_langevin_chain`` is its own op, not the
-    ``<energy>_langevin_chain`` of an energy called ``feedforward``)."""
-    definitions = FUSED_OPS if definitions is None else definitions
-    if op in definitions:
-        return definitions[op]
-    return next((d for d in definitions.values() if d.matches(op)), None)
+selects the reference path."""

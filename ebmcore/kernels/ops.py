@@ -17,9 +17,9 @@ import torch
 
 from ebmcore.energies.analytic import AnalyticEnergy
 from ebmcore.energies.catalog import builtin_analytic_energies
-from ebmcore.kernels.fused import FUSED_OPS, FusedOp, fused_op
+from ebmcore.kernels.fused import FusedOp
 
-__all__ = ["OpSpec", "OPS", "FusedOp", "FUSED_OPS", "fused_op", "energy_ops", "op_spec", "sample_inputs"]
+__all__ = ["OpSpec", "OPS", "FusedOp", "energy_ops", "op_spec", "sample_inputs"]
 
 
 @dataclass(frozen=True)

@@ -23,16 +23,30 @@ import functools
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
 from ebmcore import plugins
 from ebmcore.config import get_config, parse_backend_list
-from ebmcore.errors import BackendUnavailableError, UnknownComponentError
+from ebmcore.errors import BackendUnavailableError, PluginError, UnknownComponentError
 from ebmcore.kernels.base import Kernel, KernelBackend
 
-__all__ = ["Candidate", "Explanation", "use_backend", "resolve_kernel", "explain", "dispatch", "clear_cache", "selection"]
+if TYPE_CHECKING:
+    from ebmcore.kernels.fused import FusedOp
+
+__all__ = [
+    "Candidate",
+    "Explanation",
+    "use_backend",
+    "resolve_kernel",
+    "explain",
+    "dispatch",
+    "clear_cache",
+    "selection",
+    "fused_ops",
+    "fused_op",
+]
 
 _selected: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVar("ebm_backend", default=None)
 
@@ -205,8 +219,34 @@ def resolve_kernel(op: str, device: torch.device, dtype: torch.dtype, backend: A
         )
         raise BackendUnavailableError(f"no kernel can run this op.\n{why}\nFix: {fix}.")
     kernel = session.table.get("kernel", why.chosen.backend).component.kernels[op]
+    _check_conformance(op, kernel)
     session.kernel_cache[key] = kernel
     return kernel
+
+
+def fused_ops() -> tuple[FusedOp, ...]:
+    """The fused ops the installed plugins registered (``ebm_register_ops``), the core's among them."""
+    return tuple(entry.component for entry in plugins.session().table.entries("op"))
+
+
+def fused_op(family: str, program: type | None) -> FusedOp | None:
+    """The registered op that runs ``family`` on programs of type ``program``, or None."""
+    return next((op for op in fused_ops() if op.key == (family, program)), None)
+
+
+def _check_conformance(op: str, kernel: Kernel) -> None:
+    """A kernel for a registered fused op must take the op's parameters (its reference's signature): checked when it is
+    first resolved; a mismatch is the backend's error, said as such."""
+    from ebmcore.kernels.fused import op_of_kernel  # the ops' references read the energy programs, which resolve kernels
+
+    definition = op_of_kernel(op, fused_ops())
+    why = definition.conformance(kernel.fn) if definition is not None else None
+    if why:
+        raise PluginError(
+            f"backend '{kernel.backend}': its kernel for op '{op}' ({getattr(kernel.fn, '__qualname__', kernel.fn)}) does "
+            f"not take the op's parameters {definition.signature}: it {why}. Fix the backend, or select another "
+            "(EBM_BACKEND)."
+        )
 
 
 def dispatch(op: str, *args: Any, backend: Any = None, **kwargs: Any) -> Any:

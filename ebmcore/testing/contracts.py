@@ -16,10 +16,11 @@ from typing import Any, Callable, Iterable
 import torch
 from torch import Tensor
 
-from ebmcore.energies import EnergyModel, HarmonicEnergy, MLPEnergy, feedforward
-from ebmcore.energies.program import Analytic, ConvStack, FeedForward, Opaque
+from ebmcore.energies import EnergyModel, HarmonicEnergy, MLPEnergy
+from ebmcore.energies.program import Analytic, FeedForward, Opaque
 from ebmcore.errors import InputError
 from ebmcore.kernels.base import KernelBackend
+from ebmcore.kernels.fused import program_energy
 from ebmcore.kernels.ops import sample_inputs
 from ebmcore.kernels.torch_backend import TorchBackend, registered_analytic_energies
 
@@ -61,17 +62,6 @@ def check_energy(energy: EnergyModel, x: Tensor, *, fd_step: float = 1e-6) -> No
         minus = model.compute_energy((flat - step).reshape(x64.shape))
         fd[:, i] = (plus - minus) / (2 * fd_step)
     _close(model.gradient(x64).reshape(flat.shape), fd, 1e-5, "gradient vs central finite differences (float64)")
-
-
-def program_energy(program: FeedForward | ConvStack, x: Tensor) -> Tensor:
-    """``E(x): (n,)`` as ``program`` says, in plain torch (differentiable): the reference a program is held to."""
-    if isinstance(program, FeedForward):
-        return feedforward.forward(program, x)
-    act = feedforward.math_of(program.activation).apply
-    h = x
-    for conv, stride in zip(program.convs, program.strides):
-        h = act(torch.nn.functional.conv2d(h, conv.weight, conv.bias, stride=stride, padding=1))
-    return torch.nn.functional.linear(h.mean((-2, -1)), program.head.weight, program.head.bias).squeeze(-1)
 
 
 def check_program(energy: EnergyModel, x: Tensor) -> None:

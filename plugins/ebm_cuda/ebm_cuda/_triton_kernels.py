@@ -9,7 +9,9 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from ebmcore.energies.program import ActivationKind
 from ebmcore.errors import InputError
+from ebm_cuda.activations import ACTIVATION_CODES, decode
 
 __all__ = ["langevin_kernel", "normals_kernel", "launch_langevin", "launch_normals", "noise_columns", "COMPILED"]
 
@@ -17,26 +19,43 @@ _U24 = tl.constexpr(5.9604644775390625e-08)  # 2**-24
 _TWO_PI = tl.constexpr(6.283185307179586)
 _MINUS_LOG2_E = tl.constexpr(-1.4426950408889634)  # exp(−x) = 2^(x·−log₂e)
 
+# the activation codes of the one table (ebm_cuda.activations: the host build's EBM_ACTIVATIONS)
+_SILU = tl.constexpr(ACTIVATION_CODES[ActivationKind.SILU])
+_TANH = tl.constexpr(ACTIVATION_CODES[ActivationKind.TANH])
+_SIGMOID = tl.constexpr(ACTIVATION_CODES[ActivationKind.SIGMOID])
+_RELU = tl.constexpr(ACTIVATION_CODES[ActivationKind.RELU])
+_LEAKY_RELU = tl.constexpr(ACTIVATION_CODES[ActivationKind.LEAKY_RELU])
+_ELU = tl.constexpr(ACTIVATION_CODES[ActivationKind.ELU])
+
 
 @triton.jit
-def _activation(z, ACT: tl.constexpr, PTX_MATH: tl.constexpr):
-    """``(f(z), f'(z))`` for activation code ``ACT`` (0 SiLU, 1 tanh, 2 sigmoid, 3 ReLU); exponentials and reciprocals
-    by :func:`_exp_minus` and :func:`_reciprocal`."""
-    if ACT == 0:
+def _activation(z, ACT: tl.constexpr, PARAM: tl.constexpr, PTX_MATH: tl.constexpr):
+    """``(f(z), f'(z))`` for the activation of kind ``ACT`` (:data:`ebm_cuda.activations.ACTIVATION_CODES`) with its
+    parameter ``PARAM`` (leaky ReLU's slope, ELU's alpha; 0.0 for the others); exponentials and reciprocals by
+    :func:`_exp_minus` and :func:`_reciprocal`."""
+    if ACT == _SILU:
         sg = _sigmoid(z, PTX_MATH)
         f = z * sg
         df = sg + f * (1.0 - sg)
-    elif ACT == 1:
+    elif ACT == _TANH:
         e = _exp_minus(2.0 * tl.abs(z), PTX_MATH)
         t = (1.0 - e) * _reciprocal(1.0 + e, PTX_MATH)
         f = tl.where(z < 0, -t, t)
         df = 1.0 - t * t
-    elif ACT == 2:
+    elif ACT == _SIGMOID:
         f = _sigmoid(z, PTX_MATH)
         df = f * (1.0 - f)
-    else:
+    elif ACT == _RELU:
         f = tl.maximum(z, 0.0)
         df = tl.where(z > 0, 1.0, 0.0)
+    elif ACT == _LEAKY_RELU:
+        f = tl.where(z > 0, z, z * PARAM)
+        df = tl.where(z > 0, 1.0, PARAM)
+    else:
+        tl.static_assert(ACT == _ELU, "an activation of the table without its branch here")
+        e = PARAM * _exp_minus(-tl.minimum(z, 0.0), PTX_MATH)
+        f = tl.where(z > 0, z, e - PARAM)
+        df = tl.where(z > 0, 1.0, e)
     return f, df
 
 
@@ -291,6 +310,9 @@ def langevin_kernel(
     ACT1: tl.constexpr,
     ACT2: tl.constexpr,
     ACT3: tl.constexpr,
+    PARAM1: tl.constexpr,
+    PARAM2: tl.constexpr,
+    PARAM3: tl.constexpr,
     BLOCK_N: tl.constexpr,
     NOISE_FROM_TENSOR: tl.constexpr,
     PER_CHAIN_H: tl.constexpr,
@@ -301,7 +323,8 @@ def langevin_kernel(
     P: tl.constexpr,
     PTX_MATH: tl.constexpr,
 ):
-    """``n_steps`` Langevin steps of ``BLOCK_N`` chains per program; weights padded (``H1 × D0``, ...), the output
+    """``n_steps`` Langevin steps of ``BLOCK_N`` chains per program (hidden layer ``l``'s activation: kind ``ACTl``
+    with parameter ``PARAMl``); weights padded (``H1 × D0``, ...), the output
     weights already multiplied by the energy's sign; ``N_HIDDEN`` in 1..3 (the unused pointers are not read); the
     stream's normals drawn for the first ``DN`` columns (:func:`noise_columns`).
 
@@ -357,17 +380,17 @@ def langevin_kernel(
                 # moves may have overflowed, and 0·inf would reach the block's sums
                 x = tl.where(row_ok[:, None], _stored(x, out_ptr.dtype.element_ty).to(tl.float32), 0.0)
         z1 = _dot(x, tl.trans(w1), PRECISION) + b1[None, :]
-        a1, d1 = _activation(z1, ACT1, PTX_MATH)
+        a1, d1 = _activation(z1, ACT1, PARAM1, PTX_MATH)
         if N_HIDDEN == 1:
             e1 = d1 * wo[None, :]
         else:
             z2 = _dot(a1, tl.trans(w2), PRECISION) + b2[None, :]
-            a2, d2 = _activation(z2, ACT2, PTX_MATH)
+            a2, d2 = _activation(z2, ACT2, PARAM2, PTX_MATH)
             if N_HIDDEN == 2:
                 e2 = d2 * wo[None, :]
             else:
                 z3 = _dot(a2, tl.trans(w3), PRECISION) + b3[None, :]
-                a3, d3 = _activation(z3, ACT3, PTX_MATH)
+                a3, d3 = _activation(z3, ACT3, PARAM3, PTX_MATH)
                 e3 = d3 * wo[None, :]
                 e2 = _dot(e3, w3, PRECISION) * d2
             e1 = _dot(e2, w2, PRECISION) * d1
@@ -506,7 +529,7 @@ def launch_langevin(
     n_hidden = len(acts)
     weights = list(tensors[:-1]) + [tensors[0]] * (6 - len(tensors[:-1]))  # unused layers: any pointer
     widths = list(padded[1:]) + [16] * (3 - n_hidden)
-    codes = list(acts) + [0] * (3 - n_hidden)
+    kinds, params = zip(*(decode(code) for code in list(acts) + [0] * (3 - n_hidden)))
     placeholder = tensors[-1]
     a, b, energies, partials, bo = (
         contrastive if contrastive is not None else (placeholder, None, placeholder, placeholder, placeholder)
@@ -539,9 +562,12 @@ def launch_langevin(
         H2=widths[1],
         H3=widths[2],
         N_HIDDEN=n_hidden,
-        ACT1=codes[0],
-        ACT2=codes[1],
-        ACT3=codes[2],
+        ACT1=kinds[0],
+        ACT2=kinds[1],
+        ACT3=kinds[2],
+        PARAM1=params[0],
+        PARAM2=params[1],
+        PARAM3=params[2],
         BLOCK_N=block_n,
         NOISE_FROM_TENSOR=noise is not None,
         PER_CHAIN_H=hv is not None,

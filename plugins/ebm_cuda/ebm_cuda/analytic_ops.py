@@ -2,7 +2,7 @@
 ``hmc_chain`` and ``nuts_chain``, and the step kernels ``langevin_step`` and ``langevin_step_philox``.
 
 Each runs the host build on CPU tensors and the CUDA build on CUDA tensors (on the current stream), and has a fake
-implementation, so ``torch.compile`` traces through it (:func:`ebm_cuda.dispatch._op`). Energies are ``kind`` codes
+implementation, so ``torch.compile`` traces through it: one row each of :mod:`ebm_cuda.native`. Energies are ``kind`` codes
 (:data:`KINDS`, read from ``csrc/ebm/energies.h``) with parameters ``v0`` (a ``(d,)`` vector: mean or center), ``v1``
 (a ``(d, d)`` matrix: precision) and scalars ``a``, ``b``, in the state's math dtype (float64 for float64 states, else
 float32); :mod:`ebm_cuda.energies` maps an energy's declared parameters onto them. Random draws come from the Philox
@@ -13,15 +13,17 @@ reproduces it in PyTorch.
 from __future__ import annotations
 
 import ctypes
+from ctypes import c_double, c_int, c_int64, c_uint64, c_void_p
 from typing import Optional
 
 import torch
 from torch import Tensor
 
 from ebmcore.errors import InputError
-from ebm_cuda.dispatch import _chain_run, _check, _check_stream, _cuda_build, _like, _op, _ptr, _run, _vector, math_dtype
+from ebm_cuda.dispatch import _chain_run, _check, _check_stream, _cuda_build, _like, _ptr, _run, _vector, math_dtype
 from ebm_cuda.energies import KINDS, LAYOUTS
-from ebm_cuda.library import DTYPE_CODES, EnergySpec
+from ebm_cuda.library import DTYPE_CODES, ENERGY, EnergySpec
+from ebm_cuda.native import NativeOp, define
 
 __all__ = [
     "KINDS",
@@ -93,12 +95,13 @@ def _energy(x: Tensor, kind: int, v0: Optional[Tensor], v1: Optional[Tensor], a:
     return out
 
 
-energy = _op("energy", _energy)
-
-
-@torch.library.register_fake("ebm_cuda::energy")
-def _(x, kind, v0, v1, a, b, gradient):
+def _energy_fake(x, kind, v0, v1, a, b, gradient):
     return x.new_empty(x.shape if gradient else x.shape[:1])
+
+
+energy = define(
+    NativeOp("energy", _energy, _energy_fake, symbol="energy", argtypes=(ENERGY, c_int, c_void_p, c_int64, c_void_p, c_void_p))
+)
 
 
 def _langevin_chain(
@@ -144,12 +147,32 @@ def _langevin_chain(
     return out
 
 
-langevin_chain = _op("langevin_chain", _langevin_chain)
-
-
-@torch.library.register_fake("ebm_cuda::langevin_chain")
-def _(x, kind, v0, v1, a, b, n_steps, step_size, noise_scale, step_sizes, noise_scales, seed, offset):
+def _langevin_chain_fake(x, kind, v0, v1, a, b, n_steps, step_size, noise_scale, step_sizes, noise_scales, seed, offset):
     return torch.empty_like(x)
+
+
+langevin_chain = define(
+    NativeOp(
+        "langevin_chain",
+        _langevin_chain,
+        _langevin_chain_fake,
+        symbol="langevin_chain",
+        argtypes=(
+            ENERGY,
+            c_int,
+            c_void_p,
+            c_void_p,
+            c_int64,
+            c_int64,
+            c_double,
+            c_double,
+            c_void_p,
+            c_void_p,
+            c_uint64,
+            c_uint64,
+        ),
+    )
+)
 
 
 def _hmc_chain(
@@ -204,13 +227,35 @@ def _hmc_chain(
     return out, accepted, divergent
 
 
-hmc_chain = _op("hmc_chain", _hmc_chain)
-
-
-@torch.library.register_fake("ebm_cuda::hmc_chain")
-def _(x, kind, v0, v1, a, b, n_steps, step_size, step_sizes, n_leapfrog_steps, inverse_temperature, seed, offset):
+def _hmc_chain_fake(x, kind, v0, v1, a, b, n_steps, step_size, step_sizes, n_leapfrog_steps, inverse_temperature, seed, offset):
     counts = x.new_empty(x.shape[:1], dtype=torch.int32)
     return torch.empty_like(x), counts, torch.empty_like(counts)
+
+
+hmc_chain = define(
+    NativeOp(
+        "hmc_chain",
+        _hmc_chain,
+        _hmc_chain_fake,
+        symbol="hmc_chain",
+        argtypes=(
+            ENERGY,
+            c_int,
+            c_void_p,
+            c_void_p,
+            c_int64,
+            c_int64,
+            c_double,
+            c_void_p,
+            c_int,
+            c_double,
+            c_uint64,
+            c_uint64,
+            c_void_p,
+            c_void_p,
+        ),
+    )
+)
 
 
 def _nuts_chain(
@@ -279,11 +324,7 @@ def _nuts_chain(
     return out, acceptance, divergent, n_leapfrog, tree_depth
 
 
-nuts_chain = _op("nuts_chain", _nuts_chain)
-
-
-@torch.library.register_fake("ebm_cuda::nuts_chain")
-def _(x, kind, v0, v1, a, b, n_steps, step_size, step_sizes, max_tree_depth, inverse_temperature, seed, offset):
+def _nuts_chain_fake(x, kind, v0, v1, a, b, n_steps, step_size, step_sizes, max_tree_depth, inverse_temperature, seed, offset):
     n = x.shape[0]
     steps = x.new_empty((n,), dtype=torch.int64)
     return (
@@ -293,6 +334,31 @@ def _(x, kind, v0, v1, a, b, n_steps, step_size, step_sizes, max_tree_depth, inv
         steps,
         torch.empty_like(steps),
     )
+
+
+nuts_chain = define(
+    NativeOp(
+        "nuts_chain",
+        _nuts_chain,
+        _nuts_chain_fake,
+        symbol="nuts_chain",
+        argtypes=(
+            ENERGY,
+            c_int,
+            c_void_p,
+            c_void_p,
+            c_int64,
+            c_int64,
+            c_double,
+            c_void_p,
+            c_int,
+            c_double,
+            c_uint64,
+            c_uint64,
+            *(c_void_p,) * 5,
+        ),
+    )
+)
 
 
 def _langevin_step_philox(
@@ -330,12 +396,32 @@ def _langevin_step_philox(
     return out
 
 
-langevin_step_philox = _op("langevin_step_philox", _langevin_step_philox)
-
-
-@torch.library.register_fake("ebm_cuda::langevin_step_philox")
-def _(x, grad, step_size, noise_scale, step_sizes, noise_scales, seed, offset):
+def _langevin_step_philox_fake(x, grad, step_size, noise_scale, step_sizes, noise_scales, seed, offset):
     return torch.empty_like(x)
+
+
+langevin_step_philox = define(
+    NativeOp(
+        "langevin_step_philox",
+        _langevin_step_philox,
+        _langevin_step_philox_fake,
+        symbol="langevin_update",
+        argtypes=(
+            c_int,
+            c_void_p,
+            c_void_p,
+            c_void_p,
+            c_int64,
+            c_int,
+            c_double,
+            c_double,
+            c_void_p,
+            c_void_p,
+            c_uint64,
+            c_uint64,
+        ),
+    )
+)
 
 
 def _langevin_step(
@@ -370,9 +456,16 @@ def _langevin_step(
     return out
 
 
-langevin_step = _op("langevin_step", _langevin_step)
-
-
-@torch.library.register_fake("ebm_cuda::langevin_step")
-def _(x, grad, noise, step_size, noise_scale, step_sizes, noise_scales):
+def _langevin_step_fake(x, grad, noise, step_size, noise_scale, step_sizes, noise_scales):
     return torch.empty_like(x)
+
+
+langevin_step = define(
+    NativeOp(
+        "langevin_step",
+        _langevin_step,
+        _langevin_step_fake,
+        symbol="langevin_step",
+        argtypes=(c_int, *(c_void_p,) * 4, c_int64, c_int, c_double, c_double, c_void_p, c_void_p),
+    )
+)

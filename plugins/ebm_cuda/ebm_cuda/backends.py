@@ -6,12 +6,15 @@ Both implement, for the analytic energies of ``csrc/ebm/energies.h`` (:data:`ebm
 ``gaussian``, ``double_well``, ``rosenbrock`` and ``harmonic``), the ops ``<energy>_energy`` and
 ``<energy>_gradient``, the fused chains
 ``<energy>_langevin_chain``, ``<energy>_hmc_chain`` and ``<energy>_nuts_chain`` (signatures in :mod:`ebmcore.kernels.ops`),
-and ``langevin_step`` and ``langevin_step_philox``. The host build also runs Langevin chains of
-feed-forward networks (``feedforward_langevin_chain``: float32, SiLU, tanh, sigmoid or ReLU layers) and
+and ``langevin_step`` and ``langevin_step_philox`` (kernels made here, one per energy of :data:`LAYOUTS`). The host
+build also runs Langevin chains of feed-forward networks (``feedforward_langevin_chain``: float32, the activations of
+:mod:`ebm_cuda.activations`) and
 their denoising and sliced score matching losses with their weight gradients
 (``feedforward_denoising_score_matching``, ``feedforward_sliced_score_matching``), and the energies with the weight
 gradient of a loss linear or quadratic in them (``feedforward_energy_gradients``: contrastive divergence), also
-fused with the chain that draws the negatives (``feedforward_contrastive_chain``).
+fused with the chain that draws the negatives (``feedforward_contrastive_chain``), and the chain of a convolutional
+energy (``conv_langevin_chain``). Those network kernels, and the Triton backend's, are the ones the native ops' rows
+carry (:func:`ebm_cuda.native.kernels`): an op module adds its kernel with its row, not here.
 
 Priorities: on CUDA every kernel outranks the ``torch`` reference (10 against 0), but the energy and gradient kernels
 of the energies measured slower than it (:data:`CUDA_PER_OP_SLOWER`: the double well; -10). On the CPU the
@@ -31,14 +34,12 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-from ebmcore.energies.program import ConvStack, FeedForward
 from ebmcore.kernels import torch_backend
 from ebmcore.kernels.base import Kernel, KernelBackend
-from ebm_cuda import library, network_ops, triton_chains
+from ebm_cuda import library, native, triton_chains
 from ebm_cuda.energies import LAYOUTS
-from ebm_cuda.activations import activation_code, activation_refusal
 from ebm_cuda.analytic_ops import MAX_CUDA_CHAIN_DIM
-from ebm_cuda.dispatch import call
+from ebm_cuda.dispatch import _scalar_or_vector, call
 
 __all__ = ["CudaBackend", "HostBackend", "TritonBackend", "CUDA_DTYPES", "HOST_DTYPES", "CUDA_PER_OP_SLOWER"]
 
@@ -46,13 +47,6 @@ CUDA_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 HOST_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 MIN_COMPUTE_CAPABILITY = (7, 5)
 """The oldest GPUs nvcc 12/13 still targets (Turing); the kernels are built for the device's own capability."""
-
-
-def _scalar_or_vector(value: Any) -> tuple[float, Tensor | None]:
-    """A tunable as the kernels take it: a float, or ``(0.0, per-chain values (n,))``."""
-    if isinstance(value, Tensor):
-        return (float(value), None) if value.numel() == 1 and value.dim() == 0 else (0.0, value.reshape(-1))
-    return float(value), None
 
 
 def _needs_graph(x: Tensor, params: tuple[Any, ...]) -> bool:
@@ -152,127 +146,6 @@ def langevin_step_philox(x: Tensor, grad: Tensor, step_size: Any, noise_scale: A
     return call("langevin_step_philox", _flat(x), _flat(grad), h, s, hv, sv, seed, offset).view(x.shape)
 
 
-def _network_refusal(network: FeedForward) -> str | None:
-    """Why the ``feedforward_*`` kernels cannot run ``network``."""
-    if not network.hidden:
-        return "needs a hidden layer (this energy is linear)"
-    return activation_refusal(layer.activation for layer in network.hidden)
-
-
-def _layers(network: FeedForward) -> tuple[list[Tensor], list[Tensor | None], list[int], float]:
-    """A feed-forward program as the ``ebm_cuda.network_ops`` network arguments: weights, biases, activation codes, sign."""
-    layers = network.layers
-    return (
-        [layer.linear.weight for layer in layers],
-        [layer.linear.bias for layer in layers],
-        [activation_code(layer.activation) for layer in network.hidden],
-        float(network.sign),
-    )
-
-
-def feedforward_langevin_chain(
-    x: Tensor, network: FeedForward, *, n_steps: int, step_size: Any, noise_scale: Any, seed: int, offset: int
-) -> Tensor:
-    """``n_steps`` Langevin steps of the feed-forward energy ``network``; ``x: (n, d)`` float32."""
-    h, hv = _scalar_or_vector(step_size)
-    s, sv = _scalar_or_vector(noise_scale)
-    return call("feedforward_langevin_chain", x, *_layers(network), n_steps, h, s, hv, sv, seed, offset)
-
-
-def _conv_refusal(stack: ConvStack) -> str | None:
-    """Why ``conv_langevin_chain`` cannot run ``stack``."""
-    refusal = activation_refusal([stack.activation])
-    if refusal is not None:
-        return refusal
-    if any(w.dtype != torch.float32 for w in stack.weights):
-        return "takes float32 weights"
-    return None
-
-
-def conv_langevin_chain(
-    x: Tensor, stack: ConvStack, *, n_steps: int, step_size: Any, noise_scale: Any, seed: int, offset: int
-) -> Tensor:
-    """``n_steps`` Langevin steps of the convolutional energy ``stack``; ``x: (n, C, H, W)`` float32."""
-    h, hv = _scalar_or_vector(step_size)
-    s, sv = _scalar_or_vector(noise_scale)
-    return call(
-        "conv_langevin_chain",
-        x,
-        [*stack.weights, stack.head.weight],
-        [*stack.biases, stack.head.bias],
-        list(stack.strides),
-        activation_code(stack.activation),
-        1.0,
-        n_steps,
-        h,
-        s,
-        hv,
-        sv,
-        seed,
-        offset,
-    )
-
-
-def feedforward_denoising_score_matching(
-    x: Tensor, target: Tensor, scale: Tensor | None, network: FeedForward
-) -> tuple[Tensor, list[Tensor], list[Tensor | None]]:
-    """``(1/2n) Σᵣ |aᵣ∇E(xᵣ) − bᵣ|²`` of the feed-forward energy ``network`` with its weight and bias gradients
-    (``ebm_cuda.network_ops.feedforward_denoising_score_matching``); ``x``, ``target``: ``(n, d)`` float32, ``scale``: ``(n,)`` or None."""
-    return network_ops.feedforward_denoising_score_matching(x, target, scale, *_layers(network))
-
-
-def feedforward_sliced_score_matching(
-    x: Tensor, v: Tensor, network: FeedForward
-) -> tuple[Tensor, list[Tensor], list[Tensor | None]]:
-    """``(1/n) Σᵣ ½(vᵣᵀ∇E(xᵣ))² − vᵣᵀ∇²E(xᵣ)vᵣ`` of the feed-forward energy ``network`` with its weight and bias
-    gradients (``ebm_cuda.network_ops.feedforward_sliced_score_matching``); ``x``, ``v``: ``(n, d)`` float32."""
-    return network_ops.feedforward_sliced_score_matching(x, v, *_layers(network))
-
-
-def feedforward_energy_gradients(
-    x: Tensor, a: Tensor, b: Tensor | None, network: FeedForward
-) -> tuple[Tensor, list[Tensor], list[Tensor | None]]:
-    """``E(x)`` and ``Σᵣ (aᵣ + bᵣE(xᵣ)) ∂E(xᵣ)/∂θ`` for the weights and biases of the feed-forward energy ``network``
-    (``ebm_cuda.network_ops.feedforward_energy_gradients``); ``x: (n, d)``, ``a``, ``b``: ``(n,)`` float32."""
-    return network_ops.feedforward_energy_gradients(x, a, b, *_layers(network))
-
-
-def feedforward_contrastive_chain(
-    x: Tensor,
-    network: FeedForward,
-    *,
-    n_steps: int,
-    step_size: Any,
-    noise_scale: Any,
-    seed: int,
-    offset: int,
-    start: tuple[Any, Any],
-    end: tuple[Any, Any],
-) -> tuple[Any, ...]:
-    """``feedforward_langevin_chain``'s moves with ``feedforward_energy_gradients`` at the starts and the ends, in one
-    launch (``ebm_cuda.network_ops.feedforward_contrastive_chain``); ``start``, ``end``: ``(a, b)``, floats or ``(n,)``
-    (``b`` None: zero). Returns ``(x', E(x), E(x'), loss Σ aE + ½bE², weight grads, bias grads)``."""
-    h, hv = _scalar_or_vector(step_size)
-    s, sv = _scalar_or_vector(noise_scale)
-
-    def vector(c: Any) -> Tensor | None:  # a number (or 0-d tensor) for every chain, or (n,) as it is
-        return c if c is None or (isinstance(c, Tensor) and c.dim() > 0) else x.new_full(x.shape[:1], float(c))
-
-    return network_ops.feedforward_contrastive_chain(
-        x,
-        (vector(start[0]), vector(start[1])),
-        (vector(end[0]), vector(end[1])),
-        *_layers(network),
-        n_steps,
-        h,
-        s,
-        hv,
-        sv,
-        seed,
-        offset,
-    )
-
-
 HOST_CHAINS_PAY_UP_TO = {"gaussian_langevin_chain": 128, "gaussian_hmc_chain": 64, "gaussian_nuts_chain": 32}
 """Where the host build's chains stop beating the per-step loop (``Kernel.pays_up_to``), measured by
 ``benchmarks/fused_boundary.py`` (1 thread, 100 and 1,000 chains; ``benchmarks/boundary/``): the Gaussian's gradient
@@ -333,22 +206,9 @@ class HostBackend(KernelBackend):
     """The host build of the same kernels: float16, bfloat16, float32 and float64 states on the CPU."""
 
     def __init__(self) -> None:
-        network_kernels = [
-            Kernel(op, fn, ("cpu",), (torch.float32,), None, 10, refuses=_network_refusal)
-            for op, fn in (
-                ("feedforward_langevin_chain", feedforward_langevin_chain),
-                ("feedforward_denoising_score_matching", feedforward_denoising_score_matching),
-                ("feedforward_sliced_score_matching", feedforward_sliced_score_matching),
-                ("feedforward_energy_gradients", feedforward_energy_gradients),
-                ("feedforward_contrastive_chain", feedforward_contrastive_chain),
-            )
-        ]
-        network_kernels.append(
-            Kernel("conv_langevin_chain", conv_langevin_chain, ("cpu",), (torch.float32,), None, 10, refuses=_conv_refusal)
-        )
         super().__init__(
             "cpu_fused",
-            [*_kernels("cpu", HOST_DTYPES, -10, 10, None, None, HOST_CHAINS_PAY_UP_TO), *network_kernels],
+            [*_kernels("cpu", HOST_DTYPES, -10, 10, None, None, HOST_CHAINS_PAY_UP_TO), *native.kernels("cpu_fused")],
             description="ebm-cuda: the kernels built for the CPU (fused chains, vectorised over chains)",
         )
 
@@ -356,40 +216,18 @@ class HostBackend(KernelBackend):
         return library.host_unavailable_reason()
 
 
-# On the first GPU it ran on (an H200, 2026-11-26, benchmarks/results/2026-11-26-gpu-h200.md) the Triton chain took
-# 329 ms for W4 at 1,000,000 chains x 100 steps against the per-step loop's 161 ms (IEEE float32 products): slower,
-# so it ranks below the per-step loop (-10) and runs only when asked for (``fused=True``), until a tuned kernel
-# measures faster.
-TRITON_CHAIN_PRIORITY = -10
-
-
 class TritonBackend(KernelBackend):
     """The Triton kernels of :mod:`ebm_cuda.triton_chains` on CUDA (float32, bfloat16 and float16 states, math in
     float32): the fused Langevin chain of a feed-forward energy, and the same chain with contrastive divergence's
     energies, loss and weight gradient (``feedforward_contrastive_chain``, one of the losses' fused ops). Triton is
-    imported only where a CUDA device is seen. Both rank below the per-step loop (:data:`TRITON_CHAIN_PRIORITY`):
+    imported only where a CUDA device is seen. Both rank below the per-step loop (:data:`ebm_cuda.triton_chains.TRITON_CHAIN_PRIORITY`):
     the chain, measured slower on an H200, runs with ``fused=True``, and contrastive divergence runs its op only where
     its sampler runs that chain."""
 
     def __init__(self) -> None:
         super().__init__(
             "triton",
-            [
-                Kernel(
-                    op,
-                    fn,
-                    ("cuda",),
-                    triton_chains.DTYPES,
-                    triton_chains.MIN_COMPUTE_CAPABILITY,
-                    TRITON_CHAIN_PRIORITY,
-                    triton_chains.MAX_WIDTH,
-                    refuses=triton_chains.refusal,
-                )
-                for op, fn in (
-                    ("feedforward_langevin_chain", triton_chains.feedforward_langevin_chain),
-                    ("feedforward_contrastive_chain", triton_chains.feedforward_contrastive_chain),
-                )
-            ],
+            native.kernels("triton"),
             description="ebm-cuda: Triton kernels (fused Langevin chains of feed-forward networks, and "
             "contrastive divergence's, on CUDA)",
         )

@@ -8,7 +8,7 @@ import torch
 
 from ebm_cuda import build, library, triton_chains
 from ebm_cuda.commands import COMMANDS
-from ebm_cuda.testing import gpu_absent_reason
+from ebm_cuda.library import gpu_absent_reason
 
 
 def add_command(subparsers) -> None:

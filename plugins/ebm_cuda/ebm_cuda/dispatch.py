@@ -1,11 +1,12 @@
-"""What every ``torch.ops.ebm_cuda.*`` op shares: its registration (:func:`_op`), the eager call (:func:`call`), the
-checks of its tensors, and the launch on the build that matches their device (:func:`_run`, :func:`_run_host`).
+"""What every ``torch.ops.ebm_cuda.*`` op shares: the eager call (:func:`call`, of :mod:`ebm_cuda.native`, where the
+ops are defined from their rows), the checks of its tensors, and the launch on the build that matches their device
+(:func:`_run`, :func:`_run_host`).
 
-An op defined with :func:`_op` runs the host build on CPU tensors and the CUDA build on CUDA tensors (on the current
-stream); the ops that have no CUDA build (the network kernels, :mod:`ebm_cuda.network_ops`) launch through
+An op runs the host build on CPU tensors and the CUDA build on CUDA tensors (on the current stream); the ops that have no CUDA build (the network kernels: :mod:`ebm_cuda.feedforward_ops`, :mod:`ebm_cuda.conv_ops`) launch through
 :func:`_run_host`, which refuses a tensor on any other device. States compute in their math dtype
 (:func:`math_dtype`). Random draws come from the Philox stream of ``csrc/ebm/philox.h`` keyed by ``seed`` at steps
-``offset, offset + 1, ...`` (:func:`_check_stream`; :mod:`ebm_cuda.philox` draws it).
+``offset, offset + 1, ...`` (:func:`_check_stream`; :mod:`ebm_cuda.philox` draws it). The tests' ``cuda_emulation``
+(:mod:`ebm_cuda.testing`, which the runtime never imports) runs the CUDA path on CPU tensors by setting :data:`_EMULATED`.
 """
 
 from __future__ import annotations
@@ -21,36 +22,11 @@ from torch import Tensor
 from ebmcore.errors import InputError
 from ebm_cuda import library
 from ebm_cuda.library import DTYPE_CODES
+from ebm_cuda.native import call
 
 __all__ = ["call", "math_dtype"]
 
 _CUDA_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-_LIBRARY = torch.library.Library("ebm_cuda", "DEF")
-_OPS: dict[str, torch._ops.OpOverload] = {}
-
-
-def _op(name: str, impl, mutates_args: tuple[str, ...] = ()) -> torch._ops.OpOverload:
-    """Define ``torch.ops.ebm_cuda.<name>`` once: its schema inferred from ``impl``'s annotations (``mutates_args``: the
-    arguments it writes into), ``impl`` its CPU and CUDA kernel (the host build or the CUDA build, by the inputs'
-    device; the Triton kernels, :mod:`ebm_cuda.triton_chains`, on CUDA and under Triton's interpreter). Defined with the low-level
-    ``torch.library.Library``, a call through :func:`call` costs about 8 µs more than the implementation called
-    directly, where ``torch.library.custom_op``'s wrapper costs about 17 µs (why eager calls used to bypass the op;
-    ``benchmarks/op_dispatch.py``); every call, eager or traced, goes through it."""
-    _LIBRARY.define(name + torch.library.infer_schema(impl, mutates_args=mutates_args))
-    for key in ("CPU", "CUDA"):
-        _LIBRARY.impl(name, impl, key)
-    _OPS[name] = getattr(torch.ops.ebm_cuda, name).default
-    return _OPS[name]
-
-
-def call(name: str, *args):
-    """Run ``torch.ops.ebm_cuda.<name>`` (eager or under ``torch.compile``, which sees its fake implementation), with
-    grad mode off: the ops have no autograd formula, and a network's weights (parameters) among the inputs must not
-    make the states they return require grad (the energy and gradient kernels run the torch reference instead where
-    a graph is needed)."""
-    with torch.no_grad():
-        return _OPS[name](*args)
-
 
 _SYNC = os.environ.get("EBM_CUDA_SYNC", "") not in ("", "0")
 _SEED_LIMIT = 2**63
@@ -78,7 +54,7 @@ def _check(x: Tensor, what: str) -> Tensor:
 
 _EMULATED: ContextVar[Optional[library.Library]] = ContextVar("ebm_cuda_emulated", default=None)
 """The host-built ``kernels.cu`` that CPU tensors run on instead of the host build, set by the tests'
-:func:`ebm_cuda.testing.cuda_emulation` (None: the host build)."""
+``cuda_emulation`` (None: the host build)."""
 
 
 def _cuda_build(device: torch.device) -> bool:
@@ -160,3 +136,10 @@ def _chain_run(
     if n_steps < min_steps:
         raise InputError(f"ebm_cuda.{what}: n_steps must be >= {min_steps}, got {n_steps}.")
     return _vector(step_sizes, x, "step_sizes"), _vector(noise_scales, x, "noise_scales")
+
+
+def _scalar_or_vector(value: object) -> tuple[float, Optional[Tensor]]:
+    """A tunable as the ops take it: a float, or ``(0.0, per-chain values (n,))``."""
+    if isinstance(value, Tensor):
+        return (float(value), None) if value.numel() == 1 and value.dim() == 0 else (0.0, value.reshape(-1))
+    return float(value), None

@@ -8,7 +8,9 @@ that compute the same elements), padding and layout conversions, which ``ptxas``
 count latency, memory stalls or occupancy, so it is a floor on the time, not a timing. It is repeatable to the
 instruction, which timings on a shared GPU are not.
 
-Imports triton on first call only (``triton_chains.compile_report`` calls it)."""
+:func:`compile_report` and :func:`normals_compile_report` report the kernels of :mod:`ebm_cuda.triton_chains` so
+(``benchmarks/triton_static.py``, ``benchmarks/triton_sweep.py`` and the tests); the runtime never imports this module.
+Imports triton on first call only."""
 
 from __future__ import annotations
 
@@ -18,7 +20,13 @@ import tempfile
 import time
 from typing import Any, Optional
 
-__all__ = ["ptxas_report", "step_loop_instructions"]
+import torch
+
+from ebm_cuda.activations import decode
+from ebm_cuda.triton_contrastive import _partial_size
+from ebm_cuda.triton_launch import _kernels, _launch, _pad
+
+__all__ = ["ptxas_report", "step_loop_instructions", "compile_report", "normals_compile_report"]
 
 _LABEL = re.compile(r"^\s*(\.L_x_\d+):")
 _INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)(.*?);")
@@ -144,3 +152,101 @@ def _disassembled_loop(cubin: str) -> Optional[int]:
         return None
     sass = subprocess.run([nvdisasm, "-c", cubin], capture_output=True, text=True, check=True).stdout
     return step_loop_instructions(sass)
+
+
+def compile_report(
+    capability: int,
+    *,
+    widths: tuple[int, ...] = (2, 64, 64),
+    activations: tuple[int, ...] | None = None,
+    block_n: Optional[int] = None,
+    precision: str = "ieee",
+    dtype: torch.dtype = torch.float32,
+    noise_from_tensor: bool = False,
+    per_chain: bool = False,
+    num_warps: Optional[int] = None,
+    contrastive: bool = False,
+    has_b: bool = True,
+) -> dict[str, Any]:
+    """Compile the chain kernel for ``sm_<capability>`` without a GPU (``triton.compile`` for ``GPUTarget("cuda",
+    capability, 32)``) and report what :func:`ptxas_report` reads from its ``ptxas -v`` and
+    machine code: ``{"registers", "spill_stores", "spill_loads", "stack", "shared", "seconds", "loop_instructions",
+    "per_chain_step"}`` (bytes but registers; the step loop's instructions per warp, and warp-instructions per
+    chain-step), plus the ``"block_n"`` and ``"num_warps"`` compiled. ``widths``: ``(d, h_1, …)`` before padding;
+    ``activations``: codes of :data:`ebm_cuda.activations.ACTIVATION_CODES` per hidden layer (SiLU everywhere by default); ``noise_from_tensor``,
+    ``per_chain``: the variants that read the noise from a tensor and the step sizes and noise scales per chain;
+    ``contrastive``: the kernel of :func:`ebm_cuda.triton_contrastive.feedforward_contrastive_chain` (``has_b``: with quadratic coefficients ``b``);
+    ``block_n``, ``num_warps``: None for the launchers' choice (:func:`ebm_cuda.triton_launch.launch_config`)."""
+    fn = _kernels().langevin_kernel
+    padded = [_pad(w) for w in widths]
+    n_hidden = len(widths) - 1
+    acts = [decode(code) for code in (activations if activations is not None else (0,) * n_hidden)]
+    block_n, warps = _launch(tuple(padded), precision, contrastive, block_n, num_warps)
+    element = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
+    signature: dict[str, str] = {
+        name: "*fp32"
+        for name in (
+            "noise_ptr",
+            "hv_ptr",
+            "sv_ptr",
+            "w1_ptr",
+            "b1_ptr",
+            "w2_ptr",
+            "b2_ptr",
+            "w3_ptr",
+            "b3_ptr",
+            "wo_ptr",
+            "a_ptr",
+            "b_ptr",
+            "bo_ptr",
+            "e_ptr",
+            "part_ptr",
+        )
+    }
+    signature.update(
+        x_ptr=f"*{element}",
+        out_ptr=f"*{element}",
+        n="i32",
+        d="i32",
+        stride_x="i32",
+        stride_out="i32",
+        n_steps="i32",
+        h="fp32",
+        s="fp32",
+        seed_lo="i32",
+        seed_hi="i32",
+        offset_lo="i32",
+        offset_hi="i32",
+    )
+    constexprs = dict(
+        D0=padded[0],
+        DN=_kernels().noise_columns(widths[0], padded[0], block_n),
+        H1=padded[1],
+        H2=(padded + [16, 16])[2],
+        H3=(padded + [16, 16, 16])[3],
+        N_HIDDEN=n_hidden,
+        ACT1=acts[0][0],
+        ACT2=(acts + [(0, 0.0)] * 2)[1][0],
+        ACT3=(acts + [(0, 0.0)] * 3)[2][0],
+        PARAM1=acts[0][1],
+        PARAM2=(acts + [(0, 0.0)] * 2)[1][1],
+        PARAM3=(acts + [(0, 0.0)] * 3)[2][1],
+        BLOCK_N=block_n,
+        NOISE_FROM_TENSOR=noise_from_tensor,
+        PER_CHAIN_H=per_chain,
+        PER_CHAIN_S=per_chain,
+        PRECISION=precision,
+        CONTRASTIVE=contrastive,
+        HAS_B=contrastive and has_b,
+        P=_partial_size(tuple(padded)) if contrastive else 1,
+        PTX_MATH=True,
+    )
+    report = ptxas_report(fn, signature, constexprs, capability, warps, chains_per_program=block_n)
+    return dict(report, block_n=block_n, num_warps=warps)
+
+
+def normals_compile_report(capability: int, *, d: int = 16) -> dict[str, Any]:
+    """:func:`compile_report` for the kernel of :func:`ebm_cuda.triton_chains.stream_normals` (``d`` columns, padded as the chain pads them)."""
+    fn = _kernels().normals_kernel
+    signature = dict(out_ptr="*fp32", n="i32", d="i32", seed_lo="i32", seed_hi="i32", step_lo="i32", step_hi="i32")
+    return dict(ptxas_report(fn, signature, dict(D=_pad(d), BLOCK_N=16), capability, 4), block_n=16, num_warps=4)

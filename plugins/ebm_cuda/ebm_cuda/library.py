@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import ctypes
 import os
-from ctypes import POINTER, c_double, c_int, c_int64, c_uint64, c_void_p
+from ctypes import POINTER, c_double, c_int, c_void_p
 
 import torch
 
-from ebm_cuda import build
+from ebm_cuda import build, native
 
 __all__ = [
+    "ENERGY",
     "EnergySpec",
     "KernelError",
     "Library",
@@ -24,6 +25,7 @@ __all__ = [
     "cuda",
     "host_unavailable_reason",
     "cuda_unavailable_reason",
+    "gpu_absent_reason",
     "DTYPE_CODES",
 ]
 
@@ -40,75 +42,12 @@ class EnergySpec(ctypes.Structure):
     _fields_ = [("kind", c_int), ("d", c_int), ("v0", c_void_p), ("v1", c_void_p), ("a", c_double), ("b", c_double)]
 
 
-_EXEC = {"host": c_int, "cuda": c_void_p}  # the last argument: thread count, or CUDA stream
-_SIGNATURES = {
-    "energy": [POINTER(EnergySpec), c_int, c_void_p, c_int64, c_void_p, c_void_p],
-    "langevin_chain": [
-        POINTER(EnergySpec),
-        c_int,
-        c_void_p,
-        c_void_p,
-        c_int64,
-        c_int64,
-        c_double,
-        c_double,
-        c_void_p,
-        c_void_p,
-        c_uint64,
-        c_uint64,
-    ],
-    "hmc_chain": [
-        POINTER(EnergySpec),
-        c_int,
-        c_void_p,
-        c_void_p,
-        c_int64,
-        c_int64,
-        c_double,
-        c_void_p,
-        c_int,
-        c_double,
-        c_uint64,
-        c_uint64,
-        c_void_p,
-        c_void_p,
-    ],
-    "nuts_chain": [
-        POINTER(EnergySpec),
-        c_int,
-        c_void_p,
-        c_void_p,
-        c_int64,
-        c_int64,
-        c_double,
-        c_void_p,
-        c_int,
-        c_double,
-        c_uint64,
-        c_uint64,
-        c_void_p,
-        c_void_p,
-        c_void_p,
-        c_void_p,
-        c_void_p,
-    ],
-    "langevin_update": [
-        c_int,
-        c_void_p,
-        c_void_p,
-        c_void_p,
-        c_int64,
-        c_int,
-        c_double,
-        c_double,
-        c_void_p,
-        c_void_p,
-        c_uint64,
-        c_uint64,
-    ],
-    "langevin_step": [c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_int64, c_int, c_double, c_double, c_void_p, c_void_p],
-    "normal": [c_void_p, c_int64, c_int, c_uint64, c_uint64],
-}
+_EXEC = {"host": c_int, "cuda": c_void_p}
+"""The last argument of a C function that takes one (:attr:`ebm_cuda.native.NativeOp.execution`): the host build's
+thread count, the CUDA build's stream."""
+
+ENERGY = POINTER(EnergySpec)
+"""The ctypes type of a C function's ``const ebm_energy*`` argument."""
 
 
 class Library:
@@ -119,155 +58,13 @@ class Library:
         self.prefix = prefix
         self._lib = ctypes.CDLL(path)
         self._functions = {}
-        for name, argtypes in _SIGNATURES.items():
-            fn = getattr(self._lib, f"ebm_{prefix}_{name}")
-            fn.argtypes = [*argtypes, _EXEC[prefix]]
+        for row in native.table().values():  # the C functions of this build, typed by their rows
+            if row.symbol is None or prefix not in row.builds:
+                continue
+            fn = getattr(self._lib, f"ebm_{prefix}_{row.symbol}")
+            fn.argtypes = [*row.argtypes, *([_EXEC[prefix]] if prefix in row.execution else [])]
             fn.restype = c_int
-            self._functions[name] = fn
-        if prefix == "host":
-            uniform = self._lib.ebm_host_uniform
-            uniform.argtypes, uniform.restype = [c_void_p, c_int64, c_uint64, c_uint64], c_int
-            self._functions["uniform"] = uniform
-            chain = self._lib.ebm_host_feedforward_langevin_chain
-            chain.argtypes = [
-                c_int,
-                c_void_p,
-                c_void_p,
-                c_void_p,
-                c_void_p,
-                c_double,
-                c_void_p,
-                c_void_p,
-                c_int64,
-                c_int64,
-                c_double,
-                c_double,
-                c_void_p,
-                c_void_p,
-                c_uint64,
-                c_uint64,
-                c_int,
-            ]
-            chain.restype = c_int
-            self._functions["feedforward_langevin_chain"] = chain
-            conv = self._lib.ebm_host_conv_langevin_chain
-            conv.argtypes = [
-                c_int,
-                c_void_p,
-                c_int,
-                c_int,
-                c_void_p,
-                c_void_p,
-                c_void_p,
-                c_void_p,
-                c_double,
-                c_void_p,
-                c_void_p,
-                c_int64,
-                c_int64,
-                c_double,
-                c_double,
-                c_void_p,
-                c_void_p,
-                c_uint64,
-                c_uint64,
-                c_int,
-            ]
-            conv.restype = c_int
-            self._functions["conv_langevin_chain"] = conv
-            dsm = self._lib.ebm_host_feedforward_dsm
-            dsm.argtypes = [
-                c_int,
-                c_void_p,
-                c_void_p,
-                c_void_p,
-                c_void_p,
-                c_double,
-                c_void_p,
-                c_void_p,
-                c_void_p,
-                c_int64,
-                c_void_p,
-                c_void_p,
-                c_void_p,
-                c_int,
-            ]
-            dsm.restype = c_int
-            self._functions["feedforward_dsm"] = dsm
-            ssm = self._lib.ebm_host_feedforward_ssm
-            ssm.argtypes = [
-                c_int,
-                c_void_p,
-                c_void_p,
-                c_void_p,
-                c_void_p,
-                c_double,
-                c_void_p,
-                c_void_p,
-                c_int64,
-                c_void_p,
-                c_void_p,
-                c_void_p,
-                c_int,
-            ]
-            ssm.restype = c_int
-            self._functions["feedforward_ssm"] = ssm
-            energy_gradient = self._lib.ebm_host_feedforward_energy_gradient
-            energy_gradient.argtypes = [
-                c_int,
-                c_void_p,
-                c_void_p,
-                c_void_p,
-                c_void_p,
-                c_double,
-                c_void_p,
-                c_void_p,
-                c_void_p,
-                c_int64,
-                c_void_p,
-                c_void_p,
-                c_void_p,
-                c_void_p,
-                c_int,
-            ]
-            energy_gradient.restype = c_int
-            self._functions["feedforward_energy_gradient"] = energy_gradient
-            contrastive = self._lib.ebm_host_feedforward_contrastive_chain
-            contrastive.argtypes = [
-                c_int,
-                c_void_p,
-                c_void_p,
-                c_void_p,
-                c_void_p,
-                c_double,
-                c_void_p,
-                c_void_p,
-                c_int64,
-                c_int64,
-                c_double,
-                c_double,
-                c_void_p,
-                c_void_p,
-                c_uint64,
-                c_uint64,
-                c_void_p,
-                c_void_p,
-                c_void_p,
-                c_void_p,
-                c_void_p,
-                c_void_p,
-                c_void_p,
-                c_void_p,
-                c_void_p,
-                c_void_p,
-                c_int,
-            ]
-            contrastive.restype = c_int
-            self._functions["feedforward_contrastive_chain"] = contrastive
-        philox = getattr(self._lib, f"ebm_{prefix}_philox")
-        philox.argtypes = [c_void_p, c_void_p, c_void_p, c_int64] + ([c_void_p] if prefix == "cuda" else [])
-        philox.restype = c_int
-        self._functions["philox"] = philox
+            self._functions[row.symbol] = fn
         self._error = getattr(self._lib, f"ebm_{prefix}_last_error")
         self._error.restype = ctypes.c_char_p
 
@@ -312,6 +109,15 @@ def host() -> Library:
     if isinstance(lib, str):
         raise KernelError(lib)
     return lib
+
+
+def gpu_absent_reason() -> str | None:
+    """Why this machine has no GPU to test on (a CPU-only torch build, or no visible device), or None."""
+    if torch.version.cuda is None:
+        return f"no GPU: this torch build has no CUDA (torch {torch.__version__})"
+    if not torch.cuda.is_available():
+        return "no GPU: no CUDA device is visible (torch.cuda.is_available() is False)"
+    return None
 
 
 def _cuda_precondition() -> str | None:

@@ -5,12 +5,13 @@ docs import, gathered from the modules that define them.
   launch on the build that matches the tensors' device);
 - :mod:`ebm_cuda.analytic_ops`: the analytic energies' ops (energies and gradients, the fused Langevin, HMC and NUTS
   chains, the step kernels), on the host build and the CUDA build;
-- :mod:`ebm_cuda.network_ops`: the network ops (feed-forward and convolutional Langevin chains, the losses' ops with
-  their weight gradients), on the host build;
+- :mod:`ebm_cuda.feedforward_ops`, :mod:`ebm_cuda.contrastive_op`, :mod:`ebm_cuda.conv_ops`: the network ops
+  (feed-forward and convolutional Langevin chains, the losses' ops with their weight gradients), on the host build;
 - :mod:`ebm_cuda.philox`: the Philox stream the kernels draw from (:func:`normal`, :func:`uniform`, :func:`philox4x32`).
 
-The Triton kernels' two ops are :mod:`ebm_cuda.triton_chains`'; :func:`ebm_cuda.testing.cuda_emulation`, the tests'
-way to run ``kernels.cu`` on the host, is re-exported here.
+The Triton kernels' two ops are :mod:`ebm_cuda.triton_chains`' and :mod:`ebm_cuda.triton_contrastive`'. Every op is
+one row of :mod:`ebm_cuda.native`. The tests' machinery (``cuda_emulation``, the GPU tests' helpers) is
+:mod:`ebm_cuda.testing`'s, which the runtime never imports.
 """
 
 from __future__ import annotations
@@ -26,22 +27,20 @@ from ebm_cuda.analytic_ops import (
     nuts_chain,
 )
 from ebm_cuda.dispatch import call, math_dtype
-from ebm_cuda.network_ops import (
-    conv_langevin_chain,
-    feedforward_contrastive_chain,
+from ebm_cuda.contrastive_op import feedforward_contrastive_chain
+from ebm_cuda.conv_ops import conv_langevin_chain
+from ebm_cuda.feedforward_ops import (
     feedforward_denoising_score_matching,
     feedforward_energy_gradients,
     feedforward_langevin_chain,
     feedforward_sliced_score_matching,
 )
 from ebm_cuda.philox import normal, philox4x32, uniform
-from ebm_cuda.testing import cuda_emulation
 
 __all__ = [
     "KINDS",
     "MAX_CUDA_CHAIN_DIM",
     "call",
-    "cuda_emulation",
     "feedforward_denoising_score_matching",
     "feedforward_sliced_score_matching",
     "feedforward_energy_gradients",

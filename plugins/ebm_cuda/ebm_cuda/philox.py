@@ -5,12 +5,21 @@ by ``seed`` at ``step``. :mod:`ebm_cuda.reference` reproduces them in PyTorch.
 
 from __future__ import annotations
 
+from ctypes import c_int, c_int64, c_uint64, c_void_p
+
 import torch
 from torch import Tensor
 
 from ebm_cuda.dispatch import _check_stream, _cuda_build, _run, _run_host
+from ebm_cuda.native import NativeOp, define
 
 __all__ = ["normal", "uniform", "philox4x32"]
+
+# The stream's C functions, which no torch op wraps: the uniforms on the host build only, with no thread count; Philox
+# itself with a stream on the CUDA build only.
+define(NativeOp("normal", symbol="normal", argtypes=(c_void_p, c_int64, c_int, c_uint64, c_uint64)))
+define(NativeOp("uniform", symbol="uniform", argtypes=(c_void_p, c_int64, c_uint64, c_uint64), builds=("host",), execution=()))
+define(NativeOp("philox", symbol="philox", argtypes=(c_void_p, c_void_p, c_void_p, c_int64), execution=("cuda",)))
 
 
 def normal(n: int, d: int, seed: int, step: int, device: torch.device | str = "cpu") -> Tensor:

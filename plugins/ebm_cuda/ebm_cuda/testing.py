@@ -6,6 +6,7 @@ build failed), so that a broken build on a GPU machine is never a green, all-ski
 :func:`assert_chains_close` compares two runs of the same chains, counting chains that diverged in
 both runs as equal. :func:`bf16_products_pass` is what the Triton kernels compute with bfloat16 products, in torch.
 :func:`cuda_emulation` runs the ops' CUDA path without a GPU: on CPU tensors, with ``kernels.cu`` built for the host.
+:func:`triton_chain_with_noise` runs the Triton chain on given normals. The runtime never imports this module.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
+from ebm_cuda.library import gpu_absent_reason
+
 if TYPE_CHECKING:
     from ebm_cuda.library import Library
 
@@ -30,16 +33,8 @@ __all__ = [
     "run_triton_child",
     "bf16_products_pass",
     "cuda_emulation",
+    "triton_chain_with_noise",
 ]
-
-
-def gpu_absent_reason() -> str | None:
-    """Why this machine has no GPU to test on (a CPU-only torch build, or no visible device), or None."""
-    if torch.version.cuda is None:
-        return f"no GPU: this torch build has no CUDA (torch {torch.__version__})"
-    if not torch.cuda.is_available():
-        return "no GPU: no CUDA device is visible (torch.cuda.is_available() is False)"
-    return None
 
 
 def cuda_test_reason() -> tuple[str, str] | None:
@@ -178,3 +173,25 @@ def cuda_emulation(lib: Library) -> Iterator[None]:
         yield
     finally:
         _EMULATED.reset(token)
+
+
+def triton_chain_with_noise(x: torch.Tensor, network: Any, noise: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+    """The Triton chain (``triton_chains.feedforward_langevin_chain``, same keywords) adding the normals of ``noise:
+    (n_steps, n, d)`` instead of the stream's: how the tests hold the moves to a reference with the same noise."""
+    from ebm_cuda.triton_chains import _langevin_chain
+
+    kw = dict(precision=None, block_n=None, out=None, num_warps=None) | kwargs
+    return _langevin_chain(
+        x,
+        network,
+        noise,
+        kw["n_steps"],
+        kw["step_size"],
+        kw["noise_scale"],
+        kw["seed"],
+        kw["offset"],
+        kw["precision"],
+        kw["block_n"],
+        kw["out"],
+        kw["num_warps"],
+    )

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from ebmcore.errors import InputError
-from ebmcore.kernels.fused import FUSED_OPS
-from ebm_cuda import dispatch, library, network_ops, reference
-from ebm_cuda.backends import conv_langevin_chain
+from ebmcore.kernels.fused import langevin_chain_reference
+from ebm_cuda import conv_ops, library, native, reference
+from ebm_cuda.conv_ops import _conv_langevin_chain_kernel as conv_langevin_chain
 from ebm_losses import ConvEnergy, PersistentContrastiveDivergence
 from ebm_samplers import LangevinSampler
 
@@ -20,7 +20,7 @@ ACTIVATIONS = ("relu", "sigmoid", "silu", "tanh")
 def _autograd_chain(energy, x, n_steps, h, s, seed, offset=0):
     """The op's reference (``x − h∇E(x) + s·ξ_t``) with autograd's gradient and the stream's normals (per image,
     C-order)."""
-    return FUSED_OPS["conv_langevin_chain"].reference(
+    return langevin_chain_reference(
         energy.gradient, x, n_steps=n_steps, step_size=h, noise_scale=s, seed=seed, offset=offset, normal=reference.normal
     )
 
@@ -92,7 +92,7 @@ def test_networks_the_kernel_cannot_run_keep_the_per_step_loop():
 
     normalised = path(ConvEnergy(widths=(8, 16), spectral_norm=True, seed=0))
     assert normalised.startswith("per-step loop (spectral_norm re-normalises the weights"), normalised
-    assert "conv_langevin_chain kernel has no elu" in path(ConvEnergy(widths=(8,), activation="elu", seed=0))
+    assert "conv_langevin_chain kernel has no softplus" in path(ConvEnergy(widths=(8,), activation="softplus", seed=0))
     double = path(ConvEnergy(widths=(8,), seed=0, dtype=torch.float64), x.double())
     assert double.startswith("per-step loop (no kernel for conv_langevin_chain"), double  # float32 only
     hooked = ConvEnergy(widths=(8,), seed=0)
@@ -113,32 +113,32 @@ def test_the_op_checks_its_arguments():
     w = [torch.randn(4, 2, 3, 3), torch.randn(1, 4)]
     b = [torch.randn(4), torch.randn(1)]
     with pytest.raises(InputError, match=r"x must be \(n, C, H, W\)"):
-        network_ops._conv_langevin_chain(x.flatten(1), w, b, [1], 0, 1.0, 1, 0.1, 0.1, None, None, 0, 0)
+        conv_ops._conv_langevin_chain(x.flatten(1), w, b, [1], 0, 1.0, 1, 0.1, 0.1, None, None, 0, 0)
     with pytest.raises(InputError, match=r"weights\[0\] of shape \(4, 3, 3, 3\) does not follow 2 channels"):
-        network_ops._conv_langevin_chain(x, [torch.randn(4, 3, 3, 3), w[1]], b, [1], 0, 1.0, 1, 0.1, 0.1, None, None, 0, 0)
+        conv_ops._conv_langevin_chain(x, [torch.randn(4, 3, 3, 3), w[1]], b, [1], 0, 1.0, 1, 0.1, 0.1, None, None, 0, 0)
     with pytest.raises(InputError, match="into one output"):
-        network_ops._conv_langevin_chain(x, [w[0], torch.randn(2, 4)], b, [1], 0, 1.0, 1, 0.1, 0.1, None, None, 0, 0)
+        conv_ops._conv_langevin_chain(x, [w[0], torch.randn(2, 4)], b, [1], 0, 1.0, 1, 0.1, 0.1, None, None, 0, 0)
     with pytest.raises(InputError, match="one stride per convolution"):
-        network_ops._conv_langevin_chain(x, w, b, [], 0, 1.0, 1, 0.1, 0.1, None, None, 0, 0)
+        conv_ops._conv_langevin_chain(x, w, b, [], 0, 1.0, 1, 0.1, 0.1, None, None, 0, 0)
     with pytest.raises(InputError, match="float32 states on the CPU only"):
-        network_ops._conv_langevin_chain(x.double(), w, b, [1], 0, 1.0, 1, 0.1, 0.1, None, None, 0, 0)
+        conv_ops._conv_langevin_chain(x.double(), w, b, [1], 0, 1.0, 1, 0.1, 0.1, None, None, 0, 0)
     with pytest.raises(
         InputError, match=r"conv_langevin_chain: the host build runs it, on CPU tensors only; got tensors on meta"
     ):
-        network_ops._conv_langevin_chain(x, [w[0].to("meta"), w[1]], b, [1], 0, 1.0, 1, 0.1, 0.1, None, None, 0, 0)
+        conv_ops._conv_langevin_chain(x, [w[0].to("meta"), w[1]], b, [1], 0, 1.0, 1, 0.1, 0.1, None, None, 0, 0)
     with pytest.raises(library.KernelError, match="unknown activation code"):
-        network_ops._conv_langevin_chain(x, w, b, [1], 9, 1.0, 1, 0.1, 0.1, None, None, 0, 0)
+        conv_ops._conv_langevin_chain(x, w, b, [1], 9, 1.0, 1, 0.1, 0.1, None, None, 0, 0)
     with pytest.raises(library.KernelError, match="strides must be >= 1"):
-        network_ops._conv_langevin_chain(x, w, b, [0], 0, 1.0, 1, 0.1, 0.1, None, None, 0, 0)
-    assert torch.equal(network_ops._conv_langevin_chain(x, w, b, [1], 0, 1.0, 0, 0.1, 0.1, None, None, 0, 0), x)
+        conv_ops._conv_langevin_chain(x, w, b, [0], 0, 1.0, 1, 0.1, 0.1, None, None, 0, 0)
+    assert torch.equal(conv_ops._conv_langevin_chain(x, w, b, [1], 0, 1.0, 0, 0.1, 0.1, None, None, 0, 0), x)
 
 
 def test_the_persistent_cd_step_of_the_digits_configuration_runs_the_chain(monkeypatch):
     """One step of ``train_digits.toml`` (PCD, Langevin h = 10, σ = 0.005, energy regularisation) on the conv energy:
     the chains run in the kernel, and the loss and every parameter's gradient are finite."""
     calls = []
-    kernel = dispatch._OPS["conv_langevin_chain"]  # the op every call goes through
-    monkeypatch.setitem(dispatch._OPS, "conv_langevin_chain", lambda *args: calls.append(args[6]) or kernel(*args))
+    kernel = native._OPS["conv_langevin_chain"]  # the op every call goes through
+    monkeypatch.setitem(native._OPS, "conv_langevin_chain", lambda *args: calls.append(args[6]) or kernel(*args))
     energy = ConvEnergy(widths=(32, 64), seed=0)
     loss = PersistentContrastiveDivergence(
         "langevin",

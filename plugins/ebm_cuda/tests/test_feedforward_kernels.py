@@ -17,17 +17,20 @@ from torch import nn
 import ebmcore
 from ebmcore.energies import feedforward
 from ebmcore.energies.base import closed_form_program
-from ebmcore.kernels.fused import FUSED_OPS
+from ebmcore.kernels.fused import langevin_chain_reference
 from ebmcore.errors import InputError
-from ebm_cuda import library, network_ops, reference
-from ebm_cuda.activations import ACTIVATION_CODES
-from ebmcore.energies.program import ActivationKind
-from ebm_cuda.backends import feedforward_langevin_chain
+from ebm_cuda import contrastive_op, feedforward_ops, library, reference
+from ebm_cuda.activations import activation_code
+from ebmcore.energies.program import activation_of
+from ebm_cuda.feedforward_ops import _langevin_chain_kernel as feedforward_langevin_chain
 from ebm_losses import ContrastiveDivergence, DenoisingScoreMatching, SlicedScoreMatching
 from ebm_losses.ops import LOSS_OPS
 from ebm_samplers import LangevinSampler
 
 ACTIVATIONS = {"silu": nn.SiLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "relu": nn.ReLU}
+PARAMETRISED = {"leaky_relu": lambda: nn.LeakyReLU(0.2), "elu": lambda: nn.ELU(0.7)}
+"""Activations whose codes carry a parameter (not the default's: the kernels must read it)."""
+EVERY = sorted(ACTIVATIONS) + sorted(PARAMETRISED)
 
 
 def Net(net: nn.Module, sign: float = 1.0) -> ebmcore.SequentialEnergy:
@@ -38,7 +41,7 @@ def _network(d, widths, activation, *, bias=True, seed=0):
     torch.manual_seed(seed)
     layers, prev = [], d
     for w in widths:
-        layers += [nn.Linear(prev, w, bias=bias), ACTIVATIONS[activation]()]
+        layers += [nn.Linear(prev, w, bias=bias), {**ACTIVATIONS, **PARAMETRISED}[activation]()]
         prev = w
     return nn.Sequential(*layers, nn.Linear(prev, 1, bias=bias))
 
@@ -66,18 +69,18 @@ def _linears_and_codes(net, activation, widths):
         linears,
         [m.weight.float() for m in linears],
         [None if m.bias is None else m.bias.float() for m in linears],
-        [ACTIVATION_CODES[ActivationKind(activation)]] * len(widths),
+        [activation_code(activation_of(m)) for m in net if activation_of(m) is not None],
     )
 
 
 def _autograd_chain(energy, x, n_steps, h, s, seed, offset=0):
     """The op's reference (``x − h∇E(x) + s·ξ_t``) with autograd's gradient and the stream's normals."""
-    return FUSED_OPS["feedforward_langevin_chain"].reference(
+    return langevin_chain_reference(
         energy.gradient, x, n_steps=n_steps, step_size=h, noise_scale=s, seed=seed, offset=offset, normal=reference.normal
     )
 
 
-@pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
+@pytest.mark.parametrize("activation", EVERY)
 @pytest.mark.parametrize(
     "d, widths, n, bias, sign",
     [(2, [64, 64], 100, True, 1.0), (3, [20, 33], 37, True, -1.0), (17, [5], 16, False, 1.0), (1, [40, 7, 24], 1, True, 1.0)],
@@ -161,16 +164,16 @@ def test_the_op_checks_its_arguments():
     w = [torch.randn(4, 3), torch.randn(1, 4)]
     b = [None, None]
     with pytest.raises(InputError, match=r"weights\[0\] of shape \(4, 2\) does not follow width 3"):
-        network_ops._feedforward_langevin_chain(x, [torch.randn(4, 2), w[1]], b, [0], 1.0, 1, 0.01, 0.1, None, None, 0, 0)
+        feedforward_ops._feedforward_langevin_chain(x, [torch.randn(4, 2), w[1]], b, [0], 1.0, 1, 0.01, 0.1, None, None, 0, 0)
     with pytest.raises(InputError, match="into one output"):
-        network_ops._feedforward_langevin_chain(x, [w[0], torch.randn(2, 4)], b, [0], 1.0, 1, 0.01, 0.1, None, None, 0, 0)
+        feedforward_ops._feedforward_langevin_chain(x, [w[0], torch.randn(2, 4)], b, [0], 1.0, 1, 0.01, 0.1, None, None, 0, 0)
     with pytest.raises(InputError, match="one activation per hidden layer"):
-        network_ops._feedforward_langevin_chain(x, w, b, [], 1.0, 1, 0.01, 0.1, None, None, 0, 0)
+        feedforward_ops._feedforward_langevin_chain(x, w, b, [], 1.0, 1, 0.01, 0.1, None, None, 0, 0)
     with pytest.raises(InputError, match="float32 states on the CPU only"):
-        network_ops._feedforward_langevin_chain(x.double(), w, b, [0], 1.0, 1, 0.01, 0.1, None, None, 0, 0)
+        feedforward_ops._feedforward_langevin_chain(x.double(), w, b, [0], 1.0, 1, 0.01, 0.1, None, None, 0, 0)
     with pytest.raises(library.KernelError, match="unknown activation code"):
-        network_ops._feedforward_langevin_chain(x, w, b, [9], 1.0, 1, 0.01, 0.1, None, None, 0, 0)
-    assert torch.equal(network_ops._feedforward_langevin_chain(x, w, b, [0], 1.0, 0, 0.01, 0.1, None, None, 0, 0), x)
+        feedforward_ops._feedforward_langevin_chain(x, w, b, [9], 1.0, 1, 0.01, 0.1, None, None, 0, 0)
+    assert torch.equal(feedforward_ops._feedforward_langevin_chain(x, w, b, [0], 1.0, 0, 0.01, 0.1, None, None, 0, 0), x)
 
 
 def test_a_network_off_the_cpu_is_refused_by_the_host_only_ops_with_the_fix():
@@ -181,19 +184,19 @@ def test_a_network_off_the_cpu_is_refused_by_the_host_only_ops_with_the_fix():
     x, ones = torch.randn(5, 3), torch.ones(5)
     w, b = [torch.randn(4, 3), torch.randn(1, 4)], [torch.randn(4), torch.randn(1)]
     runs = {
-        "feedforward_langevin_chain": lambda w, b: network_ops._feedforward_langevin_chain(
+        "feedforward_langevin_chain": lambda w, b: feedforward_ops._feedforward_langevin_chain(
             x, w, b, [0], 1.0, 2, 0.01, 0.1, None, None, 0, 0
         ),
-        "feedforward_energy_gradients": lambda w, b: network_ops._feedforward_energy_gradients_host(
+        "feedforward_energy_gradients": lambda w, b: feedforward_ops._feedforward_energy_gradients_host(
             x, ones, None, w, b, [0], 1.0
         ),
-        "feedforward_contrastive_chain": lambda w, b: network_ops._feedforward_contrastive_chain_host(
+        "feedforward_contrastive_chain": lambda w, b: contrastive_op._feedforward_contrastive_chain_host(
             x, (ones, None), (ones, None), w, b, [0], 1.0, 2, 0.01, 0.1, None, None, 0, 0
         ),
-        "feedforward_denoising_score_matching": lambda w, b: network_ops._feedforward_denoising_score_matching_host(
+        "feedforward_denoising_score_matching": lambda w, b: feedforward_ops._feedforward_denoising_score_matching_host(
             x, x, None, w, b, [0], 1.0
         ),
-        "feedforward_sliced_score_matching": lambda w, b: network_ops._feedforward_sliced_score_matching_host(
+        "feedforward_sliced_score_matching": lambda w, b: feedforward_ops._feedforward_sliced_score_matching_host(
             x, x, w, b, [0], 1.0
         ),
     }
@@ -208,7 +211,7 @@ def test_a_network_off_the_cpu_is_refused_by_the_host_only_ops_with_the_fix():
                 run(weights, biases)
 
 
-@pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
+@pytest.mark.parametrize("activation", EVERY)
 @pytest.mark.parametrize(
     "d, widths, n, bias, sign, scaled",
     [
@@ -231,7 +234,7 @@ def test_the_denoising_loss_and_its_gradients_equal_autograds(activation, d, wid
     expected = 0.5 * (residual * residual).sum(1).mean()
     expected.backward()
     linears, weights, biases, codes = _linears_and_codes(net, activation, widths)
-    value, grad_w, grad_b = network_ops.feedforward_denoising_score_matching(
+    value, grad_w, grad_b = feedforward_ops.feedforward_denoising_score_matching(
         x.float(), b.float(), None if a is None else a.float(), weights, biases, codes, sign
     )
     torch.testing.assert_close(value.double(), expected.detach(), rtol=2e-6, atol=1e-7)
@@ -242,14 +245,14 @@ def test_the_denoising_kernel_checks_its_arguments():
     x = torch.randn(8, 3)
     w, b = [torch.randn(4, 3), torch.randn(1, 4)], [torch.randn(4), None]
     with pytest.raises(InputError, match=r"biases\[0\] of shape \(5,\) does not fit"):
-        network_ops.feedforward_denoising_score_matching(x, x, None, w, [torch.randn(5), None], [0], 1.0)
+        feedforward_ops.feedforward_denoising_score_matching(x, x, None, w, [torch.randn(5), None], [0], 1.0)
     with pytest.raises(InputError, match="target must have the shape of x"):
-        network_ops.feedforward_denoising_score_matching(x, x[:, :2], None, w, b, [0], 1.0)
+        feedforward_ops.feedforward_denoising_score_matching(x, x[:, :2], None, w, b, [0], 1.0)
     with pytest.raises(InputError, match=r"scale must have shape \(n_chains,\)"):
-        network_ops.feedforward_denoising_score_matching(x, x, torch.ones(3), w, b, [0], 1.0)
+        feedforward_ops.feedforward_denoising_score_matching(x, x, torch.ones(3), w, b, [0], 1.0)
 
 
-@pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
+@pytest.mark.parametrize("activation", EVERY)
 @pytest.mark.parametrize(
     "d, widths, n, bias, sign",
     [(2, [64, 64], 300, True, 1.0), (3, [20, 33], 37, True, -1.0), (17, [5], 16, False, 1.0), (1, [40, 7, 24], 5, True, 1.0)],
@@ -268,7 +271,7 @@ def test_the_sliced_loss_and_its_gradients_equal_autograds(activation, d, widths
     expected = (0.5 * gv * gv - (hv * v).sum(1)).mean()
     expected.backward()
     linears, weights, biases, codes = _linears_and_codes(net, activation, widths)
-    value, grad_w, grad_b = network_ops.feedforward_sliced_score_matching(x.float(), v.float(), weights, biases, codes, sign)
+    value, grad_w, grad_b = feedforward_ops.feedforward_sliced_score_matching(x.float(), v.float(), weights, biases, codes, sign)
     torch.testing.assert_close(value.double(), expected.detach(), rtol=1e-5, atol=1e-6)
     _assert_layer_gradients(linears, grad_w, grad_b, output_bias=False)
 
@@ -279,7 +282,7 @@ def test_variance_reduced_sliced_score_matching_keeps_the_torch_path():
     assert "_GivenGradients" not in type(value.grad_fn).__name__
 
 
-@pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
+@pytest.mark.parametrize("activation", EVERY)
 @pytest.mark.parametrize(
     "d, widths, n, bias, sign, quadratic",
     [
@@ -300,14 +303,14 @@ def test_the_energies_and_their_weighted_gradient_equal_autograds(activation, d,
     energies = sign * net(x).squeeze(-1)
     (a * energies + (0.5 * b * energies**2 if quadratic else 0)).sum().backward()
     linears, weights, biases, codes = _linears_and_codes(net, activation, widths)
-    got, grad_w, grad_b = network_ops.feedforward_energy_gradients(
+    got, grad_w, grad_b = feedforward_ops.feedforward_energy_gradients(
         x.float(), a.float(), None if b is None else b.float(), weights, biases, codes, sign
     )
     torch.testing.assert_close(got.double(), energies.detach(), rtol=1e-5, atol=1e-6)
     _assert_layer_gradients(linears, grad_w, grad_b, output_bias=True)
 
 
-@pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
+@pytest.mark.parametrize("activation", EVERY)
 @pytest.mark.parametrize(
     "d, widths, n, bias, sign, quadratic, per_chain",
     [
@@ -334,11 +337,11 @@ def test_the_contrastive_chain_moves_as_the_chain_and_its_gradient_equals_autogr
     h0, s0 = (0.0, 0.0) if per_chain else (h, s)
     linears, weights, biases, codes = _linears_and_codes(net, activation, widths)
     steps = 1 if len(widths) == 1 else 4  # one step: the only move is the one that reuses the starts' pass
-    out, e0, e1, loss, grad_w, grad_b = network_ops.feedforward_contrastive_chain(
+    out, e0, e1, loss, grad_w, grad_b = contrastive_op.feedforward_contrastive_chain(
         x, (a0, b0), (a1, b1), weights, biases, codes, sign, steps, h0, s0, hv, sv, 11, 3
     )
     assert torch.equal(
-        out, network_ops._feedforward_langevin_chain(x, weights, biases, codes, sign, steps, h0, s0, hv, sv, 11, 3)
+        out, feedforward_ops._feedforward_langevin_chain(x, weights, biases, codes, sign, steps, h0, s0, hv, sv, 11, 3)
     )
     net64 = _network(d, widths, activation, bias=bias).double()
     net64.load_state_dict(net.state_dict())
@@ -359,17 +362,21 @@ def test_the_contrastive_chain_checks_its_arguments():
     w, b = [torch.randn(4, 3), torch.randn(1, 4)], [None, None]
     ones = torch.ones(8)
     with pytest.raises(InputError, match="n_steps must be >= 1"):
-        network_ops.feedforward_contrastive_chain(x, (ones, None), (ones, None), w, b, [0], 1.0, 0, 0.01, 0.1, None, None, 0, 0)
+        contrastive_op.feedforward_contrastive_chain(
+            x, (ones, None), (ones, None), w, b, [0], 1.0, 0, 0.01, 0.1, None, None, 0, 0
+        )
     with pytest.raises(InputError, match=r"end\[1\] must have shape \(n_chains,\) = \(8,\)"):
-        network_ops.feedforward_contrastive_chain(
+        contrastive_op.feedforward_contrastive_chain(
             x, (ones, None), (ones, torch.ones(7)), w, b, [0], 1.0, 2, 0.01, 0.1, None, None, 0, 0
         )
     with pytest.raises(InputError, match="float32 states on the CPU only"):
-        network_ops.feedforward_contrastive_chain(
+        contrastive_op.feedforward_contrastive_chain(
             x.double(), (ones, None), (ones, None), w, b, [0], 1.0, 2, 0.01, 0.1, None, None, 0, 0
         )
     with pytest.raises(InputError, match="seed and offset"):
-        network_ops.feedforward_contrastive_chain(x, (ones, None), (ones, None), w, b, [0], 1.0, 2, 0.01, 0.1, None, None, -1, 0)
+        contrastive_op.feedforward_contrastive_chain(
+            x, (ones, None), (ones, None), w, b, [0], 1.0, 2, 0.01, 0.1, None, None, -1, 0
+        )
 
 
 @pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
@@ -380,16 +387,16 @@ def test_a_nan_row_gives_a_nan_energy_and_loss_as_in_torch(activation):
     x = torch.randn(40, 2, generator=torch.Generator().manual_seed(5))
     x[9, 0] = float("nan")
     _, weights, biases, codes = _linears_and_codes(net, activation, [64, 64])
-    energies, _, _ = network_ops.feedforward_energy_gradients(x, torch.ones(40), None, weights, biases, codes, 1.0)
+    energies, _, _ = feedforward_ops.feedforward_energy_gradients(x, torch.ones(40), None, weights, biases, codes, 1.0)
     assert torch.isnan(energies[9]) and torch.isfinite(energies[torch.arange(40) != 9]).all()
     # the score-matching losses see x through ∇E only, which under ReLU depends on x through its mask alone (a
     # NaN falls on the zero side, in torch's threshold_backward too): NaN for the smooth activations only
-    loss, _, _ = network_ops.feedforward_denoising_score_matching(x, torch.zeros(40, 2), None, weights, biases, codes, 1.0)
+    loss, _, _ = feedforward_ops.feedforward_denoising_score_matching(x, torch.zeros(40, 2), None, weights, biases, codes, 1.0)
     assert bool(torch.isnan(loss)) == (activation != "relu")
-    loss, _, _ = network_ops.feedforward_sliced_score_matching(x, torch.ones(40, 2), weights, biases, codes, 1.0)
+    loss, _, _ = feedforward_ops.feedforward_sliced_score_matching(x, torch.ones(40, 2), weights, biases, codes, 1.0)
     assert bool(torch.isnan(loss)) == (activation != "relu")
     c = (torch.full((40,), 0.025), None)
-    out, e0, e1, loss, grad_w, _ = network_ops.feedforward_contrastive_chain(
+    out, e0, e1, loss, grad_w, _ = contrastive_op.feedforward_contrastive_chain(
         x, c, c, weights, biases, codes, 1.0, 2, 0.01, 0.1, None, None, 0, 0
     )
     assert torch.isnan(e0[9]) and torch.isnan(loss) and torch.isnan(grad_w[-1]).any()  # NaN, never a finite loss
@@ -440,8 +447,8 @@ def test_contrastive_divergence_takes_its_gradient_from_the_chain_that_draws_its
     ``feedforward_contrastive_chain`` call: the negatives are the sampler's own (``advance``, to the bit), and the loss
     and its gradient are the formula's on them, by autograd in float64."""
     calls = []
-    real = network_ops.feedforward_contrastive_chain
-    monkeypatch.setattr(network_ops, "feedforward_contrastive_chain", lambda *args: calls.append(1) or real(*args))
+    real = contrastive_op.feedforward_contrastive_chain
+    monkeypatch.setattr(contrastive_op, "feedforward_contrastive_chain", lambda *args: calls.append(1) or real(*args))
     energy = Net(_network(2, [64, 64], "silu"))
     data = torch.randn(200, 2, generator=torch.Generator().manual_seed(5))
     loss = ebmcore.registry.get("loss", "contrastive_divergence")(
@@ -488,8 +495,8 @@ def test_contrastive_divergence_takes_the_contrastive_op_only_from_the_backend_w
             )
 
     calls = []
-    real = network_ops.feedforward_contrastive_chain
-    monkeypatch.setattr(network_ops, "feedforward_contrastive_chain", lambda *args: calls.append(1) or real(*args))
+    real = contrastive_op.feedforward_contrastive_chain
+    monkeypatch.setattr(contrastive_op, "feedforward_contrastive_chain", lambda *args: calls.append(1) or real(*args))
     energy = Net(_network(2, [16, 16], "silu"))
     data = torch.randn(40, 2, generator=torch.Generator().manual_seed(5))
     with isolated_plugins(("chain_only", Chain()), autoload=True):
@@ -557,7 +564,7 @@ CD_FALLBACKS = {  # a CD whose negatives or gradient must not come from the cont
 def test_contrastive_divergence_keeps_its_other_paths_where_the_chain_must_not_compute_its_gradient(name, monkeypatch):
     """Persistent chains, a clipped gradient, the per-step loop and overridden negatives or advance: no
     ``feedforward_contrastive_chain``; the loss is still the formula on the negatives it drew, gradient included."""
-    monkeypatch.setattr(network_ops, "feedforward_contrastive_chain", lambda *args: pytest.fail("the contrastive chain ran"))
+    monkeypatch.setattr(contrastive_op, "feedforward_contrastive_chain", lambda *args: pytest.fail("the contrastive chain ran"))
     energy = Net(_network(2, [16, 16], "silu"))
     data = torch.randn(64, 2, generator=torch.Generator().manual_seed(6))
     loss = CD_FALLBACKS[name]()
@@ -640,9 +647,9 @@ def test_the_loss_kernels_give_the_same_bits_for_the_same_thread_count():
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(4)
-        runs = [network_ops.feedforward_sliced_score_matching(x, v, W, B, [0, 0], 1.0) for _ in range(6)]
+        runs = [feedforward_ops.feedforward_sliced_score_matching(x, v, W, B, [0, 0], 1.0) for _ in range(6)]
         chains = [
-            network_ops.feedforward_contrastive_chain(x, c, c, W, B, [0, 0], 1.0, 3, 0.01, 0.1, None, None, 5, 0)
+            contrastive_op.feedforward_contrastive_chain(x, c, c, W, B, [0, 0], 1.0, 3, 0.01, 0.1, None, None, 5, 0)
             for _ in range(4)
         ]
     finally:

@@ -6,7 +6,7 @@ import torch
 import ebmcore
 from ebmcore.errors import InputError
 from ebmcore.kernels import torch_backend as ref
-from ebmcore.kernels.fused import FUSED_OPS
+from ebmcore.kernels.fused import hmc_chain_reference, langevin_chain_reference
 from ebm_cuda import reference
 from ebm_samplers import HMCSampler, LangevinSampler, NUTSSampler
 
@@ -28,7 +28,7 @@ def test_langevin_uses_the_fused_chain_by_default():
     x0 = torch.randn(50, 4, dtype=torch.float64)
     out = LangevinSampler(energy, step_size=0.05).sample(x0, 12, burn_in=3, generator=torch.Generator().manual_seed(7))
     mean, precision = energy.kernel_args()
-    expected = FUSED_OPS["<energy>_langevin_chain"].reference(
+    expected = langevin_chain_reference(
         lambda z: ref.gaussian_gradient(z, mean, precision),
         x0,
         n_steps=15,
@@ -51,7 +51,7 @@ def test_recording_chunks_the_chain_without_changing_it():
     )
     assert torch.equal(rec.samples, plain) and rec.trajectory.shape == (6, 30, 4)
     mean, precision = energy.kernel_args()
-    after_11 = FUSED_OPS["<energy>_langevin_chain"].reference(
+    after_11 = langevin_chain_reference(
         lambda z: ref.gaussian_gradient(z, mean, precision),
         x0,
         n_steps=11,
@@ -145,7 +145,7 @@ def test_a_fused_kernel_of_negative_priority_runs_only_when_asked():
         assert torch.equal(auto, sampler.sample(x0, 5, generator=torch.Generator().manual_seed(1)))
         sampler.fused = True
         forced = sampler.sample(x0, 5, generator=torch.Generator().manual_seed(1))
-    expected = FUSED_OPS["<energy>_langevin_chain"].reference(
+    expected = langevin_chain_reference(
         lambda z: ref.harmonic_gradient(z, torch.zeros(3), 1.0),
         x0,
         n_steps=5,
@@ -163,7 +163,7 @@ def test_hmc_uses_the_fused_chain_by_default():
     x0 = torch.randn(10, 3, dtype=torch.float64)
     out = HMCSampler(energy, step_size=0.2, n_leapfrog_steps=3).sample(x0, 5, generator=torch.Generator().manual_seed(1))
     mean, precision = energy.kernel_args()
-    expected, _, _ = FUSED_OPS["<energy>_hmc_chain"].reference(
+    expected, _, _ = hmc_chain_reference(
         lambda z: (ref.gaussian_energy(z, mean, precision), ref.gaussian_gradient(z, mean, precision)),
         x0,
         n_steps=5,

@@ -5,7 +5,7 @@ import torch
 
 from ebmcore.errors import InputError
 from ebmcore.kernels import torch_backend as ref
-from ebmcore.kernels.fused import fused_op
+from ebmcore.kernels.fused import hmc_chain_reference, langevin_chain_reference
 from ebmcore.kernels.ops import sample_inputs
 from ebmcore.testing import check_kernel
 from ebm_cuda import ops, reference
@@ -62,7 +62,7 @@ def test_langevin_chain_matches_reference_steps_with_the_same_noise(name, dtype)
         x.to(dtype), *params, n_steps=8, step_size=h, noise_scale=0.3, seed=12345, offset=77
     )
     grad = getattr(ref, f"{name}_gradient")
-    expected = fused_op(f"{name}_langevin_chain").reference(
+    expected = langevin_chain_reference(
         lambda z: grad(z, *params), x, n_steps=8, step_size=h, noise_scale=0.3, seed=12345, offset=77, normal=reference.normal
     )
     tol = 1e-5 if dtype == torch.float32 else 1e-6  # float64 states take float32 noise: a few float32 ulps of it
@@ -89,7 +89,7 @@ def test_hmc_chain_matches_reference(name):
         x, *params, n_steps=6, step_size=h, n_leapfrog_steps=5, inverse_temperature=0.8, seed=9, offset=3
     )
     e, g = getattr(ref, f"{name}_energy"), getattr(ref, f"{name}_gradient")
-    exp_x, exp_acc, exp_div = fused_op(f"{name}_hmc_chain").reference(
+    exp_x, exp_acc, exp_div = hmc_chain_reference(
         lambda z: (e(z, *params), g(z, *params)),
         x,
         n_steps=6,
@@ -194,10 +194,10 @@ def test_ops_gathers_each_public_name_from_the_one_module_that_defines_it():
     import subprocess
     import sys
 
-    from ebm_cuda import analytic_ops, dispatch, network_ops, philox, testing
+    from ebm_cuda import analytic_ops, contrastive_op, conv_ops, dispatch, feedforward_ops, philox
 
     for name in ops.__all__:
-        homes = [m for m in (analytic_ops, dispatch, network_ops, philox, testing) if name in m.__all__]
+        homes = [m for m in (analytic_ops, dispatch, feedforward_ops, contrastive_op, conv_ops, philox) if name in m.__all__]
         assert len(homes) == 1 and getattr(ops, name) is getattr(homes[0], name), name
     loaded = subprocess.run(
         [

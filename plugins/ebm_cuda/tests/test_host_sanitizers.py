@@ -29,7 +29,8 @@ import torch
 from torch import nn
 import ebmcore
 from ebmcore.energies.program import feedforward_of
-from ebm_cuda import backends
+from ebm_cuda import native
+kernels = {k.op: k.fn for k in native.kernels('cpu_fused')}
 from ebm_losses import ConvEnergy
 g = torch.Generator().manual_seed(0)
 for widths in ((3, 40, 1), (5, 17, 33, 1), (1, 64, 64, 1)):
@@ -39,15 +40,15 @@ for widths in ((3, 40, 1), (5, 17, 33, 1), (1, 64, 64, 1)):
     net = nn.Sequential(*layers, nn.Linear(widths[-2], 1))
     program = feedforward_of(net)
     x = torch.randn(37, widths[0], generator=g)
-    backends.feedforward_langevin_chain(x, program, n_steps=3, step_size=0.01, noise_scale=0.1, seed=1, offset=2)
-    backends.feedforward_denoising_score_matching(x, torch.randn_like(x), torch.rand(37), program)
-    backends.feedforward_sliced_score_matching(x, torch.randn_like(x), program)
-    backends.feedforward_energy_gradients(x, torch.rand(37), torch.rand(37), program)
-    backends.feedforward_contrastive_chain(x, program, n_steps=2, step_size=0.01, noise_scale=0.1, seed=1, offset=0,
-                                           start=(0.5, 0.1), end=(-0.5, None))
+    kernels['feedforward_langevin_chain'](x, program, n_steps=3, step_size=0.01, noise_scale=0.1, seed=1, offset=2)
+    kernels['feedforward_denoising_score_matching'](x, torch.randn_like(x), torch.rand(37), program)
+    kernels['feedforward_sliced_score_matching'](x, torch.randn_like(x), program)
+    kernels['feedforward_energy_gradients'](x, torch.rand(37), torch.rand(37), program)
+    kernels['feedforward_contrastive_chain'](x, program, n_steps=2, step_size=0.01, noise_scale=0.1, seed=1, offset=0,
+                                              start=(0.5, 0.1), end=(-0.5, None))
 stack = ConvEnergy((2, 7, 5), widths=(3, 4), seed=0).program()
-backends.conv_langevin_chain(torch.randn(5, 2, 7, 5, generator=g), stack, n_steps=2, step_size=0.01, noise_scale=0.1, seed=3,
-                             offset=0)
+kernels['conv_langevin_chain'](torch.randn(5, 2, 7, 5, generator=g), stack, n_steps=2, step_size=0.01, noise_scale=0.1,
+                               seed=3, offset=0)
 from ebm_cuda import library
 assert "libebm_host-sanitized" in library.host().path, library.host().path  # the sanitized build ran all of it
 print("network checks done")

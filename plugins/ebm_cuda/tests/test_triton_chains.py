@@ -26,7 +26,7 @@ import torch
 
 import ebmcore
 from ebmcore.energies.program import feedforward_of
-from ebm_cuda.testing import bf16_products_pass, run_triton_child
+from ebm_cuda.testing import bf16_products_pass, run_triton_child, triton_chain_with_noise
 
 needs_triton = pytest.mark.skipif(
     importlib.util.find_spec("triton") is None,
@@ -36,7 +36,9 @@ needs_triton = pytest.mark.skipif(
 N = 37  # chains: not a multiple of any block size used
 D = 3  # state width, padded to 16 in the kernel
 WIDTHS = (D, 40, 17, 5)  # hidden widths that are not powers of 2 (padded to 64, 32, 16)
-ACTIVATIONS = ("SiLU", "Tanh", "Sigmoid", "ReLU")
+ACTIVATIONS = ("SiLU", "Tanh", "Sigmoid", "ReLU", "LeakyReLU", "ELU")
+_WITH_PARAMETERS = {"LeakyReLU": lambda: torch.nn.LeakyReLU(0.2), "ELU": lambda: torch.nn.ELU(0.7)}
+"""The activations whose codes carry a parameter, with one other than the default (the kernel must read it)."""
 LAW_SAMPLES = 640 * 13 * 2  # normals drawn for the law check: (n, d) = (640, 13) at two steps
 
 
@@ -44,7 +46,7 @@ def _network(depth: int, activation: str, seed: int = 0) -> torch.nn.Sequential:
     torch.manual_seed(seed)
     layers: list[torch.nn.Module] = []
     for i in range(depth):
-        layers += [torch.nn.Linear(WIDTHS[i], WIDTHS[i + 1]), getattr(torch.nn, activation)()]
+        layers += [torch.nn.Linear(WIDTHS[i], WIDTHS[i + 1]), _WITH_PARAMETERS.get(activation, getattr(torch.nn, activation))()]
     layers.append(torch.nn.Linear(WIDTHS[depth], 1))
     return torch.nn.Sequential(*layers)
 
@@ -133,7 +135,7 @@ def _interpreted_checks() -> dict[str, Any]:
     xi = torch.randn(steps, N, D, generator=torch.Generator().manual_seed(2))
     h = torch.linspace(0.01, 0.05, N)
     s = torch.linspace(0.1, 0.3, N)
-    out = chain(x0, program, n_steps=steps, step_size=h, noise_scale=s, seed=0, offset=0, noise=xi)
+    out = triton_chain_with_noise(x0, program, xi, n_steps=steps, step_size=h, noise_scale=s, seed=0, offset=0)
     ref = x0.double()
     for t in range(steps):
         ref = ref - h.double()[:, None] * _autograd_gradient(net, 1.0, ref) + s.double()[:, None] * xi[t].double()
@@ -151,15 +153,15 @@ def _interpreted_checks() -> dict[str, Any]:
         (tc.stream_normals(5, 40, seed, offset, device="cpu") - reference.normal(5, 40, seed, offset)).abs().max().item()
     )
     in_kernel = chain(x0, program, n_steps=4, step_size=0.02, noise_scale=0.5, seed=seed, offset=offset)
-    from_tensor = chain(
-        x0, program, n_steps=4, step_size=0.02, noise_scale=0.5, seed=seed, offset=offset, noise=torch.stack(normals)
+    from_tensor = triton_chain_with_noise(
+        x0, program, torch.stack(normals), n_steps=4, step_size=0.02, noise_scale=0.5, seed=seed, offset=offset
     )
     results["in_kernel_vs_tensor"] = (in_kernel - from_tensor).abs().max().item()
     # 64 chains per program draw the normals of the first 4 columns only (noise_columns), widened with zeros: the same
     # values, to the bit
     narrow = chain(x0, program, n_steps=4, step_size=0.02, noise_scale=0.5, seed=seed, offset=offset, block_n=64)
-    narrow_from_tensor = chain(
-        x0, program, n_steps=4, step_size=0.02, noise_scale=0.5, seed=seed, offset=offset, noise=torch.stack(normals), block_n=64
+    narrow_from_tensor = triton_chain_with_noise(
+        x0, program, torch.stack(normals), n_steps=4, step_size=0.02, noise_scale=0.5, seed=seed, offset=offset, block_n=64
     )
     results["narrow_in_kernel_vs_tensor"] = (narrow - narrow_from_tensor).abs().max().item()
     zero = feedforward_of(torch.nn.Sequential(torch.nn.Linear(D, 16), torch.nn.SiLU(), torch.nn.Linear(16, 1)), 1.0)
@@ -222,7 +224,7 @@ def _interpreted_checks() -> dict[str, Any]:
         }
 
     # the host build (cpu_fused) on the same seed draws the same stream: the chains agree to float32 rounding
-    from ebm_cuda.backends import feedforward_langevin_chain as host_chain
+    from ebm_cuda.feedforward_ops import _langevin_chain_kernel as host_chain
 
     host = {}
     for depth in (1, 2, 3):
@@ -285,7 +287,7 @@ def _interpreted_checks() -> dict[str, Any]:
 def _compile_checks() -> dict[str, Any]:
     """Registers and spills of the kernel compiled for sm_80 and sm_90 (run in the child process, no interpreter)."""
     assert "TRITON_INTERPRET" not in os.environ
-    from ebm_cuda.triton_chains import compile_report, normals_compile_report
+    from ebm_cuda.kernel_report import compile_report, normals_compile_report
 
     configs = {
         "2-64-64-1 silu float32 ieee": dict(widths=(2, 64, 64)),
@@ -322,7 +324,7 @@ def interpreted() -> dict[str, Any]:
 
 @needs_triton
 def test_gradient_equals_autograd_for_every_activation_depth_and_sign(interpreted):
-    assert len(interpreted["gradient"]) == 3 * 4 * 2
+    assert len(interpreted["gradient"]) == 3 * len(ACTIVATIONS) * 2
     worst = max(interpreted["gradient"].values())
     assert worst < 2e-6, interpreted["gradient"]  # float32 products against float64 autograd, relative to |∇E|
 
@@ -402,7 +404,7 @@ def test_a_negated_network_equals_its_last_layer_negated(interpreted):
 
 @needs_triton
 def test_the_chain_equals_the_host_build_on_the_same_seed(interpreted):
-    assert len(interpreted["host_build"]) == 3 * 4
+    assert len(interpreted["host_build"]) == 3 * len(ACTIVATIONS)
     assert max(interpreted["host_build"].values()) < 1e-5, interpreted["host_build"]  # 8 steps, float32 both
 
 
@@ -491,7 +493,10 @@ def test_refusals_and_resolution_name_their_reason():
 
     lin = torch.nn.Linear
     assert tc.refusal(program(lin(2, 8), torch.nn.SiLU(), lin(8, 1))) is None
-    assert tc.refusal(program(lin(2, 8), torch.nn.GELU(), lin(8, 1))) == "has no gelu (it takes silu, tanh, sigmoid, relu)"
+    assert (
+        tc.refusal(program(lin(2, 8), torch.nn.GELU(), lin(8, 1)))
+        == "has no gelu (it takes silu, tanh, sigmoid, relu, leaky_relu, elu)"
+    )
     assert tc.refusal(program(lin(2, 1))) == "needs a hidden layer (this energy is linear)"
     deep = [m for _ in range(4) for m in (lin(2, 2), torch.nn.Tanh())]
     assert tc.refusal(program(*deep, lin(2, 1))) == "takes at most 3 hidden layers, the network has 4"
@@ -571,8 +576,12 @@ def test_refusals_and_resolution_name_their_reason():
         (dict(network=program(lin(2, 8), torch.nn.GELU(), lin(8, 1))), "the kernel has no gelu"),
     ):
         args = {"x": x, "network": ok, **kw, **bad}
+        noise = args.pop("noise", None)
         with pytest.raises(InputError, match=match):
-            tc.feedforward_langevin_chain(args.pop("x"), args.pop("network"), **args)
+            if noise is None:
+                tc.feedforward_langevin_chain(args.pop("x"), args.pop("network"), **args)
+            else:
+                triton_chain_with_noise(args.pop("x"), args.pop("network"), noise, **args)
     assert tc.feedforward_langevin_chain(x, ok, **dict(kw, n_steps=0)).equal(x)  # nothing to launch
     # registered: explain lists it for CUDA inputs, with why it cannot run on this machine
     rows = {c.backend: c for c in ebmcore.explain("feedforward_langevin_chain", device="cuda", dtype=torch.bfloat16).candidates}
@@ -603,7 +612,7 @@ def test_on_a_gpu_the_compiled_chain_equals_the_host_build_and_samplers_resolve_
     bfloat16 states, bfloat16 products against their torch emulation, a ragged chain count, restarts; resolution picks
     it, a sampler runs it with ``fused=True``."""
     from ebm_cuda import triton_chains as tc
-    from ebm_cuda.backends import feedforward_langevin_chain as host_chain
+    from ebm_cuda.feedforward_ops import _langevin_chain_kernel as host_chain
     from ebm_cuda.testing import assert_chains_close, gpu_absent_reason
     from ebm_samplers import LangevinSampler
     from ebm_samplers.langevin import ULAChain

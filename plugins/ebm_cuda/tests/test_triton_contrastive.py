@@ -68,12 +68,13 @@ def _relative(got: list[Any], expected: list[Any]) -> float:
 def _interpreted_checks() -> dict[str, Any]:
     """Everything measured under the interpreter (run in the child process; returns plain numbers)."""
     assert os.environ.get("TRITON_INTERPRET") == "1" and "triton" not in sys.modules
-    from ebm_cuda import triton_chains as tc
-    from ebm_cuda.backends import TRITON_CHAIN_PRIORITY, TritonBackend
-    from ebm_cuda.backends import feedforward_contrastive_chain as host_contrastive
+    from ebm_cuda import triton_chains as tc, triton_contrastive
+    from ebm_cuda.backends import TritonBackend
+    from ebm_cuda.triton_chains import TRITON_CHAIN_PRIORITY
+    from ebm_cuda.contrastive_op import _contrastive_chain_kernel as host_contrastive
     from ebm_losses.ops import LOSS_OPS
 
-    cd, chain = tc.feedforward_contrastive_chain, tc.feedforward_langevin_chain
+    cd, chain = triton_contrastive.feedforward_contrastive_chain, tc.feedforward_langevin_chain
     results: dict[str, Any] = {}
     gen = torch.Generator().manual_seed(1)
     x0 = torch.randn(N, D, generator=gen)
@@ -255,10 +256,10 @@ def _interpreted_checks() -> dict[str, Any]:
 
     calls = []
 
-    @functools.wraps(tc.feedforward_contrastive_chain)
+    @functools.wraps(triton_contrastive.feedforward_contrastive_chain)
     def recorded(*args, **kwargs):
         calls.append(fused)
-        return tc.feedforward_contrastive_chain(*args, **kwargs)
+        return triton_contrastive.feedforward_contrastive_chain(*args, **kwargs)
 
     kernels = [
         dataclasses.replace(
@@ -309,7 +310,7 @@ def _interpreted_checks() -> dict[str, Any]:
 def _compile_checks() -> dict[str, Any]:
     """Registers and spills of the contrastive kernel compiled for sm_80 and sm_90 (child process, no interpreter)."""
     assert "TRITON_INTERPRET" not in os.environ
-    from ebm_cuda.triton_chains import compile_report
+    from ebm_cuda.kernel_report import compile_report
 
     configs = {
         "2-64-64-1 silu float32 ieee": dict(widths=(2, 64, 64)),  # 16 chains on 4 warps (launch_config)
@@ -447,15 +448,16 @@ def test_the_contrastive_kernel_compiles_for_sm80_and_sm90_within_its_spill_and_
 
 
 def test_refusals_input_errors_and_resolution_name_their_reason():
-    from ebm_cuda import triton_chains as tc
-    from ebm_cuda.backends import TRITON_CHAIN_PRIORITY, TritonBackend
+    from ebm_cuda import triton_chains as tc, triton_contrastive
+    from ebm_cuda.backends import TritonBackend
+    from ebm_cuda.triton_chains import TRITON_CHAIN_PRIORITY
     from ebmcore.errors import InputError
 
     lin = torch.nn.Linear
     kernel = TritonBackend().kernels["feedforward_contrastive_chain"]
     assert kernel.priority == TRITON_CHAIN_PRIORITY and kernel.device_types == ("cuda",) and kernel.dtypes == tc.DTYPES
     gelu = feedforward_of(torch.nn.Sequential(lin(2, 8), torch.nn.GELU(), lin(8, 1)))
-    assert kernel.refuses(gelu) == "has no gelu (it takes silu, tanh, sigmoid, relu)"
+    assert kernel.refuses(gelu) == "has no gelu (it takes silu, tanh, sigmoid, relu, leaky_relu, elu)"
     wide = feedforward_of(torch.nn.Sequential(lin(2, 65), torch.nn.SiLU(), lin(65, 1)))
     assert kernel.refuses(wide) == "takes layers at most 64 wide, the network has one 65 wide"
     ok = feedforward_of(torch.nn.Sequential(lin(2, 8), torch.nn.SiLU(), lin(8, 1)))
@@ -472,15 +474,15 @@ def test_refusals_input_errors_and_resolution_name_their_reason():
     ):
         args = {"x": x, "network": ok, **kw, **bad}
         with pytest.raises(InputError, match=match):
-            tc.feedforward_contrastive_chain(args.pop("x"), args.pop("network"), **args)
+            triton_contrastive.feedforward_contrastive_chain(args.pop("x"), args.pop("network"), **args)
     # no chains: nothing to launch (and no triton imported), zero gradients of the layers' shapes
-    empty = tc.feedforward_contrastive_chain(x[:0], ok, **kw)
+    empty = triton_contrastive.feedforward_contrastive_chain(x[:0], ok, **kw)
     assert empty[0].shape == (0, 2) and empty[1].shape == empty[2].shape == (0,) and empty[3].item() == 0.0
     assert [tuple(g.shape) for g in empty[4]] == [(8, 2), (1, 8)] and all(not g.any() for g in empty[4] + empty[5])
     # the losses' definition of the op takes it (checked when contrastive divergence first resolves it)
     from ebm_losses.ops import LOSS_OPS
 
-    assert LOSS_OPS["feedforward_contrastive_chain"].conformance(tc.feedforward_contrastive_chain) is None
+    assert LOSS_OPS["feedforward_contrastive_chain"].conformance(triton_contrastive.feedforward_contrastive_chain) is None
     rows = {c.backend: c for c in ebmcore.explain("feedforward_contrastive_chain", device="cuda", dtype=torch.float32).candidates}
     assert rows["triton"].priority == TRITON_CHAIN_PRIORITY
     if torch.version.cuda is None:
@@ -492,8 +494,8 @@ def test_on_a_gpu_the_compiled_contrastive_chain_equals_the_chain_and_the_host_b
     """On a GPU machine (skipped without one; failed where a GPU is present but the Triton kernels cannot run): the
     compiled contrastive kernel's states against the compiled chain's (to the bit), its outputs against the host
     build's on the same stream, and contrastive divergence running it with ``fused=True``."""
-    from ebm_cuda import triton_chains as tc
-    from ebm_cuda.backends import feedforward_contrastive_chain as host_contrastive
+    from ebm_cuda import triton_chains as tc, triton_contrastive
+    from ebm_cuda.contrastive_op import _contrastive_chain_kernel as host_contrastive
     from ebm_cuda.testing import gpu_absent_reason
     from ebm_losses import ContrastiveDivergence
     from ebm_samplers import LangevinSampler
@@ -515,7 +517,7 @@ def test_on_a_gpu_the_compiled_contrastive_chain_equals_the_chain_and_the_host_b
         host = host_contrastive(x0, feedforward_of(net, sign), **kw)
         program = feedforward_of(copy.deepcopy(net).cuda(), sign)
         cuda_kw = dict(kw, start=(a.cuda(), b.cuda()), end=(-a.cuda(), None))
-        got = tc.feedforward_contrastive_chain(x0.cuda(), program, precision="ieee", **cuda_kw)
+        got = triton_contrastive.feedforward_contrastive_chain(x0.cuda(), program, precision="ieee", **cuda_kw)
         chain_kw = {k: v for k, v in kw.items() if k not in ("start", "end")}
         assert torch.equal(got[0], tc.feedforward_langevin_chain(x0.cuda(), program, precision="ieee", **chain_kw))
         assert _relative([t.cpu() if t is not None else None for t in _flat(got)], _flat(host)) < 1e-3  # 20 steps, float32 noise
@@ -530,7 +532,7 @@ def test_on_a_gpu_the_compiled_contrastive_chain_equals_the_chain_and_the_host_b
     program, x2 = feedforward_of(w5, 1.0), torch.randn(3001, 2, generator=gen).cuda()
     for block_n, warps in ((64, 4), (32, 4), (16, 8), (128, 8)):
         config = dict(precision="bf16", block_n=block_n, num_warps=warps)
-        got = tc.feedforward_contrastive_chain(x2, program, **config, **cuda_kw)
+        got = triton_contrastive.feedforward_contrastive_chain(x2, program, **config, **cuda_kw)
         torch.cuda.synchronize()
         assert torch.equal(got[0], tc.feedforward_langevin_chain(x2, program, **config, **chain_kw)), config
         assert all(torch.isfinite(t).all() for t in _flat(got) if t is not None), config

@@ -14,9 +14,8 @@ import torch
 from torch import Tensor
 
 from ebmcore.energies.program import FeedForward
-from ebmcore.errors import BackendUnavailableError, PluginError, UnknownComponentError
+from ebmcore.errors import BackendUnavailableError, UnknownComponentError
 from ebmcore.kernels import Kernel, resolve_kernel
-from ebm_losses.ops import LOSS_OPS
 
 __all__ = ["network_kernel", "kernel_may_run", "kernel_loss"]
 
@@ -38,27 +37,7 @@ def network_kernel(op: str, plan: FeedForward, x: Tensor, backend: Optional[str]
         kernel = resolve_kernel(op, x.device, x.dtype, backend)
     except (BackendUnavailableError, UnknownComponentError):
         return None
-    _check_conformance(op, kernel)
     return None if kernel.refuses is not None and kernel.refuses(plan) else kernel
-
-
-_CONFORMING: set[tuple[str, Callable]] = set()
-
-
-def _check_conformance(op: str, kernel: Kernel) -> None:
-    """A backend's kernel for one of the losses' fused ops must take the op's parameters (``ebm_losses.ops.LOSS_OPS``):
-    checked the first time it is resolved; a mismatch is the backend's error, said as such."""
-    if (op, kernel.fn) in _CONFORMING:
-        return
-    definition = LOSS_OPS.get(op)
-    why = definition.conformance(kernel.fn) if definition is not None else None
-    if why:
-        raise PluginError(
-            f"the kernel resolved for the losses' op '{op}' ({getattr(kernel.fn, '__qualname__', kernel.fn)}) "
-            f"does not take the op's parameters {definition.signature}: it {why}. Fix the backend that "
-            "registers it, or select another (EBM_BACKEND)."
-        )
-    _CONFORMING.add((op, kernel.fn))
 
 
 class _GivenGradients(torch.autograd.Function):

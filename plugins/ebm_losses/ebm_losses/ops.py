@@ -1,4 +1,4 @@
-"""The fused ops the losses call, defined here once: signature and a pure-torch reference of each.
+"""The fused ops the losses call, each defined once by its pure-torch reference, whose signature is the op's.
 
 A kernel backend (``ebm-cuda``'s ``cpu_fused`` on the CPU, its ``triton`` for ``feedforward_contrastive_chain`` on
 CUDA) registers implementations under these names; the losses resolve them per device and dtype
@@ -88,7 +88,7 @@ def contrastive_chain(
     end: tuple[Any, Any],
 ) -> tuple[Tensor, ...]:
     """``x' = chain(x, network, n_steps=..., ...)`` (``feedforward_langevin_chain``, whose moves and noise stream the op
-    repeats) with, at ``x`` and ``x'``, the energies, the loss ``Σᵣ aᵣEᵣ + ½bᵣEᵣ²`` for ``(a, b) = start`` and
+    repeats; reference only: the op's kernels draw the stream themselves) with, at ``x`` and ``x'``, the energies, the loss ``Σᵣ aᵣEᵣ + ½bᵣEᵣ²`` for ``(a, b) = start`` and
     ``end`` summed over both, and its weight gradient: ``(x', E(x), E(x'), loss, weight grads, bias grads)``."""
     moved = chain(x, network, n_steps=n_steps, step_size=step_size, noise_scale=noise_scale, seed=seed, offset=offset)
 
@@ -106,48 +106,14 @@ def contrastive_chain(
     return (moved, e0.detach(), e1.detach(), value.detach(), *grads)
 
 
-_GRADS = "weight gradients: [(out, in)], bias gradients: [(out,) | None]"
-_NETWORK = "network: FeedForward"
 LOSS_OPS: dict[str, FusedOp] = {
-    op.name: op
+    op.kernel_name(): op
     for op in (
-        FusedOp(
-            "feedforward_denoising_score_matching",
-            ("x: (n, d)", "target: (n, d)", "scale: (n,) | None", _NETWORK),
-            (),
-            f"(loss: (), {_GRADS})",
-            denoising_score_matching,
-        ),
-        FusedOp(
-            "feedforward_sliced_score_matching",
-            ("x: (n, d)", "v: (n, d)", _NETWORK),
-            (),
-            f"(loss: (), {_GRADS})",
-            sliced_score_matching,
-        ),
-        FusedOp(
-            "feedforward_energy_gradients",
-            ("x: (n, d)", "a: (n,)", "b: (n,) | None", _NETWORK),
-            (),
-            f"(energies: (n,), {_GRADS})",
-            energy_gradients,
-        ),
-        FusedOp(
-            "feedforward_contrastive_chain",
-            ("x: (n, d)", _NETWORK),
-            (
-                "n_steps: int >= 1",
-                "step_size: float | (n,)",
-                "noise_scale: float | (n,)",
-                "seed: int",
-                "offset: int",
-                "start: (a, b)",
-                "end: (a, b)",
-            ),
-            f"(x': (n, d), E(x): (n,), E(x'): (n,), loss: (), {_GRADS})",
-            contrastive_chain,
-        ),
+        FusedOp("denoising_score_matching", FeedForward, denoising_score_matching, ()),
+        FusedOp("sliced_score_matching", FeedForward, sliced_score_matching, ()),
+        FusedOp("energy_gradients", FeedForward, energy_gradients, ()),
+        FusedOp("contrastive_chain", FeedForward, contrastive_chain, ("chain",)),
     )
 }
-"""The losses' fused ops by name (contrastive divergence: ``feedforward_energy_gradients`` and
-``feedforward_contrastive_chain``; score matching: the other two)."""
+"""The losses' fused ops (registered through ``ebm_register_ops``) by the name of their kernels: contrastive
+divergence's ``feedforward_energy_gradients`` and ``feedforward_contrastive_chain``, score matching's other two."""

@@ -12,7 +12,9 @@ from ebm_losses.equilibrium_matching import EquilibriumMatching
 from ebm_losses.nce import NoiseContrastiveEstimation
 from ebm_losses.gaussian_residual import GaussianResidualEnergy
 from ebm_losses.image_mlp import ImageMLPEnergy
+from ebm_losses.jem import JointEnergy, JointEnergyLoss
 from ebm_losses.noise_conditional import NoiseConditionalEnergy
+from ebm_losses.ops import LOSS_OPS
 from ebm_losses.whitened_cd import WhitenedContrastiveDivergence
 from ebm_losses.score_matching import DenoisingScoreMatching, ScoreMatching, SlicedScoreMatching
 
@@ -23,6 +25,7 @@ def ebm_register_energies(registry: Registrar) -> None:
     registry.register_energy("noise_conditional_mlp", NoiseConditionalEnergy)
     registry.register_energy("image_mlp", ImageMLPEnergy)
     registry.register_energy("gaussian_residual", GaussianResidualEnergy)
+    registry.register_energy("joint_energy", JointEnergy)
 
 
 @hookimpl
@@ -36,6 +39,13 @@ def ebm_register_losses(registry: Registrar) -> None:
     registry.register_loss("energy_matching", EnergyMatching)
     registry.register_loss("equilibrium_matching", EquilibriumMatching)
     registry.register_loss("whitened_contrastive_divergence", WhitenedContrastiveDivergence)
+    registry.register_loss("jem", JointEnergyLoss)
+
+
+@hookimpl
+def ebm_register_ops(registry: Registrar) -> None:
+    for op in LOSS_OPS.values():
+        registry.register_op(op)
 
 
 @hookimpl

@@ -165,7 +165,7 @@ def test_the_losses_fused_ops_are_defined_once_and_every_kernel_takes_their_para
     from ebmcore.testing import isolated_plugins
 
     assert LOSS_OPS["feedforward_energy_gradients"].signature.startswith(
-        "(x: (n, d), a: (n,), b: (n,) | None, network: FeedForward) -> (energies: (n,), weight gradients"
+        "(x: Tensor, a: Tensor, b: Optional[Tensor], network: FeedForward) -> tuple[Tensor, list[Tensor]"
     )
     backends = {e.component.name: e.component for e in ebmcore.plugins.session().table.entries("kernel")}
     implemented = [(name, op) for name, backend in backends.items() for op in backend.kernels if op in LOSS_OPS]
@@ -185,10 +185,12 @@ def test_the_losses_fused_ops_are_defined_once_and_every_kernel_takes_their_para
             )
 
     energy = ebmcore.MLPEnergy(dim=2, hidden=(8,), seed=0)
-    with isolated_plugins(("wrong", Wrong())):
+    from ebm_losses import plugin as losses_plugin  # defines the op (ebm_register_ops)
+
+    with isolated_plugins(("losses", losses_plugin), ("wrong", Wrong())):
         with pytest.raises(
             PluginError,
             match=r"op 'feedforward_energy_gradients' \(.*wrong\) does not take the op's "
-            r"parameters \(x: \(n, d\), a: \(n,\), b: \(n,\) \| None, network",
+            r"parameters \(x: Tensor, a: Tensor, b: Optional\[Tensor\], network",
         ):
             network_kernel("feedforward_energy_gradients", energy.program(), torch.randn(4, 2))

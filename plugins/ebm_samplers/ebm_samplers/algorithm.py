@@ -19,10 +19,10 @@ import torch
 from torch import Tensor
 
 from ebmcore import EnergyFunctions, EnergyModel
-from ebmcore.energies.program import Analytic, ConvStack, FeedForward, Opaque, Program
+from ebmcore.energies.program import Analytic, Opaque, Program
 from ebmcore.errors import BackendUnavailableError, UnknownComponentError
 from ebmcore.kernels import Kernel, resolve_kernel
-from ebmcore.kernels.fused import FUSED_OPS
+from ebmcore.kernels.resolve import fused_op, fused_ops
 from ebmcore.sampler import Chain
 from ebm_samplers.params import IDENTITY
 
@@ -73,7 +73,10 @@ class Algorithm:
     state's positions for diagnostics (None: ``state.energy`` if the state carries it, else
     ``fns.energy(state.x)``); ``compile_refusal``: why ``compile=True`` cannot apply (None:
     ``build_kernel`` takes ``compile``); ``graph_refusal``: why its transition cannot be captured in a CUDA graph
-    (a host sync in it; None: it can, :mod:`ebm_samplers.graphs`).
+    (a host sync in it; None: it can, :mod:`ebm_samplers.graphs`); ``warmup(sampler, x0, n_warmup, *,
+    target_accept, generator) -> result`` with ``result.x``, ``result.tunables`` and ``result.acceptance``: the
+    algorithm's own warm-up (ChEES's), which ``ebm sample`` runs in place of the generic
+    :func:`ebm_samplers.adaptation.warmup` (None: the generic one).
     """
 
     name: str
@@ -86,6 +89,7 @@ class Algorithm:
     energy_of: Optional[Callable[..., Tensor]] = None
     compile_refusal: Optional[str] = None
     graph_refusal: Optional[str] = None
+    warmup: Optional[Callable[..., Any]] = None
 
 
 @cache
@@ -160,7 +164,7 @@ def identity_mass_refusal(params: Any) -> str | None:
 
 
 def chain_kernel(op: str, energy: EnergyModel, x: Tensor, fused: bool | None, *static: Any) -> Kernel | str:
-    """The kernel of the fused ``op`` (:data:`ebmcore.kernels.fused.FUSED_OPS`, provided by a backend such as
+    """The kernel named ``op`` of a fused op (:mod:`ebmcore.kernels.fused`, provided by a backend such as
     ``ebm-cuda``) for states ``x``, or why none can run here; the per-step loop is what it competes with (a sampler's
     chains find their op through :func:`fused_chain`). With ``fused=None`` (automatic) a kernel
     is used only if it does not rank below the per-step loop (priority >= 0); ``fused=True`` takes any that can run.
@@ -184,28 +188,24 @@ def chain_kernel(op: str, energy: EnergyModel, x: Tensor, fused: bool | None, *s
     return kernel
 
 
-NETWORK_OP_PREFIX = {FeedForward: "feedforward", ConvStack: "conv"}
-"""The prefix of the fused ops that run a network program itself (``feedforward_langevin_chain``, ...)."""
-
-
 def fused_chain(family: str, energy: EnergyModel, program: Program, x: Tensor, fused: bool | None) -> "FusedChain | str":
     """The one question a sampler asks: which kernel runs ``family`` (``"langevin_chain"``, ``"hmc_chain"``,
-    ``"nuts_chain"``) on the energy's ``program`` for states ``x``, or why none does. The op follows from the program:
-    ``<op>_<family>`` for an analytic energy, ``feedforward_<family>`` / ``conv_<family>`` for a network where such an op
-    is defined (:data:`~ebmcore.kernels.fused.FUSED_OPS`). Returns ``chain(x, **keywords)``: the kernel with the
-    program's own arguments bound (the energy's parameters, or the network), called with the family's keywords."""
-    prefix = NETWORK_OP_PREFIX.get(type(program))
+    ``"nuts_chain"``) on the energy's ``program`` for states ``x``, or why none does. The op is the one registered
+    for ``(family, type(program))`` (:func:`ebmcore.kernels.resolve.fused_op`), its kernel named for the program
+    (``gaussian_langevin_chain``, ``feedforward_langevin_chain``). Returns ``chain(x, **keywords)``: the kernel with
+    the program's own arguments bound (the energy's parameters, or the network), called with the family's keywords."""
+    op = fused_op(family, type(program))
+    if op is None:
+        if isinstance(program, Opaque) and any(o.family == family and o.program is not Analytic for o in fused_ops()):
+            return program.reason  # what would let a kernel run it
+        return f"{type(energy).__name__} is not an analytic energy"
     if isinstance(program, Analytic):
-        op, bound, static = f"{program.op}_{family}", program.args, ()
-    elif prefix is not None and f"{prefix}_{family}" in FUSED_OPS:
+        bound, static = program.args, ()
+    else:
         if torch.is_autocast_enabled(x.device.type):
             return "torch.autocast is on: the network runs in torch under it"
-        op, bound, static = f"{prefix}_{family}", (program,), (program,)
-    elif isinstance(program, Opaque) and any(f"{p}_{family}" in FUSED_OPS for p in NETWORK_OP_PREFIX.values()):
-        return program.reason  # what would let a kernel run it
-    else:
-        return f"{type(energy).__name__} is not an analytic energy"
-    kernel = chain_kernel(op, energy, x, fused, *static)
+        bound, static = (program,), (program,)
+    kernel = chain_kernel(op.kernel_name(program), energy, x, fused, *static)
     if isinstance(kernel, str):
         return kernel
     return FusedChain(kernel, bound)

@@ -38,7 +38,7 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
-from ebmcore import EnergyModel, registry
+from ebmcore import EnergyFunctions, EnergyModel, registry
 from ebmcore.energies.binding import bind_energy
 from ebmcore.errors import InputError
 from ebmcore.validation import check_energy_output, check_gradient_output
@@ -147,6 +147,68 @@ def _positive_int(value: Any, name: str, low: int) -> int:
     return value
 
 
+def _check_options(
+    n_mcmc_steps: int, max_stages: int, target_ess: float, target_accept: float, min_step: float, step_size: float | None
+) -> None:
+    """Raise :class:`InputError` naming the first of :func:`adaptive_tempered_smc`'s options out of its range."""
+    _positive_int(n_mcmc_steps, "n_mcmc_steps", 0)
+    _positive_int(max_stages, "max_stages", 1)
+    for name, value in (("target_ess", target_ess), ("target_accept", target_accept)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+            raise InputError(f"{name} must be a number in (0, 1), got {value!r}.")
+    if isinstance(min_step, bool) or not isinstance(min_step, (int, float)) or not 0 <= min_step < 1:
+        raise InputError(f"min_step must be a number in [0, 1), got {min_step!r}.")
+    if step_size is not None and not (isinstance(step_size, (int, float)) and math.isfinite(step_size) and step_size > 0):
+        raise InputError(f"step_size must be a positive number, got {step_size!r}.")
+
+
+def _default_base(
+    energy: EnergyModel, loc: Any, scale: Any, event_shape: Sequence[int] | None, dtype: torch.dtype | None, device: Any
+) -> GaussianBase:
+    """``N(loc, diag(scale²))`` on the energy's event shape, dtype and device (else float64 on CPU)."""
+    shape = tuple(event_shape) if event_shape is not None else energy.event_shape
+    if shape is None:
+        raise InputError(f"{type(energy).__name__} sets no event_shape: pass event_shape=(d,) (or a base).")
+    ref = energy._reference_tensor()
+    dtype = dtype or (ref.dtype if ref is not None else torch.float64)
+    device = torch.device(device) if device is not None else (ref.device if ref is not None else torch.device("cpu"))
+    return GaussianBase.like(loc, scale, shape, dtype, device)
+
+
+def _initial_particles(
+    energy: EnergyModel, base: Base, n: int, generator: torch.Generator | None
+) -> tuple[Tensor, EnergyFunctions, Tensor, Tensor]:
+    """``n`` draws ``x: (n, *event_shape)`` from the base, the energy bound at them, ``E(x): (n,)`` and the base's
+    ``log q(x): (n,)``; an energy or log density not finite at a draw is an error that says so."""
+    owner = type(energy).__name__
+    x = base.sample(n, generator)
+    energy.validate(x, name="the base's draws")
+    fns = bind_energy(energy, x)
+    e, g = fns.energy_and_gradient(x)
+    check_energy_output(e, x, owner=owner)
+    check_gradient_output(g, x, owner=owner)
+    log_q = base.log_prob(x)
+    bad = int((~torch.isfinite(e) | ~torch.isfinite(log_q)).sum())
+    if bad:
+        raise InputError(
+            f"{owner}'s energy (or the base's log_prob) is not finite at {bad} of {n} initial particles "
+            "drawn from the base: tempered SMC needs a base whose draws have finite energy (move or "
+            "shrink the base to the energy's domain, or make the energy finite there)."
+        )
+    return x, fns, e, log_q
+
+
+def _initial_step_size(x: Tensor, params: Any, step_size: float | None, kernel_params: dict[str, Any] | None) -> Tensor:
+    """Each particle's step size ``(n,)``: ``step_size``, else the kernel's given one, else the kernel's default for
+    unit scale times the particles' mean standard deviation."""
+    n = x.shape[0]
+    if step_size is not None:
+        return torch.full((n,), float(step_size), dtype=x.dtype, device=x.device)
+    if kernel_params and "step_size" in kernel_params:
+        return torch.as_tensor(params.step_size, dtype=x.dtype, device=x.device).expand(n).clone()
+    return params.step_size * x.flatten(1).std(0).mean().expand(n).clone()
+
+
 def adaptive_tempered_smc(
     energy: EnergyModel,
     n_particles: int = 1000,
@@ -184,56 +246,21 @@ def adaptive_tempered_smc(
     draws, and a run whose ``β`` cannot advance (weights that vanish, or ``max_stages`` reached).
     """
     n = _positive_int(n_particles, "n_particles", 2)
-    _positive_int(n_mcmc_steps, "n_mcmc_steps", 0)
-    _positive_int(max_stages, "max_stages", 1)
-    for name, value in (("target_ess", target_ess), ("target_accept", target_accept)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
-            raise InputError(f"{name} must be a number in (0, 1), got {value!r}.")
-    if isinstance(min_step, bool) or not isinstance(min_step, (int, float)) or not 0 <= min_step < 1:
-        raise InputError(f"min_step must be a number in [0, 1), got {min_step!r}.")
-    if step_size is not None and not (isinstance(step_size, (int, float)) and math.isfinite(step_size) and step_size > 0):
-        raise InputError(f"step_size must be a positive number, got {step_size!r}.")
+    _check_options(n_mcmc_steps, max_stages, target_ess, target_accept, min_step, step_size)
     resample = get_scheme(resampling)
     algorithm = _algorithm(kernel)
-    owner = type(energy).__name__
-
     if base is None:
-        shape = tuple(event_shape) if event_shape is not None else energy.event_shape
-        if shape is None:
-            raise InputError(f"{owner} sets no event_shape: pass event_shape=(d,) (or a base).")
-        ref = energy._reference_tensor()
-        dtype = dtype or (ref.dtype if ref is not None else torch.float64)
-        device = torch.device(device) if device is not None else (ref.device if ref is not None else torch.device("cpu"))
-        base = GaussianBase.like(loc, scale, shape, dtype, device)
+        base = _default_base(energy, loc, scale, event_shape, dtype, device)
     elif not isinstance(base, Base):
         raise InputError(f"base must have sample(n, generator) and log_prob(x), got a {type(base).__name__}.")
 
     with torch.no_grad():
-        x = base.sample(n, generator)
-        energy.validate(x, name="the base's draws")
-        fns = bind_energy(energy, x)
-        e, g = fns.energy_and_gradient(x)
-        check_energy_output(e, x, owner=owner)
-        check_gradient_output(g, x, owner=owner)
-        log_q = base.log_prob(x)
-        bad = int((~torch.isfinite(e) | ~torch.isfinite(log_q)).sum())
-        if bad:
-            raise InputError(
-                f"{owner}'s energy (or the base's log_prob) is not finite at {bad} of {n} initial particles "
-                "drawn from the base: tempered SMC needs a base whose draws have finite energy (move or "
-                "shrink the base to the energy's domain, or make the energy finite there)."
-            )
-
+        x, fns, e, log_q = _initial_particles(energy, base, n, generator)
         tempered = TemperedEnergy(energy, base)
         moves = tempered.bind(x)
         params = algorithm.Params(**(kernel_params or {})).resolve(x)
         step = algorithm.build_kernel(**algorithm.options(tempered))
-        if step_size is not None:
-            h = torch.full((n,), float(step_size), dtype=x.dtype, device=x.device)
-        elif kernel_params and "step_size" in kernel_params:
-            h = torch.as_tensor(params.step_size, dtype=x.dtype, device=x.device).expand(n).clone()
-        else:  # the kernel's default for unit scale, times the base's spread
-            h = params.step_size * x.flatten(1).std(0).mean().expand(n).clone()
+        h = _initial_step_size(x, params, step_size, kernel_params)
 
         log_w = torch.full((n,), -math.log(n), dtype=torch.float64, device=x.device)
         beta, betas = 0.0, [0.0]

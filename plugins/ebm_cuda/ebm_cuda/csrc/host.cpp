@@ -253,12 +253,12 @@ void load_rows(float* tile, int stride, const float* x, int64_t i0, int m, int d
 }
 
 // Checks shared by the feed-forward entry points; "" when the network is well formed.
-const char* network_problem(int n_hidden, const int64_t* widths, const int* activations) {
+const char* network_problem(int n_hidden, const int64_t* widths, const int64_t* activations) {
   if (n_hidden < 1) return "a feed-forward network needs at least one hidden layer";
   for (int l = 0; l <= n_hidden; ++l)
     if (widths[l] < 1 || widths[l] > (1 << 16)) return "layer widths must be in [1, 65536]";
   for (int l = 0; l < n_hidden; ++l)
-    if (activations[l] < 0 || activations[l] >= ebm::ff::N_ACTIVATIONS) return "unknown activation code";
+    if (!ebm::ff::ActivationCode(activations[l]).known()) return "unknown activation code";
   return "";
 }
 
@@ -530,7 +530,7 @@ int ebm_host_langevin_step(int dtype, void* out, const void* x, const void* grad
 }
 
 int ebm_host_feedforward_langevin_chain(int n_hidden, const int64_t* widths, const float* const* weights,
-                                        const float* const* biases, const int* activations, double sign, const float* x,
+                                        const float* const* biases, const int64_t* activations, double sign, const float* x,
                                         float* out, int64_t n, int64_t n_steps, double h, double s, const void* h_vec,
                                         const void* s_vec, uint64_t seed, uint64_t offset, int threads) {
   if (*network_problem(n_hidden, widths, activations)) return fail(network_problem(n_hidden, widths, activations));
@@ -541,7 +541,7 @@ int ebm_host_feedforward_langevin_chain(int n_hidden, const int64_t* widths, con
 }
 
 int ebm_host_conv_langevin_chain(int n_layers, const int64_t* channels, int height, int width, const int* strides,
-                                 const float* const* weights, const float* const* biases, const int* activations, double sign,
+                                 const float* const* weights, const float* const* biases, const int64_t* activations, double sign,
                                  const float* x, float* out, int64_t n, int64_t n_steps, double h, double s, const void* h_vec,
                                  const void* s_vec, uint64_t seed, uint64_t offset, int threads) {
   if (n_layers < 1) return fail("a convolutional energy needs at least one convolution");
@@ -550,7 +550,7 @@ int ebm_host_conv_langevin_chain(int n_layers, const int64_t* channels, int heig
     if (channels[l] < 1 || channels[l] > (1 << 12)) return fail("channel counts must be in [1, 4096]");
   for (int l = 0; l < n_layers; ++l) {
     if (strides[l] < 1) return fail("strides must be >= 1");
-    if (activations[l] < 0 || activations[l] >= ebm::ff::N_ACTIVATIONS) return fail("unknown activation code");
+    if (!ebm::ff::ActivationCode(activations[l]).known()) return fail("unknown activation code");
   }
   if (n_steps < 0) return fail("n_steps must be >= 0");
   const ebm::conv::Network net(n_layers, channels, height, width, strides, weights, biases, activations, (float)sign);
@@ -559,7 +559,7 @@ int ebm_host_conv_langevin_chain(int n_layers, const int64_t* channels, int heig
 }
 
 int ebm_host_feedforward_dsm(int n_hidden, const int64_t* widths, const float* const* weights, const float* const* biases,
-                             const int* activations, double sign, const float* x, const float* target, const float* scale,
+                             const int64_t* activations, double sign, const float* x, const float* target, const float* scale,
                              int64_t n, double* loss, float* const* grad_weights, float* const* grad_biases, int threads) {
   if (*network_problem(n_hidden, widths, activations)) return fail(network_problem(n_hidden, widths, activations));
   const ebm::ff::Network net(n_hidden, widths, weights, biases, activations, (float)sign);
@@ -572,7 +572,7 @@ int ebm_host_feedforward_dsm(int n_hidden, const int64_t* widths, const float* c
 }
 
 int ebm_host_feedforward_ssm(int n_hidden, const int64_t* widths, const float* const* weights, const float* const* biases,
-                             const int* activations, double sign, const float* x, const float* v, int64_t n, double* loss,
+                             const int64_t* activations, double sign, const float* x, const float* v, int64_t n, double* loss,
                              float* const* grad_weights, float* const* grad_biases, int threads) {
   if (*network_problem(n_hidden, widths, activations)) return fail(network_problem(n_hidden, widths, activations));
   const ebm::ff::Network net(n_hidden, widths, weights, biases, activations, (float)sign);
@@ -586,7 +586,7 @@ int ebm_host_feedforward_ssm(int n_hidden, const int64_t* widths, const float* c
 }
 
 int ebm_host_feedforward_energy_gradient(int n_hidden, const int64_t* widths, const float* const* weights,
-                                         const float* const* biases, const int* activations, double sign, const float* x,
+                                         const float* const* biases, const int64_t* activations, double sign, const float* x,
                                          const float* a, const float* b, int64_t n, float* energies, float* bias_grad,
                                          float* const* grad_weights, float* const* grad_biases, int threads) {
   if (*network_problem(n_hidden, widths, activations)) return fail(network_problem(n_hidden, widths, activations));
@@ -603,7 +603,7 @@ int ebm_host_feedforward_energy_gradient(int n_hidden, const int64_t* widths, co
 }
 
 int ebm_host_feedforward_contrastive_chain(int n_hidden, const int64_t* widths, const float* const* weights,
-                                           const float* const* biases, const int* activations, double sign, const float* x,
+                                           const float* const* biases, const int64_t* activations, double sign, const float* x,
                                            float* out, int64_t n, int64_t n_steps, double h, double s, const void* h_vec,
                                            const void* s_vec, uint64_t seed, uint64_t offset, const float* a0, const float* b0,
                                            const float* a1, const float* b1, float* e0, float* e1, float* loss,

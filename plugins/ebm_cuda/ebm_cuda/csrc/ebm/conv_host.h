@@ -24,7 +24,8 @@ inline int rounded(int rows) { return (rows + ROWS - 1) / ROWS * ROWS; }
 // hidden layer's channels in whole blocks of 16, copied and scattered a block at a time). forward: K = 9·pad rows
 // ((ky·3 + kx)·pad + c; zero for padding channels) of blocks(c_out); backward: c_out rows of blocks(K); bias: blocks(c_out).
 struct Layer {
-  int c_in, c_out, h_in, w_in, h_out, w_out, stride, activation, pad, K;
+  int c_in, c_out, h_in, w_in, h_out, w_out, stride, pad, K;
+  ff::ActivationCode activation;
   std::vector<v16> forward, backward, bias;
   std::vector<int> source;  // [p·9 + tap]: the input position output position p reads at the tap, or −1 (padding)
   std::vector<int> reader;  // [q·9 + tap]: the output position reading input position q at the tap, or −1
@@ -39,7 +40,7 @@ struct Network {
   // channels: c_0 .. c_L; weights[l]: (c_{l+1}, c_l, 3, 3) for l < L, weights[L]: the head (1, c_L); biases[l]
   // (c_{l+1},) or null (the head's bias does not move ∇E).
   Network(int n_layers, const int64_t* channels, int height, int width, const int* strides, const float* const* weights,
-          const float* const* biases, const int* activations, float sign) {
+          const float* const* biases, const int64_t* activations, float sign) {
     int h = height, w = width;
     for (int l = 0; l < n_layers; ++l) {
       Layer layer;
@@ -50,7 +51,7 @@ struct Network {
       layer.stride = strides[l];
       layer.h_out = (h - 1) / layer.stride + 1;
       layer.w_out = (w - 1) / layer.stride + 1;
-      layer.activation = activations[l];
+      layer.activation = ff::ActivationCode(activations[l]);
       layer.pad = l == 0 ? layer.c_in : 16 * blocks(layer.c_in);
       layer.K = 9 * layer.pad;
       const int ob = blocks(layer.c_out), kb = blocks(layer.K);

@@ -20,14 +20,18 @@ typedef float v16 __attribute__((vector_size(64)));
 typedef int32_t v16i __attribute__((vector_size(64)));
 
 constexpr int ROWS = 16;  // chains per tile (the Philox tile of host.cpp)
-// The hidden-layer activations the kernels run, X(NAME, code) with codes 0, 1, ...: NAME is the member of
-// ebmcore's ActivationKind (ebm_cuda.activations reads this list). Adding one is a line here and its case in
-// activation<ACT, ORDER> below.
+// The hidden-layer activations the kernels run (the host build's and the Triton kernels'), X(NAME, code) with codes
+// 0, 1, ...: NAME is the member of ebmcore's ActivationKind (ebm_cuda.activations reads this list: the one table of
+// activations). An activation code is an int64: the code in its low 32 bits and, for a kind with one parameter (leaky
+// ReLU's slope, ELU's alpha), the parameter's float32 bits in its high 32 (ActivationCode). Adding an activation is a
+// line here with its case in activation<ACT, ORDER> below, and its branch in ebm_cuda/_triton_kernels.py.
 #define EBM_ACTIVATIONS(X) \
   X(SILU, 0)               \
   X(TANH, 1)               \
   X(SIGMOID, 2)            \
-  X(RELU, 3)
+  X(RELU, 3)               \
+  X(LEAKY_RELU, 4)         \
+  X(ELU, 5)
 
 #define EBM_ACTIVATION_ENUM(NAME, CODE) NAME = CODE,
 enum Activation { EBM_ACTIVATIONS(EBM_ACTIVATION_ENUM) };
@@ -35,6 +39,18 @@ enum Activation { EBM_ACTIVATIONS(EBM_ACTIVATION_ENUM) };
 #define EBM_ACTIVATION_COUNT(NAME, CODE) +1
 constexpr int N_ACTIVATIONS = 0 EBM_ACTIVATIONS(EBM_ACTIVATION_COUNT);
 #undef EBM_ACTIVATION_COUNT
+
+// An activation as the C API passes it (int64: kind in the low word, the parameter's float32 bits in the high word).
+struct ActivationCode {
+  int kind = 0;
+  float param = 0.0f;
+  ActivationCode() = default;
+  explicit ActivationCode(int64_t code) : kind((int)(uint32_t)(uint64_t)code) {
+    const int32_t bits = (int32_t)(code >> 32);
+    memcpy(&param, &bits, sizeof param);
+  }
+  bool known() const { return (uint64_t)(uint32_t)kind < (uint64_t)N_ACTIVATIONS; }
+};
 
 inline int blocks(int width) { return (width + 15) / 16; }
 
@@ -103,7 +119,7 @@ inline v16 vtanh(v16 z) { return 1.0f - 2.0f * reciprocal(vexp<1>(z + z) + 1.0f)
 // f(z) and its first ORDER derivatives into d[0 .. ORDER] (d[0] = f): one exp per element. ORDER 1 for ∇E, 2 for
 // the losses that differentiate ∇E in the weights, 3 for sliced score matching (it differentiates vᵀ∇²E v).
 template <int ACT, int ORDER>
-inline void activation(v16 z, v16* d) {
+inline void activation(v16 z, float p, v16* d) {
   static_assert(ORDER >= 1 && ORDER <= 3, "f and up to three derivatives");
   if constexpr (ACT == SILU) {  // s' = s(1 − s), q = 1 − 2s: f' = s + f(1 − s), f'' = s'(2 + zq), f''' = s'(q(3 + zq) − 2zs')
     const v16 s = vsigmoid(z);
@@ -130,6 +146,15 @@ inline void activation(v16 z, v16* d) {
     d[0] = z < 0.0f ? v16{} : z;  // a NaN stays NaN, as in torch
     d[1] = z > 0.0f ? splat(1.0f) : v16{};
     for (int k = 2; k <= ORDER; ++k) d[k] = v16{};
+  } else if constexpr (ACT == LEAKY_RELU) {  // p: the negative slope
+    d[0] = z > 0.0f ? z : z * p;
+    d[1] = z > 0.0f ? splat(1.0f) : splat(p);
+    for (int k = 2; k <= ORDER; ++k) d[k] = v16{};
+  } else if constexpr (ACT == ELU) {  // p: alpha; for z <= 0 every derivative is p·exp(z)
+    const v16 e = p * vexp<1>(z < 0.0f ? z : v16{});
+    d[0] = z > 0.0f ? z : e - p;
+    d[1] = z > 0.0f ? splat(1.0f) : e;
+    for (int k = 2; k <= ORDER; ++k) d[k] = z > 0.0f ? v16{} : e;
   } else {
     static_assert(ACT < 0, "an activation of EBM_ACTIVATIONS without its case here");
   }
@@ -138,20 +163,20 @@ inline void activation(v16 z, v16* d) {
 // Over the ROWS × nb vectors z of a layer: out[k][i] <- the k-th derivative of f at z[i], k = 0 .. ORDER (out[0]
 // may be z).
 template <int ORDER, int ACT>
-inline void activation_rows(const v16* z, int nb, v16* const* out) {
+inline void activation_rows(const v16* z, float p, int nb, v16* const* out) {
   for (int i = 0; i < ROWS * nb; ++i) {
     v16 d[ORDER + 1];
-    activation<ACT, ORDER>(z[i], d);
+    activation<ACT, ORDER>(z[i], p, d);
     for (int k = 0; k <= ORDER; ++k) out[k][i] = d[k];
   }
 }
 
 template <int ORDER>
-inline void activation_rows(int act, const v16* z, int nb, v16* const* out) {
-  switch (act) {  // codes are checked by the callers (host.cpp)
+inline void activation_rows(ActivationCode act, const v16* z, int nb, v16* const* out) {
+  switch (act.kind) {  // codes are checked by the callers (host.cpp)
 #define EBM_ACTIVATION_CASE(NAME, CODE) \
   case NAME:                            \
-    return activation_rows<ORDER, NAME>(z, nb, out);
+    return activation_rows<ORDER, NAME>(z, act.param, nb, out);
     EBM_ACTIVATIONS(EBM_ACTIVATION_CASE)
 #undef EBM_ACTIVATION_CASE
   }
@@ -160,12 +185,12 @@ inline void activation_rows(int act, const v16* z, int nb, v16* const* out) {
 // Over the ROWS × nb vectors z of a layer: with top (the last hidden layer) z <- f'(z) · top; without,
 // a <- f(z) and z <- f'(z). Exactly one of top and a is given.
 template <int ACT, bool TOP>
-inline void activate_rows(v16* z, int nb, const v16* top, v16* a) {
+inline void activate_rows(v16* z, float p, int nb, const v16* top, v16* a) {
   for (int r = 0; r < ROWS; ++r)
     for (int j = 0; j < nb; ++j) {
       const int i = r * nb + j;
       v16 d[2];
-      activation<ACT, 1>(z[i], d);
+      activation<ACT, 1>(z[i], p, d);
       if (TOP) {
         z[i] = d[1] * top[j];
       } else {
@@ -176,16 +201,16 @@ inline void activate_rows(v16* z, int nb, const v16* top, v16* a) {
 }
 
 template <int ACT>
-inline void activate_rows(v16* z, int nb, const v16* top, v16* a) {
-  if (top) return activate_rows<ACT, true>(z, nb, top, nullptr);
-  activate_rows<ACT, false>(z, nb, nullptr, a);
+inline void activate_rows(v16* z, float p, int nb, const v16* top, v16* a) {
+  if (top) return activate_rows<ACT, true>(z, p, nb, top, nullptr);
+  activate_rows<ACT, false>(z, p, nb, nullptr, a);
 }
 
-inline void activate_rows(int act, v16* z, int nb, const v16* top, v16* a) {
-  switch (act) {  // codes are checked by the callers (host.cpp)
+inline void activate_rows(ActivationCode act, v16* z, int nb, const v16* top, v16* a) {
+  switch (act.kind) {  // codes are checked by the callers (host.cpp)
 #define EBM_ACTIVATION_CASE(NAME, CODE) \
   case NAME:                            \
-    return activate_rows<NAME>(z, nb, top, a);
+    return activate_rows<NAME>(z, act.param, nb, top, a);
     EBM_ACTIVATIONS(EBM_ACTIVATION_CASE)
 #undef EBM_ACTIVATION_CASE
   }
@@ -261,7 +286,7 @@ struct Network {
   int n_hidden = 0;
   float sign = 1.0f;
   std::vector<int> widths;        // in_0 = d, out_0, …, out_{n_hidden-1}
-  std::vector<int> activations;   // one per hidden layer
+  std::vector<ActivationCode> activations;  // one per hidden layer
   std::vector<std::vector<v16>> forward, backward, bias;
   std::vector<v16> top;           // sign · w_out: ∂E/∂(last hidden activation)
   float top_bias = 0.0f;          // sign · b_out
@@ -269,7 +294,7 @@ struct Network {
 
   // weights[l]: (widths[l+1], widths[l]) row-major; weights[n_hidden]: (1, widths[n_hidden]); biases may be null.
   Network(int n_hidden_, const int64_t* widths_, const float* const* weights, const float* const* biases,
-          const int* activations_, float sign)
+          const int64_t* activations_, float sign)
       : n_hidden(n_hidden_), sign(sign), widths(widths_, widths_ + n_hidden_ + 1), activations(activations_, activations_ + n_hidden_) {
     for (int l = 0; l < n_hidden; ++l) {
       const int in = widths[l], out = widths[l + 1], ib = blocks(in), ob = blocks(out);
