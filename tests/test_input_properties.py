@@ -95,7 +95,7 @@ def test_energies_give_a_finite_result_of_the_right_shape_or_an_ebm_error(name, 
     assert bool(torch.isfinite(out).all())  # the checked methods never hand back NaN or inf
 
 
-SAMPLER_NAMES = ["langevin", "mala", "hmc", "nuts", "parallel_tempering", "annealed_langevin"]
+SAMPLER_NAMES = ["langevin", "mala", "hmc", "nuts", "chees", "parallel_tempering", "annealed_langevin"]
 SAMPLER_PARAMS = st.dictionaries(
     st.sampled_from(
         [
@@ -103,6 +103,7 @@ SAMPLER_PARAMS = st.dictionaries(
             "temperature",
             "n_leapfrog_steps",
             "max_tree_depth",
+            "max_leapfrog_steps",
             "jitter",
             "n_replicas",
             "sigmas",
@@ -137,6 +138,7 @@ SAMPLERS = {
     "mala": dict(step_size=0.5),
     "hmc": dict(step_size=0.3, n_leapfrog_steps=2),
     "nuts": dict(step_size=0.3, max_tree_depth=3),
+    "chees": dict(step_size=0.3, max_leapfrog_steps=4),
     "parallel_tempering": dict(n_replicas=2),
     "annealed_langevin": dict(sigmas=[1.0, 0.1], n_steps_each=2),
 }

@@ -1,14 +1,30 @@
-"""ebm-samplers: Langevin (ULA), MALA, HMC, NUTS, annealed Langevin and parallel tempering over
-batches of chains; their integrators; annealed importance sampling for ``log Z`` (:mod:`ebm_samplers.ais`) and adaptive tempered SMC (:mod:`ebm_samplers.smc`); step-size and mass-matrix adaptation; the ``ebm sample`` and
+"""ebm-samplers: Langevin (ULA), MALA, HMC, NUTS, ChEES-HMC (:mod:`ebm_samplers.chees`, tuned by
+:func:`~ebm_samplers.chees_adaptation.chees_warmup`), annealed Langevin and parallel tempering over batches of chains;
+their integrators; annealed importance sampling for ``log Z`` (:mod:`ebm_samplers.ais`) and adaptive tempered SMC
+(:mod:`ebm_samplers.smc`); step-size and mass-matrix adaptation; the ``ebm sample`` and
 ``ebm profile`` commands, which run any sampler.
 
-Each algorithm is a module (``langevin``, ``mala``, ``hmc``, ``nuts``, ``annealed``, ``tempering``)
+Each algorithm is a module (``langevin``, ``mala``, ``hmc``, ``nuts``, ``chees``, ``annealed``, ``tempering``)
 exporting ``State``, ``Info``, ``Params``, ``init`` and ``build_kernel`` (see
 :mod:`ebm_samplers.algorithm`), and an object API over it (``LangevinSampler``, ``MALASampler``, ...)
 whose ``.sample(...)`` is the loop every ``ebmcore.Sampler`` shares.
 """
 
-from ebm_samplers import adaptation, ais, annealed, hmc, langevin, mala, nuts, resampling, smc, tempered_path, tempering
+from ebm_samplers import (
+    adaptation,
+    ais,
+    annealed,
+    chees,
+    chees_adaptation,
+    hmc,
+    langevin,
+    mala,
+    nuts,
+    resampling,
+    smc,
+    tempered_path,
+    tempering,
+)
 from ebm_samplers.ais import AISResult, estimate_log_z
 from ebm_samplers.smc import SMCResult, adaptive_tempered_smc
 from ebm_samplers.adaptation import (
@@ -22,6 +38,8 @@ from ebm_samplers.adaptation import (
 )
 from ebm_samplers.algorithm import DIVERGENCE_THRESHOLD, Algorithm
 from ebm_samplers.annealed import AnnealedLangevinSampler, geometric_sigmas
+from ebm_samplers.chees import ChEESSampler
+from ebm_samplers.chees_adaptation import ChEESWarmupResult, chees_warmup
 from ebm_samplers.hmc import HMCSampler
 from ebm_samplers.integrators import DOPRI5, EulerMaruyama, Heun, Leapfrog, McLachlan, SplittingIntegrator, Yoshida
 from ebm_samplers.langevin import LangevinSampler
@@ -41,12 +59,17 @@ __all__ = [
     "mala",
     "hmc",
     "nuts",
+    "chees",
+    "chees_adaptation",
     "annealed",
     "tempering",
     "LangevinSampler",
     "MALASampler",
     "HMCSampler",
     "NUTSSampler",
+    "ChEESSampler",
+    "chees_warmup",
+    "ChEESWarmupResult",
     "AnnealedLangevinSampler",
     "ParallelTemperingSampler",
     "geometric_sigmas",

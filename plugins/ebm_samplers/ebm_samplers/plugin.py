@@ -5,6 +5,7 @@ from __future__ import annotations
 from ebmcore import hookimpl
 from ebmcore.registry import Registrar
 
+from ebm_samplers.chees import ChEESSampler
 from ebm_samplers.hmc import HMCSampler
 from ebm_samplers.integrators import DOPRI5, EulerMaruyama, Heun, Leapfrog, McLachlan, Yoshida
 from ebm_samplers.langevin import LangevinSampler
@@ -16,7 +17,7 @@ from ebm_samplers.tempering import ParallelTemperingSampler
 
 @hookimpl
 def ebm_register_samplers(registry: Registrar) -> None:
-    for sampler in (LangevinSampler, MALASampler, HMCSampler, NUTSSampler, AnnealedLangevinSampler):
+    for sampler in (LangevinSampler, MALASampler, HMCSampler, NUTSSampler, ChEESSampler, AnnealedLangevinSampler):
         registry.register_sampler(sampler.algorithm.name, sampler)
     registry.register_sampler("parallel_tempering", ParallelTemperingSampler)
 

@@ -1,0 +1,273 @@
+"""Jittered HMC, the transition of ChEES-HMC (Hoffman, Radul & Sountsov 2021): HMC whose number of leapfrog steps is
+drawn afresh at every iteration, the same for every chain.
+
+Iteration ``k`` runs ``L_k = max(1, ⌈u_k·N⌉)`` steps of a symplectic integrator, ``N = max_leapfrog_steps`` (the
+trajectory length ``T`` over the step size ``h``), with the jitter ``u_k = 1 − a + a·v_k``, ``a = jitter_amount`` and
+``v_k`` either the base-2 Halton (van der Corput) point of ``k + 1`` (``1/2, 1/4, 3/4, 1/8, ...``: evenly spread
+lengths, the paper's choice) or uniform on ``[0, 1)``. The jitter is computed on the host from the state's iteration
+count (and, for ``"uniform"``, the generator's seed), so choosing ``L_k`` costs no device sync. Random trajectory
+lengths break the resonances a fixed length has on targets of several scales. Each iteration is a plain HMC step
+given ``L_k``: a proposal with non-finite ``ΔH`` or ``ΔH > 1000`` is rejected and counted as divergent.
+
+``Info`` carries what :func:`ebm_samplers.chees_adaptation.chees_warmup` adapts from: the proposal, its velocity
+``M⁻¹p`` and the jitter. :func:`~ebm_samplers.chees_adaptation.chees_warmup` tunes ``h`` and ``T``; sampling then
+runs this kernel with them frozen.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from ebmcore import EnergyFunctions, EnergyModel
+from ebmcore.errors import InputError
+from ebm_samplers.algorithm import DIVERGENCE_THRESHOLD, Algorithm, Step
+from ebm_samplers.integrators import Leapfrog, SplittingIntegrator, resolve_integrator
+from ebm_samplers.params import (
+    ChainScalar,
+    as_inverse_mass,
+    checked,
+    event_size,
+    for_chains,
+    optional,
+    per_chain,
+    positive,
+    with_fields,
+)
+from ebm_samplers.sampler import AlgorithmSampler
+
+__all__ = [
+    "State",
+    "Info",
+    "Params",
+    "JITTERS",
+    "init",
+    "halton",
+    "jitter",
+    "transition",
+    "build_kernel",
+    "ALGORITHM",
+    "ChEESSampler",
+]
+
+JITTERS = ("halton", "uniform")
+"""The jitter sequences: ``"halton"`` (quasi-random, evenly spread; the default) or ``"uniform"`` (pseudo-random)."""
+
+
+@dataclass(frozen=True)
+class State:
+    """``x: (n, *event_shape)``, ``energy = E(x): (n,)``, ``grad = ∇E(x)`` like ``x``; ``index``: iterations done
+    (the position in the jitter sequence)."""
+
+    x: Tensor
+    energy: Tensor
+    grad: Tensor
+    index: int = 0
+
+
+@dataclass(frozen=True)
+class Info:
+    """Per chain ``(n,)``: ``accepted``, ``acceptance_prob``, ``divergent``, ``energy_change`` (``ΔH``), ``hamiltonian``
+    (``H`` of the state kept); like ``x``: ``proposal`` (the end of the trajectory, before the accept test) and
+    ``velocity`` (``M⁻¹p`` there); for all chains: ``jitter`` (``u``), ``n_leapfrog_steps`` (``L``) and
+    ``n_gradient_evaluations`` (per chain, this step)."""
+
+    accepted: Tensor
+    acceptance_prob: Tensor
+    divergent: Tensor
+    energy_change: Tensor
+    hamiltonian: Tensor
+    proposal: Tensor
+    velocity: Tensor
+    jitter: float
+    n_leapfrog_steps: int
+    n_gradient_evaluations: int
+
+
+def _at_least_one(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value >= 1):
+        raise InputError(f"{name} must be a finite number >= 1, got {value!r}.")
+    return float(value)
+
+
+def _jitter_kind(value: Any, name: str) -> str:
+    if not isinstance(value, str) or value not in JITTERS:
+        raise InputError(f"{name} must be one of {', '.join(repr(j) for j in JITTERS)}, got {value!r}.")
+    return value
+
+
+def _fraction(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise InputError(f"{name} must be a number in [0, 1], got {value!r}.")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Params:
+    """``step_size`` ``h`` (None: ``0.5·d^(−1/4)``; float or ``(n_chains,)``), ``max_leapfrog_steps`` ``N = T/h``, a
+    number >= 1 (None: ``2⌈√d⌉``, on average about HMC's ``⌈√d⌉`` steps), ``jitter`` (``"halton"`` or ``"uniform"``),
+    ``jitter_amount`` ``a`` in ``[0, 1]`` (0: always ``⌈N⌉`` steps, plain HMC), ``inv_mass`` and ``temperature``
+    as for HMC."""
+
+    step_size: ChainScalar | None = None
+    max_leapfrog_steps: float | None = None
+    jitter: str = "halton"
+    jitter_amount: float = 1.0
+    inv_mass: Any = None
+    temperature: ChainScalar = 1.0
+
+    def __post_init__(self) -> None:
+        checked(
+            self,
+            step_size=optional(positive),
+            max_leapfrog_steps=optional(_at_least_one),
+            jitter=_jitter_kind,
+            jitter_amount=_fraction,
+            temperature=positive,
+        )
+
+    def resolve(self, x: Tensor) -> "Params":
+        """These params for the states ``x``: defaults for ``d = event_size(x)`` filled, shapes checked, ``inv_mass`` prepared."""
+        d = event_size(x)
+        return with_fields(
+            self,
+            step_size=for_chains(0.5 * d ** (-0.25) if self.step_size is None else self.step_size, x, "step_size"),
+            max_leapfrog_steps=float(2 * math.ceil(math.sqrt(d))) if self.max_leapfrog_steps is None else self.max_leapfrog_steps,
+            inv_mass=as_inverse_mass(self.inv_mass, x),
+            temperature=for_chains(self.temperature, x, "temperature"),
+        )
+
+
+def init(x: Tensor, fns: EnergyFunctions) -> State:
+    """The state at ``x`` (one energy-and-gradient evaluation), at the start of the jitter sequence."""
+    energy, grad = fns.energy_and_gradient(x)
+    return State(x, energy, grad, 0)
+
+
+def halton(index: int) -> float:
+    """The base-2 Halton (van der Corput) point of ``index + 1``: ``1/2, 1/4, 3/4, 1/8, 5/8, ...``, never 0."""
+    i, f, v = index + 1, 0.5, 0.0
+    while i:
+        v += f * (i & 1)
+        i >>= 1
+        f *= 0.5
+    return v
+
+
+def jitter(params: Params, index: int, seed: int = 0) -> float:
+    """``u = 1 − a + a·v`` of iteration ``index`` (module docstring); ``seed`` keys the ``"uniform"`` sequence."""
+    v = halton(index) if params.jitter == "halton" else random.Random(f"{seed}:{index}").random()
+    return 1.0 - params.jitter_amount + params.jitter_amount * v
+
+
+def transition(
+    state: State,
+    noise: Tensor,
+    uniform: Tensor,
+    fns: EnergyFunctions,
+    params: Params,
+    integrator: SplittingIntegrator,
+    n_steps: int,
+    u: float,
+) -> tuple[State, Info]:
+    """One HMC step of ``n_steps`` integrator steps given standard normal ``noise`` (like ``x``; overwritten) and
+    ``uniform ~ U[0, 1)``: ``(n,)``; ``u`` is the jitter that chose ``n_steps`` (reported in the info). A non-finite
+    gradient on the trajectory makes ``ΔH`` non-finite, so one test on ``ΔH`` covers positions, energies, gradients."""
+    x0, inv_mass = state.x, params.inv_mass
+    acc = uniform.dtype
+    t = per_chain(params.temperature, x0)
+    p = inv_mass.momentum(noise)
+    kinetic0 = inv_mass.kinetic(p).to(acc)
+    x, p, energy, grad = integrator.integrate(
+        x0.clone(), p, state.grad, fns, per_chain(params.step_size, x0), n_steps, inv_mass, 1.0 / t
+    )
+    t_chain = t if isinstance(t, float) else t.reshape(-1).to(acc)
+    h0 = state.energy.to(acc) / t_chain + kinetic0
+    delta = energy.to(acc) / t_chain + inv_mass.kinetic(p).to(acc) - h0
+    finite = torch.isfinite(delta)
+    prob = torch.where(finite, delta.neg().clamp_(max=0.0).exp_(), torch.zeros_like(delta))
+    accepted = uniform < prob
+    mask = accepted.view(-1, *([1] * (x0.dim() - 1)))
+    new = State(
+        torch.where(mask, x, x0),
+        torch.where(accepted, energy, state.energy),
+        torch.where(mask, grad, state.grad),
+        state.index + 1,
+    )
+    velocity = inv_mass.velocity(p)
+    velocity = velocity.clone() if velocity is noise else velocity  # the noise buffer is redrawn next step
+    divergent = ~finite | (delta > DIVERGENCE_THRESHOLD)
+    evaluations = n_steps * integrator.gradient_evaluations_per_step
+    return new, Info(
+        accepted, prob, divergent, delta, torch.where(accepted, h0 + delta, h0), x, velocity, u, n_steps, evaluations
+    )
+
+
+def options(energy: EnergyModel, integrator: Any = None) -> dict[str, Any]:
+    """``integrator``: a symplectic ``hamiltonian`` integrator or a registered name (default leapfrog)."""
+    if integrator is None:
+        return {"integrator": Leapfrog()}
+    return {"integrator": resolve_integrator(integrator, kind="hamiltonian", symplectic=True, user="ChEESSampler")}
+
+
+def build_kernel(integrator: SplittingIntegrator | None = None) -> Step:
+    """``step(state, fns, generator, params)``: the jitter of ``state.index`` and ``L`` on the host, then ``ξ`` and
+    ``u`` drawn into kept buffers, then :func:`transition` with ``integrator`` (default leapfrog)."""
+    integrator = integrator or Leapfrog()
+    held: list[Any] = [None, None, None]  # key, noise, uniform
+
+    def step(state: State, fns: EnergyFunctions, generator: Optional[torch.Generator], params: Params) -> tuple[State, Info]:
+        x = state.x
+        key = (x.shape, x.dtype, x.device)
+        if held[0] != key:
+            held[:] = [
+                key,
+                torch.empty_like(x),
+                torch.empty(x.shape[0], dtype=torch.promote_types(x.dtype, torch.float32), device=x.device),
+            ]
+        seed = 0
+        if params.jitter == "uniform":
+            seed = generator.initial_seed() if generator is not None else torch.initial_seed()
+        u = jitter(params, state.index, seed)
+        n_steps = max(1, math.ceil(u * params.max_leapfrog_steps))
+        noise, uniform = held[1], held[2]
+        noise.normal_(generator=generator)
+        uniform.uniform_(generator=generator)
+        return transition(state, noise, uniform, fns, params, integrator, n_steps, u)
+
+    return step
+
+
+def _warmup(sampler: Any, x0: Tensor, n_warmup: int, *, target_accept: float, generator: Any = None) -> Any:
+    """The algorithm's own warm-up, for ``ebm sample``: :func:`~ebm_samplers.chees_adaptation.chees_warmup`."""
+    from ebm_samplers.chees_adaptation import chees_warmup  # it imports this module
+
+    return chees_warmup(sampler, x0, n_warmup, target_accept=target_accept, generator=generator)
+
+
+ALGORITHM = Algorithm(
+    "chees",
+    Params,
+    init,
+    build_kernel,
+    has_acceptance=True,
+    options=options,
+    compile_refusal="the number of leapfrog steps changes every iteration (the jitter), and torch.compile would "
+    "recompile for each",
+    graph_refusal="the number of leapfrog steps changes every iteration (the jitter), chosen on the host",
+    warmup=_warmup,
+)
+
+
+class ChEESSampler(AlgorithmSampler):
+    """Jittered HMC with ChEES-adapted tunables: ``ChEESSampler(energy, step_size=None, max_leapfrog_steps=None, *,
+    jitter="halton", jitter_amount=1.0, inv_mass=None, temperature=1.0, integrator=None)`` (:class:`Params`).
+    Tune ``step_size`` and ``max_leapfrog_steps`` with :func:`~ebm_samplers.chees_adaptation.chees_warmup`."""
+
+    algorithm = ALGORITHM
+    positional = ("step_size", "max_leapfrog_steps")
