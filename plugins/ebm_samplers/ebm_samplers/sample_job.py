@@ -2,7 +2,8 @@
 registered sampler, with warm-up, burn-in and thinning; write samples, the draws with their sampler
 statistics (:mod:`ebm_samplers.draws`), metrics and plots to a run directory. With ``n_samples > 0``
 it streams chunks of independent chains to disk instead, with bounded memory, and ``--resume`` skips
-the chunks already written.
+the chunks already written. ``[output] live_log`` writes a row per chunk or checkpointed segment to ``log.csv``
+(and TensorBoard) as the run goes (:mod:`ebm_samplers.live_log`).
 
 The energy and the sampler are built once. A sampler of the core contract (``init``/``step``)
 runs everywhere; what needs more (warm-up needs an acceptance statistic) is skipped with one line.
@@ -12,13 +13,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import logging
 import os
 import sys
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -29,7 +31,7 @@ from ebmcore.errors import ConfigError, InputError, RunFileError
 from ebmcore.recording import available_memory
 from ebmcore.threads import job_threads
 
-from ebm_samplers import draws, run_report
+from ebm_samplers import draws, live_log, run_report
 from ebm_samplers.commands import COMMANDS
 from ebm_samplers.adaptation import METRICS, cannot_warm_up, check_metric, warmup
 from ebm_samplers.params import event_size
@@ -68,9 +70,23 @@ SCHEMA: dict[str, Any] = {  # the defaults are the bundled configuration's (a te
         "plots": ((bool,), True),
         "per_rank_samples": ((bool,), False),
         "draws": ((str, lambda v: None if v in draws.FORMATS else f"must be one of {', '.join(draws.FORMATS)}"), "npz"),
+        "live_log": ((bool, dict, lambda v: live_log.LiveLog.config_problem(v, ("tensorboard",), prefix="sample")), False),
     },
 }
 
+
+LOG_COLUMNS = (
+    "wall_time",
+    "n_chains",
+    "steps",
+    "acceptance",
+    "step_size",
+    "energy_mean",
+    "divergences",
+    "nonfinite_chains",
+    "sampling_s",
+)
+"""The live log's columns after the key (``chunk`` or ``segment``, the index of its file), one row per ``sample`` call."""
 
 REPORT_EVERY_S = 30.0
 """Without a terminal (logs), a streamed run logs its progress at most this often (seconds)."""
@@ -111,7 +127,18 @@ def load_config(path: str | Path | None, overrides: dict[str, dict[str, Any]] | 
             if ((overrides or {}).get("output") or {}).get("draws") == "netcdf":  # the flag, not the file, asked for it
                 raise ConfigError(f"--format netcdf: {why_not}; or write draws.npz with --format npz.")
             raise ConfigError(f"{path} [output] draws = 'netcdf': {why_not}; or write draws.npz with draws = 'npz'.")
+    _check_live_log(config, path)
     return config
+
+
+def _check_live_log(config: dict[str, Any], path: Path) -> None:
+    """``[output] live_log`` needs rows to write: a streamed or a checkpointed run."""
+    r = config["run"]
+    if config["output"]["live_log"] is not False and not (r["n_samples"] or r["checkpoint_every"]):
+        raise ConfigError(
+            f"{path} [output] live_log: the log has a row per streamed chunk or checkpointed segment, and a run "
+            "in one call has neither; set [run] n_samples (streaming) or checkpoint_every (segments), or live_log = false."
+        )
 
 
 def build_energy(spec: dict[str, Any], device: torch.device) -> ebmcore.EnergyModel:
@@ -152,7 +179,19 @@ def tune(
     source = "given" if given is not None else f"the default of {s['name']} for d = {event_size(x0)}"
     why_not = cannot_warm_up(sampler) if s["warmup"] else None
     tunables: dict[str, Any] = {}
-    if s["warmup"] and why_not is None:
+    own = getattr(getattr(sampler, "algorithm", None), "warmup", None)  # an algorithm's own warm-up (ChEES)
+    if s["warmup"] and why_not is None and own is not None:
+        if s["metric"] != "diag":
+            raise ConfigError(
+                f"{config['source']} [sampler] metric = {s['metric']!r}: {s['name']}'s warm-up adapts its step size and "
+                "trajectory length, not a mass matrix; remove the metric setting."
+            )
+        tuned = own(sampler, x0, s["warmup"], target_accept=s["target_accept"], generator=generator)
+        x0, tunables = tuned.x, tuned.tunables
+        source = f"adapted by {s['warmup']} {s['name']} warm-up steps (target acceptance {s['target_accept']}) from {given or 'the default'}"
+        if not quiet:
+            log.info("warm-up: %d steps, acceptance %.3f", s["warmup"], tuned.acceptance)
+    elif s["warmup"] and why_not is None:
         metric = {"metric": s["metric"], "rank": s["rank"] or None}
         try:
             check_metric(sampler, **metric, d=event_size(x0))
@@ -275,90 +314,95 @@ def _run(config: dict[str, Any], out: Path, world: distributed.DistributedRun, r
         x0, tunables, step = tune(
             config, sampler, _initial(config, energy, part.stop - part.start, generator, device), generator, quiet
         )
-    if r["n_samples"]:
-        if not quiet:  # what it costs, up front: each chunk runs burn_in + n_steps steps on its own chains
-            n_chunks = -(-r["n_samples"] // r["chunk_size"])
-            log.info(
-                "streaming %d samples in %d chunks of up to %d chains, %d steps each (burn_in %d + n_steps %d): %s chain-steps",
+    live, logged = _live_log(config, out, sampler, saved, resume, step["step_size"])
+    try:
+        if r["n_samples"]:
+            if not quiet:  # what it costs, up front: each chunk runs burn_in + n_steps steps on its own chains
+                n_chunks = -(-r["n_samples"] // r["chunk_size"])
+                log.info(
+                    "streaming %d samples in %d chunks of up to %d chains, %d steps each (burn_in %d + n_steps %d): %s chain-steps",
+                    r["n_samples"],
+                    n_chunks,
+                    r["chunk_size"],
+                    s["burn_in"] + s["n_steps"],
+                    s["burn_in"],
+                    s["n_steps"],
+                    f"{r['n_samples'] * (s['burn_in'] + s['n_steps']):,}",
+                )
+            metrics = chunks.stream_chunks(
+                logged,
                 r["n_samples"],
-                n_chunks,
                 r["chunk_size"],
-                s["burn_in"] + s["n_steps"],
-                s["burn_in"],
                 s["n_steps"],
-                f"{r['n_samples'] * (s['burn_in'] + s['n_steps']):,}",
-            )
-        metrics = chunks.stream_chunks(
-            sampler,
-            r["n_samples"],
-            r["chunk_size"],
-            s["n_steps"],
-            out / "chunks",
-            initial=lambda size, g: _initial(config, energy, size, g, device),
-            seed=r["seed"],
-            device=device,
-            burn_in=s["burn_in"],
-            resume=resume,
-            progress=progress,
-            report_every=None if progress or quiet else REPORT_EVERY_S,
-            **tunables,
-        )
-    else:
-        sampling = time.perf_counter()
-        if r["checkpoint_every"]:
-            result = chunks.sample_in_segments(
-                sampler,
-                x0,
-                s["n_steps"],
-                r["checkpoint_every"],
-                out,
+                out / "chunks",
+                initial=lambda size, g: _initial(config, energy, size, g, device),
+                seed=r["seed"],
+                device=device,
                 burn_in=s["burn_in"],
-                thin=s["thin"],
-                generator=generator,
-                saved=saved,
+                resume=resume,
                 progress=progress,
-                on_segment=lambda index: _after_segment(index),
-                metadata=step,
+                report_every=None if progress or quiet else REPORT_EVERY_S,
                 **tunables,
             )
-            samples, trajectory, stats, d, local = (
-                result.samples,
-                result.trajectory,
-                result.stats,
-                result.diagnostics,
-                slice(None),
-            )
-            acceptance = None if d.acceptance_rate is None else float(d.acceptance_rate.mean())
-            divergences, summary = None if d.divergences is None else int(d.divergences.sum()), None
         else:
-            res = distributed.sample(
-                sampler,
-                s["n_chains"],
-                s["n_steps"],
-                world,
-                burn_in=s["burn_in"],
-                thin=s["thin"],
-                local_x0=x0,
-                generator=generator,
-                progress=progress,
-                return_stats=config["output"]["draws"] != "none",
-                **tunables,
+            sampling = time.perf_counter()
+            if r["checkpoint_every"]:
+                result = chunks.sample_in_segments(
+                    logged,
+                    x0,
+                    s["n_steps"],
+                    r["checkpoint_every"],
+                    out,
+                    burn_in=s["burn_in"],
+                    thin=s["thin"],
+                    generator=generator,
+                    saved=saved,
+                    progress=progress,
+                    on_segment=lambda index: _after_segment(index),
+                    metadata=step,
+                    **tunables,
+                )
+                samples, trajectory, stats, d, local = (
+                    result.samples,
+                    result.trajectory,
+                    result.stats,
+                    result.diagnostics,
+                    slice(None),
+                )
+                acceptance = None if d.acceptance_rate is None else float(d.acceptance_rate.mean())
+                divergences, summary = None if d.divergences is None else int(d.divergences.sum()), None
+            else:
+                res = distributed.sample(
+                    sampler,
+                    s["n_chains"],
+                    s["n_steps"],
+                    world,
+                    burn_in=s["burn_in"],
+                    thin=s["thin"],
+                    local_x0=x0,
+                    generator=generator,
+                    progress=progress,
+                    return_stats=config["output"]["draws"] != "none",
+                    **tunables,
+                )
+                samples, trajectory, local, stats = res.samples, res.trajectory, res.local, res.stats
+                acceptance, divergences, summary = res.acceptance, res.divergences, res.summary
+            metrics = run_report.metrics(
+                samples, trajectory, s, time.perf_counter() - sampling, acceptance, divergences, summary, stats
             )
-            samples, trajectory, local, stats = res.samples, res.trajectory, res.local, res.stats
-            acceptance, divergences, summary = res.acceptance, res.divergences, res.summary
-        metrics = run_report.metrics(
-            samples, trajectory, s, time.perf_counter() - sampling, acceptance, divergences, summary, stats
-        )
-        metrics["draws_file"] = _save_draws(config, out, world, sampler, x0, tunables, trajectory, stats)
-        if config["output"]["per_rank_samples"]:  # each rank writes its own shard: samples-rank<r>.{pt,npz}
-            runfiles.save_samples(out, f"samples-rank{world.rank}", samples[local])
-        elif world.is_main:
-            runfiles.save_samples(out, "samples", samples)
-        if config["output"]["plots"] and world.is_main:
-            metrics["plots_skipped"] = run_report.plots(out, energy, trajectory, samples, quiet)
-        elif not config["output"]["plots"]:
-            metrics["plots_skipped"] = "[output] plots = false"
-        metrics["warnings"] = run_report.warnings({**metrics, **step, "sampler": s["name"]})  # the fix depends on them
+            metrics["draws_file"] = _save_draws(config, out, world, sampler, x0, tunables, trajectory, stats)
+            if config["output"]["per_rank_samples"]:  # each rank writes its own shard: samples-rank<r>.{pt,npz}
+                runfiles.save_samples(out, f"samples-rank{world.rank}", samples[local])
+            elif world.is_main:
+                runfiles.save_samples(out, "samples", samples)
+            if config["output"]["plots"] and world.is_main:
+                metrics["plots_skipped"] = run_report.plots(out, energy, trajectory, samples, quiet)
+            elif not config["output"]["plots"]:
+                metrics["plots_skipped"] = "[output] plots = false"
+            metrics["warnings"] = run_report.warnings({**metrics, **step, "sampler": s["name"]})  # the fix depends on them
+    finally:
+        if live is not None:
+            live.close()
     metrics.update(
         step,
         sampler=s["name"],
@@ -371,6 +415,57 @@ def _run(config: dict[str, Any], out: Path, world: distributed.DistributedRun, r
     if world.is_main:
         runfiles.write_json(out / "metrics.json", metrics)
     return metrics
+
+
+class _Logged:
+    """``sampler`` with each ``sample`` call (a chunk, a segment) written as a row of the live log, keyed by the next
+    of ``keys``; everything else is the sampler's."""
+
+    def __init__(self, sampler: ebmcore.Sampler, live: live_log.LiveLog, keys: Iterator[int], step_size: float | None) -> None:
+        self.sampler, self.live, self.keys, self.step_size = sampler, live, keys, step_size
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.sampler, name)
+
+    def sample(self, x0: torch.Tensor, n_steps: int, **options: Any) -> Any:
+        result = self.sampler.sample(x0, n_steps, **options)
+        d = result.diagnostics
+        self.live.row(
+            next(self.keys),
+            {
+                "wall_time": time.time(),
+                "n_chains": int(x0.shape[0]),
+                "steps": options.get("burn_in", 0) + n_steps,
+                "acceptance": None if d.acceptance_rate is None else float(d.acceptance_rate.float().mean()),
+                "step_size": self.step_size,
+                "energy_mean": float(d.energy.float().mean()) if d.energy.numel() else None,
+                "divergences": None if d.divergences is None else int(d.divergences.sum()),
+                "nonfinite_chains": int(d.nonfinite_chains.numel()),
+                "sampling_s": d.wall_time,
+            },
+        )
+        return result
+
+
+def _live_log(
+    config: dict[str, Any], out: Path, sampler: ebmcore.Sampler, saved: dict[str, Any] | None, resume: bool, step_size: Any
+) -> tuple[live_log.LiveLog | None, Any]:
+    """The open live log of ``[output] live_log`` and the sampler that writes it (None and ``sampler`` without one). A
+    resumed run keeps the rows of the chunks (segments) already written and appends the others."""
+    r = config["run"]
+    live = live_log.LiveLog.from_config(config["output"]["live_log"], out, prefix="sample")
+    if live is None:
+        return None, sampler
+    if r["n_samples"]:
+        n_chunks = -(-r["n_samples"] // r["chunk_size"])
+        todo = [k for k in range(n_chunks) if not (resume and (out / "chunks" / f"chunk-{k:05d}.npz").exists())]
+        live.open(("chunk", *LOG_COLUMNS), after=(todo[0] - 1 if todo else n_chunks - 1) if resume else None)
+        keys: Iterator[int] = iter(todo)
+    else:
+        done = saved["segments"] if saved is not None else 0
+        live.open(("segment", *LOG_COLUMNS), after=done - 1 if saved is not None else None)
+        keys = itertools.count(done)
+    return live, _Logged(sampler, live, keys, None if step_size is None else float(step_size))
 
 
 def _save_draws(

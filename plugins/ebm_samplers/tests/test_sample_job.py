@@ -556,3 +556,24 @@ def test_bad_inputs_and_files_are_errors_not_tracebacks(tmp_path, monkeypatch, c
         assert json.loads((out / "config.json").read_text())["sampler"]["n_chains"] == 200
         assert sorted(p.name for p in out.iterdir()) == ["config.json", "draws.npz"]  # draws.npz comes before samples
         assert np.load(out / "draws.npz")["x"].shape[1] == 200
+
+
+def test_chees_warms_up_with_its_own_adaptation_in_ebm_sample(tmp_path, capsys, monkeypatch):
+    """``[sampler] name = "chees"`` runs ChEES's warm-up (step size and trajectory length), not the generic one."""
+    from ebm_samplers import chees_adaptation
+
+    seen = []
+    real = chees_adaptation.chees_warmup
+    monkeypatch.setattr(chees_adaptation, "chees_warmup", lambda *a, **k: seen.append(real(*a, **k)) or seen[-1])
+    assert (
+        main(["sample", str(_config(tmp_path, "chees", warmup=60, plots="false")), "--out", str(tmp_path / "c"), "--quiet"]) == 0
+    )
+    m = json.loads((tmp_path / "c" / "metrics.json").read_text())
+    (tuned,) = seen
+    assert m["step_size_source"].startswith("adapted by 60 chees warm-up steps (target acceptance 0.7)")
+    assert m["step_size"] == pytest.approx(tuned.step_size) and tuned.trajectory_lengths[0] != tuned.trajectory_length
+    assert m["r_hat_max"] < 1.1
+    cfg = _config(tmp_path, "chees", warmup=60, plots="false")
+    cfg.write_text(cfg.read_text().replace("target_accept = 0.7", 'target_accept = 0.7\nmetric = "dense"'))
+    assert main(["sample", str(cfg), "--out", str(tmp_path / "d"), "--quiet"]) == 2
+    assert "chees's warm-up adapts its step size and trajectory length, not a mass matrix" in capsys.readouterr().err
