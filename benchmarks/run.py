@@ -28,6 +28,7 @@ No timing is ever asserted. See benchmarks/README.md for how each peer is called
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import gc
 import json
@@ -46,6 +47,7 @@ LIBS = ("ebm", "ebm-step", "ebm-bf16", "torchebm", "blackjax")
 BF16_KINDS = ("langevin", "cd", "ssm", "dsm")  # ebm-bf16: the MLP workloads (W4-W7) under autocast=torch.bfloat16
 EBM_VARIANTS = ("ebm", "ebm-step")  # fused=None (the default) and fused=False
 Z_TOL = 5.0  # a moment z-score beyond this (in absolute value) fails the correctness check
+ENERGY_TOL = 1e-6  # a peer's energy or gradient further than this from ebm's (see energy_check) fails the check
 SEED_X0 = 0  # initial states
 SEED_NOISE = 1  # sampler randomness (torch.Generator / jax PRNGKey)
 SEED_COV = 2  # W1's covariance
@@ -323,12 +325,15 @@ class Case:
     """``run()``: the timed call (blocks until the result exists). ``check()``: an untimed run with the
     same seed returning ``{"samples": ndarray, "acceptance": float | None}`` for the correctness figures
     (for the losses: see ``loss_case``). ``reset()``: untimed, before every warm-up, check and timed run.
-    ``path``: for ebm's samplers, the code path taken (fused chain kernel or per-step loop, and why)."""
+    ``path``: for ebm's samplers, the code path taken (fused chain kernel or per-step loop, and why).
+    ``energy(x)``: for a peer, its own energy and gradient (what its timed run evaluates) at a torch ``x``,
+    as float64 arrays ``(n,)`` and ``(n, d)``, untimed; ``energy_check`` holds them to ebm's."""
 
     run: Callable[[], Any]
     check: Callable[[], dict]
     reset: Callable[[], None] = lambda: None
     path: str = ""
+    energy: Callable[[Any], tuple[np.ndarray, np.ndarray]] | None = None  # a peer's own E(x), grad E(x) (see energy_check)
 
 
 def error_text(exc: BaseException) -> str:
@@ -348,6 +353,27 @@ def relative_differences(loss: float, grads: Any, reference: tuple[float, Any], 
 
 def _np(x: Any) -> np.ndarray:
     return np.asarray(x.detach().cpu().numpy() if hasattr(x, "detach") else x, dtype=np.float64)
+
+
+def energy_check(p: Problem, peer: Callable[[Any], tuple[np.ndarray, np.ndarray]]) -> dict:
+    """A peer's energy and gradient against ebm's on the same points and weights: ``peer(x)`` is the peer's own
+    energy and gradient functions (those its timed run calls, float32, each library's own arithmetic) at every
+    row of ``x0`` (for W5-W7 the data batch), ebm's are ``ebm_energy(p).energy_and_gradient``. The difference
+    of each entry is scaled by ``max(1, |ebm's value|)`` (relative for large values, absolute near zero) and
+    the largest is reported; ``energy_ok``: both within ``ENERGY_TOL``. A peer timed on another energy than
+    ebm's (another parameterisation, dtype or weights) would fail here, whatever its samples look like."""
+    x = p.x0.detach()
+    e_ref, g_ref = ebm_energy(p).energy_and_gradient(x)
+    e_ref, g_ref = _np(e_ref), _np(g_ref)
+    e, g = peer(x)
+
+    def scaled(a: np.ndarray, ref: np.ndarray) -> float:
+        a = np.asarray(a, dtype=np.float64).reshape(ref.shape)
+        return float((np.abs(a - ref) / np.maximum(1.0, np.abs(ref))).max())
+
+    out = {"energy_diff_vs_ebm": scaled(e, e_ref), "grad_diff_vs_ebm": scaled(g, g_ref)}
+    out["energy_ok"] = bool(max(out.values()) <= ENERGY_TOL)
+    return out
 
 
 # -- ebm ---------------------------------------------------------------------------------------
@@ -577,6 +603,19 @@ def torchebm_model(p: Problem) -> Any:
     raise ValueError(t)
 
 
+def torchebm_energy(model: Any) -> Callable[[Any], tuple[np.ndarray, np.ndarray]]:
+    """torchebm's own energy and gradient of ``model`` (``model(x)``, ``model.gradient(x)``: what its samplers
+    and losses call) at a torch ``x``, for ``energy_check``."""
+    import torch
+
+    def energy(x: Any) -> tuple[np.ndarray, np.ndarray]:
+        with torch.no_grad():
+            e = model(x)
+        return _np(e), _np(model.gradient(x))
+
+    return energy
+
+
 def torchebm_sampler(p: Problem) -> Any:
     from torchebm.samplers import HamiltonianMonteCarlo, LangevinDynamics
 
@@ -604,7 +643,7 @@ def torchebm_sampling(p: Problem) -> Case:
         x, diag = sampler.sample(x=p.x0, n_steps=w.n_steps, generator=g, return_diagnostics=True)
         return {"samples": _np(x), "acceptance": float(diag["acceptance_rate"].mean())}
 
-    return Case(run, check)
+    return Case(run, check, energy=torchebm_energy(sampler.model))
 
 
 def torchebm_single_step(p: Problem) -> Case:
@@ -626,7 +665,7 @@ def torchebm_single_step(p: Problem) -> Case:
         x, diag = sampler.sample(x=p.x0, n_steps=1, generator=g, return_diagnostics=True)
         return {"samples": _np(x), "acceptance": float(diag["acceptance_rate"].mean())}
 
-    return Case(run, check)
+    return Case(run, check, energy=torchebm_energy(sampler.model))
 
 
 # -- training losses (W5-W7), shared by ebm and torchebm ---------------------------------------
@@ -737,7 +776,9 @@ def torchebm_loss(p: Problem) -> Case:
         out = loss(data, generator=g)
         return out if isinstance(out, tuple) else (out, None)  # CD returns (loss, negatives)
 
-    return loss_case(p, loss_fn)
+    case = loss_case(p, loss_fn)
+    case.energy = torchebm_energy(model)
+    return case
 
 
 def reference_loss(p: Problem, stream: bool = False) -> float:
@@ -817,6 +858,24 @@ def jax_logdensity(p: Problem) -> Callable:
     raise ValueError(t)
 
 
+def jax_energy(logdensity: Callable) -> Callable[[Any], tuple[np.ndarray, np.ndarray]]:
+    """BlackJAX's energy and gradient: ``-logdensity`` and ``-jax.grad(logdensity)`` (what its kernels evaluate),
+    ``jax.vmap``-ed over the rows of a torch ``x`` and jitted, for ``energy_check``; checks that the values are
+    float32 (x64 stays off: a float64 peer would be timed on other arithmetic than ebm's)."""
+    import jax
+    import jax.numpy as jnp
+
+    value_and_grad = jax.jit(jax.vmap(jax.value_and_grad(logdensity)))
+
+    def energy(x: Any) -> tuple[np.ndarray, np.ndarray]:
+        logp, grad = value_and_grad(jnp.asarray(x.numpy()))
+        if logp.dtype != jnp.float32 or grad.dtype != jnp.float32:
+            raise RuntimeError(f"BlackJAX computes in {logp.dtype}, not float32: is jax_enable_x64 on?")
+        return -np.asarray(logp, dtype=np.float64), -np.asarray(grad, dtype=np.float64)
+
+    return energy
+
+
 def blackjax_sampling(p: Problem) -> Case:
     """W1-W4, S4, S7, S8: ``blackjax.sgld`` with the exact gradient (= ULA: its update is
     ``x + h*grad log p + sqrt(2*T*h)*xi``, our convention, no conversion) or ``blackjax.hmc``
@@ -873,9 +932,11 @@ def blackjax_sampling(p: Problem) -> Case:
 
     def check() -> dict:
         x, acc = jax.block_until_ready(sample(key0, x0))
+        if x.dtype != jnp.float32:
+            raise RuntimeError(f"BlackJAX's samples are {x.dtype}, not float32: is jax_enable_x64 on?")
         return {"samples": np.asarray(x, dtype=np.float64), "acceptance": None if acc is None else float(jnp.mean(acc))}
 
-    return Case(run, check)
+    return Case(run, check, energy=jax_energy(logdensity))
 
 
 def blackjax_nuts(p: Problem) -> Case:
@@ -889,8 +950,9 @@ def blackjax_nuts(p: Problem) -> Case:
 
     w = p.w
     n_chains = w.n_chains
+    logdensity = jax_logdensity(p)
     nuts = blackjax.nuts(
-        jax_logdensity(p),
+        logdensity,
         step_size=w.step_size,
         inverse_mass_matrix=jnp.ones(w.dim, jnp.float32),
         max_num_doublings=w.max_tree_depth,
@@ -933,7 +995,7 @@ def blackjax_nuts(p: Problem) -> Case:
             "doublings": expansions,
         }  # doublings attempted, the last one included
 
-    return Case(run, check)
+    return Case(run, check, energy=jax_energy(logdensity))
 
 
 def build_case(lib: str, p: Problem) -> Case | None:
@@ -1144,6 +1206,16 @@ def loss_figures(p: Problem, out: dict, ref: dict | None, reference: float) -> d
     return fig
 
 
+def format_energy(fig: dict) -> str:
+    """``energy_check``'s figures as a results row gives them ('' for ebm's own rows)."""
+    if "energy_diff_vs_ebm" not in fig:
+        return ""
+    return (
+        f"E and ∇E vs ebm's: {fig['energy_diff_vs_ebm']:.1e}, {fig['grad_diff_vs_ebm']:.1e} "
+        f"({'ok' if fig['energy_ok'] else '**FAIL**'}: ≤ {ENERGY_TOL:g})"
+    )
+
+
 def format_figures(w: Workload, fig: dict) -> str:
     parts = []
     if "loss" in fig:
@@ -1158,6 +1230,8 @@ def format_figures(w: Workload, fig: dict) -> str:
                 f"max abs diff vs ebm: negatives {fig['negatives_max_abs_diff_vs_ebm']:.1e}, "
                 f"weights after the Adam step {fig['params_after_max_abs_diff_vs_ebm']:.1e}"
             )
+        if "energy_diff_vs_ebm" in fig:
+            parts.append(format_energy(fig))
         return ", ".join(parts)
     if "acceptance" in fig:
         parts.append(f"acc {fig['acceptance']:.3f}")
@@ -1192,6 +1266,8 @@ def format_figures(w: Workload, fig: dict) -> str:
             f"max abs diff vs {fig.get('same_noise_ref', 'ebm')}'s samples "  # no '|': Markdown
             f"{fig['max_abs_diff_vs_ebm_samples']:.1e}"
         )
+    if "energy_diff_vs_ebm" in fig:
+        parts.append(format_energy(fig))
     return ", ".join(parts)
 
 
@@ -1248,6 +1324,8 @@ def run_workload(w: Workload, libs: list[str], repeats: int) -> dict:
             fig = figures(p, out, ref if compare else None)
         if compare:
             fig["same_noise_ref"] = ref_name
+        if case.energy is not None:  # a peer: the energy it is timed on is ebm's (energy_check)
+            fig.update(energy_check(p, case.energy))
         results[lib] = {"warmup_s": warm, "times_s": [], "figures": fig}
         if case.path:
             results[lib]["path"] = case.path
@@ -1308,6 +1386,8 @@ def nuts_table(w: Workload, res: dict) -> str:
         )
         if f.get("nonfinite_chains"):
             corr += f", **{f['nonfinite_chains']} non-finite chains**"
+        if "energy_diff_vs_ebm" in f:
+            corr += ", " + format_energy(f)
         lines.append(
             f"| {lib} | {1e3 * r['median_s']:.1f} | {1e3 * r['min_s']:.1f}–{1e3 * r['max_s']:.1f} | "
             f"{1e3 * r['warmup_s']:.1f} | {ratio} | {f['ess_bulk_min']:.0f} | {r['ess_per_s']:,.0f} | {ess_ratio} | "
@@ -1417,13 +1497,55 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def thread_names() -> list[str]:
+    """The names of this process's threads (Linux; empty elsewhere)."""
+    names = []
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                names.append(f.read().strip())
+    except OSError:
+        pass
+    return names
+
+
+@contextlib.contextmanager
+def schedulable_cpus(n: int) -> Any:
+    """While inside, this thread (and the threads it starts) may run on ``n`` of the process's CPUs only; on
+    leaving, every thread of the process may run on all of them again (Linux; elsewhere nothing happens).
+
+    This is how XLA's CPU client is given ``n`` threads: its intra-op pool (threads ``tf_XLAEigen``, which run
+    the compiled program, fusions split across them) is sized when the client is created by the number of CPUs
+    the process may run on (``sched_getaffinity``), what ``taskset -c 0 python ...`` sets; there is no flag for
+    it (``intra_op_parallelism_threads=1`` in ``XLA_FLAGS``, the line everyone copies, is not an XLA flag and
+    changes nothing; ``--xla_cpu_multi_thread_eigen=false`` only makes Eigen's own kernels single-threaded).
+    The pool keeps its size once made, so the CPUs are given back afterwards: no library is pinned to a core."""
+    if not hasattr(os, "sched_setaffinity"):
+        yield
+        return
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, sorted(allowed)[:n])
+    try:
+        yield
+    finally:
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                os.sched_setaffinity(int(tid), allowed)
+            except OSError:  # a thread that ended meanwhile
+                pass
+
+
 def configure_threads(threads: int, use_jax: bool) -> dict:
-    """Pin thread counts; must run before torch and jax are imported."""
+    """Give every library ``threads`` threads; must run before torch and jax are imported. torch:
+    ``set_num_threads``; XLA: ``--xla_cpu_multi_thread_eigen`` and a CPU client made while the process may run
+    on ``threads`` CPUs only (``schedulable_cpus``), checked by counting its pool's threads
+    (``versions["xla_threads"]``). Without the latter XLA runs on as many threads as the machine has CPUs:
+    BlackJAX's rows of the runs before 2026-11-28 had 2 threads where ebm and torchebm had 1."""
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[var] = str(threads)
     if use_jax:
         eigen = "false" if threads == 1 else "true"
-        os.environ["XLA_FLAGS"] = f"--xla_cpu_multi_thread_eigen={eigen} intra_op_parallelism_threads={threads}"
+        os.environ["XLA_FLAGS"] = f"--xla_cpu_multi_thread_eigen={eigen}"
         os.environ["JAX_PLATFORMS"] = "cpu"
         os.environ["JAX_ENABLE_X64"] = "0"
     import torch
@@ -1432,13 +1554,20 @@ def configure_threads(threads: int, use_jax: bool) -> dict:
     torch.set_num_interop_threads(threads)
     versions = {"python": platform.python_version(), "torch": torch.__version__}
     if use_jax:
-        import jax
+        with schedulable_cpus(threads):
+            import jax
 
-        jax.config.update("jax_platforms", "cpu")
-        jax.config.update("jax_enable_x64", False)
+            jax.config.update("jax_platforms", "cpu")
+            jax.config.update("jax_enable_x64", False)
+            devices = jax.devices()  # creates the CPU client, and its thread pool
         import blackjax
 
-        versions.update(jax=jax.__version__, blackjax=blackjax.__version__, jax_devices=str(jax.devices()))
+        xla_threads = sum(name.startswith("tf_XLAEigen") for name in thread_names())
+        if xla_threads != threads:
+            print(f"WARNING: XLA has {xla_threads} threads, not {threads}", file=sys.stderr)
+        versions.update(
+            jax=jax.__version__, blackjax=blackjax.__version__, jax_devices=str(devices), xla_threads=str(xla_threads)
+        )
     try:
         import torchebm
 
