@@ -224,14 +224,21 @@ def resolve_kernel(op: str, device: torch.device, dtype: torch.dtype, backend: A
     return kernel
 
 
+_OPS = ("fused ops",)  # where the session's kernel cache keeps the registered ops, cleared with it
+
+
 def fused_ops() -> tuple[FusedOp, ...]:
     """The fused ops the installed plugins registered (``ebm_register_ops``), the core's among them."""
-    return tuple(entry.component for entry in plugins.session().table.entries("op"))
+    cache = plugins.session().kernel_cache
+    ops = cache.get(_OPS)
+    if ops is None:
+        ops = cache[_OPS] = tuple(entry.component for entry in plugins.session().table.entries("op"))
+    return ops
 
 
 def fused_op(family: str, program: type | None) -> FusedOp | None:
     """The registered op that runs ``family`` on programs of type ``program``, or None."""
-    return next((op for op in fused_ops() if op.key == (family, program)), None)
+    return next((op for op in fused_ops() if op.family == family and op.program is program), None)
 
 
 def _check_conformance(op: str, kernel: Kernel) -> None:
