@@ -9,8 +9,9 @@ PY := $(VENV)/bin/python
 PLUGINS := $(patsubst %/pyproject.toml,%,$(wildcard plugins/*/pyproject.toml))
 # plugin extras the tests need: ebm-samplers[arviz] (ArviZ export, netCDF draws), ebm-losses[images]
 # (scikit-learn's digits and PNG folders), ebm-losses[ot] (POT, energy matching's optimal-transport coupling),
+# ebm-losses[tensorboard] (the live log's TensorBoard events, read back by the tests),
 # ebm-cuda[triton] (the Triton kernels; pinned above)
-EXTRAS := plugins/ebm_samplers=arviz plugins/ebm_losses=images,ot plugins/ebm_cuda=triton
+EXTRAS := plugins/ebm_samplers=arviz plugins/ebm_losses=images,ot,tensorboard plugins/ebm_cuda=triton
 PLUGIN_SPECS := $(foreach p,$(PLUGINS),"$(p)$(foreach e,$(filter $(p)=%,$(EXTRAS)),[$(patsubst $(p)=%,%,$(e))])")
 
 .PHONY: setup demo test docs docs-serve gpu-check

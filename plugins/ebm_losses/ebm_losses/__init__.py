@@ -9,7 +9,7 @@ from ebm_losses.equilibrium_matching import EquilibriumMatching
 from ebm_losses.nce import GaussianNoise, NoiseContrastiveEstimation
 from ebm_losses.noise_conditional import NoiseConditionalEnergy, denoise
 from ebm_losses.score_matching import DenoisingScoreMatching, ScoreMatching, SlicedScoreMatching
-from ebm_losses.training import Trainer, TrainHistory
+from ebm_losses.training import LiveLog, Trainer, TrainHistory
 from ebm_losses.watchdog import Watchdog
 
 __version__ = "0.1.0"
@@ -32,5 +32,6 @@ __all__ = [
     "denoise",
     "Trainer",
     "TrainHistory",
+    "LiveLog",
     "Watchdog",
 ]

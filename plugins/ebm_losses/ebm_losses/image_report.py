@@ -74,13 +74,16 @@ def ais_log_likelihood(
     seed: int,
     bounds: tuple[float, float] | None = None,
     base: tuple[Tensor, Tensor] | None = None,
+    exact_base: Any = None,
     min_scale: float = 0.1,
     min_ess_fraction: float = 0.1,
     check_temperatures: int | None = None,
 ) -> dict[str, Any]:
     """Held-out mean ``log p(x) = −E(x) − log Z`` (nats per example, and per dimension) with ``log Z`` from AIS
     (:func:`ebm_samplers.ais.estimate_log_z`): from ``base = (loc: (d,), scale_tril: (d, d))``, a full-covariance
-    Gaussian (an energy's own fitted base, ``ais_base()``; the density on all of ``R^d``), else on the box ``bounds``
+    Gaussian (an energy's own fitted base, ``ais_base()``; the density on all of ``R^d``; with ``exact_base``, the
+    energy's own ``exact_base()`` in that Gaussian's whitened coordinates, such as a fitted mixture, the chains start
+    from it and anneal from its energy), else on the box ``bounds``
     (images: the density restricted to ``[−1, 1]^d``), else from the base ``N(mean, std²)`` of ``train`` per
     dimension, std at least ``min_scale``; ``domain`` says which. Its standard error is
     that of ``log Z`` (the test mean's own is ``test_mean_se``).
@@ -98,8 +101,9 @@ def ais_log_likelihood(
 
     generator = torch.Generator(device=train.device).manual_seed(seed)
     if base is not None:
-        where: dict[str, Any] = {"loc": base[0], "scale_tril": base[1]}
-        domain = f"R^{test[0].numel()}, annealed from the model's fitted Gaussian base"
+        where: dict[str, Any] = {"loc": base[0], "scale_tril": base[1], "base": exact_base}
+        fitted = "fitted Gaussian base" if exact_base is None else "own exact base in its Gaussian's whitened coordinates"
+        domain = f"R^{test[0].numel()}, annealed from the model's {fitted}"
     elif bounds is not None:
         where, domain = {"bounds": bounds}, f"the box [{bounds[0]:g}, {bounds[1]:g}]^{test[0].numel()}, from its uniform density"
     else:
@@ -186,8 +190,12 @@ def _nearest(queries: Tensor, reference: Tensor) -> tuple[Tensor, Tensor]:
 def sample_quality(samples: Tensor, train: Tensor, test: Tensor, labels: Tensor | None) -> dict[str, Any]:
     """Sample-quality measures on the model range: the RMS distance from each sample to its nearest training image
     (against the same for held-out images: much smaller means copies, much larger means off the data), the pixel
-    mean and std of samples and data, and with ``labels`` (of ``train``) the class counts of the samples' nearest
-    training images (how many classes the samples cover)."""
+    mean and std of samples and data (before clipping), the pixel-value histogram against the data's with the
+    saturated and mid-grey fractions (:func:`ebm_losses.pixel_histogram.pixel_histogram`, on clipped samples), and
+    with ``labels`` (of ``train``) the class counts of the samples' nearest training images (how many classes the
+    samples cover)."""
+    from ebm_losses.pixel_histogram import pixel_histogram
+
     d_samples, index = _nearest(samples, train)
     d_test, _ = _nearest(test, train)
     report: dict[str, Any] = {
@@ -202,6 +210,7 @@ def sample_quality(samples: Tensor, train: Tensor, test: Tensor, labels: Tensor 
         counts = torch.bincount(labels.to(index.device)[index].long(), minlength=int(labels.max()) + 1)
         report["nearest_train_class_counts"] = counts.tolist()
         report["classes_covered"] = int((counts > 0).sum())
+    report.update(pixel_histogram(samples, train, test))
     return report
 
 
@@ -270,7 +279,8 @@ def image_report(
     """Fresh samples of the trained ``energy`` (``n_steps`` of the loss's sampler from its noise, or from uniform noise
     on ``[−1, 1]``) written to ``samples.pt``/``.npz`` on ``pixel_range``; with ``plots``: ``samples.png``,
     ``buffer.png`` (a PCD replay buffer), ``data.png`` and ``energy_histogram.png``; returns the metrics: sample
-    quality (:func:`sample_quality`, and :func:`classifier_quality` with ``labels`` of ``train``), mean energies, and
+    quality (:func:`sample_quality`; with ``labels`` of ``train`` also :func:`classifier_quality` and the feature
+    Fréchet distance, :func:`ebm_losses.frechet.feature_frechet`), mean energies, and
     the AIS held-out log-likelihood (``ais_chains > 0``).
 
     A loss with a ``generate(energy, n, like, generator)`` method (``equilibrium_matching``) draws the samples
@@ -340,9 +350,16 @@ def image_report(
         "sample_quality": sample_quality(samples, train, test, labels),
     }
     if labels is not None:
+        from ebm_losses.frechet import feature_frechet
+
         metrics["sample_quality"].update(classifier_quality(samples, train, labels, test, seed=seed))
+        try:
+            metrics["sample_quality"].update(feature_frechet(samples, train, labels, test, seed=seed))
+        except InputError as error:  # too few images for a floor: say so, the rest of the report stands
+            metrics["sample_quality"]["feature_frechet_skipped"] = str(error)
     if ais_chains:
         own_base = energy.ais_base() if callable(getattr(energy, "ais_base", None)) else None
+        exact = energy.exact_base() if callable(getattr(energy, "exact_base", None)) else None
         metrics["ais"] = ais_log_likelihood(
             energy,
             train,
@@ -352,5 +369,6 @@ def image_report(
             seed=seed,
             bounds=None if own_base is not None else (-1.0, 1.0),
             base=own_base,
+            exact_base=exact,
         )
     return metrics

@@ -5,6 +5,14 @@ the data's box, and a diagonal and a full-covariance Gaussian fitted (maximum li
 Each comes with its standard error over the held-out points. :func:`compare` tells whether two estimates of
 one quantity agree within their errors; when they do not, it warns (:class:`EstimatesDisagreeWarning`) and
 returns a record for ``metrics.json``.
+
+Discrete data (pixels on ``K`` levels) are scored dequantised, the standard protocol for likelihoods of discrete
+images: each level is the centre of a bin of width ``δ`` on the model's scale (``δ = 2/K`` on ``[−1, 1]``), and a
+held-out point is its level plus ``U(−δ/2, δ/2)`` per coordinate (:func:`dequantise`; the pixel plus ``U(0, 1)``,
+mapped onto ``[−1, 1]``). The mean ``log p`` of such points, plus ``D·log δ``, is a lower bound on the discrete
+log-likelihood of the levels (Jensen), whence :func:`bits_per_dim`. :func:`chosen_baselines` fits the baselines on
+dequantised training data with their ridge chosen on a validation split, :func:`margins` pairs them with the model
+point by point, and :func:`importance_log_z` is a second estimate of ``log Z`` against which AIS is checked.
 """
 
 from __future__ import annotations
@@ -27,6 +35,11 @@ __all__ = [
     "compare",
     "DISAGREEMENT_Z",
     "DISAGREEMENT_ATOL",
+    "dequantise",
+    "bits_per_dim",
+    "chosen_baselines",
+    "margins",
+    "importance_log_z",
 ]
 
 DISAGREEMENT_Z = 3.0
@@ -154,4 +167,204 @@ def compare(
         "difference": difference,
         "combined_error": combined,
         "message": message,
+    }
+
+
+def dequantise(x: Tensor, step: float, generator: torch.Generator) -> Tensor:
+    """``x + (u − ½)·step``, ``u ~ U(0, 1)`` per coordinate: each grid value spread uniformly over its bin of width
+    ``step`` (on the model's scale: ``2/K`` for ``K`` levels on ``[−1, 1]``). ``x: (n, *event_shape)``, same shape."""
+    if not (isinstance(step, (int, float)) and math.isfinite(step) and step > 0):
+        raise InputError(f"dequantise: step must be a finite number > 0 (the grid's step on the model's scale), got {step!r}.")
+    u = torch.rand(x.shape, generator=generator, dtype=x.dtype, device=x.device)
+    return x + (u - 0.5) * step
+
+
+def bits_per_dim(log_likelihood: float, dim: int, step: float) -> float:
+    """``bpd = −(log p + D·log δ) / (D·ln 2)``: the mean held-out ``log p`` (nats per example) of dequantised points on
+    the model's scale, with ``D = dim`` coordinates and bins of width ``δ = step``, turned into bits per coordinate on
+    the levels' own scale (bins of width 1, ``[0, K)``): ``−log p`` there divided by ``D·ln 2``, an upper bound on the
+    discrete data's negative log-likelihood in bits. The uniform density gives ``log₂ K``."""
+    return -(log_likelihood + dim * math.log(step)) / (dim * math.log(2))
+
+
+def _fit_gaussian(x: Tensor, diagonal: bool, ridge: float) -> tuple[Tensor, Tensor] | None:
+    """``(mean: (d,), L: (d, d))`` of the Gaussian fitted to ``x: (n, d)`` with ``ridge`` on the variances (``L``
+    diagonal with ``diagonal``); None when the covariance is singular."""
+    mean = x.mean(0)
+    centred = x - mean
+    if diagonal:
+        var = centred.square().mean(0) + ridge
+        return (mean, torch.diag(var.sqrt())) if bool((var > 0).all()) else None
+    cov = centred.T @ centred / x.shape[0] + ridge * torch.eye(x.shape[1], dtype=x.dtype, device=x.device)
+    chol, info = torch.linalg.cholesky_ex(cov)
+    return (mean, chol) if int(info) == 0 else None
+
+
+def _gaussian_log_density(fit: tuple[Tensor, Tensor], x: Tensor) -> Tensor:
+    """``log N(x; mean, LLᵀ)`` per point: ``x: (n, d) -> (n,)``."""
+    mean, chol = fit
+    z = torch.linalg.solve_triangular(chol, (x - mean).T, upper=False)
+    return -0.5 * z.square().sum(0) - chol.diagonal().log().sum() - 0.5 * x.shape[1] * math.log(2 * math.pi)
+
+
+RIDGE_FACTORS = (0.0, 0.03, 0.1, 0.3, 1.0, 3.0)
+"""The ridges :func:`chosen_baselines` tries, in units of ``δ²/12`` (the variance one bin's dequantisation adds)."""
+MIXTURE_COMPONENTS = (1, 2, 5, 10)
+"""The numbers of components of the Gaussian mixture baseline it tries (full covariance)."""
+
+
+def _mixture(fit_x: Tensor, seed: int, components: int, reg: float) -> Any:
+    from sklearn.mixture import GaussianMixture
+
+    return GaussianMixture(components, covariance_type="full", reg_covar=reg, random_state=seed, max_iter=200).fit(
+        fit_x.cpu().numpy()
+    )
+
+
+def chosen_baselines(
+    train: Tensor,
+    test: Tensor,
+    box: tuple[float, float],
+    *,
+    step: float,
+    seed: int = 0,
+    validation_fraction: float = 0.2,
+    ridge_factors: tuple[float, ...] = RIDGE_FACTORS,
+    components: tuple[int, ...] = MIXTURE_COMPONENTS,
+) -> tuple[dict[str, Any], dict[str, Tensor]]:
+    """The baselines of dequantised data: ``uniform`` on ``box``, ``diagonal_gaussian``, ``gaussian`` (full
+    covariance) and ``gaussian_mixture`` (scikit-learn's, full covariance), fitted to ``train: (n, *event_shape)``
+    (already dequantised), each with its ridge (``reg_covar`` and number of components for the mixture) chosen on a
+    validation split of ``validation_fraction`` of ``train`` (shuffled with ``seed``) among ``ridge_factors·δ²/12``
+    (``δ = step``), then refitted on all of ``train`` and scored on ``test``. Returns the report (per baseline:
+    ``log_likelihood`` and ``standard_error`` in nats per example, ``bits_per_dim``, the chosen ``ridge``, the
+    ``validation`` log-likelihood of each candidate) and each baseline's held-out ``log p`` per point ``(m,)``."""
+    x, y = _flat(train, "train"), _flat(test, "test")
+    if x.shape[1] != y.shape[1]:
+        raise InputError(f"train and test differ in event size: {x.shape[1]} and {y.shape[1]}.")
+    if not 0 < validation_fraction < 1 or x.shape[0] < 10:
+        raise InputError(
+            f"chosen_baselines needs validation_fraction in (0, 1) and at least 10 training points, got "
+            f"{validation_fraction} and {x.shape[0]}."
+        )
+    d, unit = x.shape[1], step * step / 12
+    order = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(seed)).to(x.device)
+    n_val = max(1, int(round(validation_fraction * x.shape[0])))
+    val, fit = x[order[:n_val]], x[order[n_val:]]
+    report: dict[str, Any] = {"uniform": uniform_log_likelihood(test, *box)}
+    uniform = report["uniform"]
+    per_point: dict[str, Tensor] = {}
+    if uniform["log_likelihood"] is not None:
+        uniform["bits_per_dim"] = bits_per_dim(uniform["log_likelihood"], d, step)
+        per_point["uniform"] = torch.full((y.shape[0],), uniform["log_likelihood"], dtype=y.dtype)
+    for key, diagonal in (("diagonal_gaussian", True), ("gaussian", False)):
+        scores = {}
+        for factor in ridge_factors:
+            trial = _fit_gaussian(fit, diagonal, factor * unit)
+            scores[factor * unit] = float(_gaussian_log_density(trial, val).mean()) if trial is not None else -math.inf
+        ridge = max(scores, key=scores.get)
+        final = _fit_gaussian(x, diagonal, ridge)
+        if final is None:
+            raise InputError(f"{key}: the training data's covariance is singular for every ridge tried; give larger ridges.")
+        per_point[key] = _gaussian_log_density(final, y)
+        report[key] = _scored(per_point[key], d, step) | {"ridge": ridge, "validation": _listed(scores)}
+    try:
+        scores = {}
+        for k in [c for c in components if c <= fit.shape[0] // 2]:
+            for factor in [f for f in ridge_factors if f > 0]:
+                model = _mixture(fit, seed, k, factor * unit)
+                scores[(k, factor * unit)] = float(model.score_samples(val.cpu().numpy()).mean())
+        k, reg = max(scores, key=scores.get)
+        model = _mixture(x, seed, k, reg)
+        per_point["gaussian_mixture"] = torch.as_tensor(model.score_samples(y.cpu().numpy()), dtype=y.dtype)
+        report["gaussian_mixture"] = _scored(per_point["gaussian_mixture"], d, step) | {
+            "components": k,
+            "ridge": reg,
+            "validation": [{"components": c, "ridge": r, "log_likelihood": v} for (c, r), v in scores.items()],
+        }
+    except ImportError as exc:
+        report["gaussian_mixture"] = {"skipped": f"{exc}; pip install scikit-learn (or 'ebm-losses[images]')"}
+    for entry in report.values():
+        entry.setdefault("validation_split", n_val)
+    return report, per_point
+
+
+def _scored(per_point: Tensor, d: int, step: float) -> dict[str, Any]:
+    value, se = _mean_and_se(per_point)
+    return {"log_likelihood": value, "standard_error": se, "bits_per_dim": bits_per_dim(value, d, step)}
+
+
+def _listed(scores: dict[float, float]) -> list[dict[str, float]]:
+    return [{"ridge": r, "log_likelihood": v} for r, v in scores.items()]
+
+
+def margins(model: Tensor, log_z_se: float, baselines: dict[str, Tensor]) -> dict[str, dict[str, float]]:
+    """The model's held-out margin over each baseline: ``model: (m,)`` its ``log p`` per held-out point, paired with
+    each baseline's ``(m,)``; ``margin`` is the mean difference (nats per example) and ``standard_error`` combines the
+    paired differences' ``std/√m`` with ``log_z_se``, the error of the model's ``log Z`` (common to every point)."""
+    out = {}
+    for name, values in baselines.items():
+        mean, se = _mean_and_se(model.double() - values.double().to(model.device))
+        out[name] = {"margin": mean, "standard_error": math.hypot(se, log_z_se)}
+    return out
+
+
+def importance_log_z(
+    energy: Any,
+    loc: Tensor,
+    scale_tril: Tensor,
+    *,
+    event_shape: tuple[int, ...],
+    n: int = 4096,
+    seed: int = 0,
+    bounds: tuple[float, float] | None = None,
+    base: Any = None,
+    chunk: int = 1024,
+) -> dict[str, Any]:
+    """``log Z = log mean_i exp(−E(x_i) − log q(x_i))``, ``x_i ~ q = N(loc, LLᵀ)`` (``loc: (d,)``, ``scale_tril: (d,
+    d)``, ``d = prod(event_shape)``): simple importance sampling, a second estimate of the normaliser independent of
+    AIS's annealing. With ``base`` (an :class:`ebm_samplers.ais.ExactBase` in the whitened coordinates
+    ``z = L⁻¹(x − loc)``, such as a fitted mixture) ``q`` is that base mapped to ``x``: ``x = loc + Lz``,
+    ``log q(x) = −E₀(z) − log Z₀ − log|det L|``. With ``bounds = (low, high)`` the normaliser is that of ``exp(−E)`` restricted to the box
+    ``[low, high]^d`` (points of ``q`` outside weigh 0). Returns ``log_z``, its delta-method ``standard_error``,
+    ``effective_sample_size`` ``(Σw)²/Σw²`` of ``n`` (``log_z`` None when no weight is finite); the standard error is itself unreliable when
+    the effective sample size is a small fraction of ``n``."""
+    if not (isinstance(n, int) and n >= 2):
+        raise InputError(f"importance_log_z: n must be an integer >= 2, got {n!r}.")
+    d = math.prod(event_shape)
+    if loc.shape != (d,) or scale_tril.shape != (d, d):
+        raise InputError(
+            f"importance_log_z: loc must be ({d},) and scale_tril ({d}, {d}), got {tuple(loc.shape)} and {tuple(scale_tril.shape)}."
+        )
+    g = torch.Generator(device=loc.device).manual_seed(seed)
+    chol, mean = scale_tril.double(), loc.double()
+    dtype = next((p.dtype for p in energy.parameters()), torch.float32) if hasattr(energy, "parameters") else torch.float32
+    log_det = float(chol.diagonal().log().sum())
+    logs = []
+    with torch.no_grad():
+        for size in [chunk] * (n // chunk) + ([n % chunk] if n % chunk else []):
+            if base is None:
+                z = torch.randn(size, d, generator=g, dtype=torch.float64, device=loc.device)
+                log_q = -0.5 * z.square().sum(1) - log_det - 0.5 * d * math.log(2 * math.pi)
+            else:
+                drawn = base.sample(size, g)
+                log_q = -base.energy(drawn).double() - base.log_z - log_det
+                z = drawn.double()
+            x = mean + z @ chol.T
+            e = energy.compute_energy(x.to(dtype).reshape(size, *event_shape)).double()
+            log_w = -e - log_q
+            if bounds is not None:
+                log_w = log_w.masked_fill(((x < bounds[0]) | (x > bounds[1])).any(1), -math.inf)
+            logs.append(log_w)
+    log_w = torch.cat(logs)
+    top = log_w.max()
+    if not bool(torch.isfinite(top)):
+        return {"log_z": None, "standard_error": None, "effective_sample_size": 0.0, "n": n}
+    w = (log_w - top).exp()
+    mean_w = w.mean()
+    return {
+        "log_z": float(top + mean_w.log()),
+        "standard_error": float(w.std() / (mean_w * math.sqrt(n))),
+        "effective_sample_size": float(w.sum().square() / w.square().sum()),
+        "n": n,
     }

@@ -8,7 +8,6 @@ import argparse
 import contextlib
 import difflib
 import logging
-import math
 import os
 import sys
 import time
@@ -28,7 +27,8 @@ from ebmcore.threads import job_threads
 
 from ebm_losses import datasets, images
 from ebm_losses.commands import COMMANDS
-from ebm_losses.training import Trainer
+from ebm_losses.train_report import grid_nll, held_out_report, summary
+from ebm_losses.training import LiveLog, Trainer
 from ebm_losses.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
@@ -65,6 +65,7 @@ SCHEMA: dict[str, Any] = {
             ),
             [],
         ),
+        "dequantize": ((bool,), False),
         "n_train": ((int, positive), 8000),
         "n_test": ((int, positive), 2000),
         "seed": ((int, seed_range), 0),
@@ -84,6 +85,7 @@ SCHEMA: dict[str, Any] = {
         "device": ((str,), "cpu"),
         "backend": ((str,), ""),
         "watchdog": ((bool, dict), True),
+        "live_log": ((bool, dict, LiveLog.config_problem), False),  # log.csv (and TensorBoard) as it trains
     },
     "output": {
         "dir": ((str,), "runs/train"),
@@ -96,6 +98,8 @@ SCHEMA: dict[str, Any] = {
         "image_samples": ((int, positive), 100),
         "ais_chains": ((int, non_negative), 256),
         "ais_temperatures": ((int, positive), 500),
+        "class_samples": ((int, positive), 40),  # a loss that trains p(y|x) (jem): class-conditional samples per class
+        "class_sample_steps": ((int, non_negative), 200),
     },
 }
 
@@ -157,6 +161,10 @@ def load_config(path: str | Path | None, overrides: dict[str, dict[str, Any]] | 
         raise
     if missing is not None:
         raise ConfigError(missing)
+    if config["data"]["dequantize"] and not images.is_image_source(dataset):
+        raise ConfigError(
+            f"{path} [data] dequantize: only images on a grid of levels are dequantised, not {dataset!r}; set dequantize = false."
+        )
     try:
         Watchdog.from_config(config["train"]["watchdog"])
     except InputError as exc:
@@ -168,6 +176,8 @@ def load_config(path: str | Path | None, overrides: dict[str, dict[str, Any]] | 
             built[table] = factory(**config[table]["params"])
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{path} [{table}] params: {exc}") from None
+    if getattr(built["loss"], "needs_labels", False) and dataset != images.DIGITS:
+        raise ConfigError(f'{path} [loss] {config["loss"]["name"]} trains p(y|x) on labels: set [data] dataset = "digits".')
     try:  # the report's sampler, on the model: checked now rather than after the training
         report_sampler = registry.get("sampler", config["output"]["sampler"])(
             built["model"], **config["output"]["sampler_params"]
@@ -240,20 +250,6 @@ def _load_points(path: Path, where: str) -> torch.Tensor:
     return values.float()
 
 
-GRID_TOLERANCE = 0.05
-"""The grid's held-out log-likelihood is reliable when its error estimate is at most this many nats."""
-
-
-def grid_nll(energy: ebmcore.EnergyModel, test: torch.Tensor, lim: float, n: int = 200) -> float:
-    """Held-out negative log-likelihood of 2-d ``test`` under ``exp(−E)`` normalised on a grid over ``[−lim, lim]²``."""
-    g = torch.linspace(-lim, lim, n, device=test.device)
-    xx, yy = torch.meshgrid(g, g, indexing="ij")
-    points = torch.stack([xx.flatten(), yy.flatten()], 1)
-    with torch.no_grad():
-        log_z = torch.logsumexp(-energy.compute_energy(points), 0) + 2 * math.log(float(g[1] - g[0]))
-        return float((energy.compute_energy(test) + log_z).mean())
-
-
 def run(
     config: dict[str, Any], out: Path, *, resume: bool = False, overwrite: bool = False, quiet: bool = False
 ) -> dict[str, Any]:
@@ -306,8 +302,9 @@ def _run(config: dict[str, Any], out: Path, resume: bool, quiet: bool, main: boo
     if resume and not checkpoint.exists():
         raise ConfigError(f"--resume: no checkpoint at {checkpoint}.")
     is_images = images.is_image_source(config["data"]["dataset"])
+    grid: dict[str, Any] = {}  # the levels and bin width of dequantised images ([data] dequantize)
     if is_images:
-        train, test, pixel_range = _image_data(config["data"])
+        train, test, pixel_range = _image_data(config["data"], grid)
         train, test = train.to(device), test.to(device)
     else:
         train, test = (t.to(device) for t in _data(config["data"], config["source"]))
@@ -336,6 +333,8 @@ def _run(config: dict[str, Any], out: Path, resume: bool, quiet: bool, main: boo
         checkpoint_path=checkpoint,
         checkpoint_every=t["checkpoint_every"],
         watchdog=Watchdog.from_config(t["watchdog"]) or False,
+        live_log=LiveLog.from_config(t["live_log"], out),
+        labels=_digit_labels(config["data"]).to(device) if getattr(loss, "needs_labels", False) else None,
     )
     if resume:
         trainer.load(checkpoint)
@@ -421,69 +420,72 @@ def _run(config: dict[str, Any], out: Path, resume: bool, quiet: bool, main: boo
         metrics["ais"] = ais_log_likelihood(
             final, train, test, n_chains=o["ais_chains"], n_temperatures=o["ais_temperatures"], seed=t["seed"]
         )
+    if trainer.labels is not None:  # p(y|x) (jem): accuracy, calibration, class-conditional samples
+        from ebm_losses.jem_report import jem_report
+
+        held_out = _digit_labels(config["data"], held_out=True).to(device)
+        sampling = (o["class_samples"], o["class_sample_steps"], t["seed"])
+        metrics["jem"] = jem_report(final, loss, train, trainer.labels, test, held_out, out, pixel_range, plots, *sampling)
     if metrics["held_out_nll"] is not None or metrics.get("ais"):
-        metrics.update(held_out_report(final, train, test, lim, is_images, metrics))
+        metrics.update(held_out_report(final, train, test, lim, is_images, metrics, grid, t["seed"]))
     runfiles.write_json(out / "metrics.json", metrics)
     return metrics
 
 
-def held_out_report(
-    energy: ebmcore.EnergyModel, train: torch.Tensor, test: torch.Tensor, lim: float, is_images: bool, metrics: dict[str, Any]
-) -> dict[str, Any]:
-    """What the held-out log-likelihood means: ``grid`` (2-d: the grid estimate with its error: how far the NLL moves
-    with 100² instead of 200² cells, plus how far with the box widened 1.5× at the same cell size; ``reliable`` when
-    that is at most :data:`GRID_TOLERANCE`), ``baselines`` (:func:`ebm_losses.likelihood.baselines` on the box: images ``[−1, 1]^d``,
-    else ``[−L, L]^d``, ``L = 1.25·max|x_train|``, the grid's) and ``warnings``: every pair of estimates of one
-    quantity that disagree (AIS at two temperature counts, grid against AIS); a disagreement makes both unreliable."""
-    from ebm_losses import likelihood
-
-    report: dict[str, Any] = {}
-    ais = metrics.get("ais")
-    records = list(ais.pop("warnings", [])) if ais else []
-    if metrics["held_out_nll"] is not None:
-        fine, coarse, wide = metrics["held_out_nll"], grid_nll(energy, test, lim, n=100), grid_nll(energy, test, 1.5 * lim, n=300)
-        error = abs(fine - coarse) + abs(fine - wide)
-        report["grid"] = {
-            "test_log_likelihood": -fine,
-            "error": error,
-            "n": 200,
-            "box": [-lim, lim],
-            "reliable": error <= GRID_TOLERANCE,
-        }
-        if ais:
-            record = likelihood.compare(
-                "held-out log-likelihood",
-                ("the grid", -fine, report["grid"]["error"]),
-                ("AIS", ais["test_log_likelihood"], ais["standard_error"]),
-                note=f"The grid normalises exp(−E) over [−{lim:.3g}, {lim:.3g}]² (its error counts the mass in a 1.5× "
-                "wider box), AIS over the plane: it misses the mass its chains do not reach.",
-            )
-            if record is not None:
-                report["grid"]["reliable"] = ais["reliable"] = False
-                records.append(record)
-    box = (-1.0, 1.0) if is_images else (-(lim or 1.25 * float(train.abs().max())), lim or 1.25 * float(train.abs().max()))
-    report["baselines"] = likelihood.baselines(train, test, box)
-    report["warnings"] = records
-    return report
-
-
-def _image_data(spec: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, tuple[float, float]]:
+def _image_data(
+    spec: dict[str, Any], grid: dict[str, Any] | None = None
+) -> tuple[torch.Tensor, torch.Tensor, tuple[float, float]]:
     """``(train, test, pixel_range)``: the images of ``[data] dataset`` mapped onto ``[−1, 1]`` from ``[data] pixel_range``
-    (default: the loader's), shuffled with ``[data] seed``; the test set is ``n_test`` images, at most a fifth."""
+    (default: the loader's), shuffled with ``[data] seed``; the test set is ``n_test`` images, at most a fifth.
+
+    With ``[data] dequantize`` the ``K`` levels of the pixels are the centres of ``K`` bins of width ``δ = 2/K`` that
+    tile ``[−1, 1]`` (``pixel_range`` is widened by half a level each side), and both splits are dequantised once
+    (:func:`ebm_losses.likelihood.dequantise`, the training split with ``seed + 1``, the held-out one with ``seed + 2``);
+    ``grid`` then receives ``levels`` and ``step`` (``δ``)."""
+    from ebm_losses.likelihood import dequantise
+
     data = images.load(spec["dataset"])
     pixel_range = tuple(float(v) for v in spec["pixel_range"]) or data.pixel_range
+    step = 0.0
+    if spec.get("dequantize"):
+        levels, pixel_step = _levels(data.images, pixel_range, spec["dataset"])
+        pixel_range = (pixel_range[0] - pixel_step / 2, pixel_range[1] + pixel_step / 2)
+        step = 2.0 / levels
+        if grid is not None:
+            grid.update(levels=levels, step=step)
     x = images.to_model_range(data.images, pixel_range)
     train, test = images.split(x, max(1, min(spec["n_test"], x.shape[0] // 5)), spec["seed"])  # 2 to 4 images: 1 held out
-    return train[: spec["n_train"]], test, pixel_range
+    train = train[: spec["n_train"]]
+    if step:
+        train = dequantise(train, step, torch.Generator().manual_seed(spec["seed"] + 1))
+        test = dequantise(test, step, torch.Generator().manual_seed(spec["seed"] + 2))
+    return train, test, pixel_range
 
 
-def _digit_labels(spec: dict[str, Any]) -> torch.Tensor | None:
-    """The digits' training labels, split like :func:`_image_data`'s images (for the report's class counts), else None."""
+def _levels(values: torch.Tensor, pixel_range: tuple[float, float], name: str) -> tuple[int, float]:
+    """``(K, step)``: the number of levels of pixels on a grid of ``step`` over ``pixel_range``, or a ConfigError."""
+    from ebm_losses.likelihood import quantum
+
+    step = quantum(values)
+    low, high = pixel_range
+    if step is not None:
+        k = (values.double() - low) / step
+        levels = round((high - low) / step) + 1
+        if float((k - k.round()).abs().max()) < 1e-3 and float(k.min()) > -1e-3 and float(k.max()) < levels - 1 + 1e-3:
+            return levels, step
+    raise ConfigError(
+        f"[data] dequantize = true: the pixels of {name!r} are not on a grid of levels over pixel_range {list(pixel_range)} "
+        "(8-bit images: 256 levels, 0..255); set [data] dequantize = false for continuous data, or fix [data] pixel_range."
+    )
+
+
+def _digit_labels(spec: dict[str, Any], held_out: bool = False) -> torch.Tensor | None:
+    """The digits' training labels (``held_out``: the test split's), split like :func:`_image_data`'s images, else None."""
     if spec["dataset"] != images.DIGITS:
         return None
     data = images.load_digits()
-    train, _ = images.split(data.labels, min(spec["n_test"], data.labels.shape[0] // 5), spec["seed"])
-    return train[: spec["n_train"]]
+    train, test = images.split(data.labels, min(spec["n_test"], data.labels.shape[0] // 5), spec["seed"])
+    return test if held_out else train[: spec["n_train"]]
 
 
 def _negatives_report(loss: Any) -> dict[str, Any] | None:
@@ -536,92 +538,6 @@ def _model_samples(
     elif not quiet:
         log.info("model samples without warm-up: %s", why_not)
     return sampler.sample(x0, 200, generator=g, **tunables)
-
-
-def _reliability(ais: dict[str, Any]) -> str:
-    """``reliable``, or what failed among the AIS checks and cross-checks."""
-    if ais.get("reliable"):
-        return "reliable"
-    checks = ais.get("checks", {})
-    why = []
-    if "ess" in checks and not checks["ess"]["passed"]:
-        why.append(f"effective sample size {checks['ess']['effective_sample_size']:.0f} of {ais['log_z']['n_chains']} chains")
-    if "temperatures" in checks and not checks["temperatures"]["passed"]:
-        why.append(f"{checks['temperatures']['n_temperatures']} temperatures disagree")
-    return "not reliable" + (f": {', '.join(why)}" if why else ": it disagrees with the grid")
-
-
-def _baseline_lines(metrics: dict[str, Any]) -> list[str]:
-    """The summary's line on the baselines, and one line per disagreement."""
-    base = metrics.get("baselines")
-    if not base:
-        return []
-    uniform = base["uniform"]
-    low, high = uniform["box"]
-    parts = [
-        f"uniform on [{low:.3g}, {high:.3g}]^{uniform['dim']} "
-        + (
-            f"{uniform['log_likelihood']:.3f}"
-            if uniform["log_likelihood"] is not None
-            else f"-inf ({uniform['n_outside']} points outside)"
-        )
-    ]
-    parts += [
-        f"{name} {base[key]['log_likelihood']:.3f} ± {base[key]['standard_error']:.3f}"
-        for name, key in (("diagonal Gaussian", "diagonal_gaussian"), ("Gaussian", "gaussian"))
-    ]
-    return [
-        f"  baselines (held-out log-likelihood, nats): {'; '.join(parts)}",
-        *(f"  warning: {record['message']}" for record in metrics.get("warnings", [])),
-    ]
-
-
-def summary(metrics: dict[str, Any], out: Path) -> str:
-    nll = metrics["held_out_nll"]
-    return "\n".join(
-        [
-            f"trained to step {metrics['steps']} in {metrics['wall_time_s']:.1f} s"
-            + (f" ({metrics['throughput_samples_per_s']:,.0f} samples/s)" if metrics["throughput_samples_per_s"] else ""),
-            f"  final loss {metrics['final_loss']:.4g}"
-            + (f", held-out NLL {nll:.3f} nats" if nll is not None else "")
-            + (
-                f", AIS held-out log-likelihood {ais['test_log_likelihood']:.3f} ± {ais['standard_error']:.3f} nats"
-                f" ({_reliability(ais)})"
-                if (ais := metrics.get("ais"))
-                else ""
-            ),
-            *_sample_quality_lines(metrics.get("sample_quality")),
-            *_baseline_lines(metrics),
-            *_watchdog_lines(metrics.get("watchdog")),
-            f"  model: {out / 'model.pt'} (sample it with [energy] model = \"{out / 'model.pt'}\")",
-            f"  metrics: {out / 'metrics.json'}"
-            + (f" (no plots: {skipped})" if (skipped := metrics.get("plots_skipped")) else f"; plots in {out}"),
-        ]
-    )
-
-
-def _sample_quality_lines(quality: dict[str, Any] | None) -> list[str]:
-    """The summary's line on labelled image samples: the classifier ratio, the confident classes and the spread."""
-    if not quality or "classifier_ratio" not in quality:
-        return []
-    ratio = quality["classifier_ratio"]
-    return [
-        f"  samples: classifier ratio {'n/a' if ratio is None else f'{ratio:.2f}'} "
-        f"({quality['confident_fraction_samples']:.0%} confident at ≥ {quality['confidence']:g}, held-out data "
-        f"{quality['confident_fraction_test']:.0%}), {quality['confident_classes']} confident classes, "
-        f"spread {quality['spread']:.2f}"
-    ]
-
-
-def _watchdog_lines(report: dict[str, Any] | None) -> list[str]:
-    """The summary's line on the watchdog's rollbacks (none when it rolled nothing back)."""
-    if not report or not report["rollbacks"]:
-        return []
-    k = report["rollbacks"]
-    events = "; ".join(
-        f"step {e['step']}: {e['reason']}, back to step {e['rolled_back_to']}, lr {e['lr']:.4g}" for e in report["events"]
-    )
-    return [f"  watchdog: {k} rollback{'s' if k > 1 else ''} ({events})"]
 
 
 def add_command(subparsers: Any) -> None:

@@ -14,7 +14,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -25,13 +25,20 @@ from torch.utils.data import DataLoader, Dataset
 from ebmcore import EnergyModel, Loss, runfiles
 from ebmcore.errors import DivergenceError, InputError, NonFiniteError
 from ebmcore.validation import check_positive, check_positive_int
+from ebm_losses.batches import Batches, LoaderBatches
 from ebm_losses.watchdog import Watchdog
+from ebm_samplers.live_log import LiveLog
 
-__all__ = ["Trainer", "TrainHistory", "Watchdog"]
+__all__ = ["Trainer", "TrainHistory", "Watchdog", "LiveLog", "LOG_COLUMNS"]
 
 log = logging.getLogger(__name__)
 
 EvalFn = Callable[[EnergyModel, int], dict[str, float]]
+
+LOG_COLUMNS = ("step", "wall_time", "loss", "energy_data", "energy_negatives", "acceptance", "grad_norm", "lr", "rollbacks")
+"""The columns of the training's live log (``live_log``): the step, Unix time, the step's loss, the mean energies of its
+batch and of the loss's negatives and the global gradient norm (before the update, at the loss's parameters), the
+loss's sampler ``acceptance`` where it reports one, the learning rate, and the watchdog's rollbacks so far."""
 
 
 @dataclass
@@ -52,59 +59,6 @@ def _copy(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return type(obj)(_copy(v) for v in obj)
     return obj
-
-
-class _Batches:
-    """Batches of a tensor or ``Dataset`` in a generator-driven random order, resumable exactly."""
-
-    def __init__(self, data: Tensor | Dataset, batch_size: int, generator: torch.Generator) -> None:
-        self.data, self.batch_size, self.generator = data, batch_size, generator
-        self.n = len(data)
-        self.batch_size = min(batch_size, self.n)
-        self.order: Tensor | None = None
-        self.position = 0
-
-    def next(self) -> Tensor:
-        if self.order is None or self.position + self.batch_size > self.n:
-            self.order = torch.randperm(self.n, generator=self.generator, device=self.generator.device)
-            self.position = 0
-        idx = self.order[self.position : self.position + self.batch_size]
-        self.position += self.batch_size
-        if isinstance(self.data, Tensor):
-            return self.data[idx.to(self.data.device)]
-        items = [self.data[int(i)] for i in idx]
-        return torch.stack([item[0] if isinstance(item, (tuple, list)) else item for item in items])
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"order": self.order, "position": self.position}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.order, self.position = state["order"], state["position"]
-
-
-class _LoaderBatches:
-    """Batches of a user ``DataLoader``, restarted when exhausted (resume restarts the epoch)."""
-
-    def __init__(self, loader: DataLoader) -> None:
-        self.loader = loader
-        self.iterator: Iterator[Any] | None = None
-
-    def next(self) -> Tensor:
-        for _ in range(2):
-            if self.iterator is None:
-                self.iterator = iter(self.loader)
-            try:
-                item = next(self.iterator)
-                return item[0] if isinstance(item, (tuple, list)) else item
-            except StopIteration:
-                self.iterator = None
-        raise InputError("the DataLoader yields no batch.")
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.iterator = None
 
 
 def _optimizer(optimizer: Any) -> Any:
@@ -148,6 +102,11 @@ class Trainer:
     run back to its last good state with a lower learning rate (:mod:`ebm_losses.watchdog`); ``watchdog_report()``
     counts the rollbacks. Without it, or with no rollback left, a non-finite loss stops training with an error
     naming the step.
+    ``live_log`` (an :class:`~ebm_samplers.live_log.LiveLog`) writes a row of :data:`LOG_COLUMNS` every ``every``
+    steps to ``log.csv`` (and TensorBoard), one host sync each, an image grid of the negatives every ``images_every``
+    steps, and the watchdog's events; rows past the state a rollback or a resume returns to are dropped.
+    ``labels: (N,)`` (tensor ``data`` only) go with their rows to a loss that declares ``needs_labels`` (``jem``):
+    ``loss(energy, x, labels=y)``; the batches are drawn as without them.
 
     Under ``torch.distributed`` (``torchrun``) it trains data-parallel: every rank draws the same
     global batch, computes the loss on its shard (with its own noise stream), and the gradients are
@@ -174,6 +133,8 @@ class Trainer:
         checkpoint_path: str | os.PathLike | None = None,
         checkpoint_every: int | None = None,
         watchdog: bool | Watchdog = True,
+        live_log: LiveLog | None = None,
+        labels: Tensor | None = None,
     ) -> None:
         if not isinstance(energy, EnergyModel):
             raise InputError(f"energy must be an ebmcore.EnergyModel, got {type(energy).__name__}.")
@@ -205,6 +166,10 @@ class Trainer:
             raise InputError("give checkpoint_path and checkpoint_every together.")
         if not isinstance(watchdog, (bool, Watchdog)):
             raise InputError(f"watchdog must be True, False or an ebm_losses.Watchdog, got {watchdog!r}.")
+        if live_log is not None and not isinstance(live_log, LiveLog):
+            raise InputError(
+                f"live_log must be None or an ebm_samplers.live_log.LiveLog (LiveLog('runs/x', every=50)), got {live_log!r}."
+            )
         self.energy, self.loss = energy, loss
         reference = energy._reference_tensor()
         device = reference.device if reference is not None else (data.device if isinstance(data, Tensor) else torch.device("cpu"))
@@ -226,13 +191,24 @@ class Trainer:
 
             self.loss_generator = rank_generator(seed, self.rank, device)
         if isinstance(data, DataLoader):
-            self.batches: _Batches | _LoaderBatches = _LoaderBatches(data)
+            self.batches: Batches | LoaderBatches = LoaderBatches(data)
         elif isinstance(data, (Tensor, Dataset)):
             if len(data) == 0:
                 raise InputError("data is empty.")
-            self.batches = _Batches(data, batch_size, self.generator)
+            rows = torch.arange(len(data), device=self.generator.device) if labels is not None else data  # labelled: indices
+            self.batches = Batches(rows, batch_size, self.generator)
         else:
             raise InputError(f"data must be a tensor, a Dataset or a DataLoader, got {type(data).__name__}.")
+        if bool(getattr(loss, "needs_labels", False)) != (labels is not None) or not (
+            labels is None or (isinstance(data, Tensor) and isinstance(labels, Tensor) and labels.shape == data.shape[:1])
+        ):
+            raise InputError(
+                f"{type(loss).__name__} takes no labels: drop labels=."
+                if labels is not None and not getattr(loss, "needs_labels", False)
+                else f"{type(loss).__name__} needs labels: pass labels=y, a tensor (N,) of class indices, one per row "
+                "of data given as a tensor (N, *event_shape)."
+            )
+        self.data, self.labels = data, labels
         params = list(energy.parameters()) + list(loss.parameters())
         self.optimizer = optimizer(params, lr=lr) if isinstance(optimizer, type) else optimizer or torch.optim.Adam(params, lr=lr)
         self.clip_grad_norm = None if clip_grad_norm is None else float(clip_grad_norm)
@@ -247,6 +223,8 @@ class Trainer:
         self._events: list[dict[str, Any]] = []
         self._grad_max: Tensor | None = None  # the largest gradient norm since the last check, on the device
         self._good: dict[str, Any] | None = None  # the last good state (a copy), see _snapshot
+        self.live_log = live_log
+        self._live: LiveLog | None = None  # the live log while fit() writes it (rank 0)
 
     def fit(self, n_steps: int) -> TrainHistory:
         """Run ``n_steps`` optimisation steps (continuing from ``self.step``); returns the whole history."""
@@ -258,8 +236,24 @@ class Trainer:
 
             bar = tqdm(total=n_steps, desc="train", unit="step")
         start, seen, target, first = time.perf_counter(), 0, self.step + n_steps, self.step
+        if self.live_log is not None and self.rank == 0:
+            self._live = self.live_log.open(LOG_COLUMNS, after=self.step or None)
+        try:
+            self._fit(target, first, start, seen, bar)
+        finally:
+            if self._live is not None:
+                self._live.close()
+                self._live = None
+            if bar is not None:
+                bar.close()
+        return self.history
+
+    def _fit(self, target: int, first: int, start: float, seen: int, bar: Any) -> None:
+        """The loop of :meth:`fit`, up to step ``target``."""
         while self.step < target:
             batch = self.batches.next()
+            labelled = {} if self.labels is None else {"labels": self.labels[batch.to(self.labels.device)]}
+            batch = batch if self.labels is None else self.data[batch.to(self.data.device)]
             weight = 1.0
             if self.world_size > 1:
                 from ebmcore.distributed import shard
@@ -267,9 +261,10 @@ class Trainer:
                 rows = shard(batch.shape[0], self.rank, self.world_size)
                 weight = (rows.stop - rows.start) / batch.shape[0]
                 batch = batch[rows]
+                labelled = {k: v[rows] for k, v in labelled.items()}
             if self.watchdog is not None and self._good is None:
                 self._check_start(batch)
-            value = self.loss(self.energy, batch, generator=self.loss_generator)
+            value = self.loss(self.energy, batch, generator=self.loss_generator, **labelled)
             self.optimizer.zero_grad(set_to_none=True)
             if self.world_size > 1:
                 # one all_reduce per step carries the weighted gradients and the loss: every rank gets the
@@ -287,25 +282,32 @@ class Trainer:
                         bar.n = self.step - first
                         bar.refresh()
                     continue
-                raise NonFiniteError(
+                message = (
                     f"the loss is {loss_value} at step {self.step + 1}; the last finite values (step, loss) were {last}. "
                     "No optimizer step was taken with it: the parameters are those after the last finite step (a PCD buffer "
                     "already holds this step's negatives). Lower the learning rate "
                     "or the sampler's step size, add energy regularization, or clip gradients."
                 )
+                if self._live is not None:
+                    self._live.event(self.step + 1, f"stopped: {message}")
+                raise NonFiniteError(message)
             if self.world_size == 1:
                 value.backward()
             checkpoint_due = self.checkpoint_path is not None and (self.step + 1) % self.checkpoint_every == 0
             check_due = self.watchdog is not None and ((self.step + 1) % self.watchdog.check_every == 0 or checkpoint_due)
+            log_due = self._live is not None and self._live.due(self.step + 1)
+            norm = None
             if self.clip_grad_norm is not None:
                 params = [p for g in self.optimizer.param_groups for p in g["params"] if p.grad is not None]
-                norm = torch.nn.utils.clip_grad_norm_(params, self.clip_grad_norm)
+                norm = torch.nn.utils.clip_grad_norm_(params, self.clip_grad_norm).detach().float()
                 if self.watchdog is not None:  # the norm before clipping, its largest since the last check, on the device
-                    norm = norm.detach().float()
                     self._grad_max = norm if self._grad_max is None else torch.maximum(self._grad_max, norm)
-            elif check_due:  # unclipped: the norm at the check's step only (no norm per step)
+            elif check_due or log_due:  # unclipped: the norm at the check's and the log's steps only (no norm per step)
                 grads = [p.grad for g in self.optimizer.param_groups for p in g["params"] if p.grad is not None]
-                self._grad_max = torch.nn.utils.get_total_norm(grads).detach().float() if grads else None
+                norm = torch.nn.utils.get_total_norm(grads).detach().float() if grads else None
+                if check_due:
+                    self._grad_max = norm
+            logged = self._log_measures(batch, norm) if log_due else None
             self.optimizer.step()
             if self.ema is not None:
                 self.ema.update_parameters(self.energy)
@@ -321,6 +323,8 @@ class Trainer:
                         bar.n = self.step - first
                         bar.refresh()
                     continue
+            if logged is not None:
+                self._log_row(loss_value, logged)
             if self.eval_fn is not None and self.step % self.eval_every == 0:
                 self.history.evaluations.append((self.step, dict(self.eval_fn(self.energy, self.step))))
             if checkpoint_due:
@@ -328,9 +332,51 @@ class Trainer:
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss_value:.4g}", samples_per_s=f"{seen / (time.perf_counter() - start):.0f}")
-        if bar is not None:
-            bar.close()
-        return self.history
+
+    # -- the live log ---------------------------------------------------------------------------------
+
+    def _log_measures(self, batch: Tensor, grad_norm: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        """The live log's measures of a step before its update, on the device (no host sync): the mean energies of
+        ``batch`` and of the loss's negatives and ``grad_norm`` (NaN where absent), and the negatives when an image
+        grid is due."""
+        negatives = getattr(self.loss, "last_negatives", None)
+        if not (isinstance(negatives, Tensor) and negatives.shape[1:] == batch.shape[1:]):
+            negatives = None
+        with torch.no_grad():
+            nan = batch.new_full((), math.nan, dtype=torch.float32)
+            data = self.energy.compute_energy(batch).float().mean()
+            neg = self.energy.compute_energy(negatives).float().mean() if negatives is not None else nan
+            grad = grad_norm.to(nan.device) if grad_norm is not None else nan
+            values = torch.stack([data, neg, grad])
+        assert self._live is not None
+        images = negatives if negatives is not None and negatives.dim() == 4 and self._live.images_due(self.step + 1) else None
+        return values, images
+
+    def _log_row(self, loss_value: float, measures: tuple[Tensor, Tensor | None]) -> None:
+        """Write the live log's row of this step (one host sync), and its image grid when one is due."""
+        assert self._live is not None
+        values, images = measures
+        data, neg, grad = (None if math.isnan(v) else v for v in values.tolist())
+        acceptance = getattr(self.loss, "acceptance", None)  # a loss that keeps its sampler's (whitened CD)
+        if isinstance(acceptance, Tensor) and acceptance.numel() == 1:
+            acceptance = float(acceptance)
+        if not isinstance(acceptance, (int, float)) or isinstance(acceptance, bool):
+            acceptance = None
+        self._live.row(
+            self.step,
+            {
+                "wall_time": time.time(),
+                "loss": loss_value,
+                "energy_data": data,
+                "energy_negatives": neg,
+                "acceptance": None if acceptance is None else float(acceptance),
+                "grad_norm": grad,
+                "lr": float(self.optimizer.param_groups[0]["lr"]),
+                "rollbacks": len(self._events),
+            },
+        )
+        if images is not None:
+            self._live.images(self.step, images)
 
     # -- the watchdog ---------------------------------------------------------------------------------
 
@@ -433,15 +479,20 @@ class Trainer:
             watchdog=False,
         )
         self._grad_max = None
+        if self._live is not None:
+            self._live.rewind(good_step)
         if len(self._events) >= self.watchdog.max_rollbacks:
             before = "; ".join(f"step {e['step']}: {e['reason']}" for e in self._events) or "none"
-            raise DivergenceError(
+            message = (
                 f"training diverged at step {step}: {reason}. The watchdog has no rollback left "
                 f"(max_rollbacks={self.watchdog.max_rollbacks}; earlier rollbacks: {before}); the trainer holds the "
                 f"last good state, of step {good_step}. Lower the learning rate or the sampler's step size, add energy "
                 "regularization or clip gradients, or allow more rollbacks: Watchdog(max_rollbacks=...) "
                 "([train] watchdog = { max_rollbacks = ... } in a configuration)."
             )
+            if self._live is not None:
+                self._live.event(step, f"stopped: {message}")
+            raise DivergenceError(message)
         for group, lr in zip(self.optimizer.param_groups, lrs):
             group["lr"] = lr * self.watchdog.lr_factor
         event = {
@@ -452,6 +503,12 @@ class Trainer:
             "lr": self.optimizer.param_groups[0]["lr"],
         }
         self._events.append(event)
+        if self._live is not None:
+            self._live.event(
+                step,
+                f"watchdog rollback {len(self._events)}: {reason}; rolled back to step {good_step}, "
+                f"learning rate {lrs[0]:.4g} -> {event['lr']:.4g}",
+            )
         log.warning(
             "watchdog: training diverged at step %d (%s); rolled back to step %d, learning rate %.4g -> %.4g "
             "(rollback %d of at most %d)",

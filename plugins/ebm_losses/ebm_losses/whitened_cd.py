@@ -34,9 +34,10 @@ class WhitenedContrastiveDivergence(Loss):
     (``gaussian_residual``).
 
     ``step_size`` is MALA's first step in whitened units, adapted after each call towards ``target_accept``;
-    ``buffer_size`` persistent chains ``(buffer_size, d)`` start from ``N(0, I)`` (the base); ``dequantize`` is the
+    ``buffer_size`` persistent chains ``(buffer_size, d)`` start from the base (``N(0, I)``, or the energy's
+    ``sample_base``: a fitted mixture); ``dequantize`` is the
     width of the uniform noise added to each data coordinate (the pixel step: ``2/16`` for the digits on ``[−1, 1]``;
-    0: none). :meth:`generate` draws fresh samples of ``exp(−E)``: ``sample_steps`` MALA steps from the base.
+    0: none). :meth:`generate` draws fresh samples of ``exp(−E)``: ``sample_steps`` MALA steps from the base's.
     The chains and the step size are part of :meth:`state_dict`."""
 
     def __init__(
@@ -118,6 +119,14 @@ class WhitenedContrastiveDivergence(Loss):
         self.acceptance = total / n_steps
         return state.x.detach()
 
+    @staticmethod
+    def _base(energy: EnergyModel, n: int, d: int, like: Tensor, generator: torch.Generator | None) -> Tensor:
+        """``n`` draws of the energy's base in whitened coordinates (``sample_base``, e.g. a fitted mixture), else of
+        ``N(0, I)``: ``(n, d)``."""
+        if callable(getattr(energy, "sample_base", None)):
+            return energy.sample_base(n, generator, like=like)
+        return torch.randn((n, d), generator=generator, dtype=like.dtype, device=like.device)
+
     def __call__(self, energy: EnergyModel, data: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
         self.check_data(energy, data, generator=generator)
         self._check(energy)
@@ -129,10 +138,10 @@ class WhitenedContrastiveDivergence(Loss):
         z_pos = energy.whiten(data)
         d = z_pos.shape[1]
         if self.chains is None:
-            self.chains = torch.randn((self.buffer_size, d), generator=generator, dtype=data.dtype, device=data.device)
+            self.chains = self._base(energy, self.buffer_size, d, data, generator)
         index = torch.randint(0, self.buffer_size, (n,), generator=generator, device=data.device)
         restart = torch.rand(n, generator=generator, device=data.device) < self.reinit_fraction
-        fresh = torch.randn((n, d), generator=generator, dtype=data.dtype, device=data.device)
+        fresh = self._base(energy, n, d, data, generator)
         starts = torch.where(restart[:, None], fresh, self.chains[index])
         z_neg = self._mala(energy, starts, self.n_steps, generator, adapt=True)
         self.chains[index] = z_neg
@@ -149,11 +158,11 @@ class WhitenedContrastiveDivergence(Loss):
         return loss
 
     def generate(self, energy: EnergyModel, n: int, like: Tensor, generator: torch.Generator | None = None) -> Tensor:
-        """``n`` samples of ``exp(−E)``: ``sample_steps`` MALA steps (at the trained step size, not adapted) from the
-        base Gaussian; ``(n, *event_shape)``, like ``like``'s dtype and device."""
+        """``n`` samples of ``exp(−E)``: ``sample_steps`` MALA steps (at the trained step size, not adapted) from exact
+        samples of the base (the Gaussian, or the energy's ``sample_base``); ``(n, *event_shape)``, like ``like``'s dtype and device."""
         self._check(energy)
         d = math.prod(like.shape[1:])
-        z = torch.randn((n, d), generator=generator, dtype=like.dtype, device=like.device)
+        z = self._base(energy, n, d, like, generator)
         with torch.no_grad():
             return energy.unwhiten(self._mala(energy, z, self.sample_steps, generator, adapt=False))
 

@@ -1,5 +1,6 @@
 """Honest model reports: the baselines against closed forms, and estimates that disagree (AIS at two temperature
-counts, grid against AIS) warn and are marked unreliable."""
+counts, grid against AIS, AIS against importance sampling) warn and are marked unreliable; dequantised data in bits
+per dimension, baselines with ridges chosen on validation."""
 
 import math
 import warnings
@@ -187,3 +188,172 @@ def test_ais_whose_effective_sample_size_fails_its_check_records_a_warning_that_
     metrics.update(held_out_report(energy, train, test, 0.0, False, metrics))
     assert metrics["warnings"] == [record]
     assert f"  warning: {record['message']}" in summary(metrics, tmp_path).splitlines()
+
+
+def _sampler_problems():
+    """The samplers' shared test problems (``gaussian_with_log_z``), loaded from their file."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "ebm_samplers" / "tests" / "sampler_problems.py"
+    spec = importlib.util.spec_from_file_location("sampler_problems", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_dequantised_levels_fill_their_bins_and_the_uniform_density_has_log2_k_bits_per_dim():
+    k, step = 17, 2 / 17
+    levels = torch.randint(0, k, (4000, 1, 2, 2), generator=torch.Generator().manual_seed(0)).double()
+    centres = -1 + (2 * levels + 1) / k  # the bins' centres: 17 bins of width 2/17 tile [-1, 1]
+    x = likelihood.dequantise(centres, step, torch.Generator().manual_seed(1))
+    offset = (x - centres) / step
+    assert float(offset.min()) >= -0.5 and float(offset.max()) < 0.5
+    assert float(offset.mean()) == pytest.approx(0.0, abs=0.01) and float(offset.var()) == pytest.approx(1 / 12, rel=0.03)
+    uniform = likelihood.uniform_log_likelihood(x, -1.0, 1.0)["log_likelihood"]
+    assert likelihood.bits_per_dim(uniform, 4, step) == pytest.approx(math.log2(k), abs=1e-12)
+    # the bound is tight for a density constant on each bin: the levels' own distribution, in bits
+    assert likelihood.bits_per_dim(-4 * math.log(2.0), 4, 1.0) == pytest.approx(1.0)
+    with pytest.raises(InputError, match="step must be a finite number > 0"):
+        likelihood.dequantise(centres, 0.0, torch.Generator())
+
+
+def test_chosen_baselines_pick_ridges_and_components_on_validation_and_score_the_mixture_of_two_clusters():
+    """Two unit Gaussian clusters 8 apart with weight ½: the mixture chooses 2 or more components and meets
+    ``−(3/2)·log 2πe − log 2``; the full Gaussian (variance 1 + 16 along the axis) falls ``½·log 17 − log 2`` short."""
+    g = torch.Generator().manual_seed(0)
+    n, d = 3000, 3
+    centre = torch.tensor([4.0, 0.0, 0.0], dtype=torch.float64)
+
+    def draw(m):
+        sign = torch.randint(0, 2, (m, 1), generator=g).double() * 2 - 1
+        return sign * centre + torch.randn(m, d, generator=g, dtype=torch.float64)
+
+    train, test = draw(n), draw(n)
+    report, per_point = likelihood.chosen_baselines(
+        train, test, (-10.0, 10.0), step=0.01, seed=0, ridge_factors=(0.0, 1.0), components=(1, 2)
+    )
+    assert report["gaussian_mixture"]["components"] >= 2 and report["gaussian_mixture"]["validation_split"] == 600
+    exact = -0.5 * d * math.log(2 * math.pi * math.e)  # each point under its own unit Gaussian (clusters 8 sd apart) ...
+    exact -= math.log(2)  # ... with weight ½
+    assert report["gaussian_mixture"]["log_likelihood"] == pytest.approx(
+        exact, abs=4 * report["gaussian_mixture"]["standard_error"] + 0.02
+    )
+    gap = likelihood.margins(per_point["gaussian_mixture"], 0.0, {"gaussian": per_point["gaussian"]})["gaussian"]
+    assert gap["margin"] == pytest.approx(0.5 * math.log(17) - math.log(2), abs=4 * gap["standard_error"] + 0.02)
+    for key in ("diagonal_gaussian", "gaussian"):
+        best = max(report[key]["validation"], key=lambda v: v["log_likelihood"])
+        assert report[key]["ridge"] == best["ridge"]
+        assert report[key]["bits_per_dim"] == likelihood.bits_per_dim(report[key]["log_likelihood"], d, 0.01)
+    assert set(per_point) == {"uniform", "diagonal_gaussian", "gaussian", "gaussian_mixture"}
+    assert float(per_point["gaussian"].mean()) == pytest.approx(report["gaussian"]["log_likelihood"])
+
+
+def test_margins_pair_the_points_and_carry_the_error_of_log_z():
+    model = torch.linspace(-3, 3, 100, dtype=torch.float64)
+    same = likelihood.margins(model, 0.2, {"a": model.clone(), "b": model - 1.5})
+    assert same["a"] == {"margin": 0.0, "standard_error": 0.2}  # identical points: only log Z's error is left
+    assert same["b"]["margin"] == pytest.approx(1.5) and same["b"]["standard_error"] == pytest.approx(0.2)
+
+
+def test_importance_sampling_meets_the_exact_log_z_of_a_gaussian_and_of_one_restricted_to_a_box():
+    energy, exact = _sampler_problems().gaussian_with_log_z(5, seed=3)
+    cov = energy.covariance if hasattr(energy, "covariance") else torch.linalg.inv(energy.precision)
+    tril = torch.linalg.cholesky(1.2 * cov.double())  # a slightly broader proposal: bounded weights
+    result = likelihood.importance_log_z(energy, energy.mean.double(), tril, event_shape=(5,), n=20000, seed=0)
+    assert abs(result["log_z"] - exact) < 4 * result["standard_error"] + 1e-3 and result["standard_error"] < 0.02
+    assert result["effective_sample_size"] > 10000
+    # N(0, 1) restricted to [-1, 1]: log Z = log(√(2π)·(Φ(1) − Φ(−1)))
+    standard = GaussianEnergy(torch.zeros(1, dtype=torch.float64), covariance=torch.eye(1, dtype=torch.float64))
+    boxed = likelihood.importance_log_z(
+        standard, torch.zeros(1), torch.eye(1), event_shape=(1,), n=20000, seed=1, bounds=(-1.0, 1.0)
+    )
+    truth = math.log(math.sqrt(2 * math.pi) * math.erf(1 / math.sqrt(2)))
+    assert abs(boxed["log_z"] - truth) < 4 * boxed["standard_error"] and boxed["standard_error"] < 0.01
+
+
+def _dequantised_case(log_z_shift: float):
+    """A normalised Gaussian energy on 4 coordinates and an AIS record whose log Z is off by ``log_z_shift``."""
+    from ebm_losses.train_report import dequantised_report
+
+    cov = 0.1 * torch.eye(4, dtype=torch.float64) + 0.02
+    energy = GaussianEnergy(torch.zeros(4, dtype=torch.float64), covariance=cov)
+    exact = 2 * math.log(2 * math.pi) + 0.5 * float(torch.logdet(cov))
+    train, test = _gaussian_draws(2000, 5, cov=cov), _gaussian_draws(500, 6, cov=cov)
+    e = energy.compute_energy(test)
+    ais = {
+        "log_z": {"log_z": exact + log_z_shift, "standard_error": 0.01},
+        "test_log_likelihood": float(-e.mean()) - exact - log_z_shift,
+        "test_mean_se": float(e.std() / math.sqrt(500)),
+        "reliable": True,
+        "checks": {},
+        "domain": "R^4",
+    }
+    records: list = []
+    base, deq = dequantised_report(energy, train, test, {"levels": 17, "step": 2 / 17}, ais, records, seed=0)
+    return base, deq, ais, records
+
+
+def test_the_second_estimate_of_log_z_confirms_a_right_ais_and_catches_a_wrong_one():
+    base, deq, ais, records = _dequantised_case(0.0)
+    assert deq["reliable"] and ais["reliable"] and not records
+    assert ais["checks"]["importance_sampling"]["passed"]
+    # the model is the Gaussian that generated the data: its margin over the fitted full Gaussian is ~0
+    margin = deq["margins"]["gaussian"]
+    assert abs(margin["margin"]) < 4 * margin["standard_error"] + 0.02
+    assert deq["bits_per_dim"] == likelihood.bits_per_dim(deq["test_log_likelihood"], 4, 2 / 17)
+    with pytest.warns(EstimatesDisagreeWarning, match=r"log Z: AIS gives .* and importance sampling"):
+        _, wrong, ais, records = _dequantised_case(-0.5)  # AIS missing mass: log Z 0.5 nats too low
+    assert not wrong["reliable"] and not ais["reliable"] and len(records) == 1
+    assert records[0]["quantity"] == "log Z" and "effective sample size" in records[0]["message"]
+    lines = __import__("ebm_losses.train_report", fromlist=["_normaliser_line"])._normaliser_line(wrong)
+    assert "DISAGREE" in lines and f"{wrong['log_z']['ais'][0]:.3f}" in lines
+
+
+def test_importance_sampling_from_an_exact_base_meets_the_log_z_of_a_mixture():
+    """A two-mode target (normalised: ``log Z = 0``) is hopeless for a Gaussian proposal at its mean, exact from a
+    mixture base at its modes, given in whitened coordinates ``x = loc + Lz``."""
+    from ebmcore import GaussianMixtureEnergy
+    from ebm_samplers.ais import ExactBase
+
+    means = torch.tensor([[-4.0, 0.0], [4.0, 0.0]], dtype=torch.float64)
+    target = GaussianMixtureEnergy(means, stds=torch.tensor([0.5, 0.7], dtype=torch.float64), weights=torch.tensor([0.3, 0.7]))
+    loc, tril = torch.zeros(2, dtype=torch.float64), 2.0 * torch.eye(2, dtype=torch.float64)
+    z_modes = GaussianMixtureEnergy(means / 2, stds=torch.tensor([0.4, 0.4], dtype=torch.float64))
+
+    def sample(n, generator):
+        k = torch.randint(2, (n,), generator=generator)
+        return means[k] / 2 + 0.4 * torch.randn(n, 2, generator=generator, dtype=torch.float64)
+
+    base = ExactBase(z_modes.compute_energy, sample, 0.0)
+    est = likelihood.importance_log_z(target, loc, tril, event_shape=(2,), n=8192, seed=0, base=base)
+    assert est["effective_sample_size"] > 2000 and abs(est["log_z"]) < 4 * est["standard_error"] + 1e-3, est
+
+
+def test_importance_sampling_with_too_few_effective_draws_cannot_confirm_ais():
+    """A model 10× narrower per coordinate than the data's fitted Gaussian: importance sampling from that Gaussian
+    keeps a handful of effective draws, so even a right AIS ``log Z`` is not confirmed and the run is not reliable."""
+    from ebm_losses.train_report import MIN_CROSS_CHECK_ESS, dequantised_report
+
+    cov = 0.1 * torch.eye(4, dtype=torch.float64)
+    energy = GaussianEnergy(torch.zeros(4, dtype=torch.float64), covariance=0.001 * torch.eye(4, dtype=torch.float64))
+    exact = 2 * math.log(2 * math.pi) + 0.5 * float(torch.logdet(0.001 * torch.eye(4, dtype=torch.float64)))
+    train, test = _gaussian_draws(2000, 5, cov=cov), _gaussian_draws(500, 6, cov=cov)
+    e = energy.compute_energy(test)
+    ais = {
+        "log_z": {"log_z": exact, "standard_error": 0.01},
+        "test_log_likelihood": float(-e.mean()) - exact,
+        "test_mean_se": float(e.std() / math.sqrt(500)),
+        "reliable": True,
+        "checks": {},
+        "domain": "R^4",
+    }
+    records: list = []
+    _, deq, ais, records = (
+        *dequantised_report(energy, train, test, {"levels": 17, "step": 2 / 17}, ais, records, seed=0),
+        ais,
+        records,
+    )
+    second = ais["checks"]["importance_sampling"]
+    assert second["effective_sample_size"] < MIN_CROSS_CHECK_ESS and not second["passed"]
+    assert not deq["reliable"] and len(records) == 1 and "too few to cross-check" in records[0]["message"]

@@ -4,6 +4,7 @@ buffer, gradient clipping; the full bundled run is behind the ``slow`` marker.""
 from __future__ import annotations
 
 import json
+import math
 import struct
 from pathlib import Path
 
@@ -281,3 +282,33 @@ def test_the_bundled_cifar10_run_starts_on_a_small_file_in_that_format(tmp_path,
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["steps"] == 2 and metrics["image_shape"] == [3, 32, 32] and metrics["pixel_range"] == [0.0, 255.0]
     assert torch.load(tmp_path / "run" / "samples.pt").shape[1:] == (3, 32, 32)
+
+
+def test_dequantised_digits_fill_17_bins_tiling_minus_one_to_one():
+    spec = dict(train_job.load_config("digits")["data"], dequantize=True)
+    grid: dict = {}
+    train, test, pixel_range = train_job._image_data(spec, grid)
+    assert grid == {"levels": 17, "step": 2 / 17} and pixel_range == (-0.5, 16.5)  # plots map back to 0-16
+    for x in (train, test):
+        assert float(x.min()) >= -1 and float(x.max()) <= 1
+        bins = (x + 1) / grid["step"]  # level k fills [k, k + 1)
+        offset = bins - bins.floor() - 0.5
+        assert float(offset.var()) == pytest.approx(1 / 12, rel=0.05)  # uniform within its bin
+    raw, _, _ = train_job._image_data(dict(spec, dequantize=False))
+    assert ((train + 1) / grid["step"]).floor().equal((raw * 8 + 8).round())  # each digit kept its levels
+    assert train_job._image_data(spec)[0].equal(train)  # seeded: the same draw every time
+
+
+def test_a_dequantised_digits_run_reports_bits_per_dim_margins_and_both_normalisers(tmp_path, capsys):
+    config = _short_digits(tmp_path)
+    config.write_text(config.read_text().replace("pixel_range = []", "pixel_range = []\ndequantize = true", 1))
+    out = tmp_path / "run"
+    assert main(["train", str(config), "--out", str(out), "--quiet"]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    deq, base = metrics["dequantised"], metrics["baselines"]
+    assert deq["levels"] == 17 and metrics["pixel_range"] == [-0.5, 16.5]
+    assert base["uniform"]["bits_per_dim"] == pytest.approx(math.log2(17))
+    assert set(deq["margins"]) == {"uniform", "diagonal_gaussian", "gaussian", "gaussian_mixture"}
+    assert deq["reliable"] == metrics["ais"]["reliable"] and "importance_sampling" in metrics["ais"]["checks"]
+    text = capsys.readouterr().out
+    assert "bits/dim" in text and "log Z: AIS" in text and "margins of the model" in text

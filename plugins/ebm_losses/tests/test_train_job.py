@@ -89,6 +89,10 @@ def test_resume_equals_the_uninterrupted_run(tmp_path):
         (SMALL.replace("steps = 40", "steps = -1"), "key 'steps' must be > 0"),
         (SMALL.replace('name = "denoising_score_matching"', 'name = "dsm"'), "no loss named 'dsm'"),
         (SMALL + "\n[extra]\na = 1\n", "unknown key(s) extra"),
+        (
+            SMALL.replace('dataset = "two_moons"', 'dataset = "two_moons"\ndequantize = true'),
+            "[data] dequantize: only images on a grid of levels are dequantised, not 'two_moons'; set dequantize = false.",
+        ),
     ],
 )
 def test_train_config_errors(tmp_path, capsys, text, message):

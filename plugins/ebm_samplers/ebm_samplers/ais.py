@@ -30,7 +30,7 @@ from ebm_samplers import hmc, mala
 from ebm_samplers.algorithm import GradientState
 from ebm_samplers.params import with_fields
 
-__all__ = ["AISResult", "estimate_log_z", "sigmoid_betas"]
+__all__ = ["AISResult", "ExactBase", "estimate_log_z", "sigmoid_betas"]
 
 _TRANSITIONS = {"mala": mala, "hmc": hmc}
 
@@ -100,6 +100,31 @@ def _gaussian_base(loc: Tensor, inv_var: Tensor) -> Base:
     return base
 
 
+@dataclass(frozen=True)
+class ExactBase:
+    """A normalised base AIS starts from exactly, where neither a Gaussian nor a box fits the energy's mass (a fitted
+    mixture): ``energy(x) -> E₀(x): (n,)``, differentiable in ``x: (n, *event_shape)``; ``sample(n, generator) ->
+    (n, *event_shape)``, exact draws of ``exp(−E₀)/Z₀``; ``log_z = log Z₀``. With ``scale_tril`` these are in the
+    whitened coordinates ``z = L⁻¹(x − loc)``."""
+
+    energy: Callable[[Tensor], Tensor]
+    sample: Callable[[int, "torch.Generator | None"], Tensor]
+    log_z: float
+
+
+def _exact_base(base: ExactBase) -> Base:
+    """``x -> (E₀(x), ∇E₀(x))`` of ``base``, the gradient by autograd."""
+
+    def fn(x: Tensor) -> tuple[Tensor, Tensor]:
+        with torch.enable_grad():
+            y = x.detach().requires_grad_(True)
+            e = base.energy(y)
+            (g,) = torch.autograd.grad(e.sum(), y)
+        return e.detach(), g
+
+    return fn
+
+
 def _box_base(low: float, high: float) -> Base:
     """``x -> (E₀(x), ∇E₀(x))`` of the uniform density on ``[low, high]^d``: ``0`` inside, ``+inf`` outside, so MALA and
     HMC reject every proposal that leaves the box."""
@@ -149,6 +174,7 @@ def estimate_log_z(
     target_accept: float = 0.65,
     betas: Sequence[float] | None = None,
     bounds: tuple[float, float] | None = None,
+    base: ExactBase | None = None,
     generator: torch.Generator | None = None,
     dtype: torch.dtype | None = None,
     device: Any = None,
@@ -162,7 +188,9 @@ def estimate_log_z(
     every direction (``log Z`` of ``x`` is that of ``z`` plus ``Σ log Lᵢᵢ``; the samples are mapped back to ``x``). With ``bounds = (low, high)`` the domain is
     the box ``[low, high]^d`` instead (images on ``[−1, 1]``): the base is uniform on it, ``log Z`` is that of
     ``exp(−E)`` restricted to it, and moves that leave it are rejected. ``transition``: ``"mala"`` or ``"hmc"``,
-    ``n_steps`` per temperature; ``step_size`` starts at the sampler's default times the mean base scale.
+    ``n_steps`` per temperature; ``step_size`` starts at the sampler's default times the mean base scale. With ``base``
+    (an :class:`ExactBase`: an energy's own fitted mixture) the chains start from its exact draws and anneal from its
+    ``E₀`` instead of the Gaussian (in the whitened coordinates when ``scale_tril`` is given; not with ``bounds``).
     ``event_shape`` defaults to the energy's; dtype and device to its parameters' (else float64, CPU).
     """
     if transition not in _TRANSITIONS:
@@ -183,6 +211,8 @@ def estimate_log_z(
     dtype = dtype or (ref.dtype if ref is not None else torch.float64)
     device = torch.device(device) if device is not None else (ref.device if ref is not None else torch.device("cpu"))
     d = math.prod(shape)
+    if base is not None and bounds is not None:
+        raise InputError("give bounds or base, not both: an exact base is not confined to the box.")
     if scale_tril is not None:
         if bounds is not None:
             raise InputError("give bounds or scale_tril, not both: the full-covariance base is unbounded.")
@@ -200,15 +230,20 @@ def estimate_log_z(
             adapt=adapt,
             target_accept=target_accept,
             betas=schedule,
+            base=base,
             generator=generator,
             dtype=dtype,
             device=device,
         )
-    if bounds is not None:
+    if base is not None:
+        x = base.sample(n_chains, generator).to(dtype=dtype, device=device).reshape(n_chains, *shape)
+        log_z0, mean_scale = float(base.log_z), float(x.flatten(1).std(0).mean())
+        start = _exact_base(base)
+    elif bounds is not None:
         low, high = (float(b) for b in bounds)
         if not high > low:
             raise InputError(f"bounds must be (low, high) with high > low, got {bounds!r}.")
-        base = _box_base(low, high)
+        start = _box_base(low, high)
         log_z0 = d * math.log(high - low)
         x = low + (high - low) * torch.rand((n_chains, *shape), generator=generator, dtype=dtype, device=device)
         mean_scale = (high - low) / 4
@@ -217,7 +252,7 @@ def estimate_log_z(
         scale_t = torch.as_tensor(scale, dtype=dtype, device=device).expand(shape).contiguous()
         if not bool((scale_t > 0).all()) or not bool(torch.isfinite(loc_t).all()):
             raise InputError("the base scale must be positive and its loc finite.")
-        base = _gaussian_base(loc_t, scale_t.pow(-2))
+        start = _gaussian_base(loc_t, scale_t.pow(-2))
         log_z0 = float(scale_t.double().log().sum()) + 0.5 * d * math.log(2 * math.pi)
         x = loc_t + scale_t * torch.randn((n_chains, *shape), generator=generator, dtype=dtype, device=device)
         mean_scale = float(scale_t.mean())
@@ -226,7 +261,7 @@ def estimate_log_z(
     return _anneal(
         bind_energy(energy, x),
         x,
-        base,
+        start,
         log_z0,
         mean_scale,
         owner=type(energy).__name__,
@@ -287,8 +322,8 @@ def _whitened(
     device: Any,
     **options: Any,
 ) -> AISResult:
-    """:func:`estimate_log_z` from ``N(loc, LLᵀ)``: AIS of ``z -> E(loc + Lz)`` from ``N(0, I)``, ``log Z`` shifted
-    by ``log|det L|``, samples mapped back."""
+    """:func:`estimate_log_z` from ``N(loc, LLᵀ)``: AIS of ``z -> E(loc + Lz)`` from ``N(0, I)`` (or from the exact
+    ``base`` in ``options``, given in ``z``), ``log Z`` shifted by ``log|det L|``, samples mapped back."""
     d = math.prod(shape)
     ref = energy._reference_tensor()
     dtype = dtype or (ref.dtype if ref is not None else torch.float64)
