@@ -411,6 +411,8 @@ def ebm_path(sampler: Any, x: Any) -> str:
     if run.chain is None:
         return run.path
     op = f"{sampler.energy.op}_{sampler.algorithm.name}_chain" if hasattr(sampler.energy, "op") else "feedforward_langevin_chain"
+    if run.path.startswith("fused chain ("):  # the path names the backend and its products itself
+        return run.path.replace("fused chain", f"fused chain {op}", 1)
     chosen = ebmcore.explain(op, x, backend=getattr(sampler.energy, "backend", None)).chosen
     return run.path.replace("fused chain", f"fused chain {op} ({chosen.backend if chosen else '?'})", 1)
 

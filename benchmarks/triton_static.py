@@ -1,7 +1,8 @@
 """The Triton chains' launch configurations, costed without a GPU: each kernel compiled for sm_80 and sm_90 and its
 step loop counted in machine code (``ebm_cuda.kernel_report``: warp-instructions per chain-step, registers, spills).
 
-This is how ``ebm_cuda.triton_chains.launch_config`` was chosen: per kernel (the Langevin chain, the contrastive
+This is how ``ebm_cuda.triton_chains.static_launch_config`` was chosen (``launch_config`` takes it wherever no
+recorded device sweep measured the network: ``ebm_cuda.triton_launch.MEASURED_LAUNCH``): per kernel (the Langevin chain, the contrastive
 chain) and products (IEEE, TF32, bfloat16), the chains per program (``block_n``) and warps with the fewest
 instructions per chain-step that spill at most :data:`SPILL_ALLOWANCE` bytes, over :data:`NETWORKS`; the summary
 ends with its choice against the least per network. A count of instructions is a floor on a kernel's time, not a
@@ -31,7 +32,7 @@ CONFIGS = [(block_n, warps) for block_n in (16, 32, 64, 128) for warps in (4, 8,
 """``(block_n, num_warps)``: 16 to 128 chains per program on 4, 8 or 16 warps."""
 
 KERNELS = ("chain", "contrastive")
-PRECISIONS = ("ieee", "tf32", "bf16")
+PRECISIONS = ("ieee", "tf32x3", "tf32", "bf16")
 CAPABILITIES = (80, 90)
 
 SPILL_ALLOWANCE = 64
@@ -82,7 +83,7 @@ def chosen_against_least(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]
     out = []
     for (kernel, precision, network, capability), members in groups.items():
         padded = tuple(triton_chains._pad(w) for w in _widths(network))
-        chosen = triton_chains.launch_config(padded, precision, kernel == "contrastive")
+        chosen = triton_chains.static_launch_config(padded, precision, kernel == "contrastive")
         compiled = [r for r in members if r.get("per_chain_step") is not None]
         allowance = max(SPILL_ALLOWANCE, min((r["spill_stores"] for r in compiled), default=0))
         fit = [r for r in compiled if r["spill_stores"] <= allowance]
@@ -121,7 +122,7 @@ def launch_table(rows: list[dict[str, Any]], network: str = "2-64-64", capabilit
     from ebm_cuda import triton_chains
 
     padded = tuple(triton_chains._pad(w) for w in _widths(network))
-    names = {"ieee": "IEEE", "tf32": "TF32", "bf16": "bfloat16"}
+    names = {"ieee": "IEEE", "tf32x3": "split TF32", "tf32": "TF32", "bf16": "bfloat16"}
     lines = [
         "| kernel | products | chosen | its cost | before | its cost | least (configuration) |",
         "|---|---|---|---|---|---|---|",

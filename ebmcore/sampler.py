@@ -10,6 +10,8 @@ resolved, buffers allocated, a fused multi-step chain). The loop makes no host s
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import threading
 import time
@@ -24,7 +26,15 @@ from torch import Tensor
 from ebmcore.energies.base import EnergyModel
 from ebmcore.errors import InputError
 from ebmcore.recording import NonFiniteChainsWarning, Recorder, SampleResult, check_trajectory_fits
-from ebmcore.validation import all_finite, check_energy_output, check_finite, check_generator, check_gradient_output, check_start
+from ebmcore.validation import (
+    all_finite,
+    check_energy_output,
+    check_finite,
+    check_finite_start,
+    check_generator,
+    check_gradient_output,
+    check_start,
+)
 
 log = logging.getLogger(__name__)
 
@@ -191,6 +201,13 @@ def _schedule(burn_in: int, n_steps: int, thin: int, per_step: bool, records: bo
         yield n_steps % thin, True, None
 
 
+@functools.cache
+def _takes_n_steps(prepare: Callable[..., Run]) -> bool:
+    """Whether a sampler's ``prepare`` takes the ``n_steps`` keyword (one written before it was added does not)."""
+    parameters = inspect.signature(prepare).parameters.values()
+    return any(p.name == "n_steps" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
 def _progress_bar(show: bool, total: int, name: str) -> Any:
     if not show:
         return None
@@ -242,10 +259,60 @@ class Sampler(ABC):
                 check_gradient_output(grad, x, owner=owner), what=f"{owner} gradient at the initial state x0", x=x, fix=fix
             )
 
-    def prepare(self, x: Tensor, generator: torch.Generator | None, tunables: dict[str, Any], every_step: bool = False) -> Run:
+    def _start(self, x0: Tensor) -> tuple[Tensor, bool]:
+        """``x0`` checked and detached, and whether its finiteness is still to be checked: with the default
+        :meth:`check_initial_state` only its metadata is checked here, and :meth:`_check_initial` folds its
+        finiteness into the initial energy's (one host sync for both); an override is called as it is."""
+        if type(self).check_initial_state is Sampler.check_initial_state:
+            return check_start(self.energy, x0, finite=False).detach(), True
+        return self.check_initial_state(x0).detach(), False
+
+    @torch.no_grad()
+    def _check_initial(self, x: Tensor, energy: Optional[Tensor], grad: Optional[Tensor], start_pending: bool) -> None:
+        """What :meth:`check_initial_state` (where ``start_pending``) and :meth:`check_initial_energy` (where
+        ``energy`` is given) check, in that order and with their words, in one host sync where both are the defaults:
+        shapes first, then one sum over ``x``, the energy and the gradient; only a sum that is not finite takes the
+        checks one by one, which name the rows."""
+        if type(self).check_initial_energy is not Sampler.check_initial_energy:
+            if start_pending:
+                check_finite_start(x)
+            if energy is not None:
+                self.check_initial_energy(x, energy, grad)
+            return
+        if energy is not None:
+            owner = type(self.energy).__name__
+            check_energy_output(energy, x, owner=owner)
+            if grad is not None:
+                check_gradient_output(grad, x, owner=owner)
+        tensors = [t for t in (x if start_pending else None, energy, grad) if t is not None]
+        if not tensors or all_finite(*tensors):
+            return
+        if start_pending:
+            check_finite_start(x)
+        if energy is not None:
+            self.check_initial_energy(x, energy, grad)
+
+    def _prepared(
+        self, x: Tensor, generator: Optional[torch.Generator], tunables: dict[str, Any], every_step: bool, n_steps: int
+    ) -> Run:
+        """:meth:`prepare`, told the run's ``n_steps`` where it takes them."""
+        if _takes_n_steps(type(self).prepare):
+            return self.prepare(x, generator, tunables, every_step, n_steps=n_steps)
+        return self.prepare(x, generator, tunables, every_step=every_step)
+
+    def prepare(
+        self,
+        x: Tensor,
+        generator: torch.Generator | None,
+        tunables: dict[str, Any],
+        every_step: bool = False,
+        *,
+        n_steps: int | None = None,
+    ) -> Run:
         """The :class:`Run` from checked states ``x``: :meth:`init`, and :meth:`step` with ``tunables`` and
         ``generator``. Override to do once what every step would repeat; ``every_step``: a callback needs every
-        transition (no fused chain)."""
+        transition (no fused chain); ``n_steps``: the transitions the run makes, burn-in included (None: not known),
+        for a sampler that leaves out what would not pay for so few (a captured graph for one step)."""
         state = self.init(x)
         energy = self.energy
 
@@ -277,11 +344,16 @@ class Sampler(ABC):
         if type(self).sample is not Sampler.sample or type(self).advance is not Sampler.advance:
             return Planned(self, x, n_steps, generator)
         check_run_arguments(x, n_steps, generator=generator)
-        x = self.check_initial_state(x).detach()
-        run = self.prepare(x, generator, {})
-        energy, grad = getattr(run.state, "energy", None), getattr(run.state, "grad", None)
-        if isinstance(energy, Tensor):
-            self.check_initial_energy(x, energy, grad if isinstance(grad, Tensor) else None)
+        x, pending = self._start(x)
+        try:
+            run = self._prepared(x, generator, {}, False, n_steps)
+            energy, grad = getattr(run.state, "energy", None), getattr(run.state, "grad", None)
+            energy = energy if isinstance(energy, Tensor) else None
+            self._check_initial(x, energy, grad if energy is not None and isinstance(grad, Tensor) else None, pending)
+        except Exception:
+            if pending and not all_finite(x):  # a non-finite x0 is what is named, whatever it made fail
+                check_finite_start(x)
+            raise
         seed = stream_seed(generator, x.device) if run.chain is not None and run.keyed else 0
         return Planned(self, x, n_steps, generator, run, seed)
 
@@ -327,15 +399,20 @@ class Sampler(ABC):
         ``tunables`` (``step_size=...``, ...) go to :meth:`prepare` (by default, to every ``step``).
         """
         check_run_arguments(x0, n_steps, burn_in, thin, generator, callback)
-        x = self.check_initial_state(x0).detach()  # no graph through the chain, whatever x0 requires
-        if return_trajectory:
-            check_trajectory_fits(x, n_steps // thin)
-        run = self.prepare(x, generator, tunables, every_step=callback is not None)
+        x, pending = self._start(x0)  # no graph through the chain, whatever x0 requires
+        try:
+            if return_trajectory:
+                check_trajectory_fits(x, n_steps // thin)
+            run = self._prepared(x, generator, tunables, callback is not None, burn_in + n_steps)
+            grad = getattr(run.state, "grad", None)
+            with torch.no_grad():  # the energy at x0 for the check only: no graph through the model's parameters
+                energy0 = run.energy_of(run.state)
+            self._check_initial(x, energy0, grad if isinstance(grad, Tensor) else None, pending)  # x0's finiteness too
+        except Exception:
+            if pending and not all_finite(x):  # a non-finite x0 is what is named, whatever it made fail
+                check_finite_start(x)
+            raise
         log.debug("%s: %d chains of shape %s, %s", type(self).__name__, x.shape[0], tuple(x.shape[1:]), run.path)
-        grad = getattr(run.state, "grad", None)
-        with torch.no_grad():  # the energy at x0 for the check only: no graph through the model's parameters
-            energy0 = run.energy_of(run.state)
-        self.check_initial_energy(x, energy0, grad if isinstance(grad, Tensor) else None)
         recording = return_trajectory or return_diagnostics or return_stats
         recorder = Recorder(
             x,

@@ -17,6 +17,7 @@ __all__ = [
     "check_positive",
     "check_number",
     "check_start",
+    "check_finite_start",
     "check_energy_output",
     "check_gradient_output",
     "check_generator",
@@ -129,18 +130,24 @@ def check_gradient_output(grad: Any, x: Tensor, *, owner: str) -> Tensor:
     return grad
 
 
-def all_finite(values: Tensor) -> bool:
-    """Whether every element of ``values`` is finite, in one host sync. A NaN or an infinity always reaches the
-    sum, so a finite sum (float32, float64 for float64 values) answers at the cost of one reduction; only a sum
-    that is not finite, because of one of them or because large finite values overflowed, takes the
-    element-wise test (several kernels and a boolean temporary, about 4× the time on a small batch)."""
-    if not (values.is_floating_point() or values.is_complex()):
+def all_finite(values: Tensor, *more: Tensor | None) -> bool:
+    """Whether every element of ``values`` (and of each tensor of ``more``; None is skipped) is finite, in one host
+    sync. A NaN or an infinity always reaches the sum, so a finite sum (float32, float64 for float64 values) answers
+    at the cost of one reduction per tensor; only a sum that is not finite, because of one of them or because large
+    finite values overflowed, takes the element-wise test (several kernels and a boolean temporary, about 4× the time
+    on a small batch). Several tensors (a sampler's initial states and its energy there) are added into one sum, so
+    checking them all costs what checking one does in syncs."""
+    tensors = [t for t in (values, *more) if t is not None and (t.is_floating_point() or t.is_complex())]
+    if not tensors:
         return True
-    if values.is_floating_point():
-        total = values.detach().sum(dtype=torch.float64 if values.dtype == torch.float64 else torch.float32)
+    if all(t.is_floating_point() for t in tensors):
+        total = None
+        for t in tensors:
+            part = t.detach().sum(dtype=torch.float64 if t.dtype == torch.float64 else torch.float32)
+            total = part if total is None else total + part
         if math.isfinite(float(total)):
             return True
-    return bool(torch.isfinite(values).all())
+    return all(bool(torch.isfinite(t).all()) for t in tensors)
 
 
 def check_finite(values: Tensor, *, what: str, x: Tensor | None = None, fix: str = "") -> Tensor:
@@ -192,15 +199,21 @@ def check_number(value: Any, name: str, *, minimum: float | None = None, maximum
     return v
 
 
-def check_start(energy: Any, x0: Any, name: str = "x0") -> Tensor:
+def check_start(energy: Any, x0: Any, name: str = "x0", *, finite: bool = True) -> Tensor:
     """The starting points ``x0: (n_chains, *event_shape)`` of a sampler of ``energy`` (an ``EnergyModel``): checked
     against it (shape, dtype, device), holding a chain at least, and finite (one host sync): a NaN start would give
-    NaN samples, not an error naming it."""
+    NaN samples, not an error naming it. ``finite=False``: the metadata only, no sync (the caller checks finiteness
+    with :func:`check_finite_start`, folded into a check it makes anyway)."""
     energy.validate(x0, name=name)
     if x0.shape[0] == 0:
         raise InputError(
             f"{name} has no chains (shape {tuple(x0.shape)}); give at least one: {name} is (n_chains, *event_shape)."
         )
+    return check_finite_start(x0, name) if finite else x0
+
+
+def check_finite_start(x0: Tensor, name: str = "x0") -> Tensor:
+    """:func:`check_start`'s finiteness check of the starting points ``x0`` (one host sync)."""
     return check_finite(x0, what=f"initial state {name}", fix="Start every chain from a finite point.")
 
 

@@ -69,6 +69,17 @@ def mismatched_parameter(module: nn.Module) -> Optional[str]:
     return None
 
 
+def _leaf_reference(module: nn.Module) -> Optional[Tensor]:
+    """:meth:`EnergyModel._reference_tensor` of a module without submodules, read from its own dictionaries."""
+    for t in module._parameters.values():
+        if t is not None and t.is_floating_point():
+            return t
+    for t in module._buffers.values():
+        if t is not None and t.is_floating_point():
+            return t
+    return None
+
+
 class EnergyFunctions(NamedTuple):
     """Unchecked callables for a hot loop, with any kernel choice already made (see ``EnergyModel.bind``)."""
 
@@ -180,10 +191,17 @@ class EnergyModel(nn.Module):
 
     def validate(self, x: Tensor, name: str = "x") -> Tensor:
         """Check ``x``'s shape, dtype and device against this model (no sync); return ``x``."""
-        ref = self._reference_tensor()
-        mismatch = mismatched_parameter(self)
-        if mismatch is not None:
-            raise InputError(mismatch)
+        if self._modules:  # a tree of modules: walk it
+            ref = self._reference_tensor()
+            mismatch = mismatched_parameter(self)
+            if mismatch is not None:
+                raise InputError(mismatch)
+        else:  # one module (an analytic energy): its own tensors, without the tree walk of named_parameters()
+            ref = _leaf_reference(self)
+            if self._parameters:  # parameters of two dtypes or devices: the general check names them
+                mismatch = mismatched_parameter(self)
+                if mismatch is not None:
+                    raise InputError(mismatch)
         return check_batch(
             x,
             event_shape=self.event_shape,
@@ -199,10 +217,18 @@ class EnergyModel(nn.Module):
         return self._checked(self.compute_energy(x), "energy", x)
 
     def gradient(self, x: Tensor, create_graph: bool = False) -> Tensor:
-        """``∇ₓE(x)``: same shape, dtype and device as ``x``; detached unless ``create_graph``."""
+        """``∇ₓE(x)``: same shape, dtype and device as ``x``; detached unless ``create_graph``. An energy with a
+        gradient of its own (``compute_gradient``, e.g. an analytic energy's kernel) is asked for that alone; one
+        differentiated by autograd has its energy's shape checked too (the gradient of a ``(n, 2)`` energy would
+        silently be that of its sum)."""
         self.validate(x)
-        energy, grad = self.compute_energy_and_gradient(x, create_graph)
-        check_energy_output(energy, x, owner=type(self).__name__)  # the gradient of a (n, 2) energy is silently that of its sum
+        if type(self).compute_gradient is not EnergyModel.compute_gradient:
+            grad = self.compute_gradient(x, create_graph)
+        else:
+            energy, grad = self.compute_energy_and_gradient(x, create_graph)
+            check_energy_output(energy, x, owner=type(self).__name__)
+        if not isinstance(grad, Tensor):  # .detach() would not name it
+            check_gradient_output(grad, x, owner=type(self).__name__)
         return self._checked(grad if create_graph else grad.detach(), "gradient", x)
 
     def score(self, x: Tensor, create_graph: bool = False) -> Tensor:

@@ -7,6 +7,7 @@ from typing import Optional, Sequence
 
 import triton
 import triton.language as tl
+from triton.runtime.interpreter import InterpretedFunction
 from torch import Tensor
 
 from ebmcore.energies.program import ActivationKind
@@ -97,10 +98,10 @@ def _reciprocal(x, PTX_MATH: tl.constexpr):
 
 @triton.jit
 def _dot(a, b, PRECISION: tl.constexpr):
-    """``a @ b`` accumulated in float32: IEEE or TF32 products (Triton's ``input_precision``), or, for ``"bf16"``,
-    the operands rounded to bfloat16 (to nearest even). ``"bf16-emulated"``, what the launcher asks for under Triton's
-    interpreter (whose bfloat16 ``tl.dot`` multiplies the bit patterns: triton-lang/triton#11584), computes the same
-    exact products of the rounded operands in float32."""
+    """``a @ b`` accumulated in float32: IEEE, split TF32 or TF32 products (Triton's ``input_precision``; Triton's
+    interpreter computes all three in float32), or, for ``"bf16"``, the operands rounded to bfloat16 (to nearest even).
+    ``"bf16-emulated"``, what the launcher asks for under the interpreter (whose bfloat16 ``tl.dot`` multiplies the bit
+    patterns: triton-lang/triton#11584), computes the same exact products of the rounded operands in float32."""
     if PRECISION == "bf16":
         out = tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), out_dtype=tl.float32)
     elif PRECISION == "bf16-emulated":
@@ -231,8 +232,7 @@ def _contribute(
     at one end (``side`` 0: the starts, 1: the ends), stored at ``e_ptr + side·n``, and the block's part of
     ``Σᵣ cᵣ ∂Eᵣ/∂θ``, ``c = a + b·E`` (``b = 0``: ``c = a``), over its rows, stored in slot ``2·pid + side`` of the
     partial sums (``P`` floats: per hidden layer ``W_l`` then ``b_l``, padded, then ``Σ c·a_top`` for the output
-    weights, before the energy's sign). ``a_l = f(z_l)``, ``e_l = ∂E/∂z_l``;
-    for levels beyond ``N_HIDDEN`` any tensors (not read)."""
+    weights, before the energy's sign). ``a_l = f(z_l)``, ``e_l = ∂E/∂z_l``; beyond ``N_HIDDEN`` any tensors (unread)."""
     if N_HIDDEN == 1:
         top = a1
     elif N_HIDDEN == 2:
@@ -261,14 +261,18 @@ def _store_layer_part(at, ce, inputs, H: tl.constexpr, K: tl.constexpr, PRECISIO
     """A hidden layer's part of the block's sums at ``at``: its weights' ``Σᵣ ceᵣ ⊗ inputsᵣ`` (``H × K``) then its
     biases' ``Σᵣ ceᵣ`` (``H``); returns where the next layer's part starts."""
     h = tl.arange(0, H)
-    tl.store(at + h[:, None] * K + tl.arange(0, K)[None, :], _dot(tl.trans(ce), inputs, PRECISION))
+    if (PRECISION == "bf16") | (PRECISION == "bf16-emulated"):  # TF32 products of the rounded operands (the same values):
+        # triton_launch.CONTRASTIVE_BF16
+        part = tl.dot(_round_to_bfloat16(tl.trans(ce)), _round_to_bfloat16(inputs), input_precision="tf32")
+    else:
+        part = _dot(tl.trans(ce), inputs, PRECISION)
+    tl.store(at + h[:, None] * K + tl.arange(0, K)[None, :], part)
     tl.store(at + H * K + h, tl.sum(ce, axis=0))
     return at + H * (K + 1)
 
 
-# 64-bit seeds and steps travel as int32 halves (Triton types an int argument by its value: steps in [2³¹, 2³²), typed
-# uint32, gave wrong counters under the interpreter): seed = seed_hi·2³² + seed_lo (bit patterns), offset =
-# offset_hi·2³¹ + offset_lo (both non-negative).
+# 64-bit seeds and steps travel as int32 halves (Triton types an int argument by its value: steps in [2³¹, 2³²), typed uint32,
+# gave wrong counters under the interpreter): seed = seed_hi·2³² + seed_lo (bit patterns), offset = offset_hi·2³¹ + offset_lo.
 @triton.jit(
     do_not_specialize=["n", "d", "stride_x", "stride_out", "n_steps", "h", "s", "seed_lo", "seed_hi", "offset_lo", "offset_hi"]
 )
@@ -490,7 +494,7 @@ def normals_kernel(out_ptr, n, d, seed_lo, seed_hi, step_lo, step_hi, D: tl.cons
     tl.store(out_ptr + rows.to(tl.int64)[:, None] * d + cols[None, :], xi, mask=mask)
 
 
-COMPILED: bool = type(langevin_kernel).__name__ != "InterpretedFunction"
+COMPILED: bool = not isinstance(langevin_kernel, InterpretedFunction)
 """Whether the kernels run compiled: False under Triton's interpreter (``TRITON_INTERPRET=1`` when this module was
 imported: ``@triton.jit`` reads it then), which runs them on CPU tensors."""
 
@@ -592,9 +596,5 @@ def noise_columns(d: int, padded: int, block_n: int) -> int:
 
 
 def launch_normals(out: Tensor, seed: int, step: int) -> None:
-    n, d = out.shape
-    block_n = 16
-    # D: a power of 2 (tl.arange takes no other), the chain's padding of d
-    normals_kernel[(triton.cdiv(n, block_n),)](
-        out, n, d, *_halves(seed, step), D=max(16, triton.next_power_of_2(d)), BLOCK_N=block_n
-    )
+    n, d = out.shape  # D: a power of 2 (tl.arange takes no other), the chain's padding of d
+    normals_kernel[(triton.cdiv(n, 16),)](out, n, d, *_halves(seed, step), D=max(16, triton.next_power_of_2(d)), BLOCK_N=16)

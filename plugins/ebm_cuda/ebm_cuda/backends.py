@@ -220,9 +220,10 @@ class TritonBackend(KernelBackend):
     """The Triton kernels of :mod:`ebm_cuda.triton_chains` on CUDA (float32, bfloat16 and float16 states, math in
     float32): the fused Langevin chain of a feed-forward energy, and the same chain with contrastive divergence's
     energies, loss and weight gradient (``feedforward_contrastive_chain``, one of the losses' fused ops). Triton is
-    imported only where a CUDA device is seen. Both rank below the per-step loop (:data:`ebm_cuda.triton_chains.TRITON_CHAIN_PRIORITY`):
-    the chain, measured slower on an H200, runs with ``fused=True``, and contrastive divergence runs its op only where
-    its sampler runs that chain."""
+    imported only where a CUDA device is seen. Both rank above the per-step loop
+    (:data:`ebm_cuda.triton_chains.TRITON_CHAIN_PRIORITY`) with the products an H100 sweep measured faster (TF32,
+    bfloat16; each kernel declares its products, ``fn.products``), and run with others only with ``fused=True``;
+    contrastive divergence runs its op only where its sampler runs that chain."""
 
     def __init__(self) -> None:
         super().__init__(

@@ -33,6 +33,11 @@ def _info(args: argparse.Namespace) -> int:
         ("triton", triton_chains.unavailable_reason()),
     ):
         print(f"{name:10} {'available' if reason is None else 'unavailable: ' + reason}")
+    setting = torch.get_float32_matmul_precision()
+    for kernel, contrastive in (("chain", False), ("contrastive chain", True)):
+        products, slower = triton_chains.declared_products(contrastive)(None)
+        rank = "runs at fused=None" if slower is None else f"fused=True only: it {slower}"
+        print(f"triton {kernel}: {products} products (torch.get_float32_matmul_precision() is {setting!r}); {rank}")
     return 0
 
 

@@ -1,8 +1,9 @@
 """The fused Langevin chain of a feed-forward energy on CUDA, written in Triton: ``feedforward_langevin_chain``, and
 the same chain with contrastive divergence's energies, loss and weight gradient: ``feedforward_contrastive_chain``.
 
-One program holds ``block_n`` chains (rows; by default :func:`launch_config`'s: 16 with IEEE products, 32 or 64 with
-tensor-core ones, 128 for the smallest networks) and runs all ``n_steps`` steps on them: per step the forward pass
+One program holds ``block_n`` chains (rows; by default :func:`launch_config`'s: the recorded device sweep's fastest
+for W4's network, 32 on 8 warps with IEEE products, 64 on 4 with TF32 and bfloat16 ones, elsewhere the configuration
+chosen from the machine code, :func:`static_launch_config`) and runs all ``n_steps`` steps on them: per step the forward pass
 (``tl.dot`` per layer, the activation and its derivative), the chain rule backwards (``tl.dot`` with the same
 weights), and the move ``x ← x − h∇ₓE(x) + s·ξ``. The weights are read once per program; the states once and
 written once per launch, whatever ``n_steps`` is. The contrastive chain is the same kernel with one ``tl.constexpr``
@@ -15,11 +16,13 @@ block's part of the weight gradient (:func:`feedforward_contrastive_chain`).
   power of 2 of at least 16 (``tl.arange`` takes powers of 2, ``tl.dot`` needs K ≥ 16), at most :data:`MAX_WIDTH`;
   :func:`refusal` says why a network is not taken.
 - **Precision:** the state is float32, bfloat16 or float16 (loaded once, the math in float32, rounded to nearest even
-  once per launch, when it is stored); the weights are copied to padded float32. The products are IEEE float32
-  (``input_precision="ieee"``) unless ``precision="tf32"`` is given, or, with ``precision=None``, the
-  default, torch's own switch for float32 products asks for TF32 (``torch.set_float32_matmul_precision("high")`` or
-  ``"medium"``), as it does for the per-step path's matrix products on CUDA; ``precision="bf16"``, by name only, rounds
-  every product's operands to bfloat16 (summed in float32). Compiled, the activations' exponentials and reciprocals
+  once per launch, when it is stored); the weights are copied to padded float32. The products (:data:`PRECISIONS`)
+  are ``precision=``'s, or, with ``precision=None``, the default, those torch's switch for float32 products asks for
+  (:func:`ebm_cuda.triton_launch.products`): ``"highest"`` (torch's default) IEEE float32, ``"high"`` TF32,
+  ``"medium"`` bfloat16 operands (summed in float32); ``"tf32x3"`` (Triton's split TF32, float32-accurate) by name
+  only. The kernel functions declare them (``fn.products(precision) -> (products, why not at fused=None)``): the
+  samplers name them in a run's path and rank the chain by them (:data:`TRITON_CHAIN_PRIORITY`). Compiled, the
+  activations' exponentials and reciprocals
   are one approximate instruction each (``ex2.approx.ftz.f32``, ``rcp.approx.ftz.f32``: Triton's own ``exp`` and
   division use the same hardware approximations and keep subnormals, at 3 to 8 instructions more each); under
   Triton's interpreter, which runs no PTX, they are ``tl.exp`` and a division.
@@ -56,6 +59,7 @@ from ebm_cuda.activations import activation_code, activation_refusal
 from ebm_cuda.native import NativeOp, define
 from ebm_cuda.triton_launch import (
     MAX_WIDTH,
+    MEASURED_LAUNCH,
     PRECISIONS,
     TRITON_VERSION,
     _check_block,
@@ -63,7 +67,6 @@ from ebm_cuda.triton_launch import (
     _kernel_precision,
     _kernels,
     _launch,
-    _matmul_precision,
     _on,
     _pad,
     _per_chain,
@@ -71,6 +74,9 @@ from ebm_cuda.triton_launch import (
     _stream_arguments,
     _triton_reason,
     launch_config,
+    products,
+    static_launch_config,
+    unmeasured_reason,
 )
 
 __all__ = [
@@ -81,6 +87,10 @@ __all__ = [
     "TRITON_VERSION",
     "PRECISIONS",
     "launch_config",
+    "static_launch_config",
+    "MEASURED_LAUNCH",
+    "products",
+    "declared_products",
     "refusal",
     "unavailable_reason",
     "TRITON_CHAIN_PRIORITY",
@@ -99,11 +109,23 @@ DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 MIN_COMPUTE_CAPABILITY = (8, 0)
 """Ampere or newer: the GPUs the kernel is compiled for in CI (sm_80, sm_90) and the oldest with TF32 products."""
 
-# On the first GPU it ran on (an H200, 2026-11-26, benchmarks/results/2026-11-26-gpu-h200.md) the Triton chain took
-# 329 ms for W4 at 1,000,000 chains x 100 steps against the per-step loop's 161 ms (IEEE float32 products): slower,
-# so it ranks below the per-step loop (-10) and runs only when asked for (``fused=True``), until a tuned kernel
-# measures faster.
-TRITON_CHAIN_PRIORITY = -10
+# Measured on an H100 (benchmarks/results/2026-11-27-h100-b11eeb6/T.md, W4: 10^6 chains x 100 steps of 2-64-64-1): the
+# chain ran 11.5x eager torch with TF32 products and 14.5x with bfloat16 ones, where the per-step loop's captured graph
+# ran 1.01x; with IEEE products 1.01x. So the kernels rank above the per-step loop (10), and the products decide at
+# fused=None: those the device sweep measured faster run (triton_launch.MEASURED_FASTER), the others only with
+# fused=True (declared_products says why).
+TRITON_CHAIN_PRIORITY = 10
+
+
+def declared_products(contrastive: bool) -> Callable[[Optional[str]], tuple[str, Optional[str]]]:
+    """What the kernel functions declare as ``fn.products``: ``precision`` (None: torch's switch) -> ``(products, why
+    the kernel with them does not run at fused=None, or None)`` (:func:`ebm_cuda.triton_launch.unmeasured_reason`)."""
+
+    def declared(precision: Optional[str]) -> tuple[str, Optional[str]]:
+        chosen = products(precision)
+        return chosen, unmeasured_reason(chosen, contrastive)
+
+    return declared
 
 
 def triton_kernel(op: str, fn: Callable[..., Any]) -> Kernel:
@@ -200,9 +222,9 @@ def feedforward_langevin_chain(
     """``n_steps`` Langevin steps ``x ← x − h∇ₓE(x) + s·ξ`` of the feed-forward energy ``network`` in one launch;
     ``x: (n, d)`` float32, bfloat16 or float16 (math in float32, rounded once at the end). ``step_size``,
     ``noise_scale``: numbers or one value per chain ``(n,)``. ``ξ`` is drawn in the kernel from the stream of the
-    module docstring at steps ``offset, …, offset + n_steps − 1``. ``precision``: the products (:data:`PRECISIONS`: ``"ieee"``, ``"tf32"`` or ``"bf16"``;
-    None: what ``torch.get_float32_matmul_precision()`` gives torch's matrix products on CUDA, ``"highest"`` IEEE,
-    ``"high"`` and ``"medium"`` TF32). ``block_n``: chains per
+    module docstring at steps ``offset, …, offset + n_steps − 1``. ``precision``: the products (:data:`PRECISIONS`:
+    ``"ieee"``, ``"tf32x3"``, ``"tf32"`` or ``"bf16"``; None: what ``torch.get_float32_matmul_precision()`` asks for,
+    ``"highest"`` IEEE, ``"high"`` TF32, ``"medium"`` bfloat16). ``block_n``: chains per
     program (a power of 2, at least 16; the noise and the masking do not depend on it, the products' rounding may, in
     the last bit), and ``num_warps``: warps per program (4, 8 or 16); None: :func:`launch_config`'s, for tuning
     (``benchmarks/triton_sweep.py``). ``out``: an ``(n, d)`` tensor of ``x``'s dtype on ``x``'s device to write into
@@ -253,8 +275,8 @@ def _langevin_chain(
     if xs.stride(1) != 1:
         xs = xs.contiguous()
     noise_t = noise.detach().to(device=x.device, dtype=torch.float32).contiguous() if noise is not None else None
-    products = _matmul_precision(precision)
-    block_n, num_warps = _launch(padded, products, False, block_n, num_warps)
+    chosen = products(precision)
+    block_n, num_warps = _launch(padded, chosen, False, block_n, num_warps)
     with torch.no_grad():
         _LANGEVIN_OP(
             xs,
@@ -269,7 +291,7 @@ def _langevin_chain(
             sv,
             seed64,
             offset,
-            products,
+            chosen,
             block_n,
             num_warps,
             noise_t,
@@ -335,6 +357,7 @@ _LANGEVIN_OP = define(
         kernel=triton_kernel("feedforward_langevin_chain", feedforward_langevin_chain),
     )
 )
+feedforward_langevin_chain.products = declared_products(False)  # type: ignore[attr-defined]
 
 
 def stream_normals(n: int, d: int, seed: int, step: int, device: Any = "cuda") -> Tensor:

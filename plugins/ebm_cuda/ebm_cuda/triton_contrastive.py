@@ -15,16 +15,16 @@ from torch import Tensor
 from ebmcore.energies.program import FeedForward
 from ebmcore.errors import InputError
 from ebm_cuda.native import NativeOp, define
-from ebm_cuda.triton_chains import _check, kernel_arguments, triton_kernel
+from ebm_cuda.triton_chains import _check, declared_products, kernel_arguments, triton_kernel
 from ebm_cuda.triton_launch import (
     _check_block,
     _check_warps,
     _kernel_precision,
     _kernels,
     _launch,
-    _matmul_precision,
     _on,
     _per_chain,
+    products,
     _runs_here,
     _stream_arguments,
 )
@@ -145,7 +145,10 @@ def feedforward_contrastive_chain(
     has no bias) in the network's dtype, the energies and loss float32.
 
     States: float32, bfloat16 or float16 as the chain takes them; the ends' energies are those of ``x'`` as stored
-    (rounded to the state's dtype). ``precision``, ``block_n``, ``num_warps``: as :func:`feedforward_langevin_chain`'s.
+    (rounded to the state's dtype). ``precision``, ``block_n``, ``num_warps``: as :func:`feedforward_langevin_chain`'s;
+    with bfloat16 products the layers' weight gradients take TF32 products of the bfloat16-rounded operands (the same
+    values: a bfloat16 ``tl.dot`` there crashed on an H100, :data:`ebm_cuda.triton_launch.CONTRASTIVE_BF16`), and the
+    kernel runs with ``fused=True`` only until a GPU run confirms it.
 
     The weight gradient is a sum over chains. Each program stores its block's sums at the starts and at the ends in
     slots of its own of a ``(2·programs, P)`` float32 buffer (``P``: the padded parameters, about 5,300 for a
@@ -174,8 +177,8 @@ def feedforward_contrastive_chain(
         xs = x.detach()
         if xs.stride(1) != 1:
             xs = xs.contiguous()
-        products = _matmul_precision(precision)
-        block_n, num_warps = _launch(padded, products, True, block_n, num_warps)
+        chosen = products(precision)
+        block_n, num_warps = _launch(padded, chosen, True, block_n, num_warps)
         with torch.no_grad():
             result, energies, sums = _CONTRASTIVE_OP(
                 xs,
@@ -189,7 +192,7 @@ def feedforward_contrastive_chain(
                 sv,
                 seed64,
                 offset,
-                products,
+                chosen,
                 block_n,
                 num_warps,
                 a,
@@ -238,3 +241,4 @@ _CONTRASTIVE_OP = define(
         kernel=triton_kernel("feedforward_contrastive_chain", feedforward_contrastive_chain),
     )
 )
+feedforward_contrastive_chain.products = declared_products(True)  # type: ignore[attr-defined]

@@ -15,7 +15,17 @@ from torch import Tensor
 
 from ebmcore.errors import InputError
 
-__all__ = ["MAX_WIDTH", "TRITON_VERSION", "PRECISIONS", "launch_config"]
+__all__ = [
+    "MAX_WIDTH",
+    "TRITON_VERSION",
+    "PRECISIONS",
+    "MEASURED_LAUNCH",
+    "MEASURED_FASTER",
+    "launch_config",
+    "static_launch_config",
+    "products",
+    "unmeasured_reason",
+]
 
 MAX_WIDTH = 64
 """The widest layer (and state) the kernel takes, after padding (16, 32 or 64): a program holds a block of
@@ -25,19 +35,78 @@ registers on sm_90, and three hidden layers of 128 took 147-172 KB of shared mem
 TRITON_VERSION = "3.7.1"
 """The Triton version torch's CUDA wheel pins, the one the tests and ``make setup`` install."""
 
-PRECISIONS = ("ieee", "tf32", "bf16")
-"""The products offered, accumulated in float32: IEEE float32 and TF32 (Triton's ``input_precision``), and bfloat16
-operands (``"bf16"``: about 3 significant digits, the tensor cores' fastest float kind). ``"tf32x3"`` is not offered:
-it spills 228 bytes or more on sm_80 and sm_90."""
+PRECISIONS = ("ieee", "tf32x3", "tf32", "bf16")
+"""The products offered, accumulated in float32: IEEE float32 multiply-adds, Triton's split TF32 (``"tf32x3"``: each
+operand as a TF32 high part and the TF32 rest, three tensor-core products, about float32's accuracy), TF32, and
+bfloat16 operands (``"bf16"``: about 3 significant digits, the tensor cores' fastest float kind)."""
+
+MEASURED_ON = "benchmarks/results/2026-11-27-h100-choices.json"
+"""The recorded device results the launch configurations and ranks below come from (an H100, sm_90, W4's and W5's
+network 2-64-64-1, padded to 16-64-64; derived from ``2026-11-27-h100-b11eeb6/T.md``, and held to it by
+``tests/test_triton_launch_choices.py``)."""
+
+MEASURED_LAUNCH: dict[tuple[str, str, tuple[int, ...]], tuple[int, int]] = {
+    ("chain", "ieee", (16, 64, 64)): (32, 8),
+    ("chain", "tf32", (16, 64, 64)): (64, 4),
+    ("chain", "bf16", (16, 64, 64)): (64, 4),
+    ("contrastive", "ieee", (16, 64, 64)): (32, 8),
+    ("contrastive", "tf32", (16, 64, 64)): (32, 4),
+}
+"""``(kernel, products, padded widths) -> (block_n, num_warps)``: the fastest configuration of the device sweep among
+those that do not spill (the contrastive kernel with TF32 products ran 1.64 ms at 128 × 8 and 2.08 at 64 × 4, both
+spilling 516 bytes; 2.60 at 32 × 4, none). Elsewhere :func:`static_launch_config`'s."""
+
+MEASURED_FASTER: dict[tuple[str, str], bool] = {
+    ("chain", "ieee"): False,
+    ("chain", "tf32"): True,
+    ("chain", "bf16"): True,
+    ("contrastive", "ieee"): True,
+    ("contrastive", "tf32"): True,
+}
+"""``(kernel, products) -> whether the device sweep measured it faster than eager torch`` (W4: 1.01×, 11.5×, 14.5×
+with IEEE, TF32, bfloat16 products, against the per-step loop's 1.00× and its captured graph's 1.01×; W5's chain:
+2.69×, 3.59× with IEEE and TF32 products). A pair not here was not measured (split TF32 products, and bfloat16
+products in the contrastive kernel, which crashed on the H100: :data:`CONTRASTIVE_BF16`): it runs with
+``fused=True`` only."""
+
+CONTRASTIVE_BF16 = (
+    "crashed with 'an illegal memory access' on an H100 (2026-11-27, every launch configuration; every PTX address "
+    "in bounds: a Triton sm_90 fault for a bfloat16 tl.dot(tl.trans(ce), inputs), triton-lang/triton#11366, #10486, "
+    "#10573); its layer gradients now take TF32 products of bfloat16-rounded operands (the same values), not yet "
+    "run on a GPU"
+)
+"""Why bfloat16 products in the contrastive kernel are not on the default path."""
 
 
 def launch_config(padded: tuple[int, ...], precision: str, contrastive: bool = False) -> tuple[int, int]:
     """``(block_n, num_warps)``: chains and warps per program for a network of padded widths ``(d, h_1, …)``, the
-    products' ``precision`` and the kernel (``contrastive``: :func:`feedforward_contrastive_chain`'s). Chosen without a
-    GPU, by the machine code of every configuration from 16 to 128 chains on 4, 8 or 16 warps compiled for sm_90 (seven
-    of them for sm_80 too), for eight networks from 2-32-1 to 64-64-64-64-1 (``benchmarks/triton_static.py``;
-    warp-instructions per chain-step in the step loop, :mod:`ebm_cuda.kernel_report`): near the fewest instructions
-    among those that spill at most 64 bytes (one choice spills 72: below). What decides is the chains each warp holds:
+    products' ``precision`` and the kernel (``contrastive``: :func:`feedforward_contrastive_chain`'s): the recorded
+    device sweep's fastest that does not spill where it measured this network (:data:`MEASURED_LAUNCH`), else
+    :func:`static_launch_config`'s."""
+    measured = MEASURED_LAUNCH.get(("contrastive" if contrastive else "chain", precision, tuple(padded)))
+    return measured if measured is not None else static_launch_config(padded, precision, contrastive)
+
+
+def unmeasured_reason(precision: str, contrastive: bool = False) -> Optional[str]:
+    """Why the kernel with these products does not rank above the per-step loop at ``fused=None`` (None: the
+    recorded device sweep measured it faster, :data:`MEASURED_FASTER`)."""
+    kernel = "contrastive" if contrastive else "chain"
+    faster = MEASURED_FASTER.get((kernel, precision))
+    if faster:
+        return None
+    if contrastive and precision == "bf16":
+        return CONTRASTIVE_BF16
+    if faster is None:
+        return f"was not measured on a GPU ({MEASURED_ON})"
+    return f"was measured no faster than the per-step loop ({MEASURED_ON})"
+
+
+def static_launch_config(padded: tuple[int, ...], precision: str, contrastive: bool = False) -> tuple[int, int]:
+    """``(block_n, num_warps)`` chosen without a GPU, by the machine code of every configuration from 16 to 128 chains
+    on 4, 8 or 16 warps compiled for sm_90 (seven of them for sm_80 too), for eight networks from 2-32-1 to
+    64-64-64-64-1 (``benchmarks/triton_static.py``; warp-instructions per chain-step in the step loop,
+    :mod:`ebm_cuda.kernel_report`): near the fewest instructions among those that spill at most 64 bytes (one choice
+    spills 72: below). What decides is the chains each warp holds:
 
     - TF32 and bfloat16 products: 16 chains per warp, the rows of one tensor-core tile (sm_90's 4-warp ``wgmma`` takes
       64): the chain 64 on 4 warps, the contrastive kernel (more registers: its weight-gradient products) 32 on 4.
@@ -52,12 +121,18 @@ def launch_config(padded: tuple[int, ...], precision: str, contrastive: bool = F
       on 4 warps (the contrastive kernel with IEEE products: 32 on 4). A step's fixed work (the noise, the move)
       weighs most there, and larger programs share it: the 2-32-1 chain with IEEE products 121 → 55 instructions per
       chain-step on sm_90.
+    - Split TF32 products (``"tf32x3"``, three tensor-core products each): the chain as with TF32 ones, the
+      contrastive kernel 16 on 4. For 2-64-64-1 on sm_90 every chain configuration spills (176 bytes at 64 on 4, the
+      fewest instructions, 156 per chain-step; 228 and more at 16 or 32 chains per program); the contrastive kernel
+      at 16 on 4 does not (524).
 
     Within 1.16 of the fewest instructions for the network of W4 and W5 (2-64-64-1), on sm_90 and sm_80, and 1.14 for
     the others but the ragged 3-40-17-5-1 (padded to 16-64-32-16): 1.36. The TF32 chain of 2-64-64-64-1 on sm_90
     spills 72 bytes (every configuration of 64 chains or more spills as much or more; 32 on 4, which spills less,
     issues 2.6 times the instructions). Instructions are a floor on the time, not a timing:
     ``benchmarks/triton_sweep.py`` (group T of ``gpu.py``) times these against the others on a GPU."""
+    if precision == "tf32x3":
+        return (16, 4) if contrastive else static_launch_config(padded, "tf32", False)
     if len(padded) == 2 and padded[0] == 16 and padded[1] <= 32:  # one hidden layer of at most 32 on d <= 16
         return (32, 4) if contrastive and precision == "ieee" else (128, 4)
     if precision == "ieee":
@@ -95,18 +170,24 @@ def _kernels() -> Any:
     return _triton_kernels
 
 
-_FROM_TORCH = {"highest": "ieee", "high": "tf32", "medium": "tf32"}
-"""``precision=None``: the products torch's switch for float32 matrix products gives its own on CUDA
-(``torch.set_float32_matmul_precision``: "medium" allows bfloat16, but CUDA's matrix products then run TF32, as for
-"high"; bfloat16 products are asked for by name)."""
+_FROM_TORCH = {"highest": "ieee", "high": "tf32", "medium": "bf16"}
+"""``precision=None``: the products for torch's switch for float32 matrix products
+(``torch.set_float32_matmul_precision``): "highest" float32-accurate ones, IEEE (split TF32 would be as accurate,
+but its chain spills on sm_90 at every launch configuration: :func:`static_launch_config`), "high" TF32, "medium"
+bfloat16 (which torch allows there; its own CUDA matrix products then still run TF32)."""
 
 
-def _matmul_precision(precision: Optional[str]) -> str:
+def products(precision: Optional[str]) -> str:
+    """The products a Triton chain computes with: ``precision`` (one of :data:`PRECISIONS`), or, for None, those
+    ``torch.get_float32_matmul_precision()`` asks for (:data:`_FROM_TORCH`)."""
     if precision is None:
         return _FROM_TORCH[torch.get_float32_matmul_precision()]
     if precision not in PRECISIONS:
         raise InputError(f"ebm_cuda.triton_chains: precision must be one of {', '.join(PRECISIONS)} or None, got {precision!r}.")
     return precision
+
+
+_matmul_precision = products
 
 
 def _per_chain(value: Any, n: int, device: torch.device, what: str) -> tuple[float, Optional[Tensor]]:

@@ -254,18 +254,33 @@ def _interpreted_checks() -> dict[str, Any]:
                 )
             )
 
-    with isolated_plugins(("interpreted", Interpreted())):
-        sampler = LangevinSampler(SequentialEnergy(net), step_size=0.01)
-        results["sampler_path"] = sampler.prepare(x0, None, {}).path
-        sampled = sampler.sample(x0, 4, burn_in=2, generator=torch.Generator().manual_seed(2))
+    before = torch.get_float32_matmul_precision()
+    try:
+        with isolated_plugins(("interpreted", Interpreted())):
+            # TF32 products (measured faster on an H100): the chain at fused=None, its products in the path
+            sampler = LangevinSampler(SequentialEnergy(net), step_size=0.01, precision="tf32")
+            results["sampler_path"] = sampler.prepare(x0, None, {}).path
+            sampled = sampler.sample(x0, 4, burn_in=2, generator=torch.Generator().manual_seed(2))
+            # torch's switch at "highest": IEEE products, measured no faster, so not at fused=None; fused=True takes them
+            torch.set_float32_matmul_precision("highest")
+            results["ieee_path"] = LangevinSampler(SequentialEnergy(net), step_size=0.01).prepare(x0, None, {}).path
+            forced = LangevinSampler(SequentialEnergy(net), step_size=0.01, fused=True)
+            results["ieee_forced_path"] = forced.prepare(x0, None, {}).path
+            torch.set_float32_matmul_precision("medium")  # bfloat16 products, measured faster
+            results["medium_path"] = LangevinSampler(SequentialEnergy(net), step_size=0.01).prepare(x0, None, {}).path
+    finally:
+        torch.set_float32_matmul_precision(before)
     seed = int(torch.randint(0, 2**62, (), generator=torch.Generator().manual_seed(2)))  # the key a fused run draws
-    direct = chain(x0, program, n_steps=6, step_size=0.01, noise_scale=0.02**0.5, seed=seed, offset=0)
+    direct = chain(x0, program, n_steps=6, step_size=0.01, noise_scale=0.02**0.5, seed=seed, offset=0, precision="tf32")
     results["sampler_vs_direct"] = (sampled - direct).abs().max().item()
 
-    # precision: tf32 is accepted (the interpreter computes every product in float32 whatever it is asked)
-    results["tf32_runs"] = chain(
-        x0, program, n_steps=2, step_size=0.02, noise_scale=0.3, seed=5, offset=0, precision="tf32"
-    ).shape == (N, D)
+    # precision: every name runs; the interpreter computes IEEE, split TF32 and TF32 products alike, in float32
+    runs = {
+        p: chain(x0, program, n_steps=2, step_size=0.02, noise_scale=0.3, seed=5, offset=0, precision=p)
+        for p in ("ieee", "tf32x3", "tf32")
+    }
+    results["tf32_runs"] = runs["tf32"].shape == (N, D)
+    results["products_vs_ieee"] = {p: (r - runs["ieee"]).abs().max().item() for p, r in runs.items()}
 
     # bfloat16 products (emulated under the interpreter, whose bfloat16 tl.dot is broken: the same exact products of
     # the rounded operands): the gradient against the same rounding done by torch, and against the exact gradient
@@ -410,8 +425,18 @@ def test_the_chain_equals_the_host_build_on_the_same_seed(interpreted):
 
 @needs_triton
 def test_a_sampler_runs_the_kernel_it_resolves(interpreted):
-    assert interpreted["sampler_path"].startswith("fused chain")
+    assert interpreted["sampler_path"].startswith("fused chain (triton_interpreted, tf32 products); gradient: ")
     assert interpreted["sampler_vs_direct"] == 0.0  # one launch of 6 steps, or 2 then 4: the same bits
+
+
+@needs_triton
+def test_the_products_follow_torchs_switch_and_rank_by_measurement(interpreted):
+    assert interpreted["ieee_path"].startswith("per-step loop (the feedforward_langevin_chain kernel with ieee products ")
+    assert "measured no faster than the per-step loop" in interpreted["ieee_path"], interpreted["ieee_path"]
+    assert interpreted["ieee_forced_path"].startswith("fused chain (triton_interpreted, ieee products); gradient: ")
+    assert interpreted["medium_path"].startswith("fused chain (triton_interpreted, bf16 products); gradient: ")
+    # under the interpreter the three float32 products are one computation (it ignores input_precision)
+    assert interpreted["products_vs_ieee"] == {"ieee": 0.0, "tf32x3": 0.0, "tf32": 0.0}
 
 
 @needs_triton
@@ -509,20 +534,21 @@ def test_refusals_and_resolution_name_their_reason():
 
     before = torch.get_float32_matmul_precision()
     try:
-        for setting, expected in (("highest", "ieee"), ("high", "tf32"), ("medium", "tf32")):
+        for setting, expected in (("highest", "ieee"), ("high", "tf32"), ("medium", "bf16")):
             torch.set_float32_matmul_precision(setting)
-            assert tc._matmul_precision(None) == expected
-            assert tc._matmul_precision("ieee") == "ieee"
+            assert tc.products(None) == expected
+            assert [tc.products(p) for p in tc.PRECISIONS] == list(tc.PRECISIONS)  # a name overrides the switch
     finally:
         torch.set_float32_matmul_precision(before)
-    with pytest.raises(InputError, match="precision must be one of ieee, tf32, bf16 or None"):
-        tc._matmul_precision("tf32x3")
-    # the launch configurations (benchmarks/triton_static.py): 16 chains per warp with tensor-core products (the
+    with pytest.raises(InputError, match="precision must be one of ieee, tf32x3, tf32, bf16 or None"):
+        tc.products("tf32x2")
+    # the launch configurations chosen from the machine code (benchmarks/triton_static.py; launch_config takes the
+    # device sweep's where it measured the network, tests/test_triton_launch_choices.py): 16 chains per warp with tensor-core products (the
     # chain 64 on 4, the contrastive kernel 32 on 4), 16 chains on 4 warps with IEEE ones; fewer where registers run
     # out: a 64-wide state (the contrastive kernel: 16 on 16 with IEEE products, 16 on 4 with tensor-core ones), three
     # 64-wide layers on it (the tensor-core chain: 32 on 8)
     assert [
-        tc.launch_config(p, q, c)
+        tc.static_launch_config(p, q, c)
         for c in (False, True)
         for p in ((16, 64, 64), (64, 64), (64, 64, 64, 64))
         for q in ("ieee", "tf32", "bf16")
@@ -548,11 +574,11 @@ def test_refusals_and_resolution_name_their_reason():
     ]
     # one hidden layer of at most 32 on a state of at most 16 columns: 128 on 4 (the contrastive kernel with IEEE
     # products 32 on 4); a wider state or a second layer is not that network (the rules above)
-    assert [tc.launch_config(p, q, c) for c in (False, True) for p in ((16, 32), (16, 16)) for q in ("ieee", "tf32")] == [
+    assert [tc.static_launch_config(p, q, c) for c in (False, True) for p in ((16, 32), (16, 16)) for q in ("ieee", "tf32")] == [
         (128, 4)
     ] * 4 + [(32, 4), (128, 4)] * 2
-    assert [tc.launch_config(p, "ieee", c) for c in (False, True) for p in ((32, 16), (16, 16, 16))] == [(16, 4)] * 4
-    assert [tc.launch_config(p, "bf16", c) for c in (False, True) for p in ((32, 16), (16, 16, 16))] == [
+    assert [tc.static_launch_config(p, "ieee", c) for c in (False, True) for p in ((32, 16), (16, 16, 16))] == [(16, 4)] * 4
+    assert [tc.static_launch_config(p, "bf16", c) for c in (False, True) for p in ((32, 16), (16, 16, 16))] == [
         (64, 4),
         (64, 4),
         (32, 4),
@@ -653,7 +679,7 @@ def test_on_a_gpu_the_compiled_chain_equals_the_host_build_and_samplers_resolve_
 
     # the smallest networks' configuration (128 chains on 4 warps: two tensor-core tiles' rows per warp), TF32
     tiny = torch.nn.Sequential(torch.nn.Linear(D, 32), torch.nn.SiLU(), torch.nn.Linear(32, 1))
-    assert tc.launch_config((16, 32), "tf32") == (128, 4)
+    assert tc.static_launch_config((16, 32), "tf32") == (128, 4)
     got = tc.feedforward_langevin_chain(x0.cuda(), feedforward_of(copy.deepcopy(tiny).cuda()), precision="tf32", **kw)
     assert_chains_close(got, host_chain(x0, feedforward_of(tiny), **kw), rtol=5e-2, atol=5e-2, what="2-32-1 tf32")
     # bfloat16 products (the tensor cores' bfloat16 products): the one-step gradient against torch's rounding of every

@@ -441,7 +441,9 @@ def test_the_contrastive_kernel_compiles_for_sm80_and_sm90_within_its_spill_and_
         ("sm_90 2-64-64-1 silu float32 tf32", 168),
         ("sm_90 2-64-64-1 silu float32 ieee", 785),
         ("sm_90 2-64-64-1 silu float32 tf32, 16 chains on 8 warps", 372),
-        ("sm_90 2-64-64-1 silu float32 bf16", 146),
+        # 146 before the layer gradients' bfloat16 tl.dot became TF32 products of rounded operands (the sm_90 crash,
+        # ebm_cuda.triton_launch.CONTRASTIVE_BF16): the rounding and the TF32 products of the two passes that take them
+        ("sm_90 2-64-64-1 silu float32 bf16", 203),
         ("sm_90 64-64-64-64-1 silu float32 ieee", 2287),
     ):
         assert 0.85 * count < cost[name] < 1.15 * count, (name, cost[name])  # the counts when chosen, within 15 %

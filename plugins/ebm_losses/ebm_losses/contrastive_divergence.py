@@ -89,7 +89,9 @@ class ContrastiveDivergence(Loss):
     ``sampler`` is a registered name (built on the energy with ``sampler_options``), a ready
     :class:`ebmcore.Sampler`, or a factory ``energy -> Sampler``. ``regularization`` is ``α``;
     ``gradient_clip`` clamps the gradient the sampler sees. ``last_negatives`` keeps the most
-    recent negatives ``(batch, *event_shape)``.
+    recent negatives ``(batch, *event_shape)``. ``precision``: the products of the sampler's fused chain and of the
+    chain that computes this loss with it (ebm-cuda's Triton kernels: ``"ieee"``, ``"tf32x3"``, ``"tf32"``,
+    ``"bf16"``; None: torch's switch for float32 products), given to a sampler built by name.
     """
 
     def __init__(
@@ -100,6 +102,7 @@ class ContrastiveDivergence(Loss):
         sampler_options: dict[str, Any] | None = None,
         regularization: float = 0.0,
         gradient_clip: float | None = None,
+        precision: str | None = None,
     ) -> None:
         if not isinstance(n_steps, int) or isinstance(n_steps, bool) or n_steps < 1:
             raise InputError(f"n_steps must be a positive integer, got {n_steps!r}.")
@@ -108,6 +111,13 @@ class ContrastiveDivergence(Loss):
         self.sampler_spec = sampler
         self.n_steps = n_steps
         self.sampler_options = dict(sampler_options or {})
+        if precision is not None:
+            if not isinstance(sampler, str) or self.sampler_options.get("precision", precision) != precision:
+                raise InputError(
+                    f"precision={precision!r} is given to the sampler contrastive divergence builds by name; a sampler "
+                    f"given ready-made (or sampler_options' own precision) sets its own: pass it there."
+                )
+            self.sampler_options["precision"] = precision
         self.regularization = check_number(regularization, "regularization", minimum=0)
         self.gradient_clip = None if gradient_clip is None else check_positive(gradient_clip, "gradient_clip")
         self.last_negatives: Tensor | None = None
@@ -165,6 +175,12 @@ class ContrastiveDivergence(Loss):
         kernel = network_kernel("feedforward_contrastive_chain", chain.program, x, chain.backend)
         if kernel is None:
             return None
+        # the chain's own products (ebm-cuda's Triton kernels declare them); where the contrastive kernel does not run
+        # with them at fused=None (not measured faster, or not yet run on a GPU), the chain and the loss run apart
+        declared = getattr(kernel.fn, "products", None)
+        if chain.kernel.products is not None and declared is not None:
+            if declared(chain.kernel.products)[1] is not None and getattr(sampler, "fused", None) is not True:
+                return None
         n = len(x)
         b = 2.0 * self.regularization / n if self.regularization else None
         negatives, _, _, loss, weight_grads, bias_grads = kernel.fn(
@@ -177,6 +193,7 @@ class ContrastiveDivergence(Loss):
             offset=0,
             start=(1.0 / n, b),
             end=(-1.0 / n, b),
+            **chain.kernel.options,
         )
         sampler.warn_nonfinite(negatives)
         return _ChainLoss(negatives, loss, chain.program, weight_grads, bias_grads)
@@ -251,6 +268,7 @@ class PersistentContrastiveDivergence(ContrastiveDivergence):
         sampler_options: dict[str, Any] | None = None,
         regularization: float = 0.0,
         gradient_clip: float | None = None,
+        precision: str | None = None,
     ) -> None:
         super().__init__(
             sampler, n_steps, sampler_options=sampler_options, regularization=regularization, gradient_clip=gradient_clip

@@ -188,12 +188,15 @@ def chain_kernel(op: str, energy: EnergyModel, x: Tensor, fused: bool | None, *s
     return kernel
 
 
-def fused_chain(family: str, energy: EnergyModel, program: Program, x: Tensor, fused: bool | None) -> "FusedChain | str":
+def fused_chain(
+    family: str, energy: EnergyModel, program: Program, x: Tensor, fused: bool | None, precision: str | None = None
+) -> "FusedChain | str":
     """The one question a sampler asks: which kernel runs ``family`` (``"langevin_chain"``, ``"hmc_chain"``,
     ``"nuts_chain"``) on the energy's ``program`` for states ``x``, or why none does. The op is the one registered
     for ``(family, type(program))`` (:func:`ebmcore.kernels.resolve.fused_op`), its kernel named for the program
     (``gaussian_langevin_chain``, ``feedforward_langevin_chain``). Returns ``chain(x, **keywords)``: the kernel with
-    the program's own arguments bound (the energy's parameters, or the network), called with the family's keywords."""
+    the program's own arguments bound (the energy's parameters, or the network), called with the family's keywords.
+    ``precision``: the products asked of a kernel that declares them (:func:`kernel_products`)."""
     op = fused_op(family, type(program))
     if op is None:
         if isinstance(program, Opaque) and any(o.family == family and o.program is not Analytic for o in fused_ops()):
@@ -208,16 +211,45 @@ def fused_chain(family: str, energy: EnergyModel, program: Program, x: Tensor, f
     kernel = chain_kernel(op.kernel_name(program), energy, x, fused, *static)
     if isinstance(kernel, str):
         return kernel
-    return FusedChain(kernel, bound)
+    products = kernel_products(kernel, precision, fused)
+    if isinstance(products, str):
+        return products
+    return FusedChain(kernel, bound, products)
+
+
+def kernel_products(kernel: Kernel, precision: str | None, fused: bool | None) -> tuple[str] | str | None:
+    """The products ``kernel`` computes with, fixed now, as a 1-tuple; None for a kernel that declares none (its
+    products are its own: the host build's float32); a str: why it does not run at ``fused=None`` with them. A kernel
+    declares them as ``kernel.fn.products(precision) -> (products, why not at fused=None or None)`` (``precision``
+    None: its default, e.g. torch's switch for float32 products: ebm-cuda's Triton chains)."""
+    declared = getattr(kernel.fn, "products", None)
+    if declared is None:
+        return None
+    products, slower = declared(precision)
+    if slower is not None and fused is None:
+        return f"the {kernel.op} kernel with {products} products {slower}; fused=True forces it"
+    return (products,)
 
 
 @dataclass(frozen=True)
 class FusedChain:
     """A fused chain's kernel with the program's own arguments bound: ``chain(x, **keywords)`` calls
-    ``kernel.fn(x, *bound, **keywords)``; ``kernel.backend`` names the backend it comes from."""
+    ``kernel.fn(x, *bound, **keywords)`` (with ``precision=`` the declared ``products``, for a kernel that declares
+    them: :func:`kernel_products`); ``kernel.backend`` names the backend it comes from."""
 
     kernel: Kernel
     bound: tuple
+    declared: Optional[tuple[str]] = None
+
+    @property
+    def products(self) -> Optional[str]:
+        """The products the kernel computes with (None: its own, undeclared)."""
+        return None if self.declared is None else self.declared[0]
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The keywords of the kernel's own options this chain passes: ``{"precision": products}`` or none."""
+        return {} if self.declared is None else {"precision": self.declared[0]}
 
     def __call__(self, y: Tensor, **keywords: Any) -> Any:
-        return self.kernel.fn(y, *self.bound, **keywords)
+        return self.kernel.fn(y, *self.bound, **self.options, **keywords)

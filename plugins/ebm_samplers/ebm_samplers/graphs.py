@@ -29,7 +29,17 @@ from ebmcore.kernels.resolve import selection
 from ebmcore.sampler import default_generator
 from ebm_samplers.algorithm import ChainInfo
 
-__all__ = ["GRAPH_STEPS", "Capture", "GraphChain", "capture_for", "cuda_capture", "graph_key", "kept_tensors", "state_refusal"]
+__all__ = [
+    "GRAPH_STEPS",
+    "Capture",
+    "GraphChain",
+    "capture_for",
+    "cuda_capture",
+    "graph_key",
+    "has_tensors",
+    "kept_tensors",
+    "state_refusal",
+]
 
 GRAPH_STEPS = 10
 """Transitions per graph replay: a chain call of ``n`` transitions replays the graph ``n // GRAPH_STEPS`` times and runs
@@ -137,6 +147,13 @@ def _tensors(value: Any) -> list[Tensor]:
     return [t for p in _children(value) or () for t in _tensors(p)]
 
 
+def has_tensors(value: Any) -> bool:
+    """Whether ``value`` (a dataclass, tuple or list, nested) holds a tensor."""
+    if isinstance(value, Tensor):
+        return True
+    return any(has_tensors(p) for p in _children(value) or ())
+
+
 def _with_own_tensors(value: Any) -> Any:
     """``value`` with a copy of each of its tensors (containers shallow-copied, no ``__init__`` run)."""
     if isinstance(value, Tensor):
@@ -200,7 +217,8 @@ class GraphChain:
     The step's info carries per-chain ``accepted`` and ``divergent`` where ``counts`` (summed per call into
     :class:`ChainInfo`). The graph's inputs are copies of ``state``'s tensors, made at construction; the capture runs
     there too. Each call copies its state, params and generator state in, replays, runs the remainder eagerly and
-    returns copies (a graph's outputs are overwritten by its next replay). ``keep``: tensors to keep alive with it."""
+    returns copies (a graph's outputs are overwritten by its next replay); a call of fewer than ``k`` transitions
+    replays nothing and runs them from the caller's state, copying nothing. ``keep``: tensors to keep alive with it."""
 
     def __init__(
         self,
@@ -264,15 +282,18 @@ class GraphChain:
         return chain
 
     def _run(self, state: Any, n: int) -> tuple[Any, ChainInfo]:
-        for name in self.names:
-            getattr(self.static, name).copy_(getattr(state, name))
         if self.accepted is not None:
             self.accepted.zero_()
             self.divergent.zero_()
-        for _ in range(n // self.k):
-            self.replay()
-        s = self._steps(self.static, n % self.k)
-        out = dataclasses.replace(s, **{name: getattr(s, name).clone() for name in self.names})
+        if 0 < n < self.k:  # no replay: the steps from the caller's state, their outputs its own (no copy in or out)
+            s = self._steps(state, n)
+        else:
+            for name in self.names:
+                getattr(self.static, name).copy_(getattr(state, name))
+            for _ in range(n // self.k):
+                self.replay()
+            s = self._steps(self.static, n % self.k)
+            s = dataclasses.replace(s, **{name: getattr(s, name).clone() for name in self.names})
         if self.accepted is None:
-            return out, ChainInfo(None, None)
-        return out, ChainInfo(self.accepted.clone(), self.divergent.clone())
+            return s, ChainInfo(None, None)
+        return s, ChainInfo(self.accepted.clone(), self.divergent.clone())

@@ -115,18 +115,25 @@ def transition(state: State, noise: Tensor, fns: EnergyFunctions, params: Params
     return State(update(state.x, grad, noise, h, scale)), _INFO
 
 
-def options(energy: EnergyModel, integrator: Any = None) -> dict[str, Any]:
-    """``integrator``: an ``sde`` :class:`ebmcore.Integrator` or a registered name (default Euler–Maruyama)."""
+def options(energy: EnergyModel, integrator: Any = None, precision: str | None = None) -> dict[str, Any]:
+    """``integrator``: an ``sde`` :class:`ebmcore.Integrator` or a registered name (default Euler–Maruyama).
+    ``precision``: the products of a fused chain that declares them (ebm-cuda's Triton chains on CUDA: ``"ieee"``,
+    ``"tf32x3"``, ``"tf32"``, ``"bf16"``; None: torch's switch, ``torch.set_float32_matmul_precision``), named in the
+    run's path; the per-step loop and the CPU kernels compute as they do without it."""
+    if precision is not None and not isinstance(precision, str):
+        raise InputError(f"LangevinSampler: precision must be None or the name of the products, got {precision!r}.")
     return {
         "integrator": EulerMaruyama()
         if integrator is None
-        else resolve_integrator(integrator, kind="sde", user="LangevinSampler")
+        else resolve_integrator(integrator, kind="sde", user="LangevinSampler"),
+        "precision": precision,
     }
 
 
-def build_kernel(integrator: Integrator | None = None, compile: bool = False) -> Step:
+def build_kernel(integrator: Integrator | None = None, compile: bool = False, precision: str | None = None) -> Step:
     """``step(state, fns, generator, params)``: draws ``ξ`` into a kept buffer, then :func:`transition`
-    (through ``torch.compile`` with ``compile``) with ``integrator`` bound to the states."""
+    (through ``torch.compile`` with ``compile``) with ``integrator`` bound to the states (``precision``: the fused
+    chain's, not the step's)."""
     integrator = integrator or EulerMaruyama()
     return draw_then(compiled(transition) if compile else transition, uniform=False, bind=lambda x: (integrator.bind(x),))
 
@@ -149,24 +156,37 @@ class ULAChain:
         """The kernel backend the chain's kernel comes from (its stream and rounding)."""
         return self.kernel.kernel.backend
 
+    @property
+    def path(self) -> str:
+        """The run's words for this chain: ``fused chain``, with the backend and products where the kernel declares
+        them (``fused chain (triton, tf32 products)``)."""
+        products = self.kernel.products
+        return "fused chain" if products is None else f"fused chain ({self.backend}, {products} products)"
+
     def __call__(self, state: State, n: int, seed: int, offset: int) -> tuple[State, ChainInfo]:
         x = self.kernel(state.x, n_steps=n, step_size=self.step_size, noise_scale=self.noise_scale, seed=seed, offset=offset)
         return State(x), ChainInfo(None, None)
 
 
 def build_chain(
-    energy: EnergyModel, fns: EnergyFunctions, x: Tensor, params: Params, fused_setting: bool | None, integrator: Integrator
+    energy: EnergyModel,
+    fns: EnergyFunctions,
+    x: Tensor,
+    params: Params,
+    fused_setting: bool | None,
+    integrator: Integrator,
+    precision: str | None = None,
 ) -> ULAChain | StepLoop | str:
     """Many ULA steps per launch (a :class:`ULAChain`), the kernel :func:`~ebm_samplers.algorithm.fused_chain` finds
     for the bound energy's program (``fns.program``): ``<energy>_langevin_chain`` for an analytic energy,
     ``feedforward_langevin_chain`` for a feed-forward network, ``conv_langevin_chain`` for a conv stack
     (``ebm_losses.ConvEnergy``); for other energies, one ``langevin_step_philox`` kernel per step (the noise drawn
-    inside it; a :class:`StepLoop`). Euler–Maruyama only."""
+    inside it; a :class:`StepLoop`). Euler–Maruyama only. ``precision``: the chain's products (:func:`options`)."""
     if not isinstance(integrator, EulerMaruyama):
         return f"the integrator is {integrator.name}, the fused chain is Euler–Maruyama"
     h = params.step_size
     s = noise_scale(h, params.temperature)
-    chain = fused_chain("langevin_chain", energy, fns.program, x, fused_setting)
+    chain = fused_chain("langevin_chain", energy, fns.program, x, fused_setting, precision)
     if not isinstance(chain, str):
         return ULAChain(chain, fns.program, h, s)
     step = chain_kernel("langevin_step_philox", energy, x, fused_setting)
@@ -187,8 +207,9 @@ ALGORITHM = Algorithm("langevin", Params, init, build_kernel, has_acceptance=Fal
 
 
 class LangevinSampler(AlgorithmSampler):
-    """ULA: ``LangevinSampler(energy, step_size=None, *, temperature=1.0, integrator=None, autocast=None, compile=False,
-    fused=None)``. The default step ``0.1·d^(−1/3)`` makes a unit Gaussian's stationary variance ``1/(1 − h/2)``, 2 %
-    too wide at ``d = 10``: ULA is biased by O(h), MALA removes the bias. ``integrator``: any ``sde`` integrator."""
+    """ULA: ``LangevinSampler(energy, step_size=None, *, temperature=1.0, integrator=None, precision=None, autocast=None,
+    compile=False, fused=None)``. The default step ``0.1·d^(−1/3)`` makes a unit Gaussian's stationary variance ``1/(1 − h/2)``, 2 %
+    too wide at ``d = 10``: ULA is biased by O(h), MALA removes the bias. ``integrator``: any ``sde`` integrator.
+    ``precision``: a fused chain's products where its kernel declares them (:func:`options`)."""
 
     algorithm = ALGORITHM

@@ -16,11 +16,13 @@ from typing import Any, Callable, ClassVar, Optional
 import torch
 from torch import Tensor
 
-from ebmcore import EnergyFunctions, EnergyModel, Sampler
+from ebmcore import EnergyFunctions, EnergyModel, Sampler, plugins
+from ebmcore.energies.analytic import AnalyticEnergy
 from ebmcore.energies.binding import bind_energy
 from ebmcore.energies.program import Opaque
 from ebmcore.sampler import Run
 from ebmcore.errors import InputError
+from ebmcore.kernels.resolve import selection
 from ebm_samplers import graphs
 from ebm_samplers.algorithm import Algorithm, StepLoop
 from ebm_samplers.params import accepted_fields
@@ -32,6 +34,10 @@ __all__ = ["AlgorithmSampler"]
 def _static_names(options: Callable[..., Any]) -> list[str]:
     """The static options an algorithm's ``options(energy, **static)`` takes."""
     return list(inspect.signature(options).parameters)[1:]
+
+
+_OWN_WAY = frozenset({"bind", "resolve", "_chain"})
+"""The methods whose results :meth:`AlgorithmSampler._resolved` keeps: replaced on a sampler, nothing is kept."""
 
 
 class AlgorithmSampler(Sampler):
@@ -94,9 +100,15 @@ class AlgorithmSampler(Sampler):
             raise InputError(f"{name} does not support compile=True: {self.algorithm.compile_refusal}.")
         self.autocast, self.compile, self.fused = autocast, bool(compile), fused
         self._graph: tuple[tuple, graphs.GraphChain | str] | None = None  # the last capture (or why it failed), its key
+        self._resolution: tuple[tuple, tuple] | None = None  # the last run's resolution, its key (_resolved)
+        self._params_checked: tuple[Any, bool] | None = None  # params, and whether they hold tensors (_resolution_key)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.params}, options={self.options})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What a copy or a pickle keeps: all but the last run's resolution (bound callables, resolved again)."""
+        return {**self.__dict__, "_resolution": None}
 
     def bind(self, x: Tensor) -> EnergyFunctions:
         """The energy's hot-loop callables for states like ``x`` (kernels resolved now; see :func:`bind_energy`)."""
@@ -126,20 +138,29 @@ class AlgorithmSampler(Sampler):
         """The algorithm's ``step(state, fns, generator, params)`` with this sampler's static options (and ``compile``)."""
         return self.algorithm.build_kernel(**self.options, **({"compile": True} if self.compile else {}))
 
-    def prepare(self, x: Tensor, generator: torch.Generator | None, overrides: dict[str, Any], every_step: bool = False) -> Run:
+    def prepare(
+        self,
+        x: Tensor,
+        generator: torch.Generator | None,
+        overrides: dict[str, Any],
+        every_step: bool = False,
+        *,
+        n_steps: int | None = None,
+    ) -> Run:
         """Everything a run from checked states ``x`` needs, resolved once: params (with ``overrides``), the
         energy's kernels, the initial state, the transition and, where one can run and ``every_step`` is
-        False, a fused chain."""
-        fns = self.bind(x)
-        params = self.resolve(x, overrides)
+        False, a fused chain; ``n_steps``: the run's transitions where known (fewer than a graph replay's
+        :data:`graphs.GRAPH_STEPS`: no graph is captured for it, the per-step loop computes what it would).
+        What does not depend on ``x``'s values is kept for the next run from states like ``x``
+        (:meth:`_resolved`)."""
+        fns, params, chain, reason = self._resolved(x, overrides, every_step)
         state = self.algorithm.init(x, fns)
         kernel = self.kernel()
         step = lambda s: kernel(s, fns, generator, params)  # noqa: E731
-        chain, reason = self._chain(fns, x, params, every_step)
-        path, graphed = "fused chain", False
+        path, graphed = getattr(chain, "path", "fused chain"), False
         if reason is not None or isinstance(chain, StepLoop):
-            chain, path, graphed, why = self._graph_chain(chain, reason, every_step, fns, state, params, generator)
-            if chain is None and self.fused:
+            chain, path, graphed, why = self._graph_chain(chain, reason, every_step, fns, state, params, generator, n_steps)
+            if chain is None and self.fused and why is not None:
                 raise InputError(
                     f"{type(self).__name__}(fused=True): no fused chain can run: {why}. "
                     "Use fused=None to fall back to the per-step loop."
@@ -161,11 +182,14 @@ class AlgorithmSampler(Sampler):
         state: Any,
         params: Any,
         generator: torch.Generator | None,
-    ) -> tuple[Any, str, bool, str]:
+        n_steps: int | None = None,
+    ) -> tuple[Any, str, bool, str | None]:
         """Where no chain runs many steps per launch (``reason``: why; ``loop``: a chain that launches at every step):
         on a device with graphs, :data:`graphs.GRAPH_STEPS` transitions per replay of a captured graph
         (:mod:`ebm_samplers.graphs`), else ``loop``'s chain or the per-step loop; the run's path, saying why; whether
-        it is a graph; and why it is what it is (the path's words in parentheses)."""
+        it is a graph; and why it is what it is (the path's words in parentheses; None where nothing is missing: a run
+        of fewer than ``GRAPH_STEPS`` transitions, ``n_steps``, would replay no graph, and the per-step loop computes
+        what the graph's own steps would, so none is captured for it)."""
         capture = graphs.capture_for(state.x.device)
         if capture is None or self.fused is False or every_step or self.compile or self.autocast is not None:
             if loop is None:
@@ -178,6 +202,8 @@ class AlgorithmSampler(Sampler):
             refusal = (
                 "fused=True captures the transitions of an energy ebm does not read (its Python code then runs once, at capture)"
             )
+        if refusal is None and loop is None and n_steps is not None and n_steps < graphs.GRAPH_STEPS:
+            return None, f"per-step loop ({why}; no CUDA graph for {n_steps} transition(s), fewer than one replay's)", False, None
         if refusal is None:
             refusal, chain = self._captured(program, fns, state, params, generator, capture)
         if refusal is not None:
@@ -217,6 +243,63 @@ class AlgorithmSampler(Sampler):
             self._graph = (key, graph)
         graph = self._graph[1]
         return (graph, None) if isinstance(graph, str) else (None, graph.bind(params, generator))
+
+    def _resolved(
+        self, x: Tensor, overrides: dict[str, Any], every_step: bool
+    ) -> tuple[EnergyFunctions, Any, Any, Optional[str]]:
+        """The energy's bound callables, the resolved params and the fused chain (or why none runs) for a run from
+        states like ``x``: the last run's where :meth:`_resolution_key` is unchanged (a run of small calls then
+        resolves kernels, params and chain once, not at every call), else resolved now."""
+        key = None if overrides else self._resolution_key(x, every_step)
+        held = self._resolution
+        if key is not None and held is not None and held[0] == key:
+            return held[1]
+        fns = self.bind(x)
+        params = self.resolve(x, overrides)
+        chain, reason = self._chain(fns, x, params, every_step)
+        resolved = (fns, params, chain, reason)
+        self._resolution = None if key is None else (key, resolved)
+        return resolved
+
+    def _resolution_key(self, x: Tensor, every_step: bool) -> tuple | None:
+        """Everything :meth:`_resolved`'s result depends on, for an analytic energy (whose binding reads only its
+        op, its arguments and the backend selection) and params without tensors (resolved from ``x``'s shape, dtype
+        and device alone): the states' shape, dtype and device; the energy's op, the identity of each argument
+        tensor (read by the kernels at every call, so in-place updates are seen; the entry holds them, so no
+        identity is reused) and its numbers; the backend selection and plugin session; torch's float32 product
+        setting and autocast (a fused chain's products); this sampler's params, options and ``autocast``,
+        ``compile``, ``fused``; ``every_step``. None where the result is not kept (another energy, a subclass or a
+        sampler that binds, resolves or chooses its chain its own way, tensors among the params)."""
+        energy, cls = self.energy, type(self)
+        if not (
+            isinstance(energy, AnalyticEnergy)
+            and type(energy).bind is AnalyticEnergy.bind
+            and type(energy).program is AnalyticEnergy.program  # Analytic(op, kernel_args())
+            and cls.bind is AlgorithmSampler.bind
+            and cls.resolve is AlgorithmSampler.resolve
+            and cls._chain is AlgorithmSampler._chain
+            and not _OWN_WAY.intersection(self.__dict__)  # nor replaced on this sampler (ebm profile counts binds)
+        ):
+            return None
+        checked = self._params_checked
+        if checked is None or checked[0] is not self.params:  # asked once per params object
+            checked = self._params_checked = (self.params, graphs.has_tensors(self.params))
+        if checked[1]:
+            return None
+        return (
+            x.shape,
+            x.dtype,
+            x.device,
+            energy.op,
+            tuple((id(a), a) if isinstance(a, Tensor) else (None, a) for a in energy.kernel_args()),  # its program's
+            selection(energy.backend),
+            plugins.session(),
+            torch.get_float32_matmul_precision(),
+            torch.is_autocast_enabled(x.device.type),
+            self.params,
+            self.options,
+            (self.autocast, self.compile, self.fused, every_step),
+        )
 
     def _chain(self, fns: EnergyFunctions, x: Tensor, params: Any, every_step: bool) -> tuple[Any, Optional[str]]:
         """The algorithm's fused chain (``build_chain``'s result), or None and why none runs."""
