@@ -95,7 +95,7 @@ def test_energies_give_a_finite_result_of_the_right_shape_or_an_ebm_error(name, 
     assert bool(torch.isfinite(out).all())  # the checked methods never hand back NaN or inf
 
 
-SAMPLER_NAMES = ["langevin", "mala", "hmc", "nuts", "chees", "parallel_tempering", "annealed_langevin"]
+SAMPLER_NAMES = ["langevin", "mala", "hmc", "nuts", "chees", "meads", "parallel_tempering", "annealed_langevin"]
 SAMPLER_PARAMS = st.dictionaries(
     st.sampled_from(
         [
@@ -105,6 +105,7 @@ SAMPLER_PARAMS = st.dictionaries(
             "max_tree_depth",
             "max_leapfrog_steps",
             "jitter",
+            "damping",
             "n_replicas",
             "sigmas",
             "n_steps_each",
@@ -139,6 +140,7 @@ SAMPLERS = {
     "hmc": dict(step_size=0.3, n_leapfrog_steps=2),
     "nuts": dict(step_size=0.3, max_tree_depth=3),
     "chees": dict(step_size=0.3, max_leapfrog_steps=4),
+    "meads": dict(step_size=0.3, damping=0.5),
     "parallel_tempering": dict(n_replicas=2),
     "annealed_langevin": dict(sigmas=[1.0, 0.1], n_steps_each=2),
 }

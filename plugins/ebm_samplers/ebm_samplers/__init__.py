@@ -1,10 +1,11 @@
 """ebm-samplers: Langevin (ULA), MALA, HMC, NUTS, ChEES-HMC (:mod:`ebm_samplers.chees`, tuned by
-:func:`~ebm_samplers.chees_adaptation.chees_warmup`), annealed Langevin and parallel tempering over batches of chains;
+:func:`~ebm_samplers.chees_adaptation.chees_warmup`), MEADS (generalized HMC, :mod:`ebm_samplers.meads`, tuned by
+:func:`~ebm_samplers.meads_adaptation.meads_warmup`), annealed Langevin and parallel tempering over batches of chains;
 their integrators; annealed importance sampling for ``log Z`` (:mod:`ebm_samplers.ais`) and adaptive tempered SMC
 (:mod:`ebm_samplers.smc`); step-size and mass-matrix adaptation; the ``ebm sample`` and
 ``ebm profile`` commands, which run any sampler.
 
-Each algorithm is a module (``langevin``, ``mala``, ``hmc``, ``nuts``, ``chees``, ``annealed``, ``tempering``)
+Each algorithm is a module (``langevin``, ``mala``, ``hmc``, ``nuts``, ``chees``, ``meads``, ``annealed``, ``tempering``)
 exporting ``State``, ``Info``, ``Params``, ``init`` and ``build_kernel`` (see
 :mod:`ebm_samplers.algorithm`), and an object API over it (``LangevinSampler``, ``MALASampler``, ...)
 whose ``.sample(...)`` is the loop every ``ebmcore.Sampler`` shares.
@@ -19,6 +20,8 @@ from ebm_samplers import (
     hmc,
     langevin,
     mala,
+    meads,
+    meads_adaptation,
     nuts,
     resampling,
     smc,
@@ -44,6 +47,8 @@ from ebm_samplers.hmc import HMCSampler
 from ebm_samplers.integrators import DOPRI5, EulerMaruyama, Heun, Leapfrog, McLachlan, SplittingIntegrator, Yoshida
 from ebm_samplers.langevin import LangevinSampler
 from ebm_samplers.mala import MALASampler
+from ebm_samplers.meads import MEADSSampler
+from ebm_samplers.meads_adaptation import MEADSWarmupResult, meads_warmup
 from ebm_samplers.nuts import NUTSSampler
 from ebm_samplers.params import InverseMass, as_inverse_mass
 from ebmcore.recording import Diagnostics, NonFiniteChainsWarning, SampleResult
@@ -61,6 +66,8 @@ __all__ = [
     "nuts",
     "chees",
     "chees_adaptation",
+    "meads",
+    "meads_adaptation",
     "annealed",
     "tempering",
     "LangevinSampler",
@@ -70,6 +77,9 @@ __all__ = [
     "ChEESSampler",
     "chees_warmup",
     "ChEESWarmupResult",
+    "MEADSSampler",
+    "meads_warmup",
+    "MEADSWarmupResult",
     "AnnealedLangevinSampler",
     "ParallelTemperingSampler",
     "geometric_sigmas",

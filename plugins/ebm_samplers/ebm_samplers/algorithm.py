@@ -75,8 +75,9 @@ class Algorithm:
     ``build_kernel`` takes ``compile``); ``graph_refusal``: why its transition cannot be captured in a CUDA graph
     (a host sync in it; None: it can, :mod:`ebm_samplers.graphs`); ``warmup(sampler, x0, n_warmup, *,
     target_accept, generator) -> result`` with ``result.x``, ``result.tunables`` and ``result.acceptance``: the
-    algorithm's own warm-up (ChEES's), which ``ebm sample`` runs in place of the generic
-    :func:`ebm_samplers.adaptation.warmup` (None: the generic one).
+    algorithm's own warm-up (ChEES's, MEADS's), which ``ebm sample`` runs in place of the generic
+    :func:`ebm_samplers.adaptation.warmup` (None: the generic one); ``warmup_adapts``: what it adapts, for
+    people (``{target_accept}`` is filled in), in the run's report.
     """
 
     name: str
@@ -90,6 +91,7 @@ class Algorithm:
     compile_refusal: Optional[str] = None
     graph_refusal: Optional[str] = None
     warmup: Optional[Callable[..., Any]] = None
+    warmup_adapts: str = ""
 
 
 @cache

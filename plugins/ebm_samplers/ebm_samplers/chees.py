@@ -261,6 +261,7 @@ ALGORITHM = Algorithm(
     "recompile for each",
     graph_refusal="the number of leapfrog steps changes every iteration (the jitter), chosen on the host",
     warmup=_warmup,
+    warmup_adapts="target acceptance {target_accept}; its step size and trajectory length, not a mass matrix",
 )
 
 

@@ -10,6 +10,7 @@ from ebm_samplers.hmc import HMCSampler
 from ebm_samplers.integrators import DOPRI5, EulerMaruyama, Heun, Leapfrog, McLachlan, Yoshida
 from ebm_samplers.langevin import LangevinSampler
 from ebm_samplers.mala import MALASampler
+from ebm_samplers.meads import MEADSSampler
 from ebm_samplers.nuts import NUTSSampler
 from ebm_samplers.annealed import AnnealedLangevinSampler
 from ebm_samplers.tempering import ParallelTemperingSampler
@@ -17,7 +18,7 @@ from ebm_samplers.tempering import ParallelTemperingSampler
 
 @hookimpl
 def ebm_register_samplers(registry: Registrar) -> None:
-    for sampler in (LangevinSampler, MALASampler, HMCSampler, NUTSSampler, ChEESSampler, AnnealedLangevinSampler):
+    for sampler in (LangevinSampler, MALASampler, HMCSampler, NUTSSampler, ChEESSampler, MEADSSampler, AnnealedLangevinSampler):
         registry.register_sampler(sampler.algorithm.name, sampler)
     registry.register_sampler("parallel_tempering", ParallelTemperingSampler)
 

@@ -31,7 +31,7 @@ from ebmcore.errors import ConfigError, InputError, RunFileError
 from ebmcore.recording import available_memory
 from ebmcore.threads import job_threads
 
-from ebm_samplers import draws, live_log, run_report
+from ebm_samplers import draws, live_log, run_report, smc_job
 from ebm_samplers.commands import COMMANDS
 from ebm_samplers.adaptation import METRICS, cannot_warm_up, check_metric, warmup
 from ebm_samplers.params import event_size
@@ -115,7 +115,10 @@ def load_config(path: str | Path | None, overrides: dict[str, dict[str, Any]] | 
             f"{path} [sampler]: rank = {s['rank']} with metric = {s['metric']!r}; metric = 'low_rank' needs "
             "rank >= 1 (the eigenpairs kept), the other metrics take rank = 0."
         )
-    registry.get("sampler", config["sampler"]["name"])
+    if s["name"] == smc_job.NAME:  # tempered SMC: its own loop and options, not a registered chain sampler
+        smc_job.check_config(config, path, bundled=path == default_config_path(), overrides=overrides)
+    else:
+        registry.get("sampler", config["sampler"]["name"])
     if energy["name"]:
         registry.get("energy", energy["name"])
     elif not Path(energy["model"]).is_file():
@@ -179,16 +182,18 @@ def tune(
     source = "given" if given is not None else f"the default of {s['name']} for d = {event_size(x0)}"
     why_not = cannot_warm_up(sampler) if s["warmup"] else None
     tunables: dict[str, Any] = {}
-    own = getattr(getattr(sampler, "algorithm", None), "warmup", None)  # an algorithm's own warm-up (ChEES)
+    algo = getattr(sampler, "algorithm", None)
+    own = getattr(algo, "warmup", None)  # an algorithm's own warm-up (ChEES, MEADS)
     if s["warmup"] and why_not is None and own is not None:
+        adapts = algo.warmup_adapts.format(target_accept=s["target_accept"])
         if s["metric"] != "diag":
             raise ConfigError(
-                f"{config['source']} [sampler] metric = {s['metric']!r}: {s['name']}'s warm-up adapts its step size and "
-                "trajectory length, not a mass matrix; remove the metric setting."
+                f"{config['source']} [sampler] metric = {s['metric']!r}: {s['name']}'s warm-up adapts {adapts.split('; ')[-1]}, "
+                "and takes no metric setting; remove it."
             )
         tuned = own(sampler, x0, s["warmup"], target_accept=s["target_accept"], generator=generator)
         x0, tunables = tuned.x, tuned.tunables
-        source = f"adapted by {s['warmup']} {s['name']} warm-up steps (target acceptance {s['target_accept']}) from {given or 'the default'}"
+        source = f"adapted by {s['warmup']} {s['name']} warm-up steps ({adapts}) from {given or 'the default'}"
         if not quiet:
             log.info("warm-up: %d steps, acceptance %.3f", s["warmup"], tuned.acceptance)
     elif s["warmup"] and why_not is None:
@@ -294,6 +299,8 @@ def _outputs(config: dict[str, Any], metrics: dict[str, Any]) -> list[str]:
 
 def _run(config: dict[str, Any], out: Path, world: distributed.DistributedRun, resume: bool, quiet: bool) -> dict[str, Any]:
     s, r, device = config["sampler"], config["run"], world.device
+    if s["name"] == smc_job.NAME:  # its own outputs and summary (ebm_samplers.smc_job)
+        return smc_job.run(config, out, world, build_energy, resume=resume, quiet=quiet)
     energy, sampler = build(config, device)
     check_size(config, energy, device)
     runfiles.make_dir(out)  # every rank: each may write its own shard
@@ -562,7 +569,7 @@ def _main(args: argparse.Namespace) -> int:
     out = Path(args.out or config["output"]["dir"])
     metrics = run(config, out, resume=args.resume, overwrite=args.overwrite, quiet=args.quiet)
     if int(os.environ.get("RANK", "0")) == 0:
-        print(run_report.summary(metrics, out))
+        print((smc_job.summary if metrics.get("sampler") == smc_job.NAME else run_report.summary)(metrics, out))
     if args.strict and metrics.get("nonfinite_chains"):
         print(f"error: --strict: {run_report.nonfinite_line(metrics)}; everything is written to {out}.", file=sys.stderr)
         return 1

@@ -47,7 +47,7 @@ from ebm_samplers.params import with_fields
 from ebm_samplers.resampling import Resampler, get_scheme
 from ebm_samplers.tempered_path import Base, GaussianBase, TemperedEnergy
 
-__all__ = ["SMCResult", "adaptive_tempered_smc", "ess_fraction", "next_step", "next_beta"]
+__all__ = ["SMCResult", "adaptive_tempered_smc", "check_options", "default_base", "ess_fraction", "next_step", "next_beta"]
 
 BISECTION_STEPS = 50
 """Halvings of ``[0, 1 − β]`` per stage: the step is found to ``2⁻⁵⁰`` of the remaining interval."""
@@ -147,10 +147,23 @@ def _positive_int(value: Any, name: str, low: int) -> int:
     return value
 
 
-def _check_options(
-    n_mcmc_steps: int, max_stages: int, target_ess: float, target_accept: float, min_step: float, step_size: float | None
-) -> None:
-    """Raise :class:`InputError` naming the first of :func:`adaptive_tempered_smc`'s options out of its range."""
+def check_options(
+    n_particles: int = 1000,
+    *,
+    kernel: "str | Algorithm" = "mala",
+    kernel_params: dict[str, Any] | None = None,
+    n_mcmc_steps: int = 5,
+    max_stages: int = 1000,
+    target_ess: float = 0.5,
+    target_accept: float = 0.65,
+    min_step: float = 1e-6,
+    step_size: float | None = None,
+    resampling: "str | Resampler" = "systematic",
+) -> tuple[Algorithm, Resampler]:
+    """Check :func:`adaptive_tempered_smc`'s options before any work: the kernel's algorithm and the resampling
+    scheme, or an :class:`InputError` naming the first option out of its range (``ebm sample`` checks a
+    configuration with it before it runs)."""
+    _positive_int(n_particles, "n_particles", 2)
     _positive_int(n_mcmc_steps, "n_mcmc_steps", 0)
     _positive_int(max_stages, "max_stages", 1)
     for name, value in (("target_ess", target_ess), ("target_accept", target_accept)):
@@ -158,14 +171,28 @@ def _check_options(
             raise InputError(f"{name} must be a number in (0, 1), got {value!r}.")
     if isinstance(min_step, bool) or not isinstance(min_step, (int, float)) or not 0 <= min_step < 1:
         raise InputError(f"min_step must be a number in [0, 1), got {min_step!r}.")
-    if step_size is not None and not (isinstance(step_size, (int, float)) and math.isfinite(step_size) and step_size > 0):
+    if step_size is not None and not (
+        isinstance(step_size, (int, float)) and not isinstance(step_size, bool) and math.isfinite(step_size) and step_size > 0
+    ):
         raise InputError(f"step_size must be a positive number, got {step_size!r}.")
+    resample = get_scheme(resampling)
+    algorithm = _algorithm(kernel)
+    if kernel_params is not None and not isinstance(kernel_params, dict):
+        raise InputError(f"kernel_params must be a dict of {algorithm.name}'s params, got {kernel_params!r}.")
+    known = {f.name for f in fields(algorithm.Params)}
+    if unknown := sorted(set(kernel_params or {}) - known):
+        raise InputError(
+            f"kernel_params: {algorithm.name} has no param(s) {', '.join(unknown)}; its params are {', '.join(sorted(known))}."
+        )
+    return algorithm, resample
 
 
-def _default_base(
+def default_base(
     energy: EnergyModel, loc: Any, scale: Any, event_shape: Sequence[int] | None, dtype: torch.dtype | None, device: Any
 ) -> GaussianBase:
-    """``N(loc, diag(scale²))`` on the energy's event shape, dtype and device (else float64 on CPU)."""
+    """``N(loc, diag(scale²))`` on the energy's event shape (``event_shape`` if given), dtype and device (else float64 on
+    CPU): :func:`adaptive_tempered_smc`'s base when it is given none. A ``loc`` or ``scale`` that does not broadcast to
+    the event shape raises the ``RuntimeError`` of ``Tensor.expand``."""
     shape = tuple(event_shape) if event_shape is not None else energy.event_shape
     if shape is None:
         raise InputError(f"{type(energy).__name__} sets no event_shape: pass event_shape=(d,) (or a base).")
@@ -245,12 +272,21 @@ def adaptive_tempered_smc(
     Raises :class:`~ebmcore.errors.InputError` for bad arguments, an energy that is not finite at the base's
     draws, and a run whose ``β`` cannot advance (weights that vanish, or ``max_stages`` reached).
     """
-    n = _positive_int(n_particles, "n_particles", 2)
-    _check_options(n_mcmc_steps, max_stages, target_ess, target_accept, min_step, step_size)
-    resample = get_scheme(resampling)
-    algorithm = _algorithm(kernel)
+    algorithm, resample = check_options(
+        n_particles,
+        kernel=kernel,
+        kernel_params=kernel_params,
+        n_mcmc_steps=n_mcmc_steps,
+        max_stages=max_stages,
+        target_ess=target_ess,
+        target_accept=target_accept,
+        min_step=min_step,
+        step_size=step_size,
+        resampling=resampling,
+    )
+    n = n_particles
     if base is None:
-        base = _default_base(energy, loc, scale, event_shape, dtype, device)
+        base = default_base(energy, loc, scale, event_shape, dtype, device)
     elif not isinstance(base, Base):
         raise InputError(f"base must have sample(n, generator) and log_prob(x), got a {type(base).__name__}.")
 

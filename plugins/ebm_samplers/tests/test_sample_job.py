@@ -570,10 +570,14 @@ def test_chees_warms_up_with_its_own_adaptation_in_ebm_sample(tmp_path, capsys, 
     )
     m = json.loads((tmp_path / "c" / "metrics.json").read_text())
     (tuned,) = seen
-    assert m["step_size_source"].startswith("adapted by 60 chees warm-up steps (target acceptance 0.7)")
+    assert m["step_size_source"].startswith("adapted by 60 chees warm-up steps (target acceptance 0.7; its step size and trajectory")
     assert m["step_size"] == pytest.approx(tuned.step_size) and tuned.trajectory_lengths[0] != tuned.trajectory_length
     assert m["r_hat_max"] < 1.1
     cfg = _config(tmp_path, "chees", warmup=60, plots="false")
     cfg.write_text(cfg.read_text().replace("target_accept = 0.7", 'target_accept = 0.7\nmetric = "dense"'))
     assert main(["sample", str(cfg), "--out", str(tmp_path / "d"), "--quiet"]) == 2
     assert "chees's warm-up adapts its step size and trajectory length, not a mass matrix" in capsys.readouterr().err
+    cfg.write_text(cfg.read_text().replace('name = "chees"', 'name = "meads"').replace('metric = "dense"\n', ""))
+    assert main(["sample", str(cfg), "--out", str(tmp_path / "m"), "--quiet"]) == 0
+    m = json.loads((tmp_path / "m" / "metrics.json").read_text())
+    assert m["step_size_source"].startswith("adapted by 60 meads warm-up steps (its step size, damping and diagonal mass")
