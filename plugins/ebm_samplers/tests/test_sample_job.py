@@ -570,7 +570,9 @@ def test_chees_warms_up_with_its_own_adaptation_in_ebm_sample(tmp_path, capsys, 
     )
     m = json.loads((tmp_path / "c" / "metrics.json").read_text())
     (tuned,) = seen
-    assert m["step_size_source"].startswith("adapted by 60 chees warm-up steps (target acceptance 0.7; its step size and trajectory")
+    assert m["step_size_source"].startswith(
+        "adapted by 60 chees warm-up steps (target acceptance 0.7; its step size and trajectory"
+    )
     assert m["step_size"] == pytest.approx(tuned.step_size) and tuned.trajectory_lengths[0] != tuned.trajectory_length
     assert m["r_hat_max"] < 1.1
     cfg = _config(tmp_path, "chees", warmup=60, plots="false")
