@@ -184,8 +184,9 @@ def chees_warmup(
     lengths: list[float] = []
     evaluations = 0
     for k in range(1, n_warmup + 1):
-        log_t = min(max(log_t, math.log(h)), math.log(leapfrog_limit * h))
-        t = math.exp(log_t)
+        # the bounds h ≤ T ≤ leapfrog_limit·h apply to the trajectory each iteration runs, not to the optimiser's
+        # log T: an early large step size must not push T up for good (to the criterion's second maximum)
+        t = math.exp(min(max(log_t, math.log(h)), math.log(leapfrog_limit * h)))
         step_sizes.append(h)
         lengths.append(t)
         x_before = state.x

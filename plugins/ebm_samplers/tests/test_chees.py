@@ -221,3 +221,15 @@ def test_registered_reproducible_and_usable_with_per_chain_step_sizes():
     # one number of steps for all chains, each with its own step size (as SMC and per-chain warm-ups set them)
     x = ChEESSampler(energy, max_leapfrog_steps=8).sample(x0, 20, step_size=torch.linspace(0.1, 0.4, 32))
     assert x.shape == (32, 2) and torch.isfinite(x).all()
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_an_early_large_step_size_does_not_push_the_trajectory_to_the_criterions_second_maximum(seed):
+    """On ``N(0, I_20)`` dual averaging first jumps to ``h ≈ 4``; the bound ``T ≥ h`` holds for the trajectory that
+    runs, not for the optimiser's ``log T``, so ``T`` ends near the criterion's first maximum (about 1.6–2.3 for unit
+    scales, where BlackJAX's ``chees_adaptation`` ends too), not at the second one (about 5.5) it once settled on."""
+    g = torch.Generator().manual_seed(seed)
+    x0 = torch.randn(256, 20, generator=g)
+    result = chees_warmup(ChEESSampler(ebmcore.energy("gaussian", dim=20)), x0, 200, generator=g)
+    assert max(result.trajectory_lengths[:3]) > 4  # the early jump happened
+    assert 1.0 < result.trajectory_length < 3.0, result.trajectory_length
