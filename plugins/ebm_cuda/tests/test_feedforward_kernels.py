@@ -716,3 +716,11 @@ def test_every_loss_op_of_the_host_build_equals_its_definition(op):
         if e is not None:
             scale = e.abs().max().clamp_min(1e-3)
             torch.testing.assert_close(g.double() / scale, e / scale, rtol=0, atol=5e-5)
+
+
+@pytest.mark.parametrize("d, widths", [(1, [64, 64]), (8, [64, 64]), (9, [64, 64]), (2, [17, 64]), (8, [3, 5])])
+def test_the_denoising_first_layer_gradient_either_side_of_few_inputs(d, widths):
+    """The first layer's weight gradient is summed as columns over the outputs for inputs up to eight wide (the
+    host build's SMALL_INPUT) and as outer products over the inputs above; the two hidden layers' products in one pass.
+    Both equal nested autograd, at widths that are and are not whole blocks of 16, on a batch that is not whole tiles."""
+    test_the_denoising_loss_and_its_gradients_equal_autograds("silu", d, widths, 37, True, -1.0, True)

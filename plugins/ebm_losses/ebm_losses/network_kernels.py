@@ -69,10 +69,13 @@ def kernel_loss(
     """A loss kernel's ``value: ()``, differentiable in the network's weights and biases through the gradients it
     returned with it (``grad_w``, ``grad_b``: per layer, None for an absent bias or one without a gradient).
     ``recompute()``: the same loss by the torch path, for ``create_graph=True``."""
-    pairs = [
-        (t, g)
-        for layer, gw, gb in zip(plan.layers, grad_w, grad_b)
-        for t, g in ((layer.linear.weight, gw), (layer.linear.bias, gb))
-        if t is not None and g is not None
-    ]
-    return _GivenGradients.apply(value, [g for _, g in pairs], recompute, *(t for t, _ in pairs))
+    params, grads = [], []
+    for layer, gw, gb in zip(plan.layers, grad_w, grad_b):
+        linear = layer.linear
+        if gw is not None and linear.weight is not None:
+            params.append(linear.weight)
+            grads.append(gw)
+        if gb is not None and linear.bias is not None:
+            params.append(linear.bias)
+            grads.append(gb)
+    return _GivenGradients.apply(value, grads, recompute, *params)

@@ -181,7 +181,7 @@ class DenoisingScoreMatching(Loss):
             u = torch.rand((x.shape[0],), generator=generator, dtype=x.dtype, device=x.device)
             sigma = (math.log(low) + u * math.log(high / low)).exp()
         elif self.sigmas.numel() == 1:
-            sigma = torch.full((x.shape[0],), float(self.sigmas[0]), dtype=x.dtype, device=x.device)
+            sigma = torch.full((x.shape[0],), self._span[0], dtype=x.dtype, device=x.device)  # the one level, a float
         else:
             idx = torch.randint(0, self.sigmas.numel(), (x.shape[0],), generator=generator, device=x.device)
             sigma = self.sigmas.to(dtype=x.dtype, device=x.device)[idx]

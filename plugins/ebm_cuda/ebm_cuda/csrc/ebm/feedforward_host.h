@@ -273,6 +273,67 @@ inline void accumulate_outer(const float* P, int ldp, int rows_out, const v16* Q
   for (; j0 < rows_out; ++j0) outer_rows<1>(P, ldp, j0, Q, qb, C);
 }
 
+// C[j][kb] += Σ_r P1[r][j] · Q1[r][kb] + P2[r][j] · Q2[r][kb]: two outer-product sums into one gradient in one pass
+// (C's blocks loaded and stored once). Arguments as outer_strip's, P1 and P2 with one ldp, Q1 and Q2 with one qb.
+template <int JR, int KB>
+inline void outer_pair_strip(const float* P1, const float* P2, int ldp, int j0, const v16* Q1, const v16* Q2, int qb, int kb0,
+                             v16* C) {
+  v16 acc[JR][KB];
+  for (int j = 0; j < JR; ++j)
+    for (int k = 0; k < KB; ++k) acc[j][k] = C[(j0 + j) * qb + kb0 + k];
+  for (int r = 0; r < ROWS; ++r) {
+    v16 q[KB];
+    for (int k = 0; k < KB; ++k) q[k] = Q1[r * qb + kb0 + k];
+    for (int j = 0; j < JR; ++j) {
+      const float p = P1[r * ldp + j0 + j];
+      for (int k = 0; k < KB; ++k) acc[j][k] += p * q[k];
+    }
+    for (int k = 0; k < KB; ++k) q[k] = Q2[r * qb + kb0 + k];
+    for (int j = 0; j < JR; ++j) {
+      const float p = P2[r * ldp + j0 + j];
+      for (int k = 0; k < KB; ++k) acc[j][k] += p * q[k];
+    }
+  }
+  for (int j = 0; j < JR; ++j)
+    for (int k = 0; k < KB; ++k) C[(j0 + j) * qb + kb0 + k] = acc[j][k];
+}
+
+template <int JR>
+inline void outer_pair_rows(const float* P1, const float* P2, int ldp, int j0, const v16* Q1, const v16* Q2, int qb, v16* C) {
+  int kb = 0;
+  for (; kb + 4 <= qb; kb += 4) outer_pair_strip<JR, 4>(P1, P2, ldp, j0, Q1, Q2, qb, kb, C);
+  for (; kb < qb; ++kb) outer_pair_strip<JR, 1>(P1, P2, ldp, j0, Q1, Q2, qb, kb, C);
+}
+
+inline void accumulate_outer_pair(const float* P1, const float* P2, int ldp, int rows_out, const v16* Q1, const v16* Q2, int qb,
+                                  v16* C) {
+  int j0 = 0;
+  for (; j0 + 4 <= rows_out; j0 += 4) outer_pair_rows<4>(P1, P2, ldp, j0, Q1, Q2, qb, C);
+  for (; j0 < rows_out; ++j0) outer_pair_rows<1>(P1, P2, ldp, j0, Q1, Q2, qb, C);
+}
+
+// The first layer's gradient for few inputs (d <= SMALL_INPUT): C[j][i] += Σ_r P1[r][j] · q1[r][i] + P2[r][j] · q2[r][i]
+// with P1, P2 rows of pb blocks (j < width) and q1, q2 rows of 16 · blocks(d) floats, C rows of blocks(d) blocks. Summed
+// as columns over j, 16 outputs per vector (a 16-wide outer product over i would be mostly padding), then added to C.
+inline void input_outer(const v16* P1, const v16* P2, int pb, int width, const float* q1, const float* q2, int d, v16* C) {
+  const int ld = 16 * blocks(d);
+  float* c = (float*)C;
+  for (int i = 0; i < d; ++i)
+    for (int jb0 = 0; jb0 < pb; jb0 += 4) {
+      const int J = pb - jb0 < 4 ? pb - jb0 : 4;
+      v16 acc[4] = {};
+      for (int r = 0; r < ROWS; ++r) {
+        const float a = q1[r * ld + i], b = q2[r * ld + i];
+        for (int j = 0; j < J; ++j) {
+          acc[j] += P1[r * pb + jb0 + j] * a;
+          acc[j] += P2[r * pb + jb0 + j] * b;
+        }
+      }
+      for (int j = 0; j < J; ++j)
+        for (int k = 0; k < 16 && 16 * (jb0 + j) + k < width; ++k) c[(size_t)(16 * (jb0 + j) + k) * ld + i] += acc[j][k];
+    }
+}
+
 inline void product(const float* A, int lda, int K, const v16* B, int nb, const v16* bias, v16* C, bool add = false) {
   int jb = 0;
   for (; jb + 4 <= nb; jb += 4) product_strip<4>(A, lda, K, B, nb, jb, bias, C, add);
@@ -471,7 +532,7 @@ inline void denoising_tile(const Network& net, ScoreWorkspace& ws, const float* 
     }
     // c = a (a ∇E − b) into sigma[0]; the loss
     v16* c = ws.sigma[0].data();
-    product((const float*)ws.delta[1].data(), 16 * blocks(net.widths[1]), net.widths[1], net.backward[0].data(), db0, nullptr, c);
+    input_gradient(net, ws.delta[1].data(), c);
     float* cf = (float*)c;
     for (int r = 0; r < ROWS; ++r) {
       const float ar = r < m ? (a ? a[i0 + r] : 1.0f) : 0.0f;
@@ -508,8 +569,12 @@ inline void denoising_tile(const Network& net, ScoreWorkspace& ws, const float* 
         const v16 sb = l == L ? net.top[j] : ws.gamma[l][i];
         zbar[i] = sb * ws.d2[l][i] * ws.tau[l][i] + (hbar ? hbar[i] * ws.d1[l][i] : v16{});
       }
-    accumulate_outer((const float*)tbar, 16 * ob, net.widths[l], ws.sigma[l - 1].data(), ib, ws.dW[l - 1].data());
-    accumulate_outer((const float*)zbar, 16 * ob, net.widths[l], ws.h[l - 1].data(), ib, ws.dW[l - 1].data());
+    if (l == 1 && d <= SMALL_INPUT)
+      input_outer(tbar, zbar, ob, net.widths[1], (const float*)ws.sigma[0].data(), (const float*)ws.h[0].data(), d,
+                  ws.dW[0].data());
+    else
+      accumulate_outer_pair((const float*)tbar, (const float*)zbar, 16 * ob, net.widths[l], ws.sigma[l - 1].data(),
+                            ws.h[l - 1].data(), ib, ws.dW[l - 1].data());
     for (int r = 0; r < ROWS; ++r)
       for (int j = 0; j < ob; ++j) ws.db[l - 1][j] += zbar[r * ob + j];
     if (l >= 2) {
