@@ -141,7 +141,9 @@ def chees_warmup(
     iterations of all chains of ``x0: (n_chains, *event_shape)``, ``n_chains >= 2`` (module docstring).
 
     ``target_accept`` in ``(0, 1)``: of the harmonic-mean acceptance; ``learning_rate``: Adam's, on ``log T``;
-    ``initial_trajectory_length``: where ``T`` starts (default: the sampler's ``step_size·max_leapfrog_steps``);
+    ``initial_trajectory_length``: where ``T`` starts (default: the initial step size, one leapfrog step, as BlackJAX's
+    ``chees_adaptation`` starts: ``T`` then grows to the criterion's first maximum, about ``2.25·σ`` of the widest
+    scale; started near a later maximum, as from ``2⌈√d⌉`` steps on a logistic regression, it settles there);
     ``leapfrog_limit``: at most this many steps per trajectory, ``T ≤ leapfrog_limit·h``. The sampler's ``step_size``
     (a number: one for all chains) is where dual averaging starts; its mass matrix, temperature, jitter and integrator
     are kept. Returns a :class:`ChEESWarmupResult`: sample with ``sampler.sample(result.x, n, **result.tunables)`` (or
@@ -176,7 +178,7 @@ def chees_warmup(
     step = sampler.kernel()
 
     h = params.step_size
-    log_t = math.log(initial_trajectory_length or h * params.max_leapfrog_steps)
+    log_t = math.log(initial_trajectory_length or h)
     log_t_avg = log_t
     averager, adam = DualAveraging(h, target_accept), Adam(learning_rate)
     recent: deque[float] = deque(maxlen=50)
