@@ -101,6 +101,7 @@ class AlgorithmSampler(Sampler):
         self.autocast, self.compile, self.fused = autocast, bool(compile), fused
         self._graph: tuple[tuple, graphs.GraphChain | str] | None = None  # the last capture (or why it failed), its key
         self._resolution: tuple[tuple, tuple] | None = None  # the last run's resolution, its key (_resolved)
+        self._ran = False  # whether a run was prepared: the first keeps no resolution (_resolved)
         self._params_checked: tuple[Any, bool] | None = None  # params, and whether they hold tensors (_resolution_key)
 
     def __repr__(self) -> str:
@@ -249,8 +250,11 @@ class AlgorithmSampler(Sampler):
     ) -> tuple[EnergyFunctions, Any, Any, Optional[str]]:
         """The energy's bound callables, the resolved params and the fused chain (or why none runs) for a run from
         states like ``x``: the last run's where :meth:`_resolution_key` is unchanged (a run of small calls then
-        resolves kernels, params and chain once, not at every call), else resolved now."""
-        key = None if overrides else self._resolution_key(x, every_step)
+        resolves kernels, params and chain once, not at every call), else resolved now; from the sampler's second
+        run on, so that a sampler made for one call costs no more than before."""
+        # a sampler's first run keeps nothing: one made for one call (and dropped) pays no key
+        key = None if overrides or not self._ran else self._resolution_key(x, every_step)
+        self._ran = True
         held = self._resolution
         if key is not None and held is not None and held[0] == key:
             return held[1]

@@ -175,6 +175,7 @@ def test_one_small_sample_call_makes_a_bounded_number_of_python_calls():
         sampler = LangevinSampler(gaussian(), step_size=0.01, fused=fused)
         with ebmcore.use_backend(*backends) if backends else contextlib.nullcontext():
             sampler.sample(X, 1, generator=g)
+            sampler.sample(X, 1, generator=g)  # the first run keeps nothing (a sampler made for one call), the second does
             calls = python_calls(lambda: sampler.sample(X, 1, generator=g))
         for resolved_once in (
             "analytic.AnalyticEnergy.bind",
@@ -202,6 +203,7 @@ def test_the_resolution_is_kept_for_states_like_the_last_and_made_again_when_wha
         return len(binds) > before
 
     assert bound(lambda: sampler.sample(X, 1))
+    assert bound(lambda: sampler.sample(X, 1))  # the first run keeps nothing: a sampler made for one call pays no key
     assert not bound(lambda: sampler.sample(X, 3))
     assert not bound(lambda: sampler.sample(X + 1.0, 1, generator=torch.Generator().manual_seed(1)))
     with torch.no_grad():
