@@ -22,6 +22,8 @@ W5-W7 (training losses: ebm_losses vs torchebm.losses; BlackJAX has none) train 
 fixed seeded eight-Gaussians batch and report the loss and its parameter gradient beside the time.
 W8 (NUTS: ebm vs BlackJAX; torchebm has none) reports the bulk ESS of the kept trajectory per second
 beside the time, with both libraries' trajectories diagnosed by the same ``ebmcore.diagnostics``.
+W3C and W9 (issue 43: ChEES-HMC, ebm's ``chees_warmup`` + ``ChEESSampler`` vs BlackJAX's ``chees_adaptation`` +
+``dynamic_hmc``) time the warm-up and the sampling separately and report ESS per second and per gradient.
 No timing is ever asserted. See benchmarks/README.md for how each peer is called.
 """
 
@@ -53,6 +55,7 @@ SEED_NOISE = 1  # sampler randomness (torch.Generator / jax PRNGKey)
 SEED_COV = 2  # W1's covariance
 SEED_MLP = 3  # W4's MLP weights (also W5-W7's initial weights)
 SEED_DATA = 4  # W5-W7's data batch (eight Gaussians)
+SEED_LOGISTIC = 5  # W9's synthetic logistic-regression dataset
 
 
 # ----------------------------------------------------------------------------------------------
@@ -89,6 +92,8 @@ class Workload:
     projection: str = ""  # W6: the projection distribution (both libraries draw it with randn: "gaussian")
     sigma: float = 0.0  # W7: the noise level
     max_tree_depth: int = 0  # W8: NUTS trajectories have at most 2^max_tree_depth - 1 leapfrog steps
+    n_warmup: int = 0  # W3C, W9 (ChEES): adaptation iterations before the n_steps kept ones
+    n_rows: int = 0  # W9: rows of the logistic-regression dataset
 
 
 WORKLOADS: dict[str, Workload] = {
@@ -146,6 +151,29 @@ WORKLOADS: dict[str, Workload] = {
             200,
             0.5,
             max_tree_depth=10,
+        ),
+        Workload(  # issue 43: ChEES-HMC against BlackJAX's chees_adaptation + dynamic_hmc (step_size: where both start)
+            "W3C",
+            "ChEES-HMC, 20-d standard Gaussian (W3's target), 1,024 chains",
+            "chees",
+            "standard",
+            20,
+            1_024,
+            200,
+            0.5 * 20**-0.25,
+            n_warmup=200,
+        ),
+        Workload(  # issue 43
+            "W9",
+            "ChEES-HMC, Bayesian logistic regression, 100 features, 1,000 rows, N(0, I) prior, 1,024 chains",
+            "chees",
+            "logistic",
+            100,
+            1_024,
+            200,
+            0.5 * 100**-0.25,
+            n_warmup=200,
+            n_rows=1_000,
         ),
         Workload(
             "S1",
@@ -224,7 +252,9 @@ def per_call(w: Workload) -> int:
 
 def quick(w: Workload) -> Workload:
     """Tiny sizes for smoke tests."""
-    return replace(w, n_chains=min(w.n_chains, 256), n_steps=min(w.n_steps, 10), inner=min(w.inner, 5))
+    return replace(
+        w, n_chains=min(w.n_chains, 256), n_steps=min(w.n_steps, 10), inner=min(w.inner, 5), n_warmup=min(w.n_warmup, 10)
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -280,6 +310,17 @@ def make_mlp(seed: int = SEED_MLP) -> Any:
     return net
 
 
+def make_logistic_data(dim: int, rows: int, seed: int = SEED_LOGISTIC) -> tuple[np.ndarray, np.ndarray]:
+    """W9's dataset: features ``X: (rows, dim)`` i.i.d. ``N(0, 1/dim)`` (so that ``x·β`` is of order 1 under the prior),
+    labels ``y ~ Bernoulli(sigmoid(X β*))`` for ``β* ~ N(0, I)``, all from ``numpy.random.default_rng(seed)``; float32.
+    The posterior under the ``N(0, I)`` prior has scales of about 0.5-0.7 (no direction is left to the prior alone)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((rows, dim)) / np.sqrt(dim)
+    beta = rng.standard_normal(dim)
+    y = (rng.random(rows) < 1.0 / (1.0 + np.exp(-x @ beta))).astype(np.float64)
+    return x.astype(np.float32), y.astype(np.float32)
+
+
 @dataclass
 class Problem:
     """What every library's runner receives: the workload, ``x0`` (torch float32) and the target's data.
@@ -292,6 +333,7 @@ class Problem:
     cov: np.ndarray  # true covariance (gaussian/standard)
     net: Any = None  # the torch MLP (mlp)
     net_init: Any = None  # W5-W7: a copy of the MLP's initial state_dict
+    data: tuple[np.ndarray, np.ndarray] | None = None  # W9: the logistic regression's (X, y), float32
 
 
 def make_problem(w: Workload) -> Problem:
@@ -302,7 +344,8 @@ def make_problem(w: Workload) -> Problem:
         return Problem(w, make_eight_gaussians(w.n_chains), np.zeros(w.dim), cov, net, init)
     if net is not None:
         net.requires_grad_(False)  # the sampler differentiates w.r.t. x only
-    return Problem(w, make_x0(w.n_chains, w.dim), np.zeros(w.dim), cov, net)
+    data = make_logistic_data(w.dim, w.n_rows) if w.target == "logistic" else None
+    return Problem(w, make_x0(w.n_chains, w.dim), np.zeros(w.dim), cov, net, data=data)
 
 
 def restore_net(p: Problem) -> None:
@@ -393,7 +436,31 @@ def ebm_energy(p: Problem) -> Any:
         return ebmcore.DoubleWellEnergy(dim=p.w.dim)
     if t == "mlp":
         return net_energy(p.net)
+    if t == "logistic":
+        return logistic_energy(*p.data)
     raise ValueError(t)
+
+
+def logistic_energy(x: np.ndarray, y: np.ndarray) -> Any:
+    """W9's energy as an ebm user writes it: an ``EnergyModel`` whose ``compute_energy(β)`` is the negative log
+    posterior ``½‖β‖² + Σ_i softplus(x_i·β) − y_i x_i·β`` for a batch ``β: (n, d)``; its gradient is autograd's."""
+    import torch
+    import torch.nn.functional as F
+
+    import ebmcore
+
+    class LogisticRegressionEnergy(ebmcore.EnergyModel):
+        def __init__(self, x: Any, y: Any) -> None:
+            super().__init__()
+            self.event_shape = (x.shape[1],)
+            self.register_buffer("x", x)
+            self.register_buffer("y", y)
+
+        def compute_energy(self, beta: Any) -> Any:
+            logits = beta @ self.x.T  # (n, rows)
+            return 0.5 * beta.square().sum(1) + (F.softplus(logits) - self.y * logits).sum(1)
+
+    return LogisticRegressionEnergy(torch.from_numpy(x), torch.from_numpy(y))
 
 
 def net_energy(net: Any) -> Any:
@@ -828,8 +895,9 @@ def reference_loss(p: Problem, stream: bool = False) -> float:
 # -- blackjax ----------------------------------------------------------------------------------
 
 
-def jax_logdensity(p: Problem) -> Callable:
-    """``log p(x) = -E(x)`` for ONE chain ``x: (d,)`` (vmapped over chains by the runners)."""
+def jax_logdensity(p: Problem, float64: bool = False) -> Callable:
+    """``log p(x) = -E(x)`` for ONE chain ``x: (d,)`` (vmapped over chains by the runners). ``float64`` (W9's
+    ``logistic_float64_check``, under ``jax.enable_x64``): the target's data in float64."""
     import jax
     import jax.numpy as jnp
 
@@ -857,6 +925,14 @@ def jax_logdensity(p: Problem) -> Callable:
             return h[0]
 
         return lambda x: -energy(x)
+    if t == "logistic":  # the same float32 data; what a BlackJAX user writes for one chain's coefficients
+        xs, ys = (jnp.asarray(a, dtype=jnp.float64 if float64 else jnp.float32) for a in p.data)
+
+        def logdensity(beta: Any) -> Any:
+            logits = xs @ beta
+            return -(0.5 * beta @ beta + jnp.sum(jax.nn.softplus(logits) - ys * logits))
+
+        return logdensity
     raise ValueError(t)
 
 
@@ -998,6 +1074,353 @@ def blackjax_nuts(p: Problem) -> Case:
         }  # doublings attempted, the last one included
 
     return Case(run, check, energy=jax_energy(logdensity))
+
+
+# -- ChEES-HMC (W3C, W9; issue 43) -------------------------------------------------------------
+
+
+@dataclass
+class CheesCase:
+    """One library's ChEES-HMC for W3C/W9, in two timed calls: ``warmup()`` (adaptation from ``x0``, returns what
+    sampling needs: final states and tuned values) and ``sample(warm)`` (``n_steps`` iterations with the tuned values
+    frozen, keeping the trajectory; blocks until it exists). ``check()``: the same two calls with the same seed, untimed,
+    returning the trajectory ``(n_steps, n_chains, d)`` (torch, float64), the tuned step size and trajectory length,
+    per-iteration acceptance probabilities ``(n_steps, n_chains)``, divergences and leapfrog steps ``(n_steps,)``, and the
+    warm-up's gradient evaluations per chain. ``energy``: a peer's own energy and gradient, as ``Case.energy``."""
+
+    warmup: Callable[[], Any]
+    sample: Callable[[Any], Any]
+    check: Callable[[], dict]
+    path: str = ""
+    energy: Callable[[Any], tuple[np.ndarray, np.ndarray]] | None = None
+
+
+def ebm_chees(p: Problem) -> CheesCase:
+    """W3C, W9: ``ChEESSampler(energy, step_size=h0)``, ``chees_warmup(sampler, x0, n_warmup, generator=g)`` (its
+    defaults: target acceptance 0.651 of the harmonic mean, Adam without momentum on ``log T``, learning rate 0.025,
+    halton jitter, identity mass, ``T`` starting at the sampler's default ``h0·2⌈√d⌉``), then
+    ``sampler.sample(result.x, n_steps, generator=g, return_trajectory=True, **result.tunables)``; one
+    ``torch.Generator`` seeded ``SEED_NOISE`` through both."""
+    import torch
+    from ebm_samplers import ChEESSampler, chees_warmup
+
+    w, energy = p.w, ebm_energy(p)
+    sampler = ChEESSampler(energy, step_size=w.step_size)
+    path = ebm_path(sampler, p.x0)
+
+    def warmup() -> Any:
+        g = torch.Generator().manual_seed(SEED_NOISE)
+        return chees_warmup(sampler, p.x0, w.n_warmup, generator=g), g
+
+    def sample(warm: Any, callback: Any = None) -> Any:
+        tuned, g = warm
+        return sampler.sample(tuned.x, w.n_steps, generator=g, return_trajectory=True, callback=callback, **tuned.tunables)
+
+    def check() -> dict:
+        tuned, g = warmup()
+        infos: list = []
+        res = sample((tuned, g), callback=lambda i, state, info: infos.append(info))
+        return {
+            "trajectory": res.trajectory.double(),
+            "step_size": tuned.step_size,
+            "trajectory_length": tuned.trajectory_length,
+            "acceptance_prob": torch.stack([i.acceptance_prob for i in infos]).double().numpy(),
+            "divergent": np.array([int(i.divergent.sum()) for i in infos]),
+            "n_leapfrog": np.array([i.n_leapfrog_steps for i in infos]),
+            "warmup_gradients": tuned.n_gradient_evaluations,
+            "warmup_acceptance": tuned.acceptance,
+        }
+
+    return CheesCase(warmup, sample, check, path=path)
+
+
+def blackjax_chees(p: Problem) -> CheesCase:
+    """W3C, W9: ``blackjax.chees_adaptation(logdensity, n_chains)`` (its defaults: target acceptance 0.651 of the
+    harmonic mean, halton jitter, decay rate 0.5, identity mass) run with ``optax.adam(0.025, b1=0.0, b2=0.95)`` (the
+    paper's optimiser and ebm's) from ``x0`` and the same initial step size ``h0``, its ``run`` inside one ``jax.jit``;
+    then ``blackjax.dynamic_hmc(logdensity, **parameters)``, the parameters ``run`` returns (the tuned step size and
+    ``T/h``, the identity inverse mass, and its jitter functions, which continue the halton sequence from the warm-up's
+    states), ``jax.vmap`` of its step over the chains inside a ``jax.lax.scan`` over iterations stacking the positions,
+    one ``jax.jit``. Keys: ``PRNGKey(SEED_NOISE)`` split into a warm-up and a sampling key, as BlackJAX's docs do."""
+    import blackjax
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    w = p.w
+    n_chains = w.n_chains
+    logdensity = jax_logdensity(p)
+    x0 = jnp.asarray(p.x0.numpy())
+    key_warmup, key_sample = jax.random.split(jax.random.PRNGKey(SEED_NOISE))
+    adaptation = blackjax.chees_adaptation(logdensity, n_chains)
+    optim = optax.adam(0.025, b1=0.0, b2=0.95)
+    functions: dict[str, Any] = {}  # the parameters that are Python functions (jitter), kept when `adapt` is traced
+
+    @jax.jit
+    def adapt(key: Any, x: Any) -> Any:
+        (states, parameters), info = adaptation.run(key, x, w.step_size, optim, w.n_warmup)
+        functions.update({k: v for k, v in parameters.items() if callable(v)})
+        gradients = jnp.sum(info.info.num_integration_steps[:, 0])  # per chain (L per iteration: the gradient is carried)
+        return states, {k: v for k, v in parameters.items() if not callable(v)}, gradients
+
+    def kernel(parameters: dict) -> Any:
+        return blackjax.dynamic_hmc(logdensity, **parameters, **functions)
+
+    @jax.jit
+    def run_sampler(key: Any, states: Any, parameters: dict) -> Any:
+        step = jax.vmap(kernel(parameters).step)
+
+        def body(states: Any, k: Any) -> tuple[Any, Any]:
+            states, info = step(jax.random.split(k, n_chains), states)
+            return states, (states.position, info.acceptance_rate, info.is_divergent, info.num_integration_steps)
+
+        return jax.lax.scan(body, states, jax.random.split(key, w.n_steps))[1]
+
+    def warmup() -> Any:
+        return jax.block_until_ready(adapt(key_warmup, x0))
+
+    def sample(warm: Any) -> Any:
+        states, parameters, _ = warm
+        return jax.block_until_ready(run_sampler(key_sample, states, parameters))
+
+    def check() -> dict:
+        import torch
+
+        warm = warmup()
+        pos, acc, div, n_leap = (np.asarray(a) for a in sample(warm))
+        if pos.dtype != np.float32:
+            raise RuntimeError(f"BlackJAX's samples are {pos.dtype}, not float32: is jax_enable_x64 on?")
+        _, parameters, gradients = warm
+        h = float(parameters["step_size"])
+        (n,) = parameters["integration_steps_params"]
+        return {
+            "trajectory": torch.from_numpy(pos.astype(np.float64)),
+            "step_size": h,
+            "trajectory_length": h * float(n),
+            "acceptance_prob": acc.astype(np.float64),
+            "divergent": div.sum(1),
+            "n_leapfrog": n_leap[:, 0].astype(np.int64),  # the same for every chain (one halton sequence)
+            "warmup_gradients": int(gradients),
+            "warmup_acceptance": None,  # chees_adaptation does not report it
+        }
+
+    return CheesCase(warmup, sample, check, energy=jax_energy(logdensity))
+
+
+def chees_moments(traj: Any) -> dict:
+    """Per coordinate, from a kept trajectory ``(n_steps, n_chains, d)`` (float64 torch): the mean and variance of all
+    draws and their Monte Carlo standard errors, ``sqrt(var / ESS_mean(x))`` and ``sqrt(var((x − m)²) / ESS_mean((x − m)²))``
+    (``ebmcore.diagnostics.ess_mean``: the ESS of a mean, which is what these estimate)."""
+    from ebmcore.diagnostics import ess_mean
+
+    mean = traj.mean((0, 1))
+    sq = (traj - mean).square()
+    var = sq.mean((0, 1))
+    ess_x, ess_sq = ess_mean(traj), ess_mean(sq)
+    se_mean = (var / ess_x).sqrt()
+    se_var = (sq.var((0, 1)) / ess_sq).sqrt()
+    return {k: v.numpy() for k, v in dict(mean=mean, var=var, se_mean=se_mean, se_var=se_var).items()}
+
+
+def chees_figures(p: Problem, out: dict) -> dict:
+    """W3C, W9, from one library's correctness run (the same draws as its timed runs): bulk ESS (min, median over the
+    coordinates) and max split R-hat of the kept trajectory by ``ebmcore.diagnostics`` (as W8), the tuned step size
+    and trajectory length, the mean acceptance probability over iterations and chains, divergences, the leapfrog
+    steps (= gradient evaluations per chain) of the sampling and of the warm-up, and for W3C the largest ``|z|`` of
+    the mean and variance of every coordinate against the target N(0, 1) (``chees_moments``' standard errors)."""
+    from ebmcore.diagnostics import ess_bulk, split_rhat
+
+    traj = out["trajectory"]
+    ess = ess_bulk(traj)
+    n_leap = np.asarray(out["n_leapfrog"], dtype=np.float64)
+    fig: dict[str, Any] = {
+        "nonfinite_chains": int((~torch_isfinite_chains(traj)).sum()),
+        "ess_bulk_min": float(ess.min()),
+        "ess_bulk_median": float(ess.median()),
+        "rhat_max": float(split_rhat(traj).max()),
+        "n_draws": int(traj.shape[0] * traj.shape[1]),
+        "step_size": out["step_size"],
+        "trajectory_length": out["trajectory_length"],
+        "max_leapfrog_steps": out["trajectory_length"] / out["step_size"],
+        "acceptance": float(np.mean(out["acceptance_prob"])),
+        "divergences": int(np.sum(out["divergent"])),
+        "leapfrog_mean": float(n_leap.mean()),
+        "gradients_per_chain": float(n_leap.sum()),
+        "warmup_gradients_per_chain": out["warmup_gradients"],
+        "warmup_acceptance": out["warmup_acceptance"],
+    }
+    fig["ess_per_gradient"] = fig["ess_bulk_min"] / (p.w.n_chains * fig["gradients_per_chain"])
+    if p.w.target == "standard":  # against the truth: mean 0, variance 1
+        m = chees_moments(traj)
+        fig["mean_z_max"] = float(np.abs(m["mean"] / m["se_mean"]).max())
+        fig["var_z_max"] = float(np.abs((m["var"] - 1.0) / m["se_var"]).max())
+        fig["moments_z_max"] = max(fig["mean_z_max"], fig["var_z_max"])
+        fig["moments_ok"] = bool(fig["moments_z_max"] <= Z_TOL)
+        fig["law"] = "target N(0, I) (standard errors from ess_mean)"
+    return fig
+
+
+def logistic_float64_check(p: Problem) -> dict:
+    """W9's energy check. In float32 the two libraries' gradients differ by about 2.6e-6 (scaled as in
+    ``energy_check``), more than ``ENERGY_TOL``: each is that far from the exact value (a sum over 1,000 rows of
+    float32 sigmoids times features), whichever library computes it. So the same code of each library is evaluated in
+    float64 too (ebm's ``LogisticRegressionEnergy`` on float64 data and ``x0``; BlackJAX's log density on float64 data
+    under ``jax.enable_x64``) and held to ``ENERGY_TOL`` there: the same function. Also reported: each library's
+    float32 error against the float64 formula written out in numpy (``float32_err_*``), the size of float32 rounding."""
+    import jax
+    import jax.numpy as jnp
+
+    def scaled(a: np.ndarray, ref: np.ndarray) -> float:
+        return float((np.abs(np.asarray(a, dtype=np.float64).reshape(ref.shape) - ref) / np.maximum(1.0, np.abs(ref))).max())
+
+    x, y = (a.astype(np.float64) for a in p.data)
+    b = p.x0.double().numpy()
+    logits = b @ x.T
+    e_ref = 0.5 * (b * b).sum(1) + (np.logaddexp(logits, 0.0) - y * logits).sum(1)
+    g_ref = b + (1.0 / (1.0 + np.exp(-logits)) - y) @ x
+    e64, g64 = (_np(t) for t in logistic_energy(x, y).energy_and_gradient(p.x0.double()))
+    with jax.enable_x64(True):
+        value_and_grad = jax.jit(jax.vmap(jax.value_and_grad(jax_logdensity(p, float64=True))))
+        lp, gl = value_and_grad(jnp.asarray(b, dtype=jnp.float64))
+        if lp.dtype != jnp.float64:
+            raise RuntimeError(f"BlackJAX's float64 check computed in {lp.dtype}")
+        je64, jg64 = -np.asarray(lp), -np.asarray(gl)
+    e32, g32 = (_np(t) for t in ebm_energy(p).energy_and_gradient(p.x0))
+    je32, jg32 = jax_energy(jax_logdensity(p))(p.x0)
+    out = {
+        "energy_diff_vs_ebm_float64": scaled(je64, e64),
+        "grad_diff_vs_ebm_float64": scaled(jg64, g64),
+        "float32_err_ebm": [scaled(e32, e_ref), scaled(g32, g_ref)],
+        "float32_err_blackjax": [scaled(je32, e_ref), scaled(jg32, g_ref)],
+    }
+    out["energy_ok"] = bool(max(out["energy_diff_vs_ebm_float64"], out["grad_diff_vs_ebm_float64"]) <= ENERGY_TOL)
+    return out
+
+
+def torch_isfinite_chains(traj: Any) -> Any:
+    """Per chain, whether every kept draw of ``traj: (n_steps, n_chains, d)`` is finite."""
+    import torch
+
+    return torch.isfinite(traj).all(2).all(0)
+
+
+def chees_agreement(a: dict, b: dict) -> dict:
+    """W9: two libraries' posterior means and variances against each other, per coordinate, as the largest ``|z|``
+    with both Monte Carlo errors (``chees_moments``): independent runs of a correct sampler agree to ``|z| ≤ Z_TOL``."""
+    ma, mb = chees_moments(a["trajectory"]), chees_moments(b["trajectory"])
+    z_mean = np.abs(ma["mean"] - mb["mean"]) / np.sqrt(ma["se_mean"] ** 2 + mb["se_mean"] ** 2)
+    z_var = np.abs(ma["var"] - mb["var"]) / np.sqrt(ma["se_var"] ** 2 + mb["se_var"] ** 2)
+    fig = {"mean_z_max": float(z_mean.max()), "var_z_max": float(z_var.max())}
+    fig["moments_z_max"] = max(fig.values())
+    fig["moments_ok"] = bool(fig["moments_z_max"] <= Z_TOL)
+    fig["law"] = "other library's posterior (both MC errors)"
+    fig["posterior_sd_range"] = [float(np.sqrt(ma["var"]).min()), float(np.sqrt(ma["var"]).max())]
+    return fig
+
+
+def run_chees_workload(w: Workload, libs: list[str], repeats: int) -> dict:
+    """W3C, W9: per library one untimed warm-up of both calls (JAX compiles),
+    the correctness run, then ``repeats`` interleaved timed runs, each timing the warm-up and then the sampling from
+    its result. Medians of each; ESS/s = min bulk ESS / median sampling time (and / median warm-up + sampling)."""
+    import torch
+
+    p = make_problem(w)
+    x0_copy = p.x0.clone()
+    builders = {"ebm": ebm_chees, "blackjax": blackjax_chees}
+    cases = {lib: builders[lib](p) for lib in libs if lib in builders}
+    results: dict[str, dict] = {}
+    outs: dict[str, dict] = {}
+    for lib, case in cases.items():
+        t0 = time.perf_counter()
+        case.sample(case.warmup())  # JAX: both compiles
+        first = time.perf_counter() - t0
+        out = outs[lib] = case.check()
+        fig = chees_figures(p, out)
+        if case.energy is not None:
+            fig.update(energy_check(p, case.energy))
+            if w.target == "logistic":  # float32 rounding exceeds ENERGY_TOL here: the same code in float64
+                fig.update(logistic_float64_check(p))
+        results[lib] = {"warmup_s": first, "times_s": [], "warmup_times_s": [], "sample_times_s": [], "figures": fig}
+        if case.path:
+            results[lib]["path"] = case.path
+    if w.target != "standard" and len(outs) == 2:  # no closed form: the libraries against each other
+        agree = chees_agreement(outs["ebm"], outs["blackjax"])
+        for r in results.values():
+            r["figures"].update(agree)
+    for _ in range(repeats):  # interleaved
+        for lib, case in cases.items():
+            gc.collect()
+            t0 = time.perf_counter()
+            warm = case.warmup()
+            t1 = time.perf_counter()
+            case.sample(warm)
+            t2 = time.perf_counter()
+            r = results[lib]
+            r["warmup_times_s"].append(t1 - t0)
+            r["sample_times_s"].append(t2 - t1)
+            r["times_s"].append(t2 - t0)
+            del warm
+    for r in results.values():
+        f = r["figures"]
+        r["median_s"] = statistics.median(r["times_s"])  # warm-up + sampling
+        r["min_s"], r["max_s"] = min(r["times_s"]), max(r["times_s"])
+        r["warmup_median_s"] = statistics.median(r["warmup_times_s"])
+        r["sample_median_s"] = statistics.median(r["sample_times_s"])
+        r["samples_per_s"] = w.n_chains * w.n_steps / r["sample_median_s"]
+        r["ess_per_s"] = f["ess_bulk_min"] / r["sample_median_s"]
+        r["ess_per_s_with_warmup"] = f["ess_bulk_min"] / (r["warmup_median_s"] + r["sample_median_s"])
+    if not torch.equal(p.x0, x0_copy):
+        print(f"WARNING {w.id}: a sampler modified x0 in place", file=sys.stderr)
+    ebm = results.get("ebm")
+    for r in results.values():
+        r["ratio_vs_ebm"] = r["median_s"] / ebm["median_s"] if ebm else None
+        r["ratio_vs_ebm_step"] = None
+        r["ebm_ess_per_s_over_this"] = ebm["ess_per_s"] / r["ess_per_s"] if ebm else None
+        r["ebm_ess_per_s_with_warmup_over_this"] = ebm["ess_per_s_with_warmup"] / r["ess_per_s_with_warmup"] if ebm else None
+        r["ebm_ess_per_gradient_over_this"] = (
+            ebm["figures"]["ess_per_gradient"] / r["figures"]["ess_per_gradient"] if ebm else None
+        )
+    return {"workload": w.__dict__, "results": results}
+
+
+def chees_table(w: Workload, res: dict) -> str:
+    head = (
+        "| library | warm-up (ms) | sampling (ms) | min–max of warm-up + sampling (ms) | first call (ms) | step size h "
+        "| trajectory length T (T/h) | leapfrog / iteration (warm-up gradients / chain) | acceptance | divergences "
+        "| min bulk ESS (median) | ESS/s | ebm ESS/s ÷ this | ESS/s with warm-up | ebm ÷ this | ESS per gradient "
+        "| ebm ÷ this | correctness |"
+    )
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+
+    def ref(lib: str, x: float | None) -> str:
+        return "—" if x is None else "1 (ref)" if lib == "ebm" else f"{x:.2f}"
+
+    for lib, r in res["results"].items():
+        f = r["figures"]
+        corr = f"R-hat max {f['rhat_max']:.4f}, {f['n_draws']:,} kept draws"
+        if "moments_z_max" in f:
+            corr += (
+                f", max |z| of the means {f['mean_z_max']:.1f} and variances {f['var_z_max']:.1f} vs the {f['law']} "
+                f"({'ok' if f['moments_ok'] else '**FAIL**'}: ≤ {Z_TOL:g})"
+            )
+        if f.get("nonfinite_chains"):
+            corr += f", **{f['nonfinite_chains']} non-finite chains**"
+        if "energy_diff_vs_ebm" in f:
+            corr += ", " + format_energy(f)
+        warm_grads = "?" if f["warmup_gradients_per_chain"] is None else f"{f['warmup_gradients_per_chain']:,}"
+        lines.append(
+            f"| {lib} | {1e3 * r['warmup_median_s']:.0f} | {1e3 * r['sample_median_s']:.0f} | "
+            f"{1e3 * r['min_s']:.0f}–{1e3 * r['max_s']:.0f} | {1e3 * r['warmup_s']:.0f} | {f['step_size']:.4f} | "
+            f"{f['trajectory_length']:.3f} ({f['max_leapfrog_steps']:.2f}) | {f['leapfrog_mean']:.2f} ({warm_grads}) | "
+            f"{f['acceptance']:.3f} | {f['divergences']} | {f['ess_bulk_min']:,.0f} ({f['ess_bulk_median']:,.0f}) | "
+            f"{r['ess_per_s']:,.0f} | {ref(lib, r['ebm_ess_per_s_over_this'])} | {r['ess_per_s_with_warmup']:,.0f} | "
+            f"{ref(lib, r['ebm_ess_per_s_with_warmup_over_this'])} | {f['ess_per_gradient']:.4f} | "
+            f"{ref(lib, r['ebm_ess_per_gradient_over_this'])} | {corr} |"
+        )
+    paths = [f"{lib}: {r['path']}" for lib, r in res["results"].items() if r.get("path")]
+    if paths:
+        lines.append("\nebm's code path — " + "; ".join(paths) + ".")
+    return "\n".join(lines)
 
 
 def build_case(lib: str, p: Problem) -> Case | None:
@@ -1212,6 +1635,14 @@ def format_energy(fig: dict) -> str:
     """``energy_check``'s figures as a results row gives them ('' for ebm's own rows)."""
     if "energy_diff_vs_ebm" not in fig:
         return ""
+    if "energy_diff_vs_ebm_float64" in fig:  # W9: see logistic_float64_check
+        e, b = fig["float32_err_ebm"], fig["float32_err_blackjax"]
+        return (
+            f"E and ∇E vs ebm's, both in float64: {fig['energy_diff_vs_ebm_float64']:.1e}, "
+            f"{fig['grad_diff_vs_ebm_float64']:.1e} ({'ok' if fig['energy_ok'] else '**FAIL**'}: ≤ {ENERGY_TOL:g}); "
+            f"in float32: {fig['energy_diff_vs_ebm']:.1e}, {fig['grad_diff_vs_ebm']:.1e}, float32 rounding "
+            f"(each vs the float64 formula): ebm {e[0]:.1e}, {e[1]:.1e}, BlackJAX {b[0]:.1e}, {b[1]:.1e}"
+        )
     return (
         f"E and ∇E vs ebm's: {fig['energy_diff_vs_ebm']:.1e}, {fig['grad_diff_vs_ebm']:.1e} "
         f"({'ok' if fig['energy_ok'] else '**FAIL**'}: ≤ {ENERGY_TOL:g})"
@@ -1288,6 +1719,9 @@ def time_once(fn: Callable[[], Any]) -> float:
 
 def run_workload(w: Workload, libs: list[str], repeats: int) -> dict:
     import torch
+
+    if w.kind == "chees":  # two timed calls per run (warm-up, sampling): its own loop
+        return run_chees_workload(w, libs, repeats)
 
     p = make_problem(w)
     x0_copy = p.x0.clone()
@@ -1404,6 +1838,8 @@ def nuts_table(w: Workload, res: dict) -> str:
 def table(w: Workload, res: dict) -> str:
     if w.kind == "nuts":
         return nuts_table(w, res)
+    if w.kind == "chees":
+        return chees_table(w, res)
     rate = w.id in ("S7", "S8")
     per = " per step" if per_call(w) > 1 else ""
     step_col = "ebm-step" in res["results"]
@@ -1629,6 +2065,17 @@ def main(argv: list[str] | None = None) -> int:
                 f"of ebmcore.diagnostics.ess_bulk on the kept trajectory ({w.n_steps}, {w.n_chains}, {w.dim}), "
                 "ESS/s = ESS / median time"
             )
+        if w.kind == "chees":
+            size = (
+                f"{w.n_chains:,} chains, {w.n_warmup:,} ChEES warm-up iterations from x0 ~ N(0, I) with initial step size "
+                f"{w.step_size:.4f}, then {w.n_steps:,} jittered-HMC iterations with the tuned step size and trajectory "
+                f"length, identity mass, float32; each timed run times the warm-up and the sampling separately; "
+                f"ESS = min over the {w.dim} coordinates of ebmcore.diagnostics.ess_bulk on the kept trajectory "
+                f"({w.n_steps}, {w.n_chains}, {w.dim}); ESS/s = ESS / median sampling time (with warm-up: / the sum of "
+                "both medians); ESS per gradient = ESS / (chains × gradient evaluations per chain while sampling)"
+            )
+            if w.target == "logistic":
+                size += f"; dataset: {w.n_rows:,} rows, X ~ N(0, 1/{w.dim}), y ~ Bernoulli(sigmoid(X β*)), seed {SEED_LOGISTIC}"
         if w.kind.endswith("_step"):
             size += f"; {w.inner} successive steps per timed run, time per step reported"
         if w.kind in LOSS_KINDS:
