@@ -98,6 +98,7 @@ SCHEMA: dict[str, Any] = {
         "image_samples": ((int, positive), 100),
         "ais_chains": ((int, non_negative), 256),
         "ais_temperatures": ((int, positive), 500),
+        "smc_particles": ((int, non_negative), 0),  # > 0: a third log Z by adaptive tempered SMC (dequantised images)
         "class_samples": ((int, positive), 40),  # a loss that trains p(y|x) (jem): class-conditional samples per class
         "class_sample_steps": ((int, non_negative), 200),
     },
@@ -427,7 +428,7 @@ def _run(config: dict[str, Any], out: Path, resume: bool, quiet: bool, main: boo
         sampling = (o["class_samples"], o["class_sample_steps"], t["seed"])
         metrics["jem"] = jem_report(final, loss, train, trainer.labels, test, held_out, out, pixel_range, plots, *sampling)
     if metrics["held_out_nll"] is not None or metrics.get("ais"):
-        metrics.update(held_out_report(final, train, test, lim, is_images, metrics, grid, t["seed"]))
+        metrics.update(held_out_report(final, train, test, lim, is_images, metrics, grid, t["seed"], o["smc_particles"]))
     runfiles.write_json(out / "metrics.json", metrics)
     return metrics
 

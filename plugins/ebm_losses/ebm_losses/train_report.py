@@ -38,6 +38,7 @@ def held_out_report(
     metrics: dict[str, Any],
     grid: dict[str, Any] | None = None,
     seed: int = 0,
+    smc_particles: int = 0,
 ) -> dict[str, Any]:
     """What the held-out log-likelihood means: ``grid`` (2-d: the grid estimate with its error: how far the NLL moves
     with 100² instead of 200² cells, plus how far with the box widened 1.5× at the same cell size; ``reliable`` when
@@ -47,7 +48,8 @@ def held_out_report(
 
     With ``grid`` (``levels``, ``step``: ``[data] dequantize``, ``train`` and ``test`` dequantised) and AIS, the
     baselines are :func:`ebm_losses.likelihood.chosen_baselines` and ``dequantised`` (:func:`dequantised_report`)
-    adds bits per dimension, the model's margins and the second estimate of ``log Z``."""
+    adds bits per dimension, the model's margins and the second estimate of ``log Z`` (and, with ``smc_particles``, a
+    third by adaptive tempered SMC)."""
     from ebm_losses import likelihood
 
     report: dict[str, Any] = {}
@@ -76,7 +78,9 @@ def held_out_report(
                 records.append(record)
     box = (-1.0, 1.0) if is_images else (-(lim or 1.25 * float(train.abs().max())), lim or 1.25 * float(train.abs().max()))
     if grid and ais:
-        report["baselines"], report["dequantised"] = dequantised_report(energy, train, test, grid, ais, records, seed)
+        report["baselines"], report["dequantised"] = dequantised_report(
+            energy, train, test, grid, ais, records, seed, smc_particles=smc_particles
+        )
     else:
         report["baselines"] = likelihood.baselines(train, test, box)
         step = likelihood.quantum(test) if is_images else None
@@ -109,6 +113,8 @@ def dequantised_report(
     ais: dict[str, Any],
     records: list[dict[str, Any]],
     seed: int,
+    *,
+    smc_particles: int = 0,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(baselines, dequantised)`` for dequantised ``train`` and ``test: (m, *event_shape)`` on ``grid``'s bins
     (``levels`` ``K``, ``step`` ``δ``) and the model's ``ais`` (:func:`~ebm_losses.image_report.ais_log_likelihood`):
@@ -118,7 +124,9 @@ def dequantised_report(
     base, else from the full Gaussian fitted to ``train`` with its chosen ridge; on AIS's box when AIS ran on one).
     When the two ``log Z`` disagree (:func:`~ebm_losses.likelihood.compare`), or the second cannot be computed or has an
     effective sample size below :data:`MIN_CROSS_CHECK_ESS`,
-    ``ais["reliable"]`` becomes False and a record joins ``records``."""
+    ``ais["reliable"]`` becomes False and a record joins ``records``. With ``smc_particles > 0`` adaptive tempered SMC
+    (:func:`ebm_samplers.smc.adaptive_tempered_smc`, MALA moves) from the same base as importance sampling gives a
+    third ``log Z`` with its standard error, held to AIS's the same way."""
     from ebm_losses import likelihood
 
     step, d = grid["step"], test[0].numel()
@@ -172,6 +180,22 @@ def dequantised_report(
     if record is not None:
         ais["reliable"] = False
         records.append(record)
+    log_z = {"ais": [first["log_z"], first["standard_error"]], "importance_sampling": [second["log_z"], second["standard_error"]]}
+    if smc_particles:
+        third = smc_log_z(energy, loc, tril, exact if own else None, tuple(test.shape[1:]), smc_particles, seed)
+        third["proposal"] = proposal
+        log_z["smc"] = [third["log_z"], third["standard_error"]]
+        record = likelihood.compare(
+            "log Z",
+            ("AIS", first["log_z"], first["standard_error"]),
+            ("SMC", third["log_z"], third["standard_error"]),
+            note=f"SMC moved {smc_particles} particles from {proposal} through {third['stages']} temperatures.",
+        )
+        third["passed"] = record is None
+        ais["checks"]["smc"] = third
+        if record is not None:
+            ais["reliable"] = False
+            records.append(record)
     with torch.no_grad():
         e = torch.cat([energy.compute_energy(chunk) for chunk in test.split(1024)]).double()
     model = -e - first["log_z"]
@@ -182,13 +206,37 @@ def dequantised_report(
         "test_log_likelihood": value,
         "test_mean_se": ais["test_mean_se"],
         "bits_per_dim": likelihood.bits_per_dim(value, d, step),
-        "log_z": {
-            "ais": [first["log_z"], first["standard_error"]],
-            "importance_sampling": [second["log_z"], second["standard_error"]],
-        },
+        "log_z": log_z,
         "importance_sampling": second,
+        **({"smc": ais["checks"]["smc"]} if smc_particles else {}),
         "margins": likelihood.margins(model, first["standard_error"], per_point),
         "reliable": bool(ais["reliable"]),
+    }
+
+
+def smc_log_z(
+    energy: ebmcore.EnergyModel,
+    loc: torch.Tensor,
+    tril: torch.Tensor,
+    exact: Any,
+    event_shape: tuple[int, ...],
+    n: int,
+    seed: int,
+) -> dict[str, Any]:
+    """``log Z`` of ``exp(−E)`` by adaptive tempered SMC with ``n`` particles from ``N(loc, LLᵀ)`` (or ``exact``, an
+    energy's own base in the whitened coordinates): ``log_z``, ``standard_error``, ``stages``, ``min_effective_sample_size`` (over its stages)."""
+    from ebm_samplers.smc import adaptive_tempered_smc
+    from ebm_samplers.tempered_path import WhitenedBase
+
+    ref = next((p for p in energy.parameters()), loc)
+    base = WhitenedBase(loc.to(ref.dtype), tril.to(ref.dtype), event_shape, exact)
+    result = adaptive_tempered_smc(energy, n, base=base, generator=torch.Generator(device=loc.device).manual_seed(seed))
+    return {
+        "log_z": result.log_evidence,
+        "standard_error": result.log_evidence_se,
+        "n_particles": n,
+        "stages": result.n_stages,
+        "min_effective_sample_size": min(result.ess) if result.ess else None,
     }
 
 
@@ -255,10 +303,12 @@ def _normaliser_line(deq: dict[str, Any]) -> str:
     (a, a_se), (b, b_se) = deq["log_z"]["ais"], deq["log_z"]["importance_sampling"]
     second = deq["importance_sampling"]
     shown = "no finite weight" if b is None else f"{b:.3f} ± {b_se:.3f}"
-    verdict = "agree" if second.get("passed") else "DISAGREE"
+    third = deq.get("smc")
+    verdict = "agree" if second.get("passed") and (third is None or third.get("passed")) else "DISAGREE"
+    smc = "" if third is None else f", SMC {third['log_z']:.3f} ± {third['standard_error']:.3f} ({third['stages']} temperatures)"
     return (
         f"  log Z: AIS {a:.3f} ± {a_se:.3f}, importance sampling {shown} (effective sample size "
-        f"{second['effective_sample_size']:.0f} of {second['n']}): {verdict}"
+        f"{second['effective_sample_size']:.0f} of {second['n']}){smc}: {verdict}"
     )
 
 

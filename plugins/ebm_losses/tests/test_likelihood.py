@@ -357,3 +357,38 @@ def test_importance_sampling_with_too_few_effective_draws_cannot_confirm_ais():
     second = ais["checks"]["importance_sampling"]
     assert second["effective_sample_size"] < MIN_CROSS_CHECK_ESS and not second["passed"]
     assert not deq["reliable"] and len(records) == 1 and "too few to cross-check" in records[0]["message"]
+
+
+def test_smc_gives_a_third_log_z_that_confirms_a_right_ais_and_catches_a_wrong_one():
+    """``[output] smc_particles``: adaptive tempered SMC from the importance sampler's base, held to AIS's ``log Z``."""
+    from ebm_losses.train_report import dequantised_report
+
+    cov = 0.1 * torch.eye(4, dtype=torch.float64) + 0.02
+    energy = GaussianEnergy(torch.zeros(4, dtype=torch.float64), covariance=cov)
+    exact = 2 * math.log(2 * math.pi) + 0.5 * float(torch.logdet(cov))
+    train, test = _gaussian_draws(2000, 5, cov=cov), _gaussian_draws(500, 6, cov=cov)
+    e = energy.compute_energy(test)
+
+    def case(shift):
+        ais = {
+            "log_z": {"log_z": exact + shift, "standard_error": 0.01},
+            "test_log_likelihood": float(-e.mean()) - exact - shift,
+            "test_mean_se": float(e.std() / math.sqrt(500)),
+            "reliable": True,
+            "checks": {},
+            "domain": "R^4",
+        }
+        records: list = []
+        _, deq = dequantised_report(energy, train, test, {"levels": 17, "step": 2 / 17}, ais, records, 0, smc_particles=512)
+        return deq, ais, records
+
+    deq, ais, records = case(0.0)
+    smc, se = deq["log_z"]["smc"]
+    assert abs(smc - exact) < 4 * se + 0.01 and se < 0.1, (smc, se, exact)
+    assert deq["reliable"] and ais["checks"]["smc"]["passed"] and not records
+    line = __import__("ebm_losses.train_report", fromlist=["_normaliser_line"])._normaliser_line(deq)
+    assert f", SMC {smc:.3f} ± {se:.3f}" in line and line.endswith(": agree")
+    with pytest.warns(EstimatesDisagreeWarning):
+        deq, ais, records = case(-0.5)
+    assert not deq["reliable"] and not ais["checks"]["smc"]["passed"]
+    assert [r["message"].split(":")[0] for r in records] == ["log Z", "log Z"] and "SMC" in records[1]["message"]

@@ -20,7 +20,7 @@ from ebmcore import EnergyFunctions, EnergyModel
 from ebmcore.energies.binding import bind_energy
 from ebmcore.errors import InputError
 
-__all__ = ["Base", "GaussianBase", "TemperedEnergy", "base_log_prob_and_gradient"]
+__all__ = ["Base", "GaussianBase", "WhitenedBase", "TemperedEnergy", "base_log_prob_and_gradient"]
 
 
 @runtime_checkable
@@ -72,6 +72,39 @@ class GaussianBase:
     def log_prob(self, x: Tensor) -> Tensor:
         """``log q(x): (n,)`` for ``x: (n, *event_shape)``."""
         return self.log_prob_and_gradient(x)[0]
+
+
+class WhitenedBase:
+    """A base given in the whitened coordinates ``z = L⁻¹(x − loc)`` and mapped to ``x: (n, *event_shape)``:
+    ``N(loc, LLᵀ)``, or an energy's exact base in ``z`` (``exact``: an :class:`ebm_samplers.ais.ExactBase`, such as a
+    fitted mixture), so that SMC starts where AIS and importance sampling do. ``loc: (d,)``, ``scale_tril: (d, d)``
+    lower triangular; ``log q(x) = −E₀(z) − log Z₀ − Σ log Lᵢᵢ``."""
+
+    def __init__(self, loc: Tensor, scale_tril: Tensor, event_shape: tuple[int, ...], exact: Any = None) -> None:
+        d = math.prod(event_shape)
+        if loc.shape != (d,) or scale_tril.shape != (d, d):
+            raise InputError(
+                f"WhitenedBase: loc must be ({d},) and scale_tril ({d}, {d}), got {tuple(loc.shape)} and {tuple(scale_tril.shape)}."
+            )
+        self.loc, self.tril, self.event_shape, self.exact = loc, scale_tril, tuple(event_shape), exact
+        self._log_det = float(scale_tril.double().diagonal().log().sum())
+
+    def sample(self, n: int, generator: Optional[torch.Generator] = None) -> Tensor:
+        """``(n, *event_shape)`` draws."""
+        d = self.loc.numel()
+        if self.exact is None:
+            z = torch.randn(n, d, generator=generator, dtype=self.loc.dtype, device=self.loc.device)
+        else:
+            z = self.exact.sample(n, generator).to(self.loc)
+        return (self.loc + z @ self.tril.T).reshape(n, *self.event_shape)
+
+    def log_prob(self, x: Tensor) -> Tensor:
+        """``log q(x): (n,)``."""
+        flat = (x.flatten(1) - self.loc.to(x)).T
+        z = torch.linalg.solve_triangular(self.tril.to(x), flat, upper=False).T
+        if self.exact is None:
+            return -0.5 * z.square().sum(1) - 0.5 * z.shape[1] * math.log(2 * math.pi) - self._log_det
+        return -self.exact.energy(z) - self.exact.log_z - self._log_det
 
 
 def base_log_prob_and_gradient(base: Base, x: Tensor) -> tuple[Tensor, Tensor]:
