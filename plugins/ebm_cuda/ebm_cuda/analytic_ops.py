@@ -232,6 +232,10 @@ def _hmc_chain_fake(x, kind, v0, v1, a, b, n_steps, step_size, step_sizes, n_lea
     return torch.empty_like(x), counts, torch.empty_like(counts)
 
 
+_HAMILTONIAN_HEAD = (ENERGY, c_int, c_void_p, c_void_p, c_int64, c_int64, c_double, c_void_p, c_int, c_double, c_uint64, c_uint64)
+"""The arguments the HMC and NUTS chains start with: ``spec, dtype, x, out, n, n_steps, h, h_vec``, the leapfrog
+count (HMC) or the tree depth (NUTS), ``beta, seed, offset``."""
+
 hmc_chain = define(
     NativeOp(
         "hmc_chain",
@@ -239,18 +243,7 @@ hmc_chain = define(
         _hmc_chain_fake,
         symbol="hmc_chain",
         argtypes=(
-            ENERGY,
-            c_int,
-            c_void_p,
-            c_void_p,
-            c_int64,
-            c_int64,
-            c_double,
-            c_void_p,
-            c_int,
-            c_double,
-            c_uint64,
-            c_uint64,
+            *_HAMILTONIAN_HEAD,
             c_void_p,
             c_void_p,
         ),
@@ -343,18 +336,7 @@ nuts_chain = define(
         _nuts_chain_fake,
         symbol="nuts_chain",
         argtypes=(
-            ENERGY,
-            c_int,
-            c_void_p,
-            c_void_p,
-            c_int64,
-            c_int64,
-            c_double,
-            c_void_p,
-            c_int,
-            c_double,
-            c_uint64,
-            c_uint64,
+            *_HAMILTONIAN_HEAD,
             *(c_void_p,) * 5,
         ),
     )
