@@ -2,21 +2,25 @@
 and the subcommands plugins add through ``ebm_add_commands`` (``ebm train``, ``ebm sample``, ``ebm profile``).
 ``--quiet``/``--verbose`` set the level of the library messages it shows (:mod:`ebmcore.logs`).
 
-``ebm``, ``ebm --help`` and ``ebm --version`` import neither torch nor any plugin: the parser they need is the core's
-plus the subcommands the plugins declare (:mod:`ebmcore.commands`), and the versions come from the installed
-metadata. Every other command line builds the whole parser, plugins loaded, as :func:`_parser` does."""
+``ebm``, ``ebm --help``, ``ebm --version`` and ``ebm COMMAND --help`` import neither torch nor any plugin: the parser
+they need is the core's plus the subcommands the plugins declare, with their arguments (:mod:`ebmcore.commands`),
+and the versions come from the installed metadata. Every other command line builds the whole parser, plugins loaded,
+as :func:`_parser` does; Ctrl-C meanwhile ends the process with one line and status 130."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import importlib.metadata
 import logging
 import math
+import os
+import signal
 import sys
 import time
 import warnings
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import ebmcore
 from ebmcore import commands, config, logs, plugins, registry
@@ -248,11 +252,20 @@ def _plugin_entry_points(cfg: Any) -> list[tuple[str, str, str, bool]] | None:
     return listed
 
 
+_HELP = ("-h", "--help")
+
+
 def _fast(argv: list[str]) -> int | None:
-    """``ebm``, ``ebm --help`` and ``ebm --version`` without importing torch or a plugin; None where only the whole
-    parser can answer: a configuration error (it reports it), a plugin that loads and declares no commands, or plugins
-    already loaded in this process (``ebmcore.register_plugin`` may have added one that no entry point names)."""
-    if argv not in ([], ["-h"], ["--help"], ["--version"]) or plugins.loaded():  # loaded: it may hold register_plugin's
+    """``ebm``, ``ebm --help``, ``ebm --version`` and ``ebm COMMAND ... --help`` without importing torch or a plugin;
+    None where only the whole parser can answer: a configuration error (it reports it), a plugin that loads and
+    declares no commands, a command whose arguments are not declared (:mod:`ebmcore.commands`), a command line that
+    the declared parser parses without printing its help, or plugins already loaded in this process
+    (``ebmcore.register_plugin`` may have added one that no entry point names)."""
+    if plugins.loaded():  # loaded: it may hold register_plugin's
+        return None
+    command = next((a for a in argv if not a.startswith("-")), None)
+    asks_help = command is not None and any(a in _HELP for a in argv[argv.index(command) + 1 :])
+    if argv not in ([], ["-h"], ["--help"], ["--version"]) and not asks_help:
         return None
     try:
         cfg = config.get_config()
@@ -267,9 +280,11 @@ def _fast(argv: list[str]) -> int | None:
         print(f"ebm {ebmcore.__version__} (torch {torch_version}; plugins: {extra or 'none'})")
         return 0
     parser, sub = _core_parser()
+    core = set(sub.choices)
+    arguments: dict[str, tuple[str, str, Any]] = {}  # command -> (plugin, distribution, its declared arguments)
     loading = [(name, dist) for name, dist, _, blocked in found if not blocked]
     for name, dist in sorted(loading, key=lambda plugin: plugin[1] not in FIRST_PARTY_DISTRIBUTIONS):  # as add_commands
-        declared, why = commands.read_declaration(name, dist)
+        declared, declared_arguments, why = commands.read_declarations(name, dist)
         if why:  # the whole parser answers; say which plugin's declaration failed, as a failed plugin is named
             print(
                 f"warning: plugin {name!r} ({dist}): its command declaration {why}; `ebm --help` imports the "
@@ -278,11 +293,28 @@ def _fast(argv: list[str]) -> int | None:
             )
         if declared is None:
             return None
-        for command, line in declared.items():
-            if command not in sub.choices:  # a taken name is not replaced (add_commands)
-                sub.add_parser(command, help=line)
+        for name_, line in declared.items():
+            if name_ not in sub.choices:  # a taken name is not replaced (add_commands)
+                sub.add_parser(name_, help=line)
+                if name_ in declared_arguments:
+                    arguments[name_] = (name, dist, declared_arguments[name_])
+    if command is not None and command not in core:
+        if command not in arguments:  # not declared here (or only its one-line help is): the whole parser's --help
+            return None
+        plugin, dist, add_arguments = arguments[command]
+        try:
+            add_arguments(sub.choices[command])
+        except Exception as exc:  # noqa: BLE001 - the whole parser answers, and the plugin is named
+            print(
+                f"warning: plugin {plugin!r} ({dist}): its declared arguments of `ebm {command}` cannot be added "
+                f"({type(exc).__name__}: {exc}); `ebm {command} --help` imports the plugins instead.",
+                file=sys.stderr,
+            )
+            return None
     _add_missing_commands(sub)
     parser.parse_args(argv)  # --help: prints the help and exits 0, as the whole parser does
+    if argv:  # parsed without printing a help (`ebm sample -- --help`, or an unavailable command): the whole parser
+        return None
     parser.print_help()
     return 2
 
@@ -313,16 +345,53 @@ def _show_warning(message: Any, category: type, filename: str, lineno: int, file
     print(f"warning: {message}", file=file or sys.stderr)
 
 
+_INTERRUPTED = "interrupted: files already written are complete; a checkpointed or streamed run continues with --resume."
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    fast = _fast(sys.argv[1:] if argv is None else list(argv))
-    if fast is not None:
-        return fast
     try:
-        parser = _parser()
-    except EBMError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    args = parser.parse_args(argv)
+        return _main(argv)
+    except KeyboardInterrupt:  # Ctrl-C, while torch and the plugins import too: one line and status 130
+        print(_INTERRUPTED, file=sys.stderr)
+        return 130
+
+
+def _exit_at_interrupt(signum: int, frame: Any) -> None:
+    sys.stdout.flush()
+    print(_INTERRUPTED, file=sys.stderr, flush=True)
+    os._exit(130)
+
+
+@contextlib.contextmanager
+def _interrupt_ends_process(command_line: bool) -> Iterator[None]:
+    """On the command line (``main()`` without ``argv``), Ctrl-C while the parser is built (torch and the plugins
+    import: seconds) ends the process at once, with the one line and status 130: nothing is written yet, and a
+    ``KeyboardInterrupt`` raised inside an import may be caught by the library that imports (leaving a half-imported
+    module: a plugin then "fails to load", or the run goes on). Nothing changes in-process, nor where SIGINT is not
+    Python's default handler (ignored in a background job, or a caller's)."""
+    installed = False
+    if command_line and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        with contextlib.suppress(ValueError):  # ValueError: not the main thread
+            signal.signal(signal.SIGINT, _exit_at_interrupt)
+            installed = True
+    try:
+        yield
+    finally:
+        if installed:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    with _interrupt_ends_process(argv is None):
+        fast = _fast(sys.argv[1:] if argv is None else list(argv))
+        if fast is not None:
+            return fast
+        try:
+            parser = _parser()
+        except EBMError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        args = parser.parse_args(argv)
     logs.configure(logging.WARNING if getattr(args, "quiet", False) else args.log_level)
     if args.command is None and not args.version:
         parser.print_help()
@@ -334,12 +403,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except EBMError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(
-            "interrupted: files already written are complete; a checkpointed or streamed run continues with --resume.",
-            file=sys.stderr,
-        )
-        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

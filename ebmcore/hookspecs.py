@@ -117,5 +117,7 @@ def ebm_add_commands(subparsers: Any) -> None:
 
     ``ebm --help`` lists the commands without calling this hook where every
     plugin declares them (name and one-line help) in the entry-point group
-    ``ebmcore.commands``: see :mod:`ebmcore.commands`.
+    ``ebmcore.commands``, and ``ebm COMMAND --help`` prints a command's help
+    without it where the declaration's module also declares its arguments
+    (``ARGUMENTS``, which this hook then applies too): see :mod:`ebmcore.commands`.
     """

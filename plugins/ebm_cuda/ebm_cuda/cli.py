@@ -7,18 +7,18 @@ import argparse
 import torch
 
 from ebm_cuda import build, library, triton_chains
-from ebm_cuda.commands import COMMANDS
+from ebm_cuda.commands import ARGUMENTS, COMMANDS
 from ebm_cuda.library import gpu_absent_reason
 
 
 def add_command(subparsers) -> None:
     parser = subparsers.add_parser("cuda", help=COMMANDS["cuda"])
-    sub = parser.add_subparsers(dest="cuda_command", required=True)
-    sub.add_parser("info", help="say which kernel builds can run here, and why not").set_defaults(func=_info)
-    b = sub.add_parser("build", help="compile the kernels now (they are otherwise compiled on first use, then cached)")
-    b.add_argument("--arch", nargs="*", metavar="CC", help="CUDA architectures, e.g. 80 90 (default: this GPU's)")
-    b.add_argument("--host-only", action="store_true", help="build only the CPU kernels")
-    b.set_defaults(func=_build)
+    ARGUMENTS["cuda"](parser)  # declared without torch, for `ebm cuda --help` (ebmcore.commands)
+    parser.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    return {"info": _info, "build": _build}[args.cuda_command](args)
 
 
 def _info(args: argparse.Namespace) -> int:

@@ -26,7 +26,7 @@ from ebmcore.errors import ConfigError, InputError
 from ebmcore.threads import job_threads
 
 from ebm_losses import datasets, images
-from ebm_losses.commands import COMMANDS
+from ebm_losses.commands import ARGUMENTS, COMMANDS, bundled_config_names
 from ebm_losses.train_report import grid_nll, held_out_report, summary
 from ebm_losses.training import LiveLog, Trainer
 from ebm_losses.watchdog import Watchdog
@@ -113,12 +113,6 @@ def bundled_config_path(name: str) -> Path | None:
     """The bundled configuration ``train_<name>.toml`` (``ebm train digits``), or None."""
     path = Path(str(resources.files("ebm_losses") / "configs" / f"train_{name}.toml"))
     return path if name.isidentifier() and path.is_file() else None
-
-
-def bundled_config_names() -> list[str]:
-    """The names ``ebm train NAME`` takes: the bundled ``configs/train_<name>.toml`` files, sorted."""
-    folder = Path(str(resources.files("ebm_losses") / "configs"))
-    return sorted(p.name.removeprefix("train_").removesuffix(".toml") for p in folder.glob("train_*.toml"))
 
 
 def _missing_config(path: str) -> ConfigError:
@@ -543,26 +537,7 @@ def _model_samples(
 
 def add_command(subparsers: Any) -> None:
     p = subparsers.add_parser("train", help=COMMANDS["train"])
-    p.add_argument(
-        "config",
-        nargs="?",
-        help="a TOML configuration, or the name of a bundled one: "
-        f"{', '.join(bundled_config_names())} (default: the bundled "
-        "train_default.toml)",
-    )
-    p.add_argument("--out", help="run directory (default: [output] dir)")
-    p.add_argument("--device", help="torch device, e.g. cpu or cuda:0 (default: [train] device)")
-    p.add_argument("--backend", help='kernel backend selection, e.g. "torch"')
-    p.add_argument("--seed", type=int, help="seed of the trainer's generator (default: [train] seed)")
-    p.add_argument("--steps", type=int, help="total optimisation steps (default: [train] steps)")
-    p.add_argument(
-        "--threads",
-        type=int,
-        help="torch threads, default 1; 0: the cores no other process keeps busy (default: [train] threads)",
-    )
-    p.add_argument("--resume", action="store_true", help="continue from the run directory's checkpoint, exactly")
-    p.add_argument("--overwrite", action="store_true", help="start afresh in a run directory that holds a training")
-    p.add_argument("--quiet", action="store_true", help="no progress bar, no lines about what was skipped")
+    ARGUMENTS["train"](p)  # declared without torch, for `ebm train --help` (ebmcore.commands)
     p.set_defaults(func=_main)
 
 

@@ -18,7 +18,7 @@ import torch
 
 from ebmcore.threads import job_threads
 
-from ebm_samplers.commands import COMMANDS
+from ebm_samplers.commands import ARGUMENTS, COMMANDS
 from ebm_samplers.sampler import AlgorithmSampler
 
 __all__ = ["profile", "format_profile", "add_command"]
@@ -181,14 +181,7 @@ def format_profile(name: str, n_chains: int, result: dict[str, Any]) -> str:
 
 def add_command(subparsers: Any) -> None:
     p = subparsers.add_parser("profile", help=COMMANDS["profile"])
-    p.add_argument("config", nargs="?", help="a sample configuration (default: the bundled one)")
-    p.add_argument("--sampler", help="a registered sampler name (default: [sampler] name)")
-    p.add_argument("--n-chains", type=int, help="number of chains (default: [sampler] n_chains)")
-    p.add_argument("--n-steps", type=int, default=50, help="steps per timed run (default: 50)")
-    p.add_argument("--device", help="torch device, e.g. cpu or cuda:0 (default: [run] device)")
-    p.add_argument(
-        "--threads", type=int, help="torch threads, default 1; 0: the cores no other process keeps busy (default: [run] threads)"
-    )
+    ARGUMENTS["profile"](p)  # declared without torch, for `ebm profile --help` (ebmcore.commands)
     p.set_defaults(func=_main)
 
 

@@ -32,7 +32,7 @@ from ebmcore.recording import available_memory
 from ebmcore.threads import job_threads
 
 from ebm_samplers import draws, live_log, run_report, smc_job
-from ebm_samplers.commands import COMMANDS
+from ebm_samplers.commands import ARGUMENTS, COMMANDS
 from ebm_samplers.adaptation import METRICS, cannot_warm_up, check_metric, warmup
 from ebm_samplers.params import event_size
 from ebm_samplers.sampler import AlgorithmSampler
@@ -510,35 +510,7 @@ def _after_segment(index: int) -> None:
 
 def add_command(subparsers: Any) -> None:
     p = subparsers.add_parser("sample", help=COMMANDS["sample"])
-    p.add_argument("config", nargs="?", help="a TOML configuration (default: the bundled sample_default.toml)")
-    p.add_argument("--out", help="run directory (default: [output] dir)")
-    p.add_argument("--device", help="torch device, e.g. cpu or cuda:0 (default: [run] device)")
-    p.add_argument("--backend", help='kernel backend selection, e.g. "torch" or "cuda,torch"')
-    p.add_argument("--seed", type=int, help="seed of the run's generator (default: [run] seed)")
-    p.add_argument("--sampler", help="a registered sampler name (default: [sampler] name)")
-    p.add_argument("--step-size", type=float, help="sample with this step size as given: no warm-up unless --warmup is given too")
-    p.add_argument("--warmup", type=int, help="warm-up (adaptation) steps; 0 for none (default: [sampler] warmup)")
-    p.add_argument("--n-chains", type=int, help="number of chains (default: [sampler] n_chains)")
-    p.add_argument("--n-steps", type=int, help="kept steps after burn-in (default: [sampler] n_steps)")
-    p.add_argument("--n-samples", type=int, help="stream this many samples to disk in chunks")
-    p.add_argument("--chunk-size", type=int, help="chains per streamed chunk (default: [run] chunk_size)")
-    p.add_argument(
-        "--threads", type=int, help="torch threads, default 1; 0: the cores no other process keeps busy (default: [run] threads)"
-    )
-    p.add_argument("--resume", action="store_true", help="continue a streamed or checkpointed run where it stopped")
-    p.add_argument("--overwrite", action="store_true", help="start afresh in a run directory that holds a run")
-    p.add_argument(
-        "--strict",
-        action="store_true",
-        help="exit with status 1 if any chain went non-finite or the run has a warning (R-hat, ESS, divergences, E-BFMI)",
-    )
-    p.add_argument(
-        "--format",
-        choices=list(draws.FORMATS),
-        dest="draws_format",
-        help="the draws file: npz (numpy), netcdf (ArviZ; needs ebm-samplers[arviz]) or none (default: [output] draws)",
-    )
-    p.add_argument("--quiet", action="store_true", help="print only the final summary")
+    ARGUMENTS["sample"](p)  # declared without torch, for `ebm sample --help` (ebmcore.commands)
     p.set_defaults(func=_main)
 
 
