@@ -475,7 +475,7 @@ def ebm_path(sampler: Any, x: Any) -> str:
     import ebmcore
 
     run = sampler.prepare(x, None, {})
-    if run.chain is None:
+    if run.chain is None or run.path.startswith("fused chain ") and "_chain " in run.path:  # the path names its kernel
         return run.path
     op = f"{sampler.energy.op}_{sampler.algorithm.name}_chain" if hasattr(sampler.energy, "op") else "feedforward_langevin_chain"
     if run.path.startswith("fused chain ("):  # the path names the backend and its products itself
@@ -1112,26 +1112,40 @@ def ebm_chees(p: Problem) -> CheesCase:
         g = torch.Generator().manual_seed(SEED_NOISE)
         return chees_warmup(sampler, p.x0, w.n_warmup, generator=g), g
 
-    def sample(warm: Any, callback: Any = None) -> Any:
+    def sample(warm: Any, stats: bool = False) -> Any:
         tuned, g = warm
-        return sampler.sample(tuned.x, w.n_steps, generator=g, return_trajectory=True, callback=callback, **tuned.tunables)
+        return sampler.sample(tuned.x, w.n_steps, generator=g, return_trajectory=True, return_stats=stats, **tuned.tunables)
 
     def check() -> dict:
         tuned, g = warmup()
-        infos: list = []
-        res = sample((tuned, g), callback=lambda i, state, info: infos.append(info))
+        res = sample((tuned, g), stats=True)  # the timed path (a callback would force the per-step loop)
+        stats = res.stats
+        # per draw: the acceptance probability on the per-step loop; on a fused chain (which returns no
+        # probabilities) whether the chain accepted, whose mean is the same in expectation
+        steps = ebm_chees_leapfrog(sampler, tuned, w.n_steps) if "n_leapfrog_steps" not in stats else None
         return {
             "trajectory": res.trajectory.double(),
             "step_size": tuned.step_size,
             "trajectory_length": tuned.trajectory_length,
-            "acceptance_prob": torch.stack([i.acceptance_prob for i in infos]).double().numpy(),
-            "divergent": np.array([int(i.divergent.sum()) for i in infos]),
-            "n_leapfrog": np.array([i.n_leapfrog_steps for i in infos]),
+            "acceptance_prob": stats["acceptance"].double().numpy(),
+            "divergent": stats["divergent"].sum(1).numpy(),
+            "n_leapfrog": stats["n_leapfrog_steps"][:, 0].numpy() if steps is None else steps,
             "warmup_gradients": tuned.n_gradient_evaluations,
             "warmup_acceptance": tuned.acceptance,
         }
 
     return CheesCase(warmup, sample, check, path=path)
+
+
+def ebm_chees_leapfrog(sampler: Any, tuned: Any, n_steps: int) -> np.ndarray:
+    """The leapfrog steps of each of a ChEES run's ``n_steps`` iterations (the jitter is computed on the host; a
+    per-step loop's stats do not carry them)."""
+    import math
+
+    from ebm_samplers.chees import jitter
+
+    params = tuned.params
+    return np.array([max(1, math.ceil(jitter(params, k) * params.max_leapfrog_steps)) for k in range(n_steps)])
 
 
 def blackjax_chees(p: Problem) -> CheesCase:

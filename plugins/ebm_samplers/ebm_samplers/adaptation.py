@@ -68,20 +68,30 @@ class DualAveraging:
 
     def restart(self, step_size: float | Tensor, explore: bool = True) -> None:
         """Start again around ``step_size`` (Stan does this after every mass-matrix update). ``explore``: aim the
-        first steps at ``10·step_size``, as Stan does; False: stay near ``step_size``, one adapted already."""
+        first steps at ``10·step_size``, as Stan does; False: stay near ``step_size``, one adapted already. One step
+        size (a number or a 0-d tensor) is adapted in Python floats (no tensor op per update), one per chain in a
+        float64 tensor."""
         log_h = torch.log(torch.as_tensor(step_size, dtype=torch.float64))
-        self.mu = math.log(10.0) * explore + log_h
-        self.log_h = log_h
-        self.log_h_avg = torch.zeros_like(log_h)
-        self.h_bar = torch.zeros_like(log_h)
+        if log_h.dim() == 0:
+            self.log_h = float(log_h)
+            self.mu = math.log(10.0) * explore + self.log_h
+            self.log_h_avg = self.h_bar = 0.0
+        else:
+            self.mu = math.log(10.0) * explore + log_h
+            self.log_h = log_h
+            self.log_h_avg = torch.zeros_like(log_h)
+            self.h_bar = torch.zeros_like(log_h)
         self.t = 0
 
     def update(self, accept_stat: Tensor | float) -> float | Tensor:
         """Record one step's acceptance statistic (a number, or one per chain) and return the next step size."""
-        a = torch.as_tensor(accept_stat, dtype=torch.float64).cpu()
-        a = torch.nan_to_num(a, nan=0.0).clamp(0.0, 1.0)
-        if a.dim() > 0 and self.log_h.dim() == 0:
-            a = a.mean()
+        if isinstance(self.log_h, float):
+            if isinstance(accept_stat, Tensor):  # per chain: their mean, each as a number is taken
+                accept_stat = float(torch.nan_to_num(accept_stat.double(), nan=0.0).clamp(0.0, 1.0).mean())
+            a = 0.0 if math.isnan(accept_stat) else min(max(float(accept_stat), 0.0), 1.0)
+        else:
+            a = torch.as_tensor(accept_stat, dtype=torch.float64).cpu()
+            a = torch.nan_to_num(a, nan=0.0).clamp(0.0, 1.0)
         self.t += 1
         w = 1.0 / (self.t + self.t0)
         self.h_bar = (1 - w) * self.h_bar + w * (self.target - a)
@@ -99,7 +109,9 @@ class DualAveraging:
         return self._out(self.log_h_avg if self.t else self.log_h)
 
     @staticmethod
-    def _out(log_h: Tensor) -> float | Tensor:
+    def _out(log_h: Tensor | float) -> float | Tensor:
+        if isinstance(log_h, float):
+            return math.exp(log_h)
         h = log_h.exp()
         return float(h) if h.dim() == 0 else h
 

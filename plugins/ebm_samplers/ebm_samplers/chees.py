@@ -12,6 +12,16 @@ given ``L_k``: a proposal with non-finite ``ΔH`` or ``ΔH > 1000`` is rejected 
 ``Info`` carries what :func:`ebm_samplers.chees_adaptation.chees_warmup` adapts from: the proposal, its velocity
 ``M⁻¹p`` and the jitter. :func:`~ebm_samplers.chees_adaptation.chees_warmup` tunes ``h`` and ``T``; sampling then
 runs this kernel with them frozen.
+
+**Fused chains** (:func:`build_chain`): given ``L_k``, iteration ``k`` is one transition of the energy's
+``<op>_hmc_chain`` kernel (an analytic energy on a backend that has it: ``cpu_fused``, ``cuda``; leapfrog, identity
+mass, one temperature), so a sampling run makes one kernel call per run of consecutive iterations with equal ``L``
+(with the trajectory recorded, one per iteration). The law is the loop's (same ``L_k``, the same leapfrog and
+Metropolis test on ``ΔH``, the same divergence rule); the momenta and uniforms come from the kernel's counter-based
+stream keyed by the run's ``seed`` (step ``offset + t`` for the run's ``t``-th iteration), as for HMC's fused chain,
+and the ``"uniform"`` jitter sequence is keyed by that stream key instead of the generator's seed. The warm-up keeps
+the per-step kernel: it adapts from every chain's proposal, its velocity and its acceptance probability, which the
+chain kernel does not return (it returns the kept states and accepted/divergent counts).
 """
 
 from __future__ import annotations
@@ -26,7 +36,7 @@ from torch import Tensor
 
 from ebmcore import EnergyFunctions, EnergyModel
 from ebmcore.errors import InputError
-from ebm_samplers.algorithm import DIVERGENCE_THRESHOLD, Algorithm, Step
+from ebm_samplers.algorithm import DIVERGENCE_THRESHOLD, Algorithm, Chain, Step, fused_chain, identity_mass_refusal
 from ebm_samplers.integrators import Leapfrog, SplittingIntegrator, resolve_integrator
 from ebm_samplers.params import (
     ChainScalar,
@@ -51,6 +61,9 @@ __all__ = [
     "jitter",
     "transition",
     "build_kernel",
+    "ChainState",
+    "ChEESChainInfo",
+    "build_chain",
     "ALGORITHM",
     "ChEESSampler",
 ]
@@ -243,6 +256,96 @@ def build_kernel(integrator: SplittingIntegrator | None = None) -> Step:
     return step
 
 
+class ChainState:
+    """The state a fused run hands on: ``x`` and ``index`` as :class:`State`'s, and ``energy``, ``grad`` computed from
+    ``x`` when first read (a recorded run reads neither between its one-iteration kernel calls: the kernel evaluates
+    ``E`` and ``∇E`` at its start itself)."""
+
+    __slots__ = ("x", "index", "_fns", "_eg")
+
+    def __init__(self, x: Tensor, index: int, fns: EnergyFunctions, energy_and_grad: tuple[Tensor, Tensor] | None = None):
+        self.x, self.index, self._fns, self._eg = x, index, fns, energy_and_grad
+
+    def _evaluated(self) -> tuple[Tensor, Tensor]:
+        if self._eg is None:
+            self._eg = self._fns.energy_and_gradient(self.x)
+        return self._eg
+
+    @property
+    def energy(self) -> Tensor:
+        return self._evaluated()[0]
+
+    @property
+    def grad(self) -> Tensor:
+        return self._evaluated()[1]
+
+
+@dataclass(frozen=True)
+class ChEESChainInfo:
+    """What a fused run of ``n`` iterations reports per chain ``(n_chains,)``: ``accepted`` and ``divergent`` counts
+    (int32) and ``n_leapfrog_steps``, the leapfrog steps summed over the iterations (the same for every chain)."""
+
+    accepted: Tensor
+    divergent: Tensor
+    n_leapfrog_steps: Tensor
+
+
+def build_chain(
+    energy: EnergyModel,
+    fns: EnergyFunctions,
+    x: Tensor,
+    params: Params,
+    fused_setting: bool | None,
+    integrator: SplittingIntegrator,
+) -> Chain | str:
+    """Jittered HMC through the energy's ``<op>_hmc_chain`` kernel (module docstring), or why it cannot run: the
+    integrator must be leapfrog, the mass the identity and the temperature one number."""
+    if not isinstance(integrator, Leapfrog):
+        return f"the integrator is {integrator.name}, the fused chain is leapfrog"
+    refusal = identity_mass_refusal(params)
+    if refusal:
+        return refusal
+    chain = fused_chain("hmc_chain", energy, fns.program, x, fused_setting)
+    if isinstance(chain, str):
+        return chain
+    h, beta, n_max = params.step_size, 1.0 / params.temperature, params.max_leapfrog_steps
+
+    def n_steps_of(index: int, seed: int) -> int:
+        return max(1, math.ceil(jitter(params, index, seed) * n_max))
+
+    def run(state: Any, n: int, seed: int, offset: int) -> tuple[ChainState, ChEESChainInfo]:
+        y, index = state.x, state.index
+        accepted = divergent = None
+        total, done = 0, 0
+        while done < n:  # one call per run of consecutive iterations with the same L (their stream steps follow on)
+            steps = n_steps_of(index + done, seed)
+            size = 1
+            while done + size < n and n_steps_of(index + done + size, seed) == steps:
+                size += 1
+            y, a, d = chain(
+                y,
+                n_steps=size,
+                step_size=h,
+                n_leapfrog_steps=steps,
+                inverse_temperature=beta,
+                seed=seed,
+                offset=offset + done,
+            )
+            accepted, divergent = (a, d) if accepted is None else (accepted + a, divergent + d)
+            total += size * steps
+            done += size
+        if accepted is None:  # n == 0
+            zeros = torch.zeros(y.shape[0], dtype=torch.int32, device=y.device)
+            accepted, divergent = zeros, zeros
+        counts = torch.full((y.shape[0],), total, dtype=torch.int32, device=y.device)
+        return ChainState(y, index + n, fns), ChEESChainInfo(accepted, divergent, counts)
+
+    run.path = (  # type: ignore[attr-defined]
+        f"fused chain {chain.kernel.op} ({chain.kernel.backend}), one call per run of iterations with equal leapfrog steps"
+    )
+    return run
+
+
 def _warmup(sampler: Any, x0: Tensor, n_warmup: int, *, target_accept: float, generator: Any = None) -> Any:
     """The algorithm's own warm-up, for ``ebm sample``: :func:`~ebm_samplers.chees_adaptation.chees_warmup`."""
     from ebm_samplers.chees_adaptation import chees_warmup  # it imports this module
@@ -257,6 +360,7 @@ ALGORITHM = Algorithm(
     build_kernel,
     has_acceptance=True,
     options=options,
+    build_chain=build_chain,
     compile_refusal="the number of leapfrog steps changes every iteration (the jitter), and torch.compile would "
     "recompile for each",
     graph_refusal="the number of leapfrog steps changes every iteration (the jitter), chosen on the host",
@@ -268,7 +372,9 @@ ALGORITHM = Algorithm(
 class ChEESSampler(AlgorithmSampler):
     """Jittered HMC with ChEES-adapted tunables: ``ChEESSampler(energy, step_size=None, max_leapfrog_steps=None, *,
     jitter="halton", jitter_amount=1.0, inv_mass=None, temperature=1.0, integrator=None)`` (:class:`Params`).
-    Tune ``step_size`` and ``max_leapfrog_steps`` with :func:`~ebm_samplers.chees_adaptation.chees_warmup`."""
+    Tune ``step_size`` and ``max_leapfrog_steps`` with :func:`~ebm_samplers.chees_adaptation.chees_warmup`. Where the
+    energy has a fused HMC chain (``fused=None``: automatic; ``True``: required; ``False``: never) sampling runs
+    through it (:func:`build_chain`)."""
 
     algorithm = ALGORITHM
     positional = ("step_size", "max_leapfrog_steps")

@@ -21,6 +21,14 @@ After warm-up, ``h`` is dual averaging's averaged step size and ``T`` the iterat
 ``ChEES(T) ∝ Σ σ_i⁴·E_u[sin²(u·T/σ_i)] = Σ σ_i⁴·(½ − sin(2T/σ_i)/(4T/σ_i))``, ``u ~ U(0, 1)``: the largest scale
 dominates and the optimum is ``T ≈ 2.25·σ_max`` (where ``tan(2T/σ) = 2T/σ``). The harmonic mean, the gradient
 estimate and their finiteness are read on the host once per iteration (one sync).
+
+This is the paper's Algorithm 1 as its authors' implementation runs it (TFP's
+``GradientBasedTrajectoryLengthAdaptation``: the warm-up runs the Adam iterate of ``T``, and the ``k^(−1/2)`` iterate
+average is kept for sampling only). BlackJAX's ``chees_adaptation`` differs: it runs, and takes Adam's step from,
+the running average itself, clipped to ``T ≥ h``, so after dual averaging's first jump (``h ≈ 4.4`` on W3C's
+``N(0, I_20)``) its ``T`` starts at 4.4 and decays at the averaging's pace (1.82 at iteration 10, 1.69 at 200),
+above the criterion's maximum for the leapfrog steps that run: with ``L = ⌈u·T/h⌉`` and ``h ≈ 0.73`` the expected
+``sin²`` of the angle turned is largest near ``T = 2h`` (about 1.47, where this warm-up ends).
 """
 
 from __future__ import annotations
@@ -64,9 +72,8 @@ class Adam:
 
 def harmonic_acceptance(acceptance_prob: Tensor, divergent: Tensor) -> Tensor:
     """The harmonic mean of ``acceptance_prob: (n,)`` over the chains that did not diverge (0-d; NaN if all did)."""
-    kept = ~divergent
-    inverse = torch.where(kept, acceptance_prob.double().reciprocal(), torch.zeros((), dtype=torch.float64))
-    return kept.sum() / inverse.sum()
+    inverse = acceptance_prob.double().reciprocal().masked_fill_(divergent, 0.0)
+    return (divergent.numel() - divergent.sum()) / inverse.sum()
 
 
 def chees_gradient(
@@ -75,19 +82,29 @@ def chees_gradient(
     """The acceptance-weighted estimate of ``∂ChEES/∂log T`` (module docstring), 0-d float64, from the states before
     the step ``x: (n, *event)``, the proposals and their velocities (like ``x``), ``acceptance_prob`` and ``divergent``
     ``(n,)``, the jitter ``u`` and ``T``. Chains with a non-finite or divergent proposal weigh 0; NaN if all do."""
-    x0 = x.flatten(1).double()
-    x1 = proposal.flatten(1).double()
-    v1 = velocity.flatten(1).double()
-    ok = ~divergent & torch.isfinite(x1).all(1) & torch.isfinite(v1).all(1)
-    w = torch.where(ok, acceptance_prob.double(), torch.zeros((), dtype=torch.float64))
-    x1 = torch.where(ok[:, None], x1, torch.zeros((), dtype=torch.float64))
-    v1 = torch.where(ok[:, None], v1, torch.zeros((), dtype=torch.float64))
-    c0 = x0.mean(0)
-    c1 = (w[:, None] * x1).sum(0) / w.sum()
-    d1 = x1 - c1
-    change = d1.square().sum(1) - (x0 - c0).square().sum(1)
-    g = u * trajectory_length * change * torch.linalg.vecdot(d1, v1)
-    return (w * g).sum() / w.sum()
+    dtype = torch.promote_types(x.dtype, torch.float32)
+    x1, v1 = (t.flatten(1).to(dtype) for t in (proposal, velocity))
+    ok = torch.isfinite(torch.linalg.vecdot(x1, v1)).logical_and_(~divergent)  # a NaN or infinite entry of either
+    return _gradient(
+        x, torch.where(ok[:, None], x1, 0.0), torch.where(ok[:, None], v1, 0.0), acceptance_prob, ~ok, u, trajectory_length
+    )
+
+
+def _gradient(
+    x: Tensor, proposal: Tensor, velocity: Tensor, acceptance_prob: Tensor, left_out: Tensor, u: float, trajectory_length: float
+) -> Tensor:
+    """:func:`chees_gradient` with the chains ``left_out`` weighing 0 and no check of the others' finiteness (a
+    non-finite entry among them makes the result non-finite: the warm-up then calls :func:`chees_gradient`). In the
+    states' dtype, at least float32 (the states carry no more digits, and the estimate's Monte Carlo error is far
+    above float32's rounding), in few passes over ``(n, d)``."""
+    dtype = torch.promote_types(x.dtype, torch.float32)
+    x0, x1, v1 = (t.flatten(1).to(dtype) for t in (x, proposal, velocity))
+    w = acceptance_prob.to(dtype).masked_fill(left_out, 0.0)
+    total = w.sum()
+    d1 = x1 - (w @ x1) / total
+    d0 = x0 - x0.mean(0)
+    g = (torch.linalg.vecdot(d1, d1) - torch.linalg.vecdot(d0, d0)) * torch.linalg.vecdot(d1, v1)
+    return (w @ g).double() * (u * trajectory_length) / total.double()
 
 
 @dataclass(frozen=True)
@@ -197,10 +214,13 @@ def chees_warmup(
         stats = torch.stack(
             [
                 harmonic_acceptance(info.acceptance_prob, info.divergent),
-                chees_gradient(x_before, info.proposal, info.velocity, info.acceptance_prob, info.divergent, info.jitter, t),
+                _gradient(x_before, info.proposal, info.velocity, info.acceptance_prob, info.divergent, info.jitter, t),
             ]
         )
         accept, g = stats.tolist()  # the iteration's one host sync
+        if not math.isfinite(g):  # a non-finite proposal or velocity among the weighted chains: leave it out
+            args = (x_before, info.proposal, info.velocity, info.acceptance_prob, info.divergent, info.jitter, t)
+            g = float(chees_gradient(*args))
         accept = accept if math.isfinite(accept) else 0.0
         recent.append(accept)
         h = averager.update(accept)
