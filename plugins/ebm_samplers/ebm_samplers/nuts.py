@@ -38,6 +38,7 @@ from ebm_samplers.algorithm import (
 )
 from ebm_samplers.params import (
     ChainScalar,
+    InverseMass,
     as_inverse_mass,
     checked,
     event_size,
@@ -120,15 +121,23 @@ class Params:
         )
 
 
-def _dot(a: Tensor, b: Tensor) -> Tensor:
-    """Per-chain inner product: ``(n, *event) × (n, *event) -> (n,)``."""
-    return torch.linalg.vecdot(a.flatten(1), b.flatten(1))
+def _dot(a: Tensor, b: Tensor, product: Tensor) -> Tensor:
+    """Per-chain inner product: ``(n, *event) × (n, *event) -> (n,)``. ``torch.linalg.vecdot`` on the CPU is
+    ``(a·b).sum(-1)`` with a state-sized temporary for the product; this writes it into ``product: (n, d)`` and sums
+    the same way (the same values), where the product keeps ``product``'s dtype."""
+    a, b = a.flatten(1), b.flatten(1)
+    if torch.result_type(a, b) != product.dtype:
+        return torch.linalg.vecdot(a, b)
+    return torch.mul(a, b, out=product).sum(-1)
 
 
-def _is_turning(v_left: Tensor, v_right: Tensor, p_left: Tensor, p_right: Tensor, rho: Tensor) -> Tensor:
-    """Generalised U-turn: ``rho`` (sum of momenta between the ends, ends halved) against both ends' velocities."""
-    rho = torch.add(p_left, p_right).mul_(-0.5).add_(rho)
-    return (_dot(v_left, rho) <= 0) | (_dot(v_right, rho) <= 0)
+def _is_turning(
+    v_left: Tensor, v_right: Tensor, p_left: Tensor, p_right: Tensor, rho: Tensor, out: Tensor, product: Tensor
+) -> Tensor:
+    """Generalised U-turn: ``rho`` (sum of momenta between the ends, ends halved) against both ends' velocities;
+    ``out`` (not ``rho``) and ``product``: state-sized scratch buffers."""
+    rho = torch.add(p_left, p_right, out=out).mul_(-0.5).add_(rho)
+    return (_dot(v_left, rho, product) <= 0) | (_dot(v_right, rho, product) <= 0)
 
 
 def _checkpoint_range(leaf: int) -> tuple[int, int]:
@@ -142,12 +151,37 @@ def _checkpoint_range(leaf: int) -> tuple[int, int]:
     return hi - trailing_ones + 1, hi
 
 
-def _where(mask: Tensor, a: Tensor, b: Tensor) -> Tensor:
-    return torch.where(mask.view(-1, *([1] * (a.dim() - 1))), a, b)
+def _where(mask: Tensor, a: Tensor, b: Tensor, out: Tensor | None = None) -> Tensor:
+    """Per chain ``a`` where ``mask`` else ``b``; into ``out`` (which may be ``b``) where given."""
+    return torch.where(mask.view(-1, *([1] * (a.dim() - 1))), a, b, out=out)
+
+
+def _velocity(inv_mass: InverseMass, p: Tensor, out: Tensor | None) -> Tensor:
+    """``M⁻¹ p``: ``p`` itself for the identity, into the scratch ``out`` where given (a diagonal mass whose product
+    keeps ``p``'s shape and dtype, :func:`_velocity_buffers`), else ``inv_mass.velocity(p)``; the same values."""
+    if inv_mass.kind == "identity":
+        return p
+    return inv_mass.velocity(p) if out is None else torch.mul(p, inv_mass.values, out=out)
+
+
+def _velocity_buffers(inv_mass: InverseMass, p: Tensor) -> tuple[Tensor | None, Tensor | None]:
+    """Two scratch buffers for :func:`_velocity` where a diagonal mass's product can be written into one (None:
+    the identity needs none, a dense or low-rank product allocates its own)."""
+    if inv_mass.kind != "diagonal" or torch.broadcast_shapes(p.shape, inv_mass.values.shape) != p.shape:
+        return None, None
+    if torch.result_type(p, inv_mass.values) != p.dtype:
+        return None, None
+    return torch.empty_like(p), torch.empty_like(p)
 
 
 def step(state: State, fns: EnergyFunctions, generator: torch.Generator | None, params: Params) -> tuple[State, Info]:
-    """One NUTS transition of every chain with resolved ``params``."""
+    """One NUTS transition of every chain with resolved ``params``.
+
+    Outside the energy, a leaf allocates nothing of a state's size: the trajectory's ends, the subtree's draw, the
+    momentum sums, the checkpoints and the U-turn arithmetic live in buffers made once per transition and written in
+    place (``out=``). At 10,000 chains × d = 1,000 (40 MB states, above glibc's 32 MiB ``mmap`` threshold, so every
+    allocation maps and zeroes fresh pages) the per-leaf temporaries made each leaf cost more in page faults than the
+    arithmetic (issue 40; ``docs/samplers.md``, NUTS)."""
     x0 = state.x
     n = x0.shape[0]
     dev, acc = x0.device, torch.promote_types(x0.dtype, torch.float32)
@@ -168,46 +202,63 @@ def step(state: State, fns: EnergyFunctions, generator: torch.Generator | None, 
     h0 = cast(state.energy) * inv_t + cast(inv_mass.kinetic(p0))
     neg_inf = torch.full((n,), -math.inf, dtype=acc, device=dev)
 
-    # the trajectory: its two ends, the sum of its momenta, its total log-weight, the chosen draw
-    left_x, left_p, left_g = x0, p0, state.grad
-    right_x, right_p, right_g = x0, p0, state.grad
+    # the trajectory: its two ends (owned buffers, updated in place), the sum of its momenta, its total log-weight,
+    # the chosen draw (the caller's tensors until a merge first takes a subtree's draw, then owned)
+    left_x, left_p, left_g = x0.clone(), p0.clone(), state.grad.clone()
+    right_x, right_p, right_g = x0.clone(), p0, state.grad.clone()
     rho = p0.clone()
     log_w = torch.zeros(n, dtype=acc, device=dev)
     prop_x, prop_e, prop_g, prop_h = x0, state.energy, state.grad, h0
+    prop_owned = False
     done = torch.zeros(n, dtype=torch.bool, device=dev)
     divergent = torch.zeros_like(done)
     depth = torch.zeros(n, dtype=torch.int64, device=dev)
     n_steps = torch.zeros(n, dtype=acc, device=dev)
     sum_accept = torch.zeros(n, dtype=acc, device=dev)
     computed = 0
+    # the subtree's buffers: the leapfrog position and momentum, its draw and its momentum sum. The draw's value
+    # before a chain's first leaf is never read (a chain valid at its first leaf always takes it), so ``sub_g``
+    # holds the gradient the subtree starts from until then.
+    x, p = torch.empty_like(x0), torch.empty_like(p0)
+    sub_x, sub_g, sub_rho = torch.empty_like(x0), torch.empty_like(state.grad), torch.empty_like(p0)
+    scratch = torch.empty_like(p0)  # U-turn arithmetic
+    product = torch.empty((n, math.prod(p0.shape[1:])), dtype=p0.dtype, device=dev)  # inner products (:func:`_dot`), and
+    sub_rho_i = product.view(p0.shape)  # a checkpoint's momentum sum, read before an inner product writes ``product``
+    v_buf, v_ckpt_buf = _velocity_buffers(inv_mass, p0)
+    r_ckpt: list[Tensor] = []  # checkpoint i: the momentum and the momentum sum at the start of a sub-subtree
+    rs_ckpt: list[Tensor] = []
 
     for j in range(max_tree_depth):
         forward = torch.rand(n, generator=generator, device=dev) < 0.5
         sign = torch.where(forward, 1.0, -1.0).to(x0.dtype).view(chain_shape)
-        x = _where(forward, right_x, left_x)  # fresh tensors: updated in place below
-        p = _where(forward, right_p, left_p)
-        g = _where(forward, right_g, left_g)
+        _where(forward, right_x, left_x, out=x)
+        _where(forward, right_p, left_p, out=p)
+        g = _where(forward, right_g, left_g, out=sub_g)
         half_kick = 0.5 * sign * force
         drift = sign * h
         valid = ~done
         sub_log_w = neg_inf
-        sub_rho = torch.zeros_like(p)
-        sub_x, sub_e, sub_g, sub_h = prop_x, prop_e, prop_g, prop_h
-        r_ckpt = torch.empty((max(j, 1), *p.shape), dtype=p.dtype, device=dev)
-        rs_ckpt = torch.empty_like(r_ckpt)
+        sub_rho.zero_()
+        sub_e, sub_h = prop_e, prop_h
+        while len(r_ckpt) < j:
+            r_ckpt.append(torch.empty_like(p0))
+            rs_ckpt.append(torch.empty_like(p0))
         batched = 2**j * n <= 2**20  # draw this doubling's uniforms at once unless that is large
         uniforms = torch.rand((2**j, n), generator=generator, device=dev, dtype=acc).log_() if batched else None
         for leaf in range(2**j):
             p.addcmul_(half_kick, g, value=-1.0)
-            x.addcmul_(drift, inv_mass.velocity(p))
+            x.addcmul_(drift, _velocity(inv_mass, p, v_buf))
+            g = None  # the last leaf's gradient is spent: its memory is free for the energy's temporaries
             e, g = fns.energy_and_gradient(x)
             p.addcmul_(half_kick, g, value=-1.0)
             computed += 1
+            v = _velocity(inv_mass, p, v_buf)
+            kinetic = _dot(p, v, product).mul_(0.5)  # inv_mass.kinetic(p)
             # log-weight −ΔH of the leaf; NaN and ±inf energies become −inf (never chosen, divergent)
             if isinstance(inv_t, float):
-                leaf_log_w = torch.add(cast(inv_mass.kinetic(p)), cast(e), alpha=inv_t).sub_(h0).neg_()
+                leaf_log_w = torch.add(cast(kinetic), cast(e), alpha=inv_t).sub_(h0).neg_()
             else:
-                leaf_log_w = torch.addcmul(cast(inv_mass.kinetic(p)), cast(e), inv_t).sub_(h0).neg_()
+                leaf_log_w = torch.addcmul(cast(kinetic), cast(e), inv_t).sub_(h0).neg_()
             leaf_log_w = leaf_log_w.nan_to_num_(nan=-math.inf, posinf=-math.inf)
             diverged = leaf_log_w < -DIVERGENCE_THRESHOLD
             active = valid.to(acc)
@@ -216,33 +267,41 @@ def step(state: State, fns: EnergyFunctions, generator: torch.Generator | None, 
             total = torch.logaddexp(sub_log_w, leaf_log_w)
             u = uniforms[leaf] if batched else torch.rand(n, generator=generator, device=dev, dtype=acc).log_()
             take = valid & (u < leaf_log_w - total)
-            sub_x, sub_e, sub_g = _where(take, x, sub_x), torch.where(take, e, sub_e), _where(take, g, sub_g)
+            _where(take, x, sub_x, out=sub_x)
+            _where(take, g, sub_g, out=sub_g)
+            sub_e = torch.where(take, e, sub_e)
             sub_h = torch.where(take, h0 - leaf_log_w, sub_h)
             sub_log_w = torch.where(valid, total, sub_log_w)
             sub_rho.addcmul_(p, active.to(p.dtype).view(chain_shape))
             lo, hi = _checkpoint_range(leaf)
             if leaf % 2 == 0 and j > 0:
-                r_ckpt[hi] = p
-                rs_ckpt[hi] = sub_rho
+                r_ckpt[hi].copy_(p)
+                rs_ckpt[hi].copy_(sub_rho)
             stop = diverged
-            if lo <= hi:
-                v = inv_mass.velocity(p)
-                for i in range(hi, lo - 1, -1):
-                    stop = stop | _is_turning(inv_mass.velocity(r_ckpt[i]), v, r_ckpt[i], p, sub_rho - rs_ckpt[i] + r_ckpt[i])
+            for i in range(hi, lo - 1, -1):
+                torch.sub(sub_rho, rs_ckpt[i], out=sub_rho_i).add_(r_ckpt[i])
+                v_i = _velocity(inv_mass, r_ckpt[i], v_ckpt_buf)
+                stop = stop | _is_turning(v_i, v, r_ckpt[i], p, sub_rho_i, scratch, product)
             divergent |= valid & diverged
             valid = valid & ~stop
         # merge the subtree into the trajectory where it stayed valid (biased progressive sampling)
         merge = valid
         take = merge & (torch.rand(n, generator=generator, device=dev, dtype=acc).log() < sub_log_w - log_w)
-        prop_x, prop_e, prop_g = _where(take, sub_x, prop_x), torch.where(take, sub_e, prop_e), _where(take, sub_g, prop_g)
+        prop_x = _where(take, sub_x, prop_x, out=prop_x if prop_owned else None)
+        prop_g = _where(take, sub_g, prop_g, out=prop_g if prop_owned else None)
+        prop_owned = True
+        prop_e = torch.where(take, sub_e, prop_e)
         prop_h = torch.where(take, sub_h, prop_h)
         log_w = torch.where(merge, torch.logaddexp(log_w, sub_log_w), log_w)
-        rho = rho + _where(merge, sub_rho, 0.0)
+        rho.add_(scratch.copy_(sub_rho).masked_fill_(~merge.view(chain_shape), 0.0))
         grow_right, grow_left = merge & forward, merge & ~forward
-        right_x, right_p, right_g = _where(grow_right, x, right_x), _where(grow_right, p, right_p), _where(grow_right, g, right_g)
-        left_x, left_p, left_g = _where(grow_left, x, left_x), _where(grow_left, p, left_p), _where(grow_left, g, left_g)
+        for mask, end, new in ((grow_right, right_x, x), (grow_right, right_p, p), (grow_right, right_g, g)):
+            _where(mask, new, end, out=end)
+        for mask, end, new in ((grow_left, left_x, x), (grow_left, left_p, p), (grow_left, left_g, g)):
+            _where(mask, new, end, out=end)
         depth = torch.where(merge, j + 1, depth)
-        turning = _is_turning(inv_mass.velocity(left_p), inv_mass.velocity(right_p), left_p, right_p, rho)
+        v_left, v_right = _velocity(inv_mass, left_p, v_buf), _velocity(inv_mass, right_p, v_ckpt_buf)
+        turning = _is_turning(v_left, v_right, left_p, right_p, rho, scratch, product)
         done = done | ~merge | turning
         if bool(done.all()):
             break

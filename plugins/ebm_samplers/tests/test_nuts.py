@@ -80,3 +80,51 @@ def test_nuts_same_seed_same_samples_and_bad_parameters():
         NUTSSampler(energy, jitter=1.5).sample(torch.ones(4, 2), 1)
     with pytest.raises(InputError, match="does not support compile=True: its trajectories have a data-dependent length"):
         NUTSSampler(energy, compile=True)
+
+
+def _state_sized_allocations(max_tree_depth: int, inv_mass=None) -> tuple[int, int]:
+    """How many tensors of a state's size one NUTS transition allocates outside the energy, and its leaves."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    n, d = 32, 64  # a doubling's uniforms, (2^j, n), stay below a state's n·d elements for j < 6
+    energy = ebmcore.energy("double_well", dim=d)
+    inner = energy.bind(torch.zeros(1, d))
+    in_energy = [False]
+
+    def energy_and_gradient(x):
+        in_energy[0] = True
+        try:
+            return inner.energy_and_gradient(x)
+        finally:
+            in_energy[0] = False
+
+    fns = inner._replace(energy_and_gradient=energy_and_gradient)
+    count = [0]
+
+    class Allocations(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            given = {a.untyped_storage().data_ptr() for a in (*args, *(kwargs or {}).values()) if isinstance(a, torch.Tensor)}
+            for t in out if isinstance(out, (tuple, list)) else (out,):
+                if isinstance(t, torch.Tensor) and t.numel() >= n * d and t.untyped_storage().data_ptr() not in given:
+                    count[0] += not in_energy[0]
+            return out
+
+    x = torch.randn(n, d, generator=torch.Generator().manual_seed(0)) * 0.1 + 1.0
+    state = nuts.init(x, fns)
+    params = nuts.Params(step_size=1e-4, max_tree_depth=max_tree_depth, inv_mass=inv_mass).resolve(x)
+    with Allocations():
+        _, info = nuts.step(state, fns, torch.Generator().manual_seed(1), params)
+    return count[0], info.n_leapfrog_computed
+
+
+@pytest.mark.parametrize("inv_mass", [None, torch.linspace(0.5, 2.0, 64)])
+def test_nuts_leaves_allocate_no_state_sized_temporaries(inv_mass):
+    # issue 40: a leaf made ~7 state-sized temporaries (where copies, U-turn sums, vecdot's product); at 10,000 chains
+    # × d = 1,000 each is a 40 MB mmap whose pages fault in afresh. Now only the buffers of a transition and one
+    # checkpoint pair per doubling are allocated, however many leaves the trees have.
+    few, leaves_few = _state_sized_allocations(3, inv_mass)
+    many, leaves_many = _state_sized_allocations(6, inv_mass)
+    assert (leaves_few, leaves_many) == (7, 63)  # tiny steps never U-turn: the trees reach the cap
+    assert many - few == 2 * 3, (few, many)
+    assert few <= 28, few
