@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -10,9 +11,25 @@ from torch import Tensor
 
 from ebmcore.energies.base import EnergyModel
 from ebmcore.errors import InputError
-from ebmcore.validation import check_finite, check_generator
+from ebmcore.validation import all_finite, check_finite, check_finite_parameters, check_generator
 
 __all__ = ["Loss"]
+
+
+_FINITE_PARAMETERS: "weakref.WeakKeyDictionary[EnergyModel, list[tuple[Tensor, int]]]" = weakref.WeakKeyDictionary()
+"""Per energy, its floating parameters and their version counters when :meth:`Loss.check_data` last found them
+finite: a training step changes them (an optimizer's in-place update bumps the counters) and they are summed again;
+a loss called again on unchanged weights (evaluation, a benchmark) skips that sum."""
+
+
+def _unverified_parameters(energy: EnergyModel) -> list[Tensor]:
+    """``energy``'s floating parameters, or none where they are the same tensors, unchanged, as when last found finite.
+    (A write through ``p.data`` bumps no counter and is seen at the next in-place update.)"""
+    params = [p for p in energy.parameters() if p.is_floating_point()]
+    seen = _FINITE_PARAMETERS.get(energy)
+    if seen is not None and len(seen) == len(params) and all(q is p and v == p._version for (q, v), p in zip(seen, params)):
+        return []
+    return params
 
 
 class Loss(ABC):
@@ -31,7 +48,8 @@ class Loss(ABC):
     def check_data(self, energy: EnergyModel, data: Tensor, min_rows: int = 1, *, generator: Any = None) -> Tensor:
         """``energy`` an :class:`EnergyModel`, ``generator`` None or a ``torch.Generator`` on ``data``'s device, and
         ``data`` checked against ``energy`` (shape, dtype, device), holding at least ``min_rows`` rows and finite
-        (one host sync): an empty or NaN batch would give a NaN loss, not an error naming the data."""
+        (one host sync, which covers the energy's parameters too): an empty or NaN batch, or a NaN parameter, would
+        give a NaN loss, not an error naming it."""
         if not isinstance(energy, EnergyModel):
             raise InputError(
                 f"{type(self).__name__} needs an ebmcore.EnergyModel as its first argument, got "
@@ -45,7 +63,14 @@ class Loss(ABC):
                 f"{type(self).__name__} needs a batch of at least {min_rows} row(s), got data of shape "
                 f"{tuple(data.shape)}; check the data loader (an empty last batch: drop_last=True)."
             )
-        return check_finite(data, what="data", fix="Drop or impute those rows before training.")
+        params = _unverified_parameters(energy)
+        if all_finite(data, *params):
+            if params:
+                _FINITE_PARAMETERS[energy] = [(p, p._version) for p in params]
+            return data
+        check_finite(data, what="data", fix="Drop or impute those rows before training.")
+        check_finite_parameters(energy, owner=type(energy).__name__)
+        return data
 
     def parameters(self) -> list[torch.nn.Parameter]:
         """Learnable parameters the loss owns itself (e.g. a learnable log-normaliser); train them with the model's."""

@@ -22,6 +22,9 @@ __all__ = [
     "check_gradient_output",
     "check_generator",
     "check_positive_int",
+    "check_count",
+    "check_seed",
+    "check_finite_parameters",
     "check_placement",
     "parameter_tensor",
 ]
@@ -237,6 +240,43 @@ def check_positive_int(value: Any, name: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise InputError(f"{name} must be a positive integer, got {value!r}.")
     return value
+
+
+def check_count(value: Any, name: str, *, minimum: int = 0) -> int:
+    """A Python ``int`` of at least ``minimum`` (0 by default: a number of steps, where none is a valid run); ``True``
+    and ``3.0`` are not counts."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise InputError(f"{name} must be an integer >= {minimum}, got {value!r}.")
+    return value
+
+
+def check_seed(value: Any, name: str = "seed", *, optional: bool = True) -> int | None:
+    """A seed for ``torch.Generator().manual_seed``: a Python ``int`` in ``[-2**63, 2**64)`` (or None when
+    ``optional``). torch's own refusal of ``False``, ``1.0`` or ``numpy.float64(1)`` is a RuntimeError that names
+    neither the argument nor the fix."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not -(2**63) <= value < 2**64:
+        none = " or None" if optional else ""
+        raise InputError(f"{name} must be an integer (a torch.Generator seed, in [-2**63, 2**64)){none}, got {value!r}.")
+    return value
+
+
+def check_finite_parameters(module: Any, *, owner: str) -> None:
+    """Raise :class:`NonFiniteError` naming the first parameter of ``module`` (an ``nn.Module``) holding a NaN or an
+    infinity: every energy, gradient and loss of such a model is NaN or infinite, and an error naming the parameter
+    says why. One host sync for all of them (:func:`all_finite`), so call it once per entry, not per step."""
+    params = [p for p in module.parameters() if p.is_floating_point() and not p.is_meta]
+    if not params or all_finite(*params):
+        return
+    for name, p in module.named_parameters():
+        if p.is_floating_point() and not p.is_meta and not bool(torch.isfinite(p).all()):
+            bad = int((~torch.isfinite(p)).sum())
+            raise NonFiniteError(
+                f"{owner}: parameter {name!r} holds {bad} NaN or infinite value(s) of {p.numel()}, so its energies "
+                "and losses are not finite. Re-initialise the model or load a checkpoint from before it diverged "
+                "(a lower learning rate, or the Trainer's watchdog, keeps training from getting there)."
+            )
 
 
 def check_placement(dtype: Any, device: Any, owner: str) -> tuple[torch.dtype | None, torch.device | None]:

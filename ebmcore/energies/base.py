@@ -69,6 +69,30 @@ def mismatched_parameter(module: nn.Module) -> Optional[str]:
     return None
 
 
+def _tree_reference(module: nn.Module) -> tuple[Optional[Tensor], bool]:
+    """A floating parameter of ``module``'s tree (None: none) and whether every floating parameter shares its dtype
+    and device, in one walk of the modules' own dictionaries (``named_parameters()`` builds every name; this runs on
+    each checked call). When they all agree, which one is returned does not matter: only its dtype and device are
+    read; when they do not, :func:`mismatched_parameter` names the layer."""
+    first: Optional[Tensor] = None
+    seen: set[int] = set()
+    todo = [module]
+    while todo:
+        m = todo.pop()
+        if id(m) in seen:  # a module shared by two parents (or a cycle): once, as named_modules() does
+            continue
+        seen.add(id(m))
+        for t in m._parameters.values():
+            if t is None or not t.is_floating_point():
+                continue
+            if first is None:
+                first = t
+            elif t.dtype != first.dtype or t.device != first.device:
+                return first, False
+        todo.extend(c for c in m._modules.values() if c is not None)
+    return first, True
+
+
 def _leaf_reference(module: nn.Module) -> Optional[Tensor]:
     """:meth:`EnergyModel._reference_tensor` of a module without submodules, read from its own dictionaries."""
     for t in module._parameters.values():
@@ -162,7 +186,20 @@ class EnergyModel(nn.Module):
         no dispatch lookup at all. A model that leaves the gradient to autograd and whose program is a feed-forward
         network (:class:`~ebmcore.energies.program.FeedForward`) gets that gradient in closed form
         (:mod:`ebmcore.energies.feedforward`), equal to autograd's, with no graph.
+
+        Checked once here (metadata only, no sync): the model's parameters share one dtype and device, and ``like``
+        is on that device, so that a mixed-dtype or meta model is an :class:`InputError`, not torch's error inside.
         """
+        if self._parameters or self._modules:
+            mismatch = mismatched_parameter(self)
+            if mismatch is not None:
+                raise InputError(mismatch)
+            ref = self._reference_tensor()
+            if ref is not None and isinstance(like, Tensor) and ref.device != like.device and not like.is_meta:
+                raise InputError(
+                    f"{type(self).__name__} holds its parameters on {ref.device} but the states are on {like.device}; "
+                    f"move one: model.to('{like.device}') or x.to('{ref.device}')."
+                )
         program = self.program()
         if not uses_autograd(self):
             if not isinstance(program, Analytic):  # its own gradient: no kernel may run the network in its place
@@ -191,11 +228,14 @@ class EnergyModel(nn.Module):
 
     def validate(self, x: Tensor, name: str = "x") -> Tensor:
         """Check ``x``'s shape, dtype and device against this model (no sync); return ``x``."""
-        if self._modules:  # a tree of modules: walk it
-            ref = self._reference_tensor()
-            mismatch = mismatched_parameter(self)
-            if mismatch is not None:
-                raise InputError(mismatch)
+        if self._modules:  # a tree of modules: walk it once (the naming walk only where two parameters disagree)
+            ref, agree = _tree_reference(self)
+            if not agree:
+                mismatch = mismatched_parameter(self)
+                if mismatch is not None:
+                    raise InputError(mismatch)
+            if ref is None:  # no floating parameter: the first floating buffer fixes the inputs' dtype and device
+                ref = self._reference_tensor()
         else:  # one module (an analytic energy): its own tensors, without the tree walk of named_parameters()
             ref = _leaf_reference(self)
             if self._parameters:  # parameters of two dtypes or devices: the general check names them

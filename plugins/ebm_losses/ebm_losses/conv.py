@@ -11,6 +11,7 @@ from ebmcore import EnergyModel
 from ebmcore.energies.mlp import ACTIVATIONS
 from ebmcore.energies.program import ConvStack, Opaque, Program, activation_of, sequential_refusal
 from ebmcore.errors import InputError
+from ebmcore.validation import check_placement, check_seed
 
 __all__ = ["ConvEnergy"]
 
@@ -50,6 +51,8 @@ class ConvEnergy(EnergyModel):
         if len(shape) != 3:
             raise InputError(f"ConvEnergy: image_shape must be (C, H, W), got {image_shape!r}; a grey 8×8 image is (1, 8, 8).")
         widths = _positive_ints(widths, "widths")
+        seed = check_seed(seed, "ConvEnergy: seed")
+        dtype, device = check_placement(dtype, device, "ConvEnergy")
         if activation not in ACTIVATIONS:
             raise InputError(f"ConvEnergy: unknown activation {activation!r}; choose one of {', '.join(ACTIVATIONS)}.")
         self.event_shape = tuple(shape)

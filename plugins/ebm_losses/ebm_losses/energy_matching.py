@@ -24,7 +24,7 @@ from torch import Tensor
 
 from ebmcore import EnergyModel, Loss
 from ebmcore.errors import InputError
-from ebmcore.validation import check_energy_output, check_generator, check_number, check_positive, check_start
+from ebmcore.validation import check_count, check_energy_output, check_generator, check_number, check_positive, check_start
 
 __all__ = ["ot_pairing", "check_tau_star", "EnergyMatching", "BoltzmannEnergy", "generate", "COUPLINGS"]
 
@@ -191,8 +191,7 @@ def generate(
     """Energy matching's sampler: ``x ← x − ∇V(x)·dt + √(2ε(t)dt)·ξ`` over ``t ∈ [0, 1]`` in ``n_steps`` steps from
     ``x0: (n, *event_shape)`` (noise like the training's source), with ``ε(t) = 0`` for ``t < τ*`` and rising
     linearly to ``temperature`` at ``t = 1``. Returns ``(n, *event_shape)``, detached."""
-    if not isinstance(n_steps, int) or n_steps < 1:
-        raise InputError(f"n_steps must be a positive integer, got {n_steps!r}.")
+    check_count(n_steps, "n_steps", minimum=1)
     check_positive(temperature, "temperature")
     tau_star = check_tau_star(tau_star)
     check_generator(generator, x0)

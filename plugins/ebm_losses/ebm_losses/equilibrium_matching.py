@@ -15,7 +15,7 @@ from torch import Tensor
 
 from ebmcore import EnergyModel, Loss
 from ebmcore.errors import InputError
-from ebmcore.validation import check_energy_output, check_generator, check_positive, check_start
+from ebmcore.validation import check_count, check_energy_output, check_generator, check_number, check_positive, check_start
 
 __all__ = ["EquilibriumMatching", "descend"]
 
@@ -74,11 +74,13 @@ class EquilibriumMatching(Loss):
 def descend(energy: EnergyModel, x0: Tensor, *, n_steps: int = 200, step_size: float = 0.01, momentum: float = 0.0) -> Tensor:
     """EqM's sampler: ``n_steps`` of gradient descent ``x ← x − η∇E(x)`` from ``x0: (n, *event_shape)`` (noise like the
     training's source), with Nesterov ``momentum`` in ``[0, 1)`` (0: plain descent). Returns ``(n, *event_shape)``."""
-    if not isinstance(n_steps, int) or n_steps < 1:
-        raise InputError(f"n_steps must be a positive integer, got {n_steps!r}.")
-    check_positive(step_size, "step_size")
-    if not 0 <= momentum < 1:
-        raise InputError(f"momentum must lie in [0, 1), got {momentum!r}.")
+    check_count(n_steps, "n_steps", minimum=1)
+    step_size = check_number(step_size, "step_size", minimum=0)
+    momentum = check_number(momentum, "momentum", minimum=0)
+    if step_size == 0 or momentum >= 1:
+        raise InputError(
+            f"descend needs step_size > 0 and momentum in [0, 1), got step_size={step_size!r}, momentum={momentum!r}."
+        )
     x = check_start(energy, x0).detach().clone()
     velocity = torch.zeros_like(x)
     for _ in range(n_steps):

@@ -18,6 +18,7 @@ from torch import Tensor
 
 from ebmcore import runfiles
 from ebmcore.errors import ConfigError, InputError, RunFileError
+from ebmcore.validation import all_finite
 
 __all__ = [
     "ImageSet",
@@ -170,7 +171,20 @@ def load_array(path: str | Path, key: str | None = None) -> ImageSet:
         raise ConfigError(f"no such file {path}.")
     raw = _read_array(path, key)
     values = _as_nchw(raw, str(path))
-    return ImageSet(values.float(), _default_range(raw))
+    if raw.is_floating_point() and not all_finite(raw):
+        bad = int((~torch.isfinite(raw)).sum())
+        raise InputError(
+            f"{path}: the images hold {bad} NaN or infinite value(s) of {raw.numel()}; training on them gives a NaN "
+            "loss. Drop those images or fill the values (numpy.nan_to_num(a) or a mask) and save the file again."
+        )
+    pixel_range = _default_range(raw)
+    if not pixel_range[0] < pixel_range[1]:
+        raise InputError(
+            f"{path}: every value is {pixel_range[0]!r}, so the images have no range to map onto [-1, 1] (their "
+            "pixel range is taken from the data outside [0, 1]); check the file, or save images scaled to [0, 1] "
+            "or as uint8 pixels."
+        )
+    return ImageSet(values.float(), pixel_range)
 
 
 _GREY_16 = ("I;16", "I;16B", "I;16L", "I")  # how Pillow opens a 16-bit grey PNG

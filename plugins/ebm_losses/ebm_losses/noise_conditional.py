@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from ebmcore import EnergyModel
 from ebmcore.energies.mlp import ACTIVATIONS
 from ebmcore.errors import InputError
+from ebmcore.validation import check_number, check_seed
 
 __all__ = ["NoiseConditionalEnergy", "denoise"]
 
@@ -60,6 +61,9 @@ class NoiseConditionalEnergy(EnergyModel):
             raise InputError(
                 f"NoiseConditionalEnergy: unknown activation {activation!r}; choose one of {', '.join(ACTIVATIONS)}."
             )
+        sigma_min = check_number(sigma_min, "NoiseConditionalEnergy: sigma_min")
+        sigma_max = check_number(sigma_max, "NoiseConditionalEnergy: sigma_max")
+        seed = check_seed(seed, "NoiseConditionalEnergy: seed")
         if not (0 < sigma_min < sigma_max < math.inf):
             raise InputError(f"NoiseConditionalEnergy: need 0 < sigma_min < sigma_max, got {sigma_min}, {sigma_max}.")
         self.event_shape = shape

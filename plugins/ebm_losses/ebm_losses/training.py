@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from ebmcore import EnergyModel, Loss, runfiles
 from ebmcore.errors import DivergenceError, InputError, NonFiniteError
-from ebmcore.validation import check_positive, check_positive_int
+from ebmcore.validation import all_finite, check_batch, check_count, check_positive, check_positive_int
 from ebm_losses.batches import Batches, LoaderBatches
 from ebm_losses.watchdog import Watchdog
 from ebm_samplers.live_log import LiveLog
@@ -193,8 +193,13 @@ class Trainer:
         if isinstance(data, DataLoader):
             self.batches: Batches | LoaderBatches = LoaderBatches(data)
         elif isinstance(data, (Tensor, Dataset)):
+            if isinstance(data, Tensor):
+                check_batch(data, event_shape=energy.event_shape, name="data", owner="Trainer")  # its shape, once here
             if len(data) == 0:
-                raise InputError("data is empty.")
+                raise InputError(
+                    f"data is empty (no rows{f', shape {tuple(data.shape)}' if isinstance(data, Tensor) else ''}); "
+                    "give at least batch_size rows: check the file or the filter that built it."
+                )
             rows = torch.arange(len(data), device=self.generator.device) if labels is not None else data  # labelled: indices
             self.batches = Batches(rows, batch_size, self.generator)
         else:
@@ -228,8 +233,7 @@ class Trainer:
 
     def fit(self, n_steps: int) -> TrainHistory:
         """Run ``n_steps`` optimisation steps (continuing from ``self.step``); returns the whole history."""
-        if not isinstance(n_steps, int) or n_steps < 0:
-            raise InputError(f"n_steps must be a non-negative integer, got {n_steps!r}.")
+        check_count(n_steps, "n_steps")
         bar = None
         if self.progress:
             from tqdm.auto import tqdm
@@ -264,7 +268,12 @@ class Trainer:
                 labelled = {k: v[rows] for k, v in labelled.items()}
             if self.watchdog is not None and self._good is None:
                 self._check_start(batch)
-            value = self.loss(self.energy, batch, generator=self.loss_generator, **labelled)
+            try:
+                value = self.loss(self.energy, batch, generator=self.loss_generator, **labelled)
+            except NonFiniteError:  # the loss refuses non-finite parameters: a diverged step, as a non-finite loss
+                if self.step == 0 or all_finite(*self.energy.parameters()):
+                    raise  # the data, or a model that came in so
+                value = batch.new_full((), math.nan, dtype=torch.float32)
             self.optimizer.zero_grad(set_to_none=True)
             if self.world_size > 1:
                 # one all_reduce per step carries the weighted gradients and the loss: every rank gets the
@@ -412,7 +421,12 @@ class Trainer:
         reference when there is none yet, so the first check after steps is judged too (a run that diverged
         within ``check_every`` steps is not kept as a rollback target). A start that fails is a ``DivergenceError``."""
         assert self.watchdog is not None
-        self.loss.check_data(self.energy, batch)  # the data errors name the data, not what the energy made of them
+        try:
+            self.loss.check_data(self.energy, batch)  # the data errors name the data, not what the energy made of them
+        except NonFiniteError:
+            if not all_finite(batch):
+                raise
+            # non-finite parameters: the check below names what they do (non-finite energies), as a DivergenceError
         stats = self._measure(batch, None, None)
         reason = self.watchdog.verdict(stats, self._references)
         if reason is not None:
