@@ -301,10 +301,11 @@ def bind(program: FeedForward, like: Tensor) -> Callable[[Tensor], tuple[Tensor,
 def check_layers(program: FeedForward) -> None:
     """An :class:`~ebmcore.errors.InputError` naming the first ``Linear`` layer whose weights differ in dtype or device
     from the first layer's: no path can run such a network (torch refuses the product), so say which and the fix."""
-    first = program.layers[0].linear.weight
+    first = program.layers[0].weight
+    dtype, device = first.dtype, first.device  # read once: each read of a device makes an object
     for i, layer in enumerate(program.layers):
-        for t in (layer.linear.weight, layer.linear.bias):
-            if t is not None and (t.dtype != first.dtype or t.device != first.device):
+        for t in (layer.weight, layer.bias):
+            if t is not None and (t.dtype != dtype or t.device != device):
                 raise InputError(
                     f"Linear layer {i} of the network ({layer.linear}) holds {t.dtype} weights on {t.device} but "
                     f"the first layer holds {first.dtype} on {first.device}; give every layer one dtype and "
@@ -322,9 +323,10 @@ def refusal(program: FeedForward, like: Tensor) -> Optional[str]:
     if first.in_features != like.shape[1]:
         return f"the first layer takes {first.in_features} features, the inputs have {like.shape[1]}"
     check_layers(program)
-    if first.weight.dtype != like.dtype or first.weight.device != like.device:
+    weight = program.layers[0].weight
+    if weight.dtype != like.dtype or weight.device != like.device:
         return (
-            f"the first layer is {str(first.weight.dtype).removeprefix('torch.')} on {first.weight.device}, the "
+            f"the first layer is {str(weight.dtype).removeprefix('torch.')} on {weight.device}, the "
             f"inputs {str(like.dtype).removeprefix('torch.')} on {like.device}"
         )
     return None

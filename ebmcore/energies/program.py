@@ -9,15 +9,17 @@ An energy describes itself once (:meth:`ebmcore.EnergyModel.program`) as one of:
 - :class:`Opaque`: anything else, with the reason; autograd differentiates it.
 
 A program is derived from the model's *structure* (its modules and their settings), never by running or tracing
-the user's ``compute_energy``: it is made anew from the modules each time it is asked for, and compares equal
-to another exactly when it names the same modules with the same activations and settings, so a cached run keyed
-on it is invalidated by any change of structure. Layers hold the model's own modules: an optimizer step, which
+the user's ``compute_energy``: it is read from the modules each time it is asked for (a network's last program is
+returned again while everything it was read from is unchanged: :func:`feedforward_of`), and compares equal to
+another exactly when it names the same modules with the same activations and settings, so a cached run keyed on it
+is invalidated by any change of structure. Layers hold the model's own modules: an optimizer step, which
 changes their weights in place, leaves the program valid.
 """
 
 from __future__ import annotations
 
 import enum
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
@@ -34,6 +36,7 @@ __all__ = [
     "Program",
     "activation_of",
     "feedforward_of",
+    "parameter_of",
     "sequential_refusal",
 ]
 
@@ -103,12 +106,35 @@ def activation_of(module: nn.Module) -> Optional[Activation]:
     return None
 
 
+def parameter_of(module: nn.Module, name: str) -> Any:
+    """``getattr(module, name)`` for a module of an exact torch type (``nn.Linear``: no descriptor of that name on its
+    class), read from its dictionaries as ``nn.Module.__getattr__`` would, without that Python call: the kernels read
+    each layer's weight and bias on every loss call, so a replaced parameter is always the one read."""
+    d = module.__dict__
+    if name in d:
+        return d[name]
+    params = d["_parameters"]
+    if name in params:
+        return params[name]
+    return getattr(module, name)  # a buffer, or the AttributeError
+
+
 @dataclass(frozen=True)
 class Layer:
     """One ``nn.Linear`` (the model's own module) and the activation after it (None for the output layer)."""
 
     linear: nn.Linear
     activation: Optional[Activation]
+
+    @property
+    def weight(self) -> Tensor:
+        """``linear.weight``, read now (:func:`parameter_of`)."""
+        return parameter_of(self.linear, "weight")
+
+    @property
+    def bias(self) -> Optional[Tensor]:
+        """``linear.bias``, read now (None where the layer has none)."""
+        return parameter_of(self.linear, "bias")
 
 
 @dataclass(frozen=True)
@@ -192,8 +218,7 @@ def _module_refusal(m: nn.Module) -> Optional[str]:
 
 
 def _global_hooks() -> Optional[str]:
-    from torch.nn.modules import module as torch_module
-
+    torch_module = nn.modules.module
     if getattr(torch_module, "_global_forward_hooks", None) or getattr(torch_module, "_global_forward_pre_hooks", None):
         return "global forward hooks are registered (torch.nn.modules.module.register_module_forward_hook)"
     if getattr(torch_module, "_global_backward_hooks", None) or getattr(torch_module, "_global_backward_pre_hooks", None):
@@ -208,11 +233,77 @@ def sequential_refusal(net: nn.Module) -> Optional[str]:
     return _global_hooks() or next((r for m in net.modules() if (r := _module_refusal(m)) is not None), None)
 
 
+_SETTINGS = {
+    nn.Linear: ("in_features", "out_features"),
+    nn.Softplus: ("beta", "threshold"),
+    nn.GELU: ("approximate",),
+    nn.ELU: ("alpha",),
+    nn.LeakyReLU: ("negative_slope",),
+}
+"""The attributes of a module that :func:`feedforward_of` (or the closed form's check of the inputs) reads, by type."""
+
+
+def _structure(net: nn.Sequential, sign: float) -> list:
+    """Everything :func:`feedforward_of` reads of ``net``: the global hooks, ``net``'s own hooks, and per layer in order
+    the module itself, its type, its hooks and the settings :data:`_SETTINGS` names. Equal keys give equal programs;
+    the weights are not in it (a program holds the modules, whose weights it reads when it runs). Made on every call
+    (a flat list: no tuple or function call per layer)."""
+    g = nn.modules.module
+    key: list = [
+        sign,
+        bool(
+            getattr(g, "_global_forward_hooks", None)
+            or getattr(g, "_global_forward_pre_hooks", None)
+            or getattr(g, "_global_backward_hooks", None)
+            or getattr(g, "_global_backward_pre_hooks", None)
+        ),
+    ]
+    for i, m in enumerate((net, *net._modules.values())):
+        if m is None:
+            key.append(None)
+            continue
+        t = type(m)
+        key += (
+            i and m,  # the layers themselves; not the network (the cache holds its key: the network must stay collectable)
+            t,
+            bool(
+                m._forward_hooks
+                or m._forward_pre_hooks
+                or m._backward_hooks
+                or getattr(m, "_backward_pre_hooks", None)
+                or "parametrizations" in m._modules
+            ),
+        )
+        settings = _SETTINGS.get(t)
+        if settings is not None:
+            key += [getattr(m, a) for a in settings]
+    return key
+
+
+_PROGRAMS: "weakref.WeakKeyDictionary[nn.Module, tuple[list, Union[FeedForward, Opaque]]]" = weakref.WeakKeyDictionary()
+""":func:`feedforward_of`'s last program of each network with the :func:`_structure` it was read from."""
+
+
 def feedforward_of(net: nn.Module, sign: float = 1.0) -> Union[FeedForward, Opaque]:
     """The :class:`FeedForward` program of an ``nn.Sequential`` of ``Linear`` layers and activations (and
-    ``Identity``) ending in ``Linear(·, 1)``, read from its modules; else :class:`Opaque` naming the module."""
+    ``Identity``) ending in ``Linear(·, 1)``, read from its modules; else :class:`Opaque` naming the module.
+
+    Asked on every loss call, so the program read last is kept with the network's :func:`_structure` and returned
+    again while that is unchanged: a layer replaced, added or removed, a hook (forward or backward, of a module or
+    global) registered or removed, a parametrization, or a changed activation setting reads the modules anew."""
     if type(net) is not nn.Sequential:
         return Opaque(f"the network is a {type(net).__name__}, not an nn.Sequential of Linear layers and activations")
+    key = _structure(net, float(sign))
+    cached = _PROGRAMS.get(net)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    program = _read_feedforward(net, float(sign))
+    _PROGRAMS[net] = (key, program)
+    return program
+
+
+def _read_feedforward(net: nn.Sequential, sign: float) -> Union[FeedForward, Opaque]:
+    """:func:`feedforward_of`, read from the modules."""
     refusal = _global_hooks() or _module_refusal(net)
     if refusal is not None:
         return Opaque(refusal)

@@ -45,4 +45,5 @@ class SequentialEnergy(EnergyModel):
         computes something its structure does not say)."""
         if type(self).compute_energy is not SequentialEnergy.compute_energy:
             return Opaque(f"{type(self).__name__} overrides compute_energy, which ebm does not read")
-        return feedforward_of(self.net, -1.0 if self.negate else 1.0)
+        net = self._modules.get("net")  # self.net without nn.Module.__getattr__'s call (asked on every loss call)
+        return feedforward_of(self.net if net is None else net, -1.0 if self.negate else 1.0)

@@ -40,12 +40,13 @@ def math_dtype(dtype: torch.dtype) -> torch.dtype:
 def _check(x: Tensor, what: str) -> Tensor:
     if x.dim() != 2:
         raise InputError(f"ebm_cuda.{what}: x must be (n_chains, dim), got shape {tuple(x.shape)}.")
-    if x.dtype not in DTYPE_CODES or (x.device.type == "cuda" and x.dtype not in _CUDA_DTYPES):
+    device_type = x.device.type  # read once: each read makes an object
+    if x.dtype not in DTYPE_CODES or (device_type == "cuda" and x.dtype not in _CUDA_DTYPES):
         raise InputError(
-            f"ebm_cuda.{what}: dtype {x.dtype} is not supported on {x.device.type}; "
+            f"ebm_cuda.{what}: dtype {x.dtype} is not supported on {device_type}; "
             "use float32, bfloat16 or float16 (float64 on CPU), or the torch backend."
         )
-    if x.device.type not in ("cpu", "cuda"):
+    if device_type not in ("cpu", "cuda"):
         raise InputError(f"ebm_cuda.{what}: tensors on {x.device} are not supported (cpu or cuda).")
     if x.shape[0] >= 2**32:
         raise InputError(f"ebm_cuda.{what}: at most 2**32 - 1 chains per call, got {x.shape[0]}.")
@@ -86,6 +87,9 @@ def _run_host(what: str, on: Iterable[Tensor | torch.device | None], name: str, 
     tensors on the devices ``on``): the host build reads and writes them from the CPU, so a tensor on any other device
     (a CUDA or meta tensor) is refused here, with the fix, and never dereferenced. The caller appends the thread count
     where ``name`` takes one."""
+    if all(t is None or (t.is_cpu if isinstance(t, Tensor) else t.type == "cpu") for t in on):  # the usual case
+        library.host().call(name, *args)
+        return
     devices = [t if isinstance(t, torch.device) else t.device for t in on if t is not None]
     elsewhere = sorted({str(device) for device in devices if device.type != "cpu"})
     if elsewhere:

@@ -20,7 +20,7 @@ from ebmcore.kernels.base import Kernel
 from ebm_cuda.activations import activation_code, activation_refusal
 from ebm_cuda.dispatch import _HOST_ONLY_FIX, _chain_run, _check, _run_host
 
-__all__ = ["NETWORK_ARGTYPES", "layers", "network_refusal", "host_kernel"]
+__all__ = ["NETWORK_ARGTYPES", "layers", "network_refusal", "host_kernel", "eager_host"]
 
 NETWORK_ARGTYPES = (c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_double)
 """The ctypes arguments a feed-forward C function starts with: ``n_hidden``, ``widths``, ``weights``, ``biases``,
@@ -37,8 +37,8 @@ def network_refusal(network: FeedForward) -> Optional[str]:
 def layers(network: FeedForward) -> tuple[list[Tensor], list[Optional[Tensor]], list[int], float]:
     """A feed-forward program as the network ops take it: weights, biases, activation codes, sign."""
     return (
-        [layer.linear.weight for layer in network.layers],
-        [layer.linear.bias for layer in network.layers],
+        [layer.weight for layer in network.layers],
+        [layer.bias for layer in network.layers],
         [activation_code(layer.activation) for layer in network.hidden],
         float(network.sign),
     )
@@ -78,19 +78,36 @@ def _float32(t: Tensor) -> Tensor:
     return t if t.dtype == torch.float32 and t.is_contiguous() else t.detach().to(torch.float32).contiguous()
 
 
+_DESCRIBED: dict[tuple, tuple] = {}
+""":func:`_network`'s C descriptions, by what they hold: the widths, the weight and bias pointers and the activation
+codes (a description is a function of these alone, so one found here is the one that would be built; the tensors it
+points into are the caller's, alive for the call). A network trained in place keeps its pointers: one entry per
+network and dtype, built once."""
+
+_DESCRIBED_MAX = 64  # cleared when full: a caller that swaps its weights on every call builds each anew
+
+
 def _network(weights: Sequence[Tensor], biases: Sequence[Optional[Tensor]], activations: Sequence[int]) -> tuple[tuple, list]:
     """The C description ``(n_hidden, widths, weight pointers, bias pointers, activation codes)`` of checked layers,
     and the float32 tensors it points into (keep them alive)."""
     keep = [_float32(w) for w in weights]
     bias_tensors = [None if b is None else _float32(b) for b in biases]
-    widths = [keep[0].shape[1], *(w.shape[0] for w in keep)]
-    described = (
-        len(weights) - 1,
-        (ctypes.c_int64 * len(widths))(*widths),
-        (ctypes.c_void_p * len(keep))(*(t.data_ptr() for t in keep)),
-        (ctypes.c_void_p * len(bias_tensors))(*(None if b is None else b.data_ptr() for b in bias_tensors)),
-        (ctypes.c_int64 * len(activations))(*activations),
-    )
+    widths = (keep[0].shape[1], *(w.shape[0] for w in keep))
+    weight_ptrs = tuple(t.data_ptr() for t in keep)
+    bias_ptrs = tuple(None if b is None else b.data_ptr() for b in bias_tensors)
+    key = (widths, weight_ptrs, bias_ptrs, tuple(activations))
+    described = _DESCRIBED.get(key)
+    if described is None:
+        described = (
+            len(weights) - 1,
+            (ctypes.c_int64 * len(widths))(*widths),
+            (ctypes.c_void_p * len(weight_ptrs))(*weight_ptrs),
+            (ctypes.c_void_p * len(bias_ptrs))(*bias_ptrs),
+            (ctypes.c_int64 * len(key[3]))(*key[3]),
+        )
+        if len(_DESCRIBED) >= _DESCRIBED_MAX:
+            _DESCRIBED.clear()
+        _DESCRIBED[key] = described
     return described, keep + [b for b in bias_tensors if b is not None]
 
 
@@ -99,8 +116,9 @@ def _weight_gradients(
 ) -> tuple[list[Tensor], list[Optional[Tensor]], tuple]:
     """Buffers on ``x``'s device for a kernel's weight and hidden-bias gradients (None where a layer has no bias), and
     their C pointer arrays."""
-    grad_w = [torch.empty(w.shape, dtype=torch.float32, device=x.device) for w in weights]
-    grad_b = [None if t is None else torch.empty(t.shape, dtype=torch.float32, device=x.device) for t in biases[:-1]]
+    device = x.device  # read once: each read makes an object
+    grad_w = [torch.empty(w.shape, dtype=torch.float32, device=device) for w in weights]
+    grad_b = [None if t is None else torch.empty(t.shape, dtype=torch.float32, device=device) for t in biases[:-1]]
     return (
         grad_w,
         grad_b,
@@ -121,7 +139,7 @@ def _network_input(
 ) -> Tensor:
     """``x: (n, d)`` checked for a network kernel: float32 on the CPU, and layers that chain from ``d`` to one output."""
     x = _check(x, what)
-    if x.device.type != "cpu" or x.dtype != torch.float32:
+    if not x.is_cpu or x.dtype != torch.float32:
         raise InputError(f"ebm_cuda.{what}: float32 {noun} on the CPU only, got {x.dtype} on {x.device}. {_HOST_ONLY_FIX}")
     _network_shapes(what, x, weights, biases, activations)
     return x
@@ -162,7 +180,23 @@ def _network_loss(
     grad_w, grad_b, pointers = _weight_gradients(x, weights, biases)
     loss = ctypes.c_double(0.0)
     _run_host(what, (x, *keep), name, *network, float(sign), *inputs, ctypes.byref(loss), *pointers, torch.get_num_threads())
-    return torch.tensor(loss.value, dtype=torch.float32, device=x.device), grad_w, [*grad_b, None]
+    return torch.full((), loss.value, dtype=torch.float32, device=x.device), grad_w, [*grad_b, None]
+
+
+def eager_host(*tensors: Optional[Tensor]) -> bool:
+    """Whether a kernel may call its op's host implementation directly on ``tensors`` (None skipped) rather than
+    through ``torch.ops.ebm_cuda`` (whose dispatch, and the ``torch.no_grad()`` around it, cost more than a small
+    batch's loss): an eager call on plain tensors that need no gradient, with no ``torch.compile`` trace, no torch
+    function or dispatch mode and no functorch transform, each of which must see the op itself (fake tensors,
+    FlopCounterMode, vmap). The implementation is the op's, so both give the same values."""
+    if (
+        torch.compiler.is_compiling()
+        or torch._C._len_torch_dispatch_stack()
+        or torch._C._is_torch_function_mode_enabled()
+        or torch._C._functorch.peek_interpreter_stack() is not None
+    ):
+        return False
+    return all(t is None or (type(t) is Tensor and not t.requires_grad) for t in tensors)
 
 
 def _present(grads: Sequence[Optional[Tensor]]) -> list[Tensor]:

@@ -71,11 +71,10 @@ def kernel_loss(
     ``recompute()``: the same loss by the torch path, for ``create_graph=True``."""
     params, grads = [], []
     for layer, gw, gb in zip(plan.layers, grad_w, grad_b):
-        linear = layer.linear
-        if gw is not None and linear.weight is not None:
-            params.append(linear.weight)
+        if gw is not None and (weight := layer.weight) is not None:
+            params.append(weight)
             grads.append(gw)
-        if gb is not None and linear.bias is not None:
-            params.append(linear.bias)
+        if gb is not None and (bias := layer.bias) is not None:
+            params.append(bias)
             grads.append(gb)
     return _GivenGradients.apply(value, grads, recompute, *params)

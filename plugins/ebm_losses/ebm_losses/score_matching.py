@@ -176,19 +176,23 @@ class DenoisingScoreMatching(Loss):
                 f"ε/σ and σ∇E), got {self._span[0]:.3g} to {self._span[1]:.3g}."
             )
         eps = torch.randn(x.shape, generator=generator, dtype=x.dtype, device=x.device)
+        single = self.sigmas.numel() == 1
+        conditional = getattr(energy, "noise_conditional", False)
+        sigma: Tensor | None = None  # per sample, (n,)
         if self.continuous:  # log-uniform on [low, high]
             low, high = self._span
             u = torch.rand((x.shape[0],), generator=generator, dtype=x.dtype, device=x.device)
             sigma = (math.log(low) + u * math.log(high / low)).exp()
-        elif self.sigmas.numel() == 1:
-            sigma = torch.full((x.shape[0],), self._span[0], dtype=x.dtype, device=x.device)  # the one level, a float
+        elif single:  # the one level, a float; a tensor of it only where E(x, σ) takes one or the dtype rounds it
+            if conditional or x.dtype not in (torch.float32, torch.float64):
+                sigma = torch.full((x.shape[0],), self._span[0], dtype=x.dtype, device=x.device)
         else:
             idx = torch.randint(0, self.sigmas.numel(), (x.shape[0],), generator=generator, device=x.device)
             sigma = self.sigmas.to(dtype=x.dtype, device=x.device)[idx]
-        sigma_b = sigma.view(-1, *([1] * (x.dim() - 1)))
+        # a Python float σ gives x + σε and ε/σ to the bit as a float32 or float64 tensor of it does
+        sigma_b = self._span[0] if sigma is None else sigma.view(-1, *([1] * (x.dim() - 1)))
         noisy = x + sigma_b * eps
-        single = self.sigmas.numel() == 1
-        plan = None if getattr(energy, "noise_conditional", False) else closed_form_program(energy, noisy)[0]
+        plan = None if conditional else closed_form_program(energy, noisy)[0]
         if plan is not None:  # ∇E by the chain rule, differentiable in θ: one backward pass for the loss
             plan_loss = lambda: self._value(feedforward.score_terms(plan, noisy)[0], eps, sigma_b)  # noqa: E731
             kernel = network_kernel("feedforward_denoising_score_matching", plan, noisy)
@@ -197,7 +201,7 @@ class DenoisingScoreMatching(Loss):
             return kernel_loss(
                 plan, *kernel.fn(noisy, eps / sigma_b if single else eps, None if single else sigma, plan), recompute=plan_loss
             )  # ebm-cuda: the loss and its weight gradients natively
-        if getattr(energy, "noise_conditional", False):  # E(x, σ), as annealed Langevin samples it
+        if conditional:  # E(x, σ), as annealed Langevin samples it
             noisy.requires_grad_(True)
             e = check_energy_output(energy.compute_energy(noisy, sigma), noisy, owner=type(energy).__name__)
             (grad,) = torch.autograd.grad(e.sum(), noisy, create_graph=True)
@@ -205,7 +209,7 @@ class DenoisingScoreMatching(Loss):
             grad = _gradient(energy, noisy.requires_grad_(True))
         return self._value(grad, eps, sigma_b)
 
-    def _value(self, grad: Tensor, eps: Tensor, sigma_b: Tensor) -> Tensor:
+    def _value(self, grad: Tensor, eps: Tensor, sigma_b: Tensor | float) -> Tensor:
         """One level: ``½ mean |∇E − ε/σ|²``; several: weighted by ``σ²``, ``½ mean |σ∇E − ε|²`` (the same at one
         level, times σ²)."""
         residual = grad - eps / sigma_b if self.sigmas.numel() == 1 else sigma_b * grad - eps
