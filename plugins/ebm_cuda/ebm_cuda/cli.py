@@ -38,6 +38,13 @@ def _info(args: argparse.Namespace) -> int:
         products, slower = triton_chains.declared_products(contrastive)(None)
         rank = "runs at fused=None" if slower is None else f"fused=True only: it {slower}"
         print(f"triton {kernel}: {products} products (torch.get_float32_matmul_precision() is {setting!r}); {rank}")
+    from ebm_cuda import feedforward_ops
+
+    host = feedforward_ops.host_products(None)[0] or "ieee"
+    print(
+        f"cpu_fused feed-forward chain: {host} products ({setting!r}; 'medium' or precision='bf16' asks for bf16: "
+        f"{feedforward_ops.bf16_instructions()})"
+    )
     return 0
 
 

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 import ebmcore
 from ebmcore.energies.program import feedforward_of
-from ebm_cuda import native
+from ebm_cuda import feedforward_ops, native
 kernels = {k.op: k.fn for k in native.kernels('cpu_fused')}
 from ebm_losses import ConvEnergy
 g = torch.Generator().manual_seed(0)
@@ -41,6 +41,11 @@ for widths in ((3, 40, 1), (5, 17, 33, 1), (1, 64, 64, 1)):
     program = feedforward_of(net)
     x = torch.randn(37, widths[0], generator=g)
     kernels['feedforward_langevin_chain'](x, program, n_steps=3, step_size=0.01, noise_scale=0.1, seed=1, offset=2)
+    for by in ("fma", "vdpbf16ps") if "vdpbf16ps built" in feedforward_ops.bf16_instructions() else ("fma",):
+        feedforward_ops.BF16_BY = by  # the bfloat16 products, by each way this build has
+        kernels['feedforward_langevin_chain'](x, program, n_steps=3, step_size=0.01, noise_scale=0.1, seed=1, offset=2,
+                                              precision="bf16")
+    feedforward_ops.BF16_BY = "fma"
     kernels['feedforward_denoising_score_matching'](x, torch.randn_like(x), torch.rand(37), program)
     kernels['feedforward_sliced_score_matching'](x, torch.randn_like(x), program)
     kernels['feedforward_energy_gradients'](x, torch.rand(37), torch.rand(37), program)

@@ -176,9 +176,12 @@ class ContrastiveDivergence(Loss):
         if kernel is None:
             return None
         # the chain's own products (ebm-cuda's Triton kernels declare them); where the contrastive kernel does not run
-        # with them at fused=None (not measured faster, or not yet run on a GPU), the chain and the loss run apart
+        # with them at fused=None (not measured faster, or not yet run on a GPU), or does not take them (the host's
+        # contrastive chain: float32 products only), the chain and the loss run apart
         declared = getattr(kernel.fn, "products", None)
-        if chain.kernel.products is not None and declared is not None:
+        if chain.kernel.products is not None:
+            if declared is None:
+                return None
             if declared(chain.kernel.products)[1] is not None and getattr(sampler, "fused", None) is not True:
                 return None
         n = len(x)

@@ -223,11 +223,14 @@ def kernel_products(kernel: Kernel, precision: str | None, fused: bool | None) -
     """The products ``kernel`` computes with, fixed now, as a 1-tuple; None for a kernel that declares none (its
     products are its own: the host build's float32); a str: why it does not run at ``fused=None`` with them. A kernel
     declares them as ``kernel.fn.products(precision) -> (products, why not at fused=None or None)`` (``precision``
-    None: its default, e.g. torch's switch for float32 products: ebm-cuda's Triton chains)."""
+    None: its default, e.g. torch's switch for float32 products: ebm-cuda's Triton chains and its host chain, whose
+    ``products`` None are its own float32 ones)."""
     declared = getattr(kernel.fn, "products", None)
     if declared is None:
         return None
     products, slower = declared(precision)
+    if products is None:
+        return None
     if slower is not None and fused is None:
         return f"the {kernel.op} kernel with {products} products {slower}; fused=True forces it"
     return (products,)

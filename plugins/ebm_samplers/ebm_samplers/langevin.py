@@ -119,7 +119,9 @@ def options(energy: EnergyModel, integrator: Any = None, precision: str | None =
     """``integrator``: an ``sde`` :class:`ebmcore.Integrator` or a registered name (default Euler–Maruyama).
     ``precision``: the products of a fused chain that declares them (ebm-cuda's Triton chains on CUDA: ``"ieee"``,
     ``"tf32x3"``, ``"tf32"``, ``"bf16"``; None: torch's switch, ``torch.set_float32_matmul_precision``), named in the
-    run's path; the per-step loop and the CPU kernels compute as they do without it."""
+    run's path; ebm-cuda's feed-forward chain on the CPU takes ``"bf16"`` (torch's ``"medium"``) and computes float32
+    products for the others (the CPU has no TF32); the per-step loop and the other CPU kernels compute as they do
+    without it."""
     if precision is not None and not isinstance(precision, str):
         raise InputError(f"LangevinSampler: precision must be None or the name of the products, got {precision!r}.")
     return {

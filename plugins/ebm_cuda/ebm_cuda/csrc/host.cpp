@@ -262,6 +262,14 @@ const char* network_problem(int n_hidden, const int64_t* widths, const int64_t* 
   return "";
 }
 
+// Why the feed-forward chain does not take the products `kind` (ebm::ff::Products).
+const char* products_problem(int kind) {
+  if (kind == ebm::ff::PRODUCTS_BF16_DOT)
+    return "bfloat16 dot products (vdpbf16ps) need a build for a CPU with avx512_bf16 (this one was compiled without "
+           "__AVX512BF16__)";
+  return "unknown products code (0: IEEE float32, 1: bfloat16 operands by float32 FMAs, 2: by vdpbf16ps)";
+}
+
 // One Langevin move of the tile of chains i0 .. i0 + TILE − 1 in ws.x, by the gradient in ws.grad, with the stream's
 // noise for `step`.
 void feedforward_tile_move(const ebm::Stream& rng, ebm::ff::Workspace& ws, int d, int64_t i0, uint64_t step,
@@ -532,12 +540,19 @@ int ebm_host_langevin_step(int dtype, void* out, const void* x, const void* grad
 int ebm_host_feedforward_langevin_chain(int n_hidden, const int64_t* widths, const float* const* weights,
                                         const float* const* biases, const int64_t* activations, double sign, const float* x,
                                         float* out, int64_t n, int64_t n_steps, double h, double s, const void* h_vec,
-                                        const void* s_vec, uint64_t seed, uint64_t offset, int threads) {
+                                        const void* s_vec, uint64_t seed, uint64_t offset, int products, int threads) {
   if (*network_problem(n_hidden, widths, activations)) return fail(network_problem(n_hidden, widths, activations));
   if (n_steps < 0) return fail("n_steps must be >= 0");
-  const ebm::ff::Network net(n_hidden, widths, weights, biases, activations, (float)sign);
+  ebm::ff::Network net(n_hidden, widths, weights, biases, activations, (float)sign);
+  if (!net.use_products(products)) return fail(products_problem(products));
   feedforward_langevin_host(net, x, out, n, n_steps, h, s, h_vec, s_vec, seed, offset, threads);
   return 0;
+}
+
+// 0 when feedforward_langevin_chain runs the products `kind` (ebm::ff::Products) in this build, else why not.
+int ebm_host_feedforward_products(int kind) {
+  ebm::ff::Network probe;
+  return probe.use_products(kind) ? 0 : fail(products_problem(kind));
 }
 
 int ebm_host_conv_langevin_chain(int n_layers, const int64_t* channels, int height, int width, const int* strides,

@@ -2,7 +2,9 @@
 // K steps per launch. A tile of 16 chains stays in the core's L1 cache for all K steps: the forward pass, the
 // chain rule backwards and the move run on it with no trip to memory, the matrix products register-blocked
 // (4 chains × 64 outputs per pass), the activations and their derivatives computed together (one exp each).
-// float32 only. Widths are padded to multiples of 16 with zero weights, which changes no result.
+// float32 states. Widths are padded to multiples of 16 with zero weights, which changes no result. The hidden-to-
+// hidden products of the chain's gradient (forward and backward, not the first layer's or the input gradient's) can
+// take bfloat16 operands summed in float32 (Products below); activations and moves stay float32.
 #pragma once
 #include <stdint.h>
 #include <string.h>
@@ -18,6 +20,7 @@ namespace ff {
 
 typedef float v16 __attribute__((vector_size(64)));
 typedef int32_t v16i __attribute__((vector_size(64)));
+typedef uint32_t v16u __attribute__((vector_size(64)));
 
 constexpr int ROWS = 16;  // chains per tile (the Philox tile of host.cpp)
 // The hidden-layer activations the kernels run (the host build's and the Triton kernels'), X(NAME, code) with codes
@@ -334,11 +337,119 @@ inline void input_outer(const v16* P1, const v16* P2, int pb, int width, const f
     }
 }
 
+// The products of the hidden-to-hidden layers of a chain's gradient (Network::products): IEEE float32 FMAs, or
+// bfloat16 operands (rounded to nearest even) summed in float32, either as float32 FMAs on the rounded operands (their
+// products are exact in float32: 8-bit by 8-bit significands) or as AVX512-BF16 dot products (vdpbf16ps: pairs of
+// products summed into float32, denormals flushed), built only where the compiler targets avx512_bf16.
+enum Products { PRODUCTS_IEEE = 0, PRODUCTS_BF16_FMA = 1, PRODUCTS_BF16_DOT = 2 };
+
+#if defined(__AVX512BF16__)
+constexpr bool HAS_BF16_DOT = true;
+#else
+constexpr bool HAS_BF16_DOT = false;
+#endif
+
+// float32 -> bfloat16 bits, rounded to nearest even (a NaN stays a quiet NaN), as vcvtne2ps2bf16 does.
+inline uint16_t bf16_bits(float a) {
+  uint32_t u;
+  memcpy(&u, &a, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+inline float bf16_rounded(float a) {
+  const uint32_t u = (uint32_t)bf16_bits(a) << 16;
+  float r;
+  memcpy(&r, &u, sizeof r);
+  return r;
+}
+
+// v rounded to bfloat16 (nearest even), kept as float32; a NaN stays NaN.
+inline v16 bf16_rounded(v16 v) {
+  v16u u;
+  memcpy(&u, &v, sizeof u);
+  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  v16 r;
+  memcpy(&r, &u, sizeof r);
+  return v != v ? v : r;
+}
+
 inline void product(const float* A, int lda, int K, const v16* B, int nb, const v16* bias, v16* C, bool add = false) {
   int jb = 0;
   for (; jb + 4 <= nb; jb += 4) product_strip<4>(A, lda, K, B, nb, jb, bias, C, add);
   for (; jb + 2 <= nb; jb += 2) product_strip<2>(A, lda, K, B, nb, jb, bias, C, add);
   for (; jb < nb; ++jb) product_strip<1>(A, lda, K, B, nb, jb, bias, C, add);
+}
+
+// product() with bfloat16 operands as float32 FMAs: A's ROWS rows rounded into `rounded` (rows of lda floats), B
+// rounded already (Network::use_products).
+inline void product_bf16_fma(const float* A, int lda, int K, const v16* B, int nb, const v16* bias, v16* C, v16* rounded) {
+  const int kb = blocks(K);
+  for (int r = 0; r < ROWS; ++r)
+    for (int k = 0; k < kb; ++k) rounded[r * (lda / 16) + k] = bf16_rounded(((const v16*)(A + r * lda))[k]);
+  product((const float*)rounded, lda, K, B, nb, bias, C);
+}
+
+#if defined(__AVX512BF16__)
+// C[r][jb] = (bias[jb] or 0) + Σ_p A[r][2p]·B[2p][jb] + A[r][2p+1]·B[2p+1][jb] by vdpbf16ps: A as ROWS rows of lda2
+// bfloat16 pairs (one uint32 each), B as pairs of rows of k-major blocks (P = ceil(K/2) rows of nb vectors of 32
+// bfloat16, pair-interleaved). RB rows × J blocks per pass, as product_strip.
+template <int J>
+inline void dot_strip(const uint32_t* A, int lda2, int P, const v16* B, int nb, int jb, const v16* bias, v16* C) {
+  constexpr int RB = 16 / J;
+  for (int r0 = 0; r0 < ROWS; r0 += RB) {
+    __m512 acc[RB][J];
+    for (int r = 0; r < RB; ++r)
+      for (int j = 0; j < J; ++j) acc[r][j] = bias ? (__m512)bias[jb + j] : _mm512_setzero_ps();
+    for (int p = 0; p < P; ++p) {
+      __m512bh b[J];
+      for (int j = 0; j < J; ++j) b[j] = (__m512bh)_mm512_load_si512((const void*)(B + p * nb + jb + j));
+      for (int r = 0; r < RB; ++r) {
+        const __m512bh a = (__m512bh)_mm512_set1_epi32((int)A[(r0 + r) * lda2 + p]);
+        for (int j = 0; j < J; ++j) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], a, b[j]);
+      }
+    }
+    for (int r = 0; r < RB; ++r)
+      for (int j = 0; j < J; ++j) C[(r0 + r) * nb + jb + j] = (v16)acc[r][j];
+  }
+}
+
+// product() by vdpbf16ps: A's ROWS rows (lda floats, K used) converted to bfloat16 pairs in `pairs` (columns from K
+// on zero), B packed by Network::use_products.
+inline void product_bf16_dot(const float* A, int lda, int K, const v16* B, int nb, const v16* bias, v16* C, v16* pairs) {
+  const int kb = blocks(K), lda2 = 8 * kb, P = (K + 1) / 2;
+  uint32_t* a2 = (uint32_t*)pairs;
+  for (int r = 0; r < ROWS; ++r) {
+    const float* row = A + r * lda;
+    for (int k = 0; k < kb; k += 2) {
+      const __mmask16 lo = 16 * k + 16 <= K ? (__mmask16)0xffff : (__mmask16)((1u << (K - 16 * k)) - 1u);
+      const int rest = K - 16 * (k + 1);
+      const __mmask16 hi = rest >= 16 ? (__mmask16)0xffff : rest <= 0 ? (__mmask16)0 : (__mmask16)((1u << rest) - 1u);
+      const __m512 l = _mm512_maskz_loadu_ps(lo, row + 16 * k), h = _mm512_maskz_loadu_ps(hi, row + 16 * k + 16);
+      _mm512_storeu_si512((void*)(a2 + r * lda2 + 8 * k), (__m512i)_mm512_cvtne2ps_pbh(h, l));
+    }
+  }
+  int jb = 0;
+  for (; jb + 4 <= nb; jb += 4) dot_strip<4>(a2, lda2, P, B, nb, jb, bias, C);
+  for (; jb + 2 <= nb; jb += 2) dot_strip<2>(a2, lda2, P, B, nb, jb, bias, C);
+  for (; jb < nb; ++jb) dot_strip<1>(a2, lda2, P, B, nb, jb, bias, C);
+}
+#endif
+
+// B (K rows of nb blocks, k-major, float32) as product_bf16_dot takes it: ceil(K/2) rows of nb vectors, element
+// (p, 16·jb + j) the pair (B[2p][16·jb + j], B[2p+1][16·jb + j]) in bfloat16 (low half first).
+inline std::vector<v16> bf16_pairs(const std::vector<v16>& B, int K, int nb) {
+  const int P = (K + 1) / 2;
+  std::vector<v16> out((size_t)P * nb, v16{});
+  const float* b = (const float*)B.data();
+  uint32_t* o = (uint32_t*)out.data();
+  for (int p = 0; p < P; ++p)
+    for (int j = 0; j < 16 * nb; ++j) {
+      const uint32_t lo = bf16_bits(b[(size_t)(2 * p) * nb * 16 + j]);
+      const uint32_t hi = 2 * p + 1 < K ? bf16_bits(b[(size_t)(2 * p + 1) * nb * 16 + j]) : 0u;
+      o[(size_t)p * nb * 16 + j] = lo | (hi << 16);
+    }
+  return out;
 }
 
 // The network, its weights packed once per launch: for layer l (in_l -> out_l), forward[l] is W_lᵀ (in_l rows
@@ -352,7 +463,9 @@ struct Network {
   std::vector<v16> top;           // sign · w_out: ∂E/∂(last hidden activation)
   float top_bias = 0.0f;          // sign · b_out
   std::vector<v16> input_columns; // for d <= SMALL_INPUT: column i of W_0 in blocks(out_0) blocks
+  int products = PRODUCTS_IEEE;   // the hidden-to-hidden layers' products (use_products)
 
+  Network() = default;  // no layers: a probe of use_products
   // weights[l]: (widths[l+1], widths[l]) row-major; weights[n_hidden]: (1, widths[n_hidden]); biases may be null.
   Network(int n_hidden_, const int64_t* widths_, const float* const* weights, const float* const* biases,
           const int64_t* activations_, float sign)
@@ -386,6 +499,26 @@ struct Network {
     if (biases[n_hidden]) top_bias = sign * biases[n_hidden][0];
   }
 
+  // Take `kind` (Products) for the products of layers 1 .. n_hidden − 1 (forward[l] and backward[l], l >= 1) in
+  // gradient(): their weights rounded to bfloat16 in place (BF16_FMA) or packed in pairs (BF16_DOT). Returns false,
+  // changing nothing, for BF16_DOT where the build has no vdpbf16ps.
+  bool use_products(int kind) {
+    if (kind == PRODUCTS_BF16_DOT && !HAS_BF16_DOT) return false;
+    if (kind != PRODUCTS_IEEE && kind != PRODUCTS_BF16_FMA && kind != PRODUCTS_BF16_DOT) return false;
+    products = kind;
+    for (int l = 1; l < n_hidden && kind != PRODUCTS_IEEE; ++l) {
+      const int in = widths[l], out = widths[l + 1];
+      for (auto* m : {&forward[l], &backward[l]}) {
+        const bool fw = m == &forward[l];
+        if (kind == PRODUCTS_BF16_FMA)
+          for (v16& v : *m) v = bf16_rounded(v);
+        else
+          *m = bf16_pairs(*m, fw ? in : out, blocks(fw ? out : in));
+      }
+    }
+    return true;
+  }
+
   int widest() const {  // the widest layer
     int w = 1;
     for (int v : widths) w = v > w ? v : w;
@@ -396,7 +529,7 @@ struct Network {
 // One thread's buffers for a tile: the state, per hidden layer its activation and f'(z)·(upstream), two
 // gradient buffers, all ROWS rows of blocks(width) vectors.
 struct Workspace {
-  std::vector<v16> x, grad, g0, g1;
+  std::vector<v16> x, grad, g0, g1, operands;  // operands: a product's rows in bfloat16 (bf16 products only)
   std::vector<std::vector<v16>> act, deriv;
 
   explicit Workspace(const Network& net) {
@@ -405,6 +538,7 @@ struct Workspace {
     grad.assign(x.size(), v16{});
     g0.assign((size_t)ROWS * blocks(widest), v16{});
     g1.assign(g0.size(), v16{});
+    if (net.products != PRODUCTS_IEEE) operands.assign(g0.size() + 1, v16{});
     for (int l = 0; l < net.n_hidden; ++l) {
       act.emplace_back((size_t)ROWS * blocks(net.widths[l + 1]), v16{});
       deriv.emplace_back((size_t)ROWS * blocks(net.widths[l + 1]), v16{});
@@ -431,6 +565,16 @@ inline void input_gradient(const Network& net, const v16* e, v16* grad_out) {
     }
 }
 
+// A product of layer l >= 1 in gradient() (forward: h W_lᵀ + b_l; backward: e W_l), with the network's products.
+inline void hidden_product(const Network& net, Workspace& ws, const float* A, int lda, int K, const v16* B, int nb,
+                           const v16* bias, v16* C) {
+  if (net.products == PRODUCTS_BF16_FMA) return product_bf16_fma(A, lda, K, B, nb, bias, C, ws.operands.data());
+#if defined(__AVX512BF16__)
+  if (net.products == PRODUCTS_BF16_DOT) return product_bf16_dot(A, lda, K, B, nb, bias, C, ws.operands.data());
+#endif
+  product(A, lda, K, B, nb, bias, C);
+}
+
 // ∇E of the tile's ROWS chains in ws.x into ws.grad.
 inline void gradient(const Network& net, Workspace& ws) {
   const int L = net.n_hidden;
@@ -439,7 +583,10 @@ inline void gradient(const Network& net, Workspace& ws) {
   for (int l = 0; l < L; ++l) {  // forward: z = h W_lᵀ + b_l; keep f(z) (not for the last layer) and f'(z)
     const int ob = blocks(net.widths[l + 1]);
     v16* z = ws.deriv[l].data();
-    product(h, lda, net.widths[l], net.forward[l].data(), ob, net.bias[l].data(), z);
+    if (l == 0)
+      product(h, lda, net.widths[l], net.forward[l].data(), ob, net.bias[l].data(), z);
+    else
+      hidden_product(net, ws, h, lda, net.widths[l], net.forward[l].data(), ob, net.bias[l].data(), z);
     const bool last = l == L - 1;
     v16* a = ws.act[l].data();
     activate_rows(net.activations[l], z, ob, last ? net.top.data() : nullptr, last ? nullptr : a);
@@ -451,7 +598,7 @@ inline void gradient(const Network& net, Workspace& ws) {
   for (int l = L - 1; l >= 1; --l) {
     const int ib = blocks(net.widths[l]), ob = blocks(net.widths[l + 1]);
     v16* g = (l % 2) ? ws.g0.data() : ws.g1.data();
-    product((const float*)e, 16 * ob, net.widths[l + 1], net.backward[l].data(), ib, nullptr, g);
+    hidden_product(net, ws, (const float*)e, 16 * ob, net.widths[l + 1], net.backward[l].data(), ib, nullptr, g);
     const v16* d = ws.deriv[l - 1].data();
     for (int i = 0; i < ROWS * ib; ++i) g[i] *= d[i];
     e = g;
