@@ -29,11 +29,8 @@ demo: setup
 	$(VENV)/bin/ebm sample --out runs/sample
 	@echo "plots and metrics: runs/train/ (loss.png, density.png, landscape.png, metrics.json) and runs/sample/ (landscape.png, trace.png, autocorrelation.png, metrics.json)"
 
-# the suite runs in one process per core, up to 4 (pytest-xdist; a test file stays in one process, so its module
-# fixtures are made once); TEST_WORKERS=0 runs it in this process
-TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 4 ? n : 4 )))
 test: setup
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest
 
 docs: setup  ## build the documentation site strictly into site/ (any warning fails)
 	$(VENV)/bin/mkdocs build --strict
