@@ -345,7 +345,8 @@ def nuts_table(chosen: dict[str, Run], results_dir: Path, readme: Path) -> list[
 
 
 def bf16_table(chosen: dict[str, Run], results_dir: Path, readme: Path) -> list[str]:
-    """W4-W7 under ``autocast=torch.bfloat16`` (``ebm-bf16``) beside float32 ebm of the same run, with the accuracy cost."""
+    """W4-W7 in bfloat16 (``ebm-bf16``: W4's bf16 products, W5-W7 under autocast) beside float32 ebm of the same
+    run, with the accuracy cost."""
     rows = [(wid, run) for wid, run in chosen.items() if "ebm-bf16" in run.workloads[wid]["results"]]
     if not rows:
         return []
@@ -440,10 +441,12 @@ def render(results_dir: Path = RESULTS_DIR, readme: Path = README) -> str:
     if bf16:
         out += [
             "",
-            "### Neural energies under bfloat16 autocast (W4–W7)",
+            "### Neural energies in bfloat16 (W4–W7)",
             "",
-            "`ebm-bf16`: the same workloads with the MLP evaluated under `autocast=torch.bfloat16` (chains and "
-            "parameters stay float32), a separate row, never instead of float32. The figures are those of the "
+            "`ebm-bf16`: the same workloads in bfloat16, a separate row, never instead of float32: W4 the fused "
+            "chain with bfloat16 products (`precision=\"bf16\"`: the hidden layers' products of bfloat16 operands, "
+            "summed in float32; the same Philox draws as float32 ebm), W5–W7 the MLP evaluated under "
+            "`autocast=torch.bfloat16` (chains and parameters stay float32). The figures are those of the "
             "tables above (mean energy; loss against its formula); the last column is the cost in accuracy "
             "against float32 ebm on the same draws.",
             "",

@@ -484,16 +484,17 @@ def ebm_path(sampler: Any, x: Any) -> str:
     return run.path.replace("fused chain", f"fused chain {op} ({chosen.backend if chosen else '?'})", 1)
 
 
-def ebm_sampling(p: Problem, fused: bool | None = None, autocast: Any = None) -> Case:
+def ebm_sampling(p: Problem, fused: bool | None = None, autocast: Any = None, precision: str | None = None) -> Case:
     """W1-W4, S4, S7, S8: the object API, ``Sampler(..., fused=fused).sample(x0, n_steps, generator=g)``
     (``fused=None``: the library's default, a fused chain where one is available; ``False``: the per-step loop;
-    ``autocast``: the energy evaluated under ``torch.autocast`` in that dtype, ``ebm-bf16``)."""
+    ``autocast``: the energy evaluated under ``torch.autocast`` in that dtype; ``precision``: the fused chain's
+    products, ``"bf16"`` for W4's ``ebm-bf16``)."""
     import torch
     from ebm_samplers import HMCSampler, LangevinSampler
 
     w, energy = p.w, ebm_energy(p)
     if w.kind == "langevin":
-        sampler = LangevinSampler(energy, step_size=w.step_size, fused=fused, autocast=autocast)
+        sampler = LangevinSampler(energy, step_size=w.step_size, fused=fused, autocast=autocast, precision=precision)
     else:
         sampler = HMCSampler(energy, step_size=w.step_size, n_leapfrog_steps=w.n_leapfrog, fused=fused)
     path = ebm_path(sampler, p.x0)
@@ -1439,12 +1440,12 @@ def chees_table(w: Workload, res: dict) -> str:
 
 def build_case(lib: str, p: Problem) -> Case | None:
     step = p.w.kind.endswith("_step")
-    if lib == "ebm-bf16":  # W4-W7 only: the MLP energy under autocast, a separate row (never instead of float32)
-        import torch
+    if lib == "ebm-bf16":  # W4-W7 only, a separate row (never instead of float32): W4 the fused chain with bfloat16
+        import torch  # products (precision="bf16"), W5-W7 the MLP energy under autocast
 
         if p.w.target != "mlp" or p.w.kind not in BF16_KINDS:
             return None
-        return ebm_loss(p, torch.bfloat16) if p.w.kind in LOSS_KINDS else ebm_sampling(p, autocast=torch.bfloat16)
+        return ebm_loss(p, torch.bfloat16) if p.w.kind in LOSS_KINDS else ebm_sampling(p, precision="bf16")
     if p.w.kind in LOSS_KINDS:  # no BlackJAX losses; ebm-step: W5's negatives by the per-step loop
         if lib == "ebm-step":
             return ebm_loss(p, fused=False) if p.w.kind == "cd" else None
@@ -1752,15 +1753,19 @@ def run_workload(w: Workload, libs: list[str], repeats: int) -> dict:
             cases[lib] = case
     results: dict[str, dict] = {}
     ref, ref_name = None, None  # the output of the ebm case that draws torchebm's noise (torch.Generator, per step)
+    ebm_samples = None  # ebm's own samples (a fused chain's: the Philox draws the bf16 chain shares)
     for lib, case in cases.items():  # warm-up (JAX: compile), then the untimed correctness run
         case.reset()
         warm = time_once(case.run)  # the whole first run (S1, S2, W5-W7: all `inner` calls of it)
         case.reset()
         out = case.check()
         compare = lib in ("torchebm", "ebm-bf16") and ref is not None  # same torch.Generator stream as ebm-step
+        same, same_name = ref, ref_name
+        if lib == "ebm-bf16" and case.path.startswith("fused") and ebm_samples is not None:  # ebm's Philox draws
+            compare, same, same_name = True, ebm_samples, "ebm"
         if w.kind in LOSS_KINDS:
             fused_cd = w.kind == "cd" and case.path.startswith("fused")  # its noise: the Philox stream
-            fig = loss_figures(p, out, ref if compare else None, reference_loss(p, stream=True) if fused_cd else reference)
+            fig = loss_figures(p, out, same if compare else None, reference_loss(p, stream=True) if fused_cd else reference)
             if fused_cd:
                 fig["formula_noise"] = "Philox stream"
         elif w.kind == "nuts":
@@ -1771,9 +1776,9 @@ def run_workload(w: Workload, libs: list[str], repeats: int) -> dict:
                 for s in seeds
             }
         else:
-            fig = figures(p, out, ref if compare else None)
+            fig = figures(p, out, same if compare else None)
         if compare:
-            fig["same_noise_ref"] = ref_name
+            fig["same_noise_ref"] = same_name
         if case.energy is not None:  # a peer: the energy it is timed on is ebm's (energy_check)
             fig.update(energy_check(p, case.energy))
         results[lib] = {"warmup_s": warm, "times_s": [], "figures": fig}
@@ -1781,6 +1786,8 @@ def run_workload(w: Workload, libs: list[str], repeats: int) -> dict:
             results[lib]["path"] = case.path
         if lib == "ebm-step" or (lib == "ebm" and not case.path.startswith("fused")):
             ref, ref_name = (out if w.kind in LOSS_KINDS else out["samples"]), lib
+        if lib == "ebm" and w.kind not in LOSS_KINDS and "samples" in out:
+            ebm_samples = out["samples"]
     for _ in range(repeats):  # interleaved
         for lib, case in cases.items():
             case.reset()  # untimed: W5 restores the initial weights and makes a fresh optimizer
@@ -1929,7 +1936,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--libs",
         default=",".join(LIBS),
         help="comma-separated: ebm (default: fused chains where available), ebm-step (fused=False), "
-        "ebm-bf16 (W4-W7 under autocast=torch.bfloat16), torchebm, blackjax",
+        "ebm-bf16 (W4: the fused chain with bfloat16 products; W5-W7 under autocast=torch.bfloat16), torchebm, blackjax",
     )
     ap.add_argument("--repeats", type=int, default=5, help="timed runs per (workload, library); median reported")
     ap.add_argument("--threads", type=int, default=1, help="intra-op threads for torch and XLA (default 1)")
