@@ -36,7 +36,8 @@ from torch import Tensor
 
 from ebmcore import EnergyFunctions, EnergyModel
 from ebmcore.errors import InputError
-from ebm_samplers.algorithm import DIVERGENCE_THRESHOLD, Algorithm, Chain, Step, fused_chain, identity_mass_refusal
+from ebm_samplers.algorithm import DIVERGENCE_THRESHOLD, Algorithm, Chain, Step
+from ebm_samplers.hmc import fused_hmc_chain
 from ebm_samplers.integrators import Leapfrog, SplittingIntegrator, resolve_integrator
 from ebm_samplers.params import (
     ChainScalar,
@@ -300,12 +301,7 @@ def build_chain(
 ) -> Chain | str:
     """Jittered HMC through the energy's ``<op>_hmc_chain`` kernel (module docstring), or why it cannot run: the
     integrator must be leapfrog, the mass the identity and the temperature one number."""
-    if not isinstance(integrator, Leapfrog):
-        return f"the integrator is {integrator.name}, the fused chain is leapfrog"
-    refusal = identity_mass_refusal(params)
-    if refusal:
-        return refusal
-    chain = fused_chain("hmc_chain", energy, fns.program, x, fused_setting)
+    chain = fused_hmc_chain(energy, fns, x, params, fused_setting, integrator)
     if isinstance(chain, str):
         return chain
     h, beta, n_max = params.step_size, 1.0 / params.temperature, params.max_leapfrog_steps

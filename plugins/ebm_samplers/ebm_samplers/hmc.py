@@ -134,6 +134,19 @@ def build_kernel(integrator: SplittingIntegrator | None = None, compile: bool = 
     return draw_then(compiled(transition) if compile else transition, uniform=True, bind=lambda x: (integrator,))
 
 
+def fused_hmc_chain(
+    energy: EnergyModel, fns: EnergyFunctions, x: Tensor, params: Any, fused_setting: bool | None, integrator: Any
+) -> Any:
+    """The energy's ``<op>_hmc_chain`` kernel for ``params`` (HMC's and ChEES's fused chains), or why it cannot run:
+    the integrator must be leapfrog and the mass the identity."""
+    if not isinstance(integrator, Leapfrog):
+        return f"the integrator is {integrator.name}, the fused chain is leapfrog"
+    refusal = identity_mass_refusal(params)
+    if refusal:
+        return refusal
+    return fused_chain("hmc_chain", energy, fns.program, x, fused_setting)
+
+
 def build_chain(
     energy: EnergyModel,
     fns: EnergyFunctions,
@@ -144,12 +157,7 @@ def build_chain(
 ) -> Chain | str:
     """Many transitions per launch with the ``<energy>_hmc_chain`` kernel (leapfrog, identity mass, one
     temperature for all chains)."""
-    if not isinstance(integrator, Leapfrog):
-        return f"the integrator is {integrator.name}, the fused chain is leapfrog"
-    refusal = identity_mass_refusal(params)
-    if refusal:
-        return refusal
-    chain = fused_chain("hmc_chain", energy, fns.program, x, fused_setting)
+    chain = fused_hmc_chain(energy, fns, x, params, fused_setting, integrator)
     if isinstance(chain, str):
         return chain
     h, n_leapfrog, beta = params.step_size, params.n_leapfrog_steps, 1.0 / params.temperature
